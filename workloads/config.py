@@ -1,0 +1,178 @@
+"""Typed configuration of one cell: what `run_cell` needs, and nothing about how it was scheduled.
+
+The orchestrator composes these values with Hydra and writes them to
+`cells/<cell_id>/config.yaml`; `load_cell_config` turns that file (or a plain dict) back into
+dataclasses, rejecting unknown keys so that a typo never silently becomes a default.
+Keys the workload does not use (`cluster`, `hydra`, ...) are allowed at the top level only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+#: Inductor compile modes accepted for `backend.mode` (None and "default" mean the default mode).
+INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+DATA_SOURCES = ("synthetic", "text", "bin", "imagefolder")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+
+class ConfigError(ValueError):
+    """A cell configuration that cannot be run; the message is meant for the user as is."""
+
+
+@dataclass
+class ModelConfig:
+    name: str = "gpt"
+    """Model family from `workloads.models.MODEL_BUILDERS`: `gpt`, `resnet`, or `timm`."""
+    arch: str | None = None
+    """timm model name (e.g. `convnext_tiny`); null = the size's default architecture."""
+    channels_last: bool = True
+    """Vision models: train in channels-last memory format (faster convolutions on GPUs)."""
+    dropout: float | None = None
+    """GPT dropout; null = the size preset's value (0.2 for shakespeare-char, as nanoGPT)."""
+    image_size: int | None = None
+    """Vision input resolution; null = the size preset's value."""
+
+
+@dataclass
+class BackendConfig:
+    name: str = "eager"
+    """`eager`, `torchscript` (jit.trace), or any registered dynamo backend (`inductor`, ...)."""
+    mode: str | None = None
+    """torch.compile mode (inductor only): default, reduce-overhead, max-autotune, ..."""
+    fullgraph: bool = False
+    """Fail on any graph break instead of falling back to Python between graphs."""
+    dynamic: bool | None = None
+    """torch.compile `dynamic`: null lets dynamo decide after a shape change."""
+    compile_optimizer: bool = False
+    """Also compile the optimizer step (`torch.compile` around `optimizer.step`)."""
+    regional: bool = False
+    """Compile each repeated block (transformer layer, residual block) instead of the whole model."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Extra backend options passed to torch.compile(options=...)."""
+
+
+@dataclass
+class PrecisionConfig:
+    name: str = "bf16"
+    """fp32 (no TF32), tf32 (fp32 with TF32 matmuls), bf16 or fp16 autocast."""
+
+
+@dataclass
+class DataConfig:
+    source: str = "synthetic"
+    """synthetic | text (char-level file) | bin (uint16 token memmap) | imagefolder."""
+    path: str | None = None
+    """File (text, bin) or directory (imagefolder); required for every source but synthetic."""
+    workers: int = 4
+    """DataLoader worker processes for imagefolder."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float | None = None
+    """Peak learning rate; null = the model family's default (nanoGPT 6e-4, timm SGD 0.1)."""
+    weight_decay: float | None = None
+    """null = the family default (0.1 for GPT's AdamW, 1e-4 for vision SGD)."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value; 0 disables clipping."""
+
+
+@dataclass
+class CellConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    size: str = "tiny"
+    """Size preset of the model family: tiny, small, medium, large, xl."""
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    seed: int = 1337
+    """Seeds torch (model init, synthetic data, batch sampling)."""
+    steps: int = 20
+    """Measured optimizer steps (after warm-up)."""
+    warmup_steps: int = 5
+    """Steps run before measurement; compilation happens here. Recorded with phase=warmup."""
+    batch_size: int | None = None
+    """Micro-batch size; null = the size preset's default."""
+    grad_accum: int | None = None
+    """Micro-steps per optimizer step; null = the size preset's default."""
+    device: str = "auto"
+    """auto (cuda when available), cuda, or cpu."""
+    peak_tflops: float | None = None
+    """Override the GPU peak used for MFU; null = looked up from the GPU name and precision."""
+    cell_id: str | None = None
+    """Stable id given by the orchestrator; null = derived from the config by `run_cell`."""
+
+    def validate(self) -> None:
+        """Raise ConfigError for values that can never run, before any work starts."""
+        if self.steps <= 0:
+            raise ConfigError(f"steps must be positive, got {self.steps}")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        for key in ("batch_size", "grad_accum"):
+            value = getattr(self, key)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{key} must be positive, got {value}")
+        if self.precision.name not in PRECISIONS:
+            raise ConfigError(f"precision.name must be one of {PRECISIONS}, got {self.precision.name!r}")
+        if self.data.source not in DATA_SOURCES:
+            raise ConfigError(f"data.source must be one of {DATA_SOURCES}, got {self.data.source!r}")
+        if self.data.source != "synthetic" and not self.data.path:
+            raise ConfigError(f"data.source={self.data.source} needs data.path")
+        if self.data.path and self.data.source != "synthetic" and not Path(self.data.path).exists():
+            raise ConfigError(f"data.path does not exist: {self.data.path}")
+        if self.device not in ("auto", "cuda", "cpu"):
+            raise ConfigError(f"device must be auto, cuda or cpu, got {self.device!r}")
+        mode = self.backend.mode
+        if mode not in (None, *INDUCTOR_MODES):
+            raise ConfigError(f"backend.mode must be one of {INDUCTOR_MODES}, got {mode!r}")
+        if mode not in (None, "default") and self.backend.name != "inductor":
+            raise ConfigError(f"backend.mode={mode} is an inductor mode; backend is {self.backend.name}")
+
+
+#: Top-level keys that belong to the orchestrator; a workload ignores them.
+FOREIGN_TOP_LEVEL_KEYS = frozenset({"cluster", "hydra", "experiment", "executor", "sweep"})
+
+
+def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in names:
+            if not where and key in FOREIGN_TOP_LEVEL_KEYS:
+                continue
+            raise ConfigError(f"unknown config key {where}{key!r}; known: {sorted(names)}")
+        sub = names[key].default_factory
+        if isinstance(sub, type) and dataclasses.is_dataclass(sub):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"config key {where}{key} must be a mapping, got {value!r}")
+            value = _build(sub, value, f"{where}{key}.")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def cell_config_from_dict(values: Mapping[str, Any]) -> CellConfig:
+    """Build and validate a CellConfig from a plain (already resolved) mapping."""
+    cfg = _build(CellConfig, values, "")
+    cfg.validate()
+    return cfg
+
+
+def load_cell_config(path: str | Path) -> CellConfig:
+    """Read a resolved `config.yaml` written by the orchestrator (or by hand)."""
+    with open(path) as fh:
+        values = yaml.safe_load(fh) or {}
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return cell_config_from_dict(values)
+
+
+def cell_config_to_dict(cfg: CellConfig) -> dict[str, Any]:
+    """The plain-dict form, as written to `config.yaml` and hashed into the cell id."""
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,142 @@
+"""The Parquet contract between workloads (writers) and analysis (reader).
+
+Two files per cell directory: `steps.parquet` (one row per training step, every attempt) and
+`run.parquet` (one row per attempt: status, summary, environment). Both are rewritten whole
+through a temporary file and `os.replace`, so a reader sees either the old or the new file,
+never half of one. Bump SCHEMA_VERSION when a column changes meaning or disappears.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = 1
+
+STEPS_FILE = "steps.parquet"
+RUN_FILE = "run.parquet"
+CONFIG_FILE = "config.yaml"
+
+#: Final states of an attempt. `not_compiled`: a compiled backend was asked for, nothing compiled.
+STATUSES = ("completed", "failed", "oom", "timeout", "cancelled", "not_compiled")
+PHASES = ("warmup", "measure")
+
+STEPS_SCHEMA = pa.schema(
+    [
+        ("cell_id", pa.string()),
+        ("attempt", pa.int32()),
+        ("step", pa.int32()),
+        ("phase", pa.string()),  # warmup | measure
+        ("step_time_ms", pa.float64()),  # device synchronised at both boundaries
+        ("data_time_ms", pa.float64()),  # host time spent waiting for batches inside the step
+        ("loss", pa.float64()),
+        ("items", pa.int64()),  # tokens (gpt) or images (vision) processed in the step
+        ("tflops", pa.float64()),  # achieved model TFLOP/s; null where FLOPs are unknown
+        ("mfu", pa.float64()),  # fraction of peak (0..1); null where no peak is known
+    ]
+)
+
+RUN_SCHEMA = pa.schema(
+    [
+        ("cell_id", pa.string()),
+        ("attempt", pa.int32()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("model", pa.string()),
+        ("arch", pa.string()),
+        ("size", pa.string()),
+        ("backend", pa.string()),
+        ("compile_mode", pa.string()),
+        ("fullgraph", pa.bool_()),
+        ("regional", pa.bool_()),
+        ("compile_optimizer", pa.bool_()),
+        ("precision", pa.string()),
+        ("data_source", pa.string()),
+        ("seed", pa.int64()),
+        ("batch_size", pa.int64()),
+        ("grad_accum", pa.int64()),
+        ("items_per_step", pa.int64()),
+        ("warmup_steps", pa.int64()),
+        ("measured_steps", pa.int64()),
+        ("params", pa.int64()),
+        ("flops_per_step", pa.float64()),
+        ("peak_tflops", pa.float64()),
+        ("median_step_ms", pa.float64()),
+        ("mean_step_ms", pa.float64()),
+        ("std_step_ms", pa.float64()),
+        ("items_per_s", pa.float64()),
+        ("mfu", pa.float64()),
+        ("device", pa.string()),
+        ("gpu_name", pa.string()),
+        ("compile_time_s", pa.float64()),
+        ("first_step_ms", pa.float64()),
+        ("graph_count", pa.int64()),
+        ("graph_break_count", pa.int64()),
+        ("recompile_count", pa.int64()),
+        ("peak_mem_bytes", pa.int64()),
+        ("torch_version", pa.string()),
+        ("triton_version", pa.string()),
+        ("cuda_version", pa.string()),
+        ("timm_version", pa.string()),
+        ("hostname", pa.string()),
+        ("slurm_job_id", pa.string()),
+        ("slurm_array_task_id", pa.string()),
+        ("partition", pa.string()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+        ("git_sha", pa.string()),
+        ("schema_version", pa.int32()),
+    ]
+)
+
+
+def table_from_rows(rows: Iterable[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Rows (dicts) to a table of exactly `schema`; missing keys become null, extra keys are an error."""
+    rows = list(rows)
+    names = set(schema.names)
+    for row in rows:
+        extra = set(row) - names
+        if extra:
+            raise KeyError(f"columns not in the schema: {sorted(extra)}")
+    columns = {name: [row.get(name) for row in rows] for name in schema.names}
+    return pa.table(columns, schema=schema)
+
+
+def write_parquet_atomic(table: pa.Table, path: str | Path) -> None:
+    """Write `table` to `path` so that readers never observe a partial file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pq.write_table(table, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def append_rows_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]], schema: pa.Schema) -> None:
+    """Append rows to a Parquet file of `schema` (created if absent), atomically."""
+    new = table_from_rows(rows, schema)
+    path = Path(path)
+    if path.exists():
+        old = pq.read_table(path, schema=schema)
+        new = pa.concat_tables([old, new])
+    write_parquet_atomic(new, path)
+
+
+def next_attempt(cell_dir: str | Path) -> int:
+    """The attempt number for a new run in `cell_dir`: one more than the last recorded."""
+    path = Path(cell_dir) / RUN_FILE
+    if not path.exists():
+        return 1
+    attempts = pq.read_table(path, columns=["attempt"]).column("attempt").to_pylist()
+    return max(attempts, default=0) + 1
