@@ -9,6 +9,8 @@ Keys the workload does not use (`cluster`, `hydra`, ...) are allowed at the top 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -79,8 +81,9 @@ class OptimConfig:
     """Peak learning rate; null = the model family's default (nanoGPT 6e-4, timm SGD 0.1)."""
     weight_decay: float | None = None
     """null = the family default (0.1 for GPT's AdamW, 1e-4 for vision SGD)."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this value; 0 disables clipping."""
+    grad_clip: float | None = None
+    """Clip the global gradient norm to this value; 0 disables; null = the family default
+    (1.0 for GPT as nanoGPT, none for vision as timm)."""
 
 
 @dataclass
@@ -134,6 +137,10 @@ class CellConfig:
             raise ConfigError(f"backend.mode must be one of {INDUCTOR_MODES}, got {mode!r}")
         if mode not in (None, "default") and self.backend.name != "inductor":
             raise ConfigError(f"backend.mode={mode} is an inductor mode; backend is {self.backend.name}")
+        if self.backend.name != "eager" and self.warmup_steps < 1:
+            raise ConfigError("compiled backends need warmup_steps >= 1: compilation must not be measured")
+        if self.backend.compile_optimizer and self.precision.name == "fp16":
+            raise ConfigError("backend.compile_optimizer with fp16: GradScaler calls the optimizer itself")
 
 
 #: Top-level keys that belong to the orchestrator; a workload ignores them.
@@ -176,3 +183,11 @@ def load_cell_config(path: str | Path) -> CellConfig:
 def cell_config_to_dict(cfg: CellConfig) -> dict[str, Any]:
     """The plain-dict form, as written to `config.yaml` and hashed into the cell id."""
     return dataclasses.asdict(cfg)
+
+
+def config_digest(cfg: CellConfig | Mapping[str, Any]) -> str:
+    """A stable 12-hex-digit id of a resolved config (the `cell_id` field itself excluded)."""
+    values = cell_config_to_dict(cfg) if isinstance(cfg, CellConfig) else dict(cfg)
+    values.pop("cell_id", None)
+    blob = json.dumps(values, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]

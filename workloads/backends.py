@@ -1,0 +1,139 @@
+"""Execution backends: how a cell's model (and optionally its optimizer step) is compiled.
+
+`apply_backend` returns the module to train and a `CompiledRun` describing what was asked
+for; `compile_stats` reads dynamo's own counters afterwards so that a cell can prove that
+compilation happened (graph count > 0) instead of trusting that it did.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from workloads.config import BackendConfig, ConfigError
+
+#: Backends that are not dynamo backends; every other name goes to torch.compile(backend=name).
+NON_DYNAMO_BACKENDS = ("eager", "torchscript")
+#: Inductor modes that replay CUDA graphs (cudagraph trees), like the dynamo `cudagraphs` backend.
+CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+@dataclass
+class CompiledRun:
+    module: nn.Module
+    """The module to train: the original (eager, regional) or its compiled/traced wrapper."""
+    uses_dynamo: bool
+    marks_cudagraph_steps: bool
+    """Call torch.compiler.cudagraph_mark_step_begin() before every forward (CUDA graph trees
+    otherwise treat gradient-accumulation micro-steps as one step and overwrite live outputs)."""
+    setup_time_s: float
+    """Time spent compiling ahead of the first step (torchscript tracing); dynamo compiles lazily."""
+
+
+@dataclass
+class CompileStats:
+    graph_count: int
+    graph_break_count: int
+    recompile_count: int
+
+
+def dynamo_backend_names() -> list[str]:
+    """Names accepted by torch.compile(backend=...) in this torch installation."""
+    return sorted(torch._dynamo.list_backends(exclude_tags=()))
+
+
+def _compile_kwargs(cfg: BackendConfig) -> dict:
+    kwargs: dict = {"backend": cfg.name, "fullgraph": cfg.fullgraph, "dynamic": cfg.dynamic}
+    if cfg.options:  # torch.compile accepts either mode or options, not both
+        kwargs["options"] = dict(cfg.options)
+    elif cfg.mode not in (None, "default"):
+        kwargs["mode"] = cfg.mode
+    return kwargs
+
+
+def repeated_blocks(module: nn.Module) -> list[nn.Module]:
+    """The model's repeated building block instances (transformer layers, residual blocks):
+    the children of ModuleList/Sequential containers whose class occurs most often there."""
+    children = [
+        child
+        for container in module.modules()
+        if isinstance(container, (nn.ModuleList, nn.Sequential))
+        for child in container.children()
+        if any(True for _ in child.children())  # blocks, not single layers
+    ]
+    counts = Counter(type(child) for child in children)
+    if not counts:
+        return []
+    block_type, _ = counts.most_common(1)[0]
+    return [child for child in children if type(child) is block_type]
+
+
+def apply_backend(module: nn.Module, cfg: BackendConfig, example_inputs: tuple[torch.Tensor, ...],
+                  autocast: Callable[..., AbstractContextManager], on_cuda: bool) -> CompiledRun:
+    """Prepare `module` for training under backend `cfg`.
+
+    `example_inputs` are one real batch's model inputs (torchscript traces with them);
+    `autocast(cache_enabled=...)` makes the precision context the training step runs under.
+    """
+    if cfg.name == "eager":
+        if cfg.regional or cfg.compile_optimizer:
+            raise ConfigError("backend=eager compiles nothing: regional/compile_optimizer need a dynamo backend")
+        return CompiledRun(module, uses_dynamo=False, marks_cudagraph_steps=False, setup_time_s=0.0)
+    if cfg.name == "torchscript":
+        if cfg.regional or cfg.compile_optimizer:
+            raise ConfigError("backend=torchscript traces the whole model; regional/compile_optimizer need dynamo")
+        start = time.perf_counter()
+        # Traced under the training precision (autocast casts become part of the graph);
+        # cache_enabled=False keeps autocast's weight-cast cache out of the trace.
+        with autocast(cache_enabled=False):
+            traced = torch.jit.trace(module, example_inputs, check_trace=False)
+        return CompiledRun(traced, uses_dynamo=False, marks_cudagraph_steps=False,
+                           setup_time_s=time.perf_counter() - start)
+    if cfg.name not in dynamo_backend_names():
+        raise ConfigError(f"unknown backend {cfg.name!r}; dynamo backends here: {dynamo_backend_names()}")
+    marks = on_cuda and (cfg.name == "cudagraphs" or cfg.mode in CUDAGRAPH_MODES)
+    kwargs = _compile_kwargs(cfg)
+    if cfg.regional:
+        blocks = repeated_blocks(module)
+        if not blocks:
+            raise ConfigError(f"regional compilation: no repeated blocks found in {type(module).__name__}")
+        for block in blocks:
+            block.compile(**kwargs)  # in place: the module tree and its state_dict keys stay as they are
+        return CompiledRun(module, uses_dynamo=True, marks_cudagraph_steps=marks, setup_time_s=0.0)
+    return CompiledRun(torch.compile(module, **kwargs), uses_dynamo=True, marks_cudagraph_steps=marks,
+                       setup_time_s=0.0)
+
+
+def compile_optimizer_step(optimizer: torch.optim.Optimizer, cfg: BackendConfig) -> Callable[[], None]:
+    """The optimizer step as a compiled function (PyTorch's "compiling the optimizer" recipe)."""
+    kwargs = {k: v for k, v in _compile_kwargs(cfg).items() if k in ("backend", "mode", "options")}
+
+    @torch.compile(fullgraph=False, **kwargs)
+    def step() -> None:
+        optimizer.step()
+
+    return step
+
+
+def reset_compile_stats() -> None:
+    """Forget earlier compilations (counters, caches) so that stats describe this cell alone."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+
+
+def compile_stats() -> CompileStats:
+    """Graphs, graph breaks and recompilations since the last `reset_compile_stats`, from dynamo."""
+    counters = torch._dynamo.utils.counters
+    metrics = torch._dynamo.utils.get_compilation_metrics()
+    recompiles = sum(1 for m in metrics if getattr(m, "recompile_reason", None))
+    return CompileStats(
+        graph_count=int(counters["stats"]["unique_graphs"]),
+        graph_break_count=int(sum(counters["graph_break"].values())),
+        recompile_count=recompiles,
+    )

@@ -1,0 +1,79 @@
+"""Where a cell ran: device and GPU peak throughput, software versions, host and Slurm job.
+
+Peaks are the vendors' dense (no sparsity) figures in TFLOP/s; fp16 equals bf16 on these
+parts. They are what MFU divides by; `peak_tflops` in the config overrides them.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import torch
+
+#: (substring of torch.cuda.get_device_name(), {precision column: dense TFLOP/s}); first match wins,
+#: so the more specific names come first.
+GPU_PEAK_TFLOPS: list[tuple[str, dict[str, float]]] = [
+    ("H100 PCIe", {"bf16": 756.0, "tf32": 378.0, "fp32": 51.2}),
+    ("H100", {"bf16": 989.4, "tf32": 494.7, "fp32": 66.9}),  # SXM (H100 80GB HBM3)
+    ("H200", {"bf16": 989.4, "tf32": 494.7, "fp32": 66.9}),
+    ("A100", {"bf16": 312.0, "tf32": 156.0, "fp32": 19.5}),
+]
+
+
+def peak_tflops(gpu_name: str | None, peak_key: str) -> float | None:
+    """Dense peak of `gpu_name` for a precision column, or None for an unknown GPU or the CPU."""
+    if not gpu_name:
+        return None
+    for fragment, peaks in GPU_PEAK_TFLOPS:
+        if fragment in gpu_name:
+            return peaks[peak_key]
+    return None
+
+
+def resolve_device(requested: str) -> torch.device:
+    """`auto` picks CUDA when a GPU is visible; asking for `cuda` without one is an error."""
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device=cuda but no CUDA device is visible to this process")
+    return torch.device(requested)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git_sha() -> str | None:
+    if os.environ.get("COMPILEBENCH_GIT_SHA"):
+        return os.environ["COMPILEBENCH_GIT_SHA"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def describe_environment(device: torch.device) -> dict[str, object]:
+    """The run.parquet columns that say where and with what software the cell ran."""
+    gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return {
+        "device": str(device),
+        "gpu_name": gpu_name,
+        "torch_version": torch.__version__,
+        "triton_version": _version("triton"),
+        "cuda_version": torch.version.cuda,
+        "timm_version": _version("timm"),
+        "hostname": socket.gethostname(),
+        "slurm_job_id": os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID"),
+        "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
+        "partition": os.environ.get("SLURM_JOB_PARTITION"),
+        "git_sha": _git_sha(),
+    }

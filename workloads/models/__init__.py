@@ -1,0 +1,145 @@
+"""Model registry: `MODEL_BUILDERS[name](cfg, vocab_size) -> ModelSpec`.
+
+A ModelSpec carries everything the training loop and the data pipeline need to know about a
+model family: the module, its default batch, the shape of one sample, how to compute the loss,
+its optimizer, and (for GPT) the analytic FLOPs per token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from workloads.config import CellConfig, ConfigError
+from workloads.models.gpt import GPT, GPT_SIZES
+from workloads.models.vision import NUM_CLASSES, VISION_SIZES, create_timm_model
+
+LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+OptimizerFactory = Callable[[nn.Module, bool], torch.optim.Optimizer]
+
+
+@dataclass
+class ModelSpec:
+    module: nn.Module
+    arch: str
+    """What was built: `gpt-6x6x384` or the timm model name."""
+    kind: str
+    """`tokens` (inputs are token ids) or `images`."""
+    batch_size: int
+    grad_accum: int
+    sample_shape: tuple[int, ...]
+    """One input sample: (T,) tokens or (C, H, W) pixels."""
+    num_classes: int
+    """Vocabulary size (tokens) or classes (images): the range of the targets."""
+    items_per_sample: int
+    """Tokens per sequence, or 1 image: what throughput counts."""
+    params: int
+    """Parameter count (GPT: nanoGPT's, without position embeddings)."""
+    flops_per_item: float | None
+    """Analytic training FLOPs per item where the family defines one (GPT), else None."""
+    loss: LossFn
+    make_optimizer: OptimizerFactory
+    """(module, fused) -> optimizer; fused kernels are used on CUDA unless the step is compiled."""
+    default_grad_clip: float
+    """Gradient clipping when the config leaves it null (nanoGPT 1.0, timm none)."""
+
+
+def _gpt_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return module(x, y)
+
+
+def _classification_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(module(x), y)
+
+
+def _pick_size(table: dict, cfg: CellConfig):
+    if cfg.size not in table:
+        raise ConfigError(f"model {cfg.model.name} has no size {cfg.size!r}; sizes: {sorted(table)}")
+    return table[cfg.size]
+
+
+def build_gpt(cfg: CellConfig, vocab_size: int | None) -> ModelSpec:
+    """nanoGPT at a size preset; `vocab_size` from the data replaces the preset's, as nanoGPT's meta.pkl."""
+    preset = _pick_size(GPT_SIZES, cfg)
+    overrides = {}
+    if vocab_size is not None:
+        overrides["vocab_size"] = vocab_size
+    if cfg.model.dropout is not None:
+        overrides["dropout"] = cfg.model.dropout
+    arch_cfg = preset.__class__(**{**preset.__dict__, **overrides})
+    model = GPT(arch_cfg)
+    lr = cfg.optim.lr if cfg.optim.lr is not None else 6e-4
+    wd = cfg.optim.weight_decay if cfg.optim.weight_decay is not None else 0.1
+
+    def make_optimizer(module: nn.Module, fused: bool) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(module.optimizer_groups(wd), lr=lr, betas=(0.9, 0.95), fused=fused)
+
+    return ModelSpec(
+        module=model,
+        arch=f"gpt-{arch_cfg.n_layer}x{arch_cfg.n_head}x{arch_cfg.n_embd}",
+        kind="tokens",
+        batch_size=arch_cfg.batch_size,
+        grad_accum=arch_cfg.grad_accum,
+        sample_shape=(arch_cfg.block_size,),
+        num_classes=arch_cfg.vocab_size,
+        items_per_sample=arch_cfg.block_size,
+        params=model.num_params(),
+        flops_per_item=model.flops_per_token(),
+        loss=_gpt_loss,
+        make_optimizer=make_optimizer,
+        default_grad_clip=1.0,
+    )
+
+
+def build_timm(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
+    """A timm model (`model.arch`, or the size's ResNet) trained with SGD, as timm's benchmark."""
+    preset = _pick_size(VISION_SIZES, cfg)
+    arch = cfg.model.arch or preset.arch
+    try:
+        model = create_timm_model(arch)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    image_size = cfg.model.image_size or preset.image_size
+    lr = cfg.optim.lr if cfg.optim.lr is not None else 0.01
+    wd = cfg.optim.weight_decay if cfg.optim.weight_decay is not None else 1e-4
+
+    def make_optimizer(module: nn.Module, fused: bool) -> torch.optim.Optimizer:
+        return torch.optim.SGD(module.parameters(), lr=lr, momentum=0.9, nesterov=True,
+                               weight_decay=wd, fused=fused)
+
+    return ModelSpec(
+        module=model,
+        arch=arch,
+        kind="images",
+        batch_size=preset.batch_size,
+        grad_accum=1,
+        sample_shape=(3, image_size, image_size),
+        num_classes=NUM_CLASSES,
+        items_per_sample=1,
+        params=sum(p.numel() for p in model.parameters()),
+        flops_per_item=None,
+        loss=_classification_loss,
+        make_optimizer=make_optimizer,
+        default_grad_clip=0.0,
+    )
+
+
+MODEL_BUILDERS: dict[str, Callable[[CellConfig, int | None], ModelSpec]] = {
+    "gpt": build_gpt,
+    "resnet": build_timm,
+    "timm": build_timm,
+}
+
+
+def build_model(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
+    """Build the model of a cell on the CPU (the caller moves it), seeded by `cfg.seed`."""
+    if cfg.model.name not in MODEL_BUILDERS:
+        raise ConfigError(f"unknown model {cfg.model.name!r}; known: {sorted(MODEL_BUILDERS)}")
+    if cfg.model.name == "resnet" and cfg.model.arch and not cfg.model.arch.startswith("resnet"):
+        raise ConfigError(f"model=resnet with arch {cfg.model.arch!r}: use model=timm for other architectures")
+    torch.manual_seed(cfg.seed)
+    return MODEL_BUILDERS[cfg.model.name](cfg, vocab_size)

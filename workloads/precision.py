@@ -1,0 +1,43 @@
+"""Numeric precision of a cell: autocast dtype, TF32 switches, loss scaling, and which peak
+FLOP/s an MFU figure must be measured against."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    autocast_dtype: torch.dtype | None
+    """Autocast dtype for the forward pass; None runs in fp32."""
+    tf32: bool
+    """Allow TF32 tensor-core math for fp32 matmuls and convolutions."""
+    grad_scaler: bool
+    """Scale the loss (fp16 gradients underflow without it)."""
+    peak_key: str
+    """Column of the GPU peak table that bounds this precision: bf16, tf32 or fp32."""
+
+    def apply_global_switches(self) -> None:
+        """Set the process-wide TF32 switches (nanoGPT turns TF32 on alongside bf16)."""
+        torch.backends.cuda.matmul.allow_tf32 = self.tf32
+        torch.backends.cudnn.allow_tf32 = self.tf32
+
+    def autocast(self, device_type: str, cache_enabled: bool = True) -> contextlib.AbstractContextManager:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device_type, dtype=self.autocast_dtype, cache_enabled=cache_enabled)
+
+    def make_scaler(self, device_type: str) -> torch.amp.GradScaler | None:
+        return torch.amp.GradScaler(device_type) if self.grad_scaler else None
+
+
+PRECISIONS: dict[str, Precision] = {
+    "fp32": Precision("fp32", None, tf32=False, grad_scaler=False, peak_key="fp32"),
+    "tf32": Precision("tf32", None, tf32=True, grad_scaler=False, peak_key="tf32"),
+    "bf16": Precision("bf16", torch.bfloat16, tf32=True, grad_scaler=False, peak_key="bf16"),
+    "fp16": Precision("fp16", torch.float16, tf32=True, grad_scaler=True, peak_key="bf16"),
+}

@@ -1,0 +1,104 @@
+"""The training step and the measured loop around it.
+
+One optimizer step = `grad_accum` micro-steps of (next batch, forward under autocast,
+backward), then optional clipping, the optimizer step and zero_grad — nanoGPT's loop. The
+measured loop synchronises the device at every step boundary, so a step's time is the time
+its work took on the device, and it times the waits for batches separately.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+import torch.nn as nn
+
+from workloads.precision import Precision
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class StepRecord:
+    step: int
+    phase: str
+    step_time_ms: float
+    data_time_ms: float
+    loss: float
+
+
+class TrainStep:
+    """A callable that runs one optimizer step and returns (mean loss tensor, seconds waiting for data)."""
+
+    def __init__(self, module: nn.Module, loss_fn: LossFn, optimizer: torch.optim.Optimizer,
+                 batches: Iterator[Batch], precision: Precision, device: torch.device,
+                 grad_accum: int, grad_clip: float, marks_cudagraph_steps: bool,
+                 optimizer_step: Callable[[], None] | None = None):
+        self.module = module
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer
+        self.optimizer_step = optimizer_step or optimizer.step
+        self.batches = batches
+        self.precision = precision
+        self.device = device
+        self.grad_accum = grad_accum
+        self.grad_clip = grad_clip
+        self.marks_cudagraph_steps = marks_cudagraph_steps
+        self.scaler = precision.make_scaler(device.type)
+        self.params = [p for p in module.parameters() if p.requires_grad]
+
+    def __call__(self) -> tuple[torch.Tensor, float]:
+        data_s = 0.0
+        loss_sum = torch.zeros((), device=self.device)
+        for _ in range(self.grad_accum):
+            t0 = time.perf_counter()
+            x, y = next(self.batches)
+            data_s += time.perf_counter() - t0
+            if self.marks_cudagraph_steps:
+                torch.compiler.cudagraph_mark_step_begin()
+            with self.precision.autocast(self.device.type):
+                loss = self.loss_fn(self.module, x, y)
+            # Copy out before the next replay: CUDA-graph outputs live in reused buffers.
+            loss_sum += loss.detach()
+            scaled = loss / self.grad_accum
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+        if self.scaler:
+            if self.grad_clip > 0:
+                self.scaler.unscale_(self.optimizer)
+                torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            if self.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+            self.optimizer_step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss_sum / self.grad_accum, data_s
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for all queued device work; a no-op on the CPU, whose ops run synchronously."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_steps(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int, steps: int,
+              device: torch.device, on_step: Callable[[StepRecord], None]) -> None:
+    """Run warm-up then measured steps, reporting each through `on_step` as soon as it ends,
+    so that a failure later in the run keeps the steps already measured."""
+    synchronize(device)
+    for i in range(warmup_steps + steps):
+        t0 = time.perf_counter()
+        loss, data_s = step()
+        synchronize(device)
+        elapsed = time.perf_counter() - t0
+        on_step(StepRecord(
+            step=i,
+            phase="warmup" if i < warmup_steps else "measure",
+            step_time_ms=elapsed * 1e3,
+            data_time_ms=data_s * 1e3,
+            loss=loss.item(),
+        ))
