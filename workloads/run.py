@@ -15,6 +15,7 @@ import signal
 import statistics
 import sys
 import traceback
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -106,8 +107,17 @@ class CellRecorder:
         append_rows_atomic(cell_dir / RUN_FILE, [self.run], RUN_SCHEMA)
 
 
-def _train(cfg: CellConfig, rec: CellRecorder) -> str:
-    """Everything between a valid config and the final status; fills `rec` as it learns things."""
+@dataclass
+class PreparedCell:
+    """A cell ready to train: the step to call, where it runs, and how it was compiled."""
+
+    step: TrainStep
+    device: torch.device
+    compiled: backends.CompiledRun
+
+
+def prepare_cell(cfg: CellConfig, rec: CellRecorder) -> PreparedCell:
+    """Build data, model, optimizer and precision, apply the backend; fills `rec` as it learns things."""
     device = resolve_device(cfg.device)
     precision = PRECISIONS[cfg.precision.name]
     precision.apply_global_switches()
@@ -151,9 +161,15 @@ def _train(cfg: CellConfig, rec: CellRecorder) -> str:
                       if cfg.backend.compile_optimizer else None)
     step = TrainStep(compiled.module, spec.loss, optimizer, batches, precision, device, grad_accum,
                      grad_clip, compiled.marks_cudagraph_steps, optimizer_step)
+    return PreparedCell(step, device, compiled)
 
+
+def _train(cfg: CellConfig, rec: CellRecorder) -> str:
+    """Everything between a valid config and the final status."""
+    cell = prepare_cell(cfg, rec)
+    compiled, device = cell.compiled, cell.device
     try:
-        run_steps(step, cfg.warmup_steps, cfg.steps, device, rec.on_step)
+        run_steps(cell.step, cfg.warmup_steps, cfg.steps, device, rec.on_step)
     finally:
         rec.summarise(compiled.setup_time_s)
         if compiled.uses_dynamo or cfg.backend.compile_optimizer:

@@ -1,0 +1,92 @@
+"""Run the seminar grids on this machine's GPU through the real cell entry point and print a table.
+
+    python tests/benchmarks/gpu_grid.py --grid llm --out DIR     # gpt small/medium x eager/cudagraphs/inductor
+    python tests/benchmarks/gpu_grid.py --grid cnn --out DIR     # resnet small/medium/large x eager/torchscript/inductor
+
+Each cell runs as its own `python -m workloads.run` process (as a Slurm job would), so no
+compiled state or memory carries from one cell to the next. bf16 autocast, synthetic data.
+Needs no orchestrator: only workloads/ and its dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+# (model, size, backend, measured steps, warm-up steps)
+GRIDS = {
+    "llm": [("gpt", size, backend, steps, warmup)
+            for size, steps, warmup in (("small", 100, 10), ("medium", 10, 3))
+            for backend in ("eager", "cudagraphs", "inductor")],
+    "cnn": [("resnet", size, backend, 50, 5)
+            for size in ("small", "medium", "large")
+            for backend in ("eager", "torchscript", "inductor")],
+}
+
+
+def run_grid(grid: str, out: Path, timeout_s: float) -> list[dict]:
+    rows = []
+    for model, size, backend, steps, warmup in GRIDS[grid]:
+        name = f"{model}-{size}-{backend}"
+        cell_dir = out / name
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        config = {"model": {"name": model}, "size": size, "backend": {"name": backend},
+                  "precision": {"name": "bf16"}, "steps": steps, "warmup_steps": warmup,
+                  "device": "cuda", "cell_id": name}
+        (cell_dir / "config.yaml").write_text(yaml.safe_dump(config))
+        start = time.perf_counter()
+        with open(cell_dir / "log.txt", "w") as log:
+            try:
+                subprocess.run([sys.executable, "-m", "workloads.run", str(cell_dir / "config.yaml")],
+                               cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                print(f"{name}: timed out after {timeout_s:.0f} s", flush=True)
+        wall = time.perf_counter() - start
+        run_file = cell_dir / "run.parquet"
+        row = pq.read_table(run_file).to_pylist()[-1] if run_file.exists() else {"status": "no result"}
+        row.update(cell=name, wall_s=wall)
+        rows.append(row)
+        print(format_row(row), flush=True)
+    return rows
+
+
+def format_row(r: dict) -> str:
+    def f(key: str, fmt: str, scale: float = 1.0) -> str:
+        value = r.get(key)
+        return "-" if value is None else format(value * scale, fmt)
+
+    return (f"| {r['cell']} | {r.get('status')} | {f('median_step_ms', '.2f')} | {f('std_step_ms', '.2f')} | "
+            f"{f('items_per_s', ',.0f')} | {f('mfu', '.1f', 100)} | {f('compile_time_s', '.1f')} | "
+            f"{r.get('graph_count', '-')} | {r.get('graph_break_count', '-')} | "
+            f"{f('peak_mem_bytes', '.1f', 2**-30)} | {r['wall_s']:.0f} |")
+
+
+HEADER = ("| cell | status | median step ms | std ms | items/s | MFU % | compile s | graphs | breaks | "
+          "peak GiB | wall s |\n|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", choices=sorted(GRIDS), required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per cell")
+    args = parser.parse_args()
+    print(HEADER, flush=True)
+    rows = run_grid(args.grid, args.out, args.timeout)
+    first = next((r for r in rows if r.get("gpu_name")), {})
+    print(f"\n{first.get('gpu_name')}, torch {first.get('torch_version')}, triton {first.get('triton_version')}, "
+          f"timm {first.get('timm_version')}\n{HEADER}")
+    for row in rows:
+        print(format_row(row))
+
+
+if __name__ == "__main__":
+    main()
