@@ -1,0 +1,1 @@
+"""Read a sweep directory (files only) and summarise it as tables."""
