@@ -1,0 +1,1 @@
+"""Sweep orchestration: expand Hydra overrides into cells, lay out the sweep directory, run cells."""
