@@ -1,0 +1,116 @@
+"""`compilebench` command line: a thin layer over grid expansion, executors and analysis.
+
+    compilebench sweep [OVERRIDES...] [--dry-run]
+    compilebench analyze SWEEP_DIR [--format markdown|csv]
+
+Exit codes: 0 success; 1 a cell failed (sweep) or nothing to analyse (analyze); 2 bad input,
+reported in one line on stderr before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="compilebench", description="Does torch.compile make my training faster? Sweep, run, analyse."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sweep = commands.add_parser(
+        "sweep",
+        help="expand a Hydra sweep into cells and run them",
+        description="Expand Hydra overrides (size=small,medium backend=glob(*) +experiment=NAME "
+        "hydra.sweep.dir=DIR) into cells, write their configs and the manifest, and run every cell.",
+    )
+    sweep.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra override, e.g. backend=eager,inductor")
+    sweep.add_argument("--dry-run", action="store_true", help="print the grid and write configs/manifest; run nothing")
+
+    analyze = commands.add_parser("analyze", help="summarise a sweep directory as a table")
+    analyze.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
+    analyze.add_argument("--format", choices=("markdown", "csv"), default="markdown")
+    return parser
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def cmd_sweep(overrides: Sequence[str], dry_run: bool) -> int:
+    # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.
+    from analysis.collect import read_cell
+    from analysis.tables import render_markdown, summarize, to_markdown
+    from orchestrator.grid import GridError, expand
+    from orchestrator.local import run_grid
+    from orchestrator.sweep_dir import cell_dir, prepare
+
+    try:
+        grid = expand(overrides)
+    except GridError as exc:
+        return _error(str(exc))
+    if grid.executor != "local":
+        return _error(f"executor {grid.executor!r} (cluster={grid.cluster.get('name')}) is not implemented yet; use cluster=local")
+
+    prepare(grid)
+    if dry_run:
+        rows = grid.rows()
+        print(render_markdown(rows, list(rows[0])))
+        print(f"\n{len(grid.cells)} cell(s); configs and manifest written to {grid.sweep_dir}; nothing run (--dry-run)")
+        return EXIT_OK
+
+    print(f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} (executor {grid.executor})", flush=True)
+    outcomes = run_grid(grid)
+    sys.stdout.flush()  # reading may warn on stderr; keep it after the progress lines
+    summary = summarize(read_cell(cell_dir(grid.sweep_dir, cell.cell_id)) for cell in grid.cells)
+    print()
+    print(to_markdown(summary))
+    failed = [o for o in outcomes if not o.ok]
+    done = sum(o.status == "completed" for o in outcomes)
+    skipped = sum(o.status == "skipped" for o in outcomes)
+    print(f"\n{done} completed, {skipped} already completed, {len(failed)} failed; results in {grid.sweep_dir}")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def cmd_analyze(sweep_dir: Path, fmt: str) -> int:
+    from analysis.tables import sweep_summary, to_csv, to_markdown
+
+    if not sweep_dir.is_dir():
+        return _error(f"not a directory: {sweep_dir}")
+    summary = sweep_summary(sweep_dir)
+    if summary.empty:
+        print(f"no cells in {sweep_dir} (expected {sweep_dir}/cells/<cell_id>/)", file=sys.stderr)
+        return EXIT_FAILED
+    if summary["status"].isin(["no_result", "unreadable"]).all():
+        print(f"no results yet in {sweep_dir}: {len(summary)} cell(s), none has a readable run.parquet", file=sys.stderr)
+        return EXIT_FAILED
+    print((to_csv(summary) if fmt == "csv" else to_markdown(summary)).rstrip("\n"))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "sweep":
+        # Overrides may stand on either side of --dry-run; argparse leaves the later ones over.
+        unknown = [a for a in extra if a.startswith("-")]
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        try:
+            return cmd_sweep([*args.overrides, *extra], args.dry_run)
+        except KeyboardInterrupt:  # the running cell got the same SIGINT and records its own state
+            print("\ninterrupted", file=sys.stderr)
+            return 130
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return cmd_analyze(args.sweep_dir, args.format)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

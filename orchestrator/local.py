@@ -1,0 +1,102 @@
+"""Local executor: run the cells of a grid one after another on this machine.
+
+Each cell is its own `python -m workloads.run CONFIG` process, exactly what a Slurm job runs,
+so a crash, an OOM or a stuck compile in one cell cannot take the sweep (or the next cell's
+measurements, through a warm dynamo cache) with it. Every cell is attempted even when some
+fail; the caller turns the outcomes into the exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from orchestrator.grid import Cell, Grid
+from orchestrator.sweep_dir import LOGS_DIR, cell_dir, config_path, is_completed, last_status
+
+#: The repository root, so `workloads` imports in the child even without `pip install -e`.
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Outcome:
+    """How one cell ended in this sweep invocation."""
+
+    cell_id: str
+    status: str
+    """`completed`, `skipped` (completed earlier), or the failure status (failed, oom, not_compiled, ...)."""
+    seconds: float = 0.0
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("completed", "skipped")
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # Appended, not prepended: an explicit PYTHONPATH (a test stand-in, a site package) still wins.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(REPO_ROOT)) if p)
+    env["PYTHONUNBUFFERED"] = "1"  # logs grow while the cell runs, for `tail -f`
+    return env
+
+
+def _last_line(path: Path, limit: int = 65536) -> str:
+    """Last non-empty line of a (possibly large) log file, '' if none."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - limit))
+            lines = fh.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
+
+
+def run_cell(sweep_dir: Path, cell: Cell) -> Outcome:
+    """Run one cell in a subprocess; its stdout/stderr go to the cell's logs/."""
+    directory = cell_dir(sweep_dir, cell.cell_id)
+    logs = directory / LOGS_DIR
+    logs.mkdir(parents=True, exist_ok=True)
+    attempts_before = last_status(directory)[0]
+    command = [sys.executable, "-m", "workloads.run", str(config_path(sweep_dir, cell.cell_id))]
+    start = time.perf_counter()
+    with open(logs / "stdout.log", "ab") as out, open(logs / "stderr.log", "ab") as err:
+        code = subprocess.call(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=_child_env())
+    seconds = time.perf_counter() - start
+    if code == 0:
+        if is_completed(directory):
+            return Outcome(cell.cell_id, "completed", seconds)
+        # Trust the file, not the exit code: a re-run skips only what run.parquet says is done.
+        return Outcome(cell.cell_id, "failed", seconds, "exit 0 but run.parquet has no completed attempt")
+
+    # The workload records why in run.parquet (oom, not_compiled, ...) unless it died before.
+    attempts, status, error = last_status(directory)
+    wrote_attempt = attempts > attempts_before
+    status = status if wrote_attempt and status and status != "completed" else "failed"
+    if wrote_attempt and isinstance(error, str) and error.strip():
+        reason = error.strip().splitlines()[0]  # the workload's own one-line reason
+    else:
+        reason = _last_line(logs / "stderr.log") or "(no output)"  # e.g. the exception of a traceback
+    return Outcome(cell.cell_id, status, seconds, f"exit {code}: {reason} [{logs / 'stderr.log'}]")
+
+
+def run_grid(grid: Grid, out: TextIO = sys.stdout) -> list[Outcome]:
+    """Run every cell not completed before, printing one progress line per cell."""
+    outcomes = []
+    total = len(grid.cells)
+    for index, cell in enumerate(grid.cells, start=1):
+        print(f"[{index}/{total}] {cell.label} ({cell.cell_id}) ... ", end="", file=out, flush=True)
+        if is_completed(cell_dir(grid.sweep_dir, cell.cell_id)):
+            outcome = Outcome(cell.cell_id, "skipped")
+            print("already completed", file=out, flush=True)
+        else:
+            outcome = run_cell(grid.sweep_dir, cell)
+            detail = f": {outcome.message}" if outcome.message else ""
+            print(f"{outcome.status} in {outcome.seconds:.1f} s{detail}", file=out, flush=True)
+        outcomes.append(outcome)
+    return outcomes

@@ -1,0 +1,106 @@
+"""Lay a grid out in its sweep directory: one resolved config per cell and the manifest.
+
+Layout (DESIGN.md, "Sweep directory"): `SWEEP_DIR/manifest.parquet`,
+`SWEEP_DIR/cells/<cell_id>/config.yaml`, and the cell's `logs/`. Everything is written through
+a temporary file and a rename, so a job reading its config never sees half of it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import yaml
+
+from analysis.collect import CELLS_DIR, latest_run, read_parquet
+from orchestrator.grid import AXES, Cell, Grid
+from workloads.schema import CONFIG_FILE, RUN_FILE, RUN_SCHEMA, table_from_rows, write_parquet_atomic
+
+MANIFEST_FILE = "manifest.parquet"
+LOGS_DIR = "logs"
+
+MANIFEST_SCHEMA = pa.schema(
+    [
+        ("cell_id", pa.string()),
+        ("model", pa.string()),
+        ("size", pa.string()),
+        ("backend", pa.string()),
+        ("compile_mode", pa.string()),
+        ("precision", pa.string()),
+        ("overrides", pa.string()),  # the cell's Hydra overrides, space-separated
+        ("executor", pa.string()),  # local | slurm
+        ("job_id", pa.string()),  # scheduler job id; null when run locally
+    ]
+)
+
+
+def cell_dir(sweep_dir: Path, cell_id: str) -> Path:
+    return Path(sweep_dir) / CELLS_DIR / cell_id
+
+
+def config_path(sweep_dir: Path, cell_id: str) -> Path:
+    return cell_dir(sweep_dir, cell_id) / CONFIG_FILE
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_cell_config(sweep_dir: Path, cell: Cell) -> Path:
+    """Write the cell's resolved config (rewritten each time: the cluster part may change)."""
+    path = config_path(sweep_dir, cell.cell_id)
+    _write_text_atomic(path, yaml.safe_dump(cell.config, sort_keys=False))
+    return path
+
+
+def manifest_rows(grid: Grid, job_ids: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    job_ids = job_ids or {}
+    return [
+        {
+            "cell_id": cell.cell_id,
+            **{axis: cell.axes[axis] for axis in AXES},
+            "overrides": " ".join(cell.overrides),
+            "executor": grid.executor,
+            "job_id": job_ids.get(cell.cell_id),
+        }
+        for cell in grid.cells
+    ]
+
+
+def write_manifest(grid: Grid, job_ids: dict[str, str] | None = None) -> Path:
+    """(Re)write SWEEP_DIR/manifest.parquet for this grid, one row per cell in grid order."""
+    path = Path(grid.sweep_dir) / MANIFEST_FILE
+    write_parquet_atomic(table_from_rows(manifest_rows(grid, job_ids), MANIFEST_SCHEMA), path)
+    return path
+
+
+def prepare(grid: Grid) -> None:
+    """Write every cell's config.yaml and the manifest; runs nothing."""
+    for cell in grid.cells:
+        write_cell_config(grid.sweep_dir, cell)
+    write_manifest(grid)
+
+
+def last_status(directory: Path) -> tuple[int, str | None, str | None]:
+    """(attempts recorded, status of the attempt that counts, its error) from run.parquet."""
+    runs = read_parquet(directory / RUN_FILE, RUN_SCHEMA)
+    run = latest_run(runs)
+    if run is None:
+        return 0, None, None
+    return len(runs), run["status"], run["error"]
+
+
+def is_completed(directory: Path) -> bool:
+    """Whether any attempt of the cell completed (then a re-run of the sweep skips it)."""
+    return last_status(directory)[1] == "completed"
