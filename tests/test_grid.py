@@ -1,0 +1,193 @@
+"""Grid expansion, composition of every config file, cell ids, and the `sweep` command line.
+
+Fast: nothing here trains a model. The end-to-end sweep with real workloads is tested elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator.grid import CONF_DIR, GridError, cell_id_of, expand
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+#: Config files that cannot stand alone: the extra overrides that make them a runnable cell.
+NEEDS = {"model/timm": ["model.arch=resnet18"]}
+
+
+def conf_files() -> list[str]:
+    """Every `group/name` under conf/ (lightning-hydra-template style: each must compose)."""
+    return sorted(f"{p.parent.name}/{p.stem}" for p in CONF_DIR.glob("*/*.yaml"))
+
+
+@pytest.mark.parametrize("option", conf_files())
+def test_every_config_file_composes(option: str) -> None:
+    group, name = option.split("/")
+    override = f"+experiment={name}" if group == "experiment" else f"{group}={name}"
+    grid = expand([override, *NEEDS.get(option, [])])
+    assert grid.cells
+    for cell in grid.cells:
+        assert cell.config["cell_id"] == cell.cell_id
+        assert "hydra" not in cell.config
+        if group != "experiment":
+            value = cell.config[group]
+            assert (value["name"] if isinstance(value, dict) else value) == name
+
+
+def test_conf_has_every_group() -> None:
+    groups = {option.split("/")[0] for option in conf_files()}
+    assert {"model", "size", "backend", "precision", "cluster", "experiment"} <= groups
+
+
+def test_defaults_alone_are_one_cell() -> None:
+    grid = expand([])
+    assert len(grid.cells) == 1
+    assert grid.executor == "local"
+
+
+def test_product_has_stable_distinct_ids() -> None:
+    overrides = ["size=tiny,small", "backend=eager,inductor"]
+    grid = expand(overrides)
+    axes = {(c.axes["size"], c.axes["backend"]) for c in grid.cells}
+    assert axes == {("tiny", "eager"), ("tiny", "inductor"), ("small", "eager"), ("small", "inductor")}
+    ids = [c.cell_id for c in grid.cells]
+    assert len(set(ids)) == 4
+    assert all(re.fullmatch(r"[0-9a-f]{12}", i) for i in ids)
+    assert [c.cell_id for c in expand(overrides).cells] == ids  # same ids on a second expansion
+    # A cell reached through another grid has the same id: it is a hash of the config alone.
+    assert expand(["size=small", "backend=inductor"]).cells[0].cell_id in ids
+
+
+def test_cell_id_ignores_orchestrator_keys() -> None:
+    config = expand([]).cells[0].config
+    other_cluster = {**config, "cluster": {"name": "elsewhere", "executor": "slurm"}, "cell_id": None}
+    assert cell_id_of(other_cluster) == config["cell_id"]
+    assert cell_id_of({**config, "seed": config["seed"] + 1}) != config["cell_id"]
+
+
+def test_quickstart_experiment() -> None:
+    grid = expand(["+experiment=quickstart"])
+    assert sorted(c.axes["backend"] for c in grid.cells) == ["eager", "inductor"]
+    for cell in grid.cells:
+        cfg = cell.config
+        assert (cfg["model"]["name"], cfg["size"], cfg["precision"]["name"]) == ("gpt", "tiny", "fp32")
+        assert (cfg["steps"], cfg["warmup_steps"], cfg["device"]) == (10, 3, "cpu")
+
+
+def test_command_line_wins_over_experiment_params() -> None:
+    grid = expand(["+experiment=quickstart", "backend=inductor", "steps=4"])
+    assert [(c.axes["backend"], c.config["steps"]) for c in grid.cells] == [("inductor", 4)]
+
+
+@pytest.mark.parametrize(
+    "override, count",
+    [("seed=range(1,4)", 3), ("size=choice(tiny,small)", 2), ("backend=glob(*)", len(list(CONF_DIR.glob("backend/*.yaml"))))],
+)
+def test_sweep_functions(override: str, count: int) -> None:
+    assert len(expand([override]).cells) == count
+
+
+def test_identical_cells_collapse() -> None:
+    assert len(expand(["steps=10,10"]).cells) == 1
+
+
+def test_sweep_dir_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert expand(["hydra.sweep.dir=here"]).sweep_dir == tmp_path / "here"
+    default = expand([]).sweep_dir
+    assert default.parent == tmp_path / "sweeps"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d", default.name)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["backend=nope"], "Could not find 'backend/nope'"),
+        (["size=tiny,nope"], "Could not find 'size/nope'"),
+        (["size=["], "cannot parse override"),
+        (["+experiment=nope"], "Could not find 'experiment/nope'"),
+        (["model=timm"], "model.arch"),
+        (["backend.mode=turbo"], "backend.mode"),
+    ],
+)
+def test_bad_input_is_a_grid_error(overrides: list[str], message: str) -> None:
+    with pytest.raises(GridError, match=re.escape(message)) as info:
+        expand(overrides)
+    assert "\n" not in str(info.value)
+
+
+def run_cli(args: list[str], cwd: Path, pythonpath: list[Path] = ()) -> subprocess.CompletedProcess:
+    """The real command line, in a fresh process (the console script is `orchestrator.cli:main`)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, [*pythonpath, REPO_ROOT])))
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize("override", ["backend=nope", "size=[", "nokey=1"])
+def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path, override: str) -> None:
+    result = run_cli(["sweep", override], cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert not any(tmp_path.iterdir())  # nothing written, nothing run
+
+
+def test_cli_dry_run_writes_configs_and_runs_nothing(tmp_path: Path) -> None:
+    result = run_cli(["sweep", "size=tiny,small", "--dry-run", "backend=eager,inductor", "hydra.sweep.dir=sw"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    sweep = tmp_path / "sw"
+    manifest = pd.read_parquet(sweep / "manifest.parquet")
+    assert len(manifest) == 4 and manifest["cell_id"].is_unique
+    assert set(manifest["executor"]) == {"local"} and manifest["job_id"].isna().all()
+    for cell_id in manifest["cell_id"]:
+        assert f"cell_id: {cell_id}" in (sweep / "cells" / cell_id / "config.yaml").read_text()
+        assert cell_id in result.stdout
+    assert not list(sweep.glob("cells/*/logs")) and not list(sweep.glob("cells/*/*.parquet"))
+
+
+# A stand-in for `workloads.run`, written to a temporary directory put first on PYTHONPATH: it
+# lets this test check the sweep loop (every cell run, completed cells skipped, exit code)
+# without training. Its package keeps the real workloads modules importable behind it.
+STAND_IN_INIT = "__path__.append({real!r})\n"
+STAND_IN_RUN = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from workloads.config import load_cell_config
+    from workloads.schema import RUN_SCHEMA, append_rows_atomic, next_attempt
+
+    path = Path(sys.argv[1])
+    cfg = load_cell_config(path)
+    if cfg.backend.name == "inductor":
+        sys.exit("stand-in: inductor crashed")
+    row = dict(cell_id=cfg.cell_id, attempt=next_attempt(path.parent), status="completed", backend=cfg.backend.name)
+    append_rows_atomic(path.parent / "run.parquet", [row], RUN_SCHEMA)
+    """
+)
+
+
+def test_cli_sweep_runs_every_cell_and_skips_completed(tmp_path: Path) -> None:
+    stand_in = tmp_path / "stand_in" / "workloads"
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").write_text(STAND_IN_INIT.format(real=str(REPO_ROOT / "workloads")))
+    (stand_in / "run.py").write_text(STAND_IN_RUN)
+    args = ["sweep", "backend=inductor,eager", "steps=2", "hydra.sweep.dir=sw"]
+
+    first = run_cli(args, tmp_path, pythonpath=[stand_in.parent])
+    assert first.returncode == 1, first.stderr  # one cell failed, the other still ran
+    assert re.search(r"\[1/2\] gpt/tiny/inductor/\S+ \(\w+\) \.\.\. failed in [\d.]+ s: .*inductor crashed", first.stdout)
+    assert re.search(r"\[2/2\] gpt/tiny/eager/\S+ \(\w+\) \.\.\. completed in [\d.]+ s", first.stdout)
+    assert "| completed" in first.stdout  # the summary table follows
+
+    second = run_cli(args, tmp_path, pythonpath=[stand_in.parent])
+    assert "[2/2] gpt/tiny/eager" in second.stdout and "already completed" in second.stdout
+    assert len(pd.read_parquet(next((tmp_path / "sw").glob("cells/*/run.parquet")))) == 1  # not run again
