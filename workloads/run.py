@@ -43,6 +43,16 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise CellInterrupted("received SIGTERM (scancel or time limit)")
 
 
+def is_out_of_memory(err: BaseException | None) -> bool:
+    """CUDA OOM raises torch.OutOfMemoryError, the CPU allocator a plain RuntimeError; during
+    compilation dynamo wraps either in its own exception, so the cause chain is searched."""
+    while err is not None:
+        if isinstance(err, torch.OutOfMemoryError) or "can't allocate memory" in str(err):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -205,12 +215,10 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path) -> str:
     previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         status = _train(cfg, rec)
-    except torch.OutOfMemoryError as err:
-        status, rec.run["error"] = "oom", f"{type(err).__name__}: {err}"
     except CellInterrupted as err:
         status, rec.run["error"] = "cancelled", str(err)
     except Exception as err:  # a failed cell is a result to record, whatever the cause
-        status = "failed"
+        status = "oom" if is_out_of_memory(err) else "failed"
         rec.run["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()
         traceback.print_exc()
     finally:

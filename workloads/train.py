@@ -49,6 +49,15 @@ class TrainStep:
         self.marks_cudagraph_steps = marks_cudagraph_steps
         self.scaler = precision.make_scaler(device.type)
         self.params = [p for p in module.parameters() if p.requires_grad]
+        # Under CUDA graph trees a backward's gradients are outputs in the graph pool. With
+        # .grad set to None, autograd would adopt those buffers as .grad, and the next
+        # micro-step's replay overwrites them (an error, or silently wrong accumulated
+        # gradients: pytorch/pytorch#169545). Gradients that stay allocated are accumulated
+        # into by copy instead.
+        self.keep_grads = marks_cudagraph_steps
+        if self.keep_grads:
+            for p in self.params:
+                p.grad = torch.zeros_like(p)
 
     def __call__(self) -> tuple[torch.Tensor, float]:
         data_s = 0.0
@@ -75,7 +84,7 @@ class TrainStep:
             if self.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
             self.optimizer_step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=not self.keep_grads)
         return loss_sum / self.grad_accum, data_s
 
 

@@ -2,6 +2,7 @@
 
     python tests/benchmarks/gpu_grid.py --grid llm --out DIR     # gpt small/medium x eager/cudagraphs/inductor
     python tests/benchmarks/gpu_grid.py --grid cnn --out DIR     # resnet small/medium/large x eager/torchscript/inductor
+    python tests/benchmarks/gpu_grid.py --grid llm cnn --out DIR # both
 
 Each cell runs as its own `python -m workloads.run` process (as a Slurm job would), so no
 compiled state or memory carries from one cell to the next. bf16 autocast, synthetic data.
@@ -26,6 +27,7 @@ GRIDS = {
     "llm": [("gpt", size, backend, steps, warmup)
             for size, steps, warmup in (("small", 100, 10), ("medium", 10, 3))
             for backend in ("eager", "cudagraphs", "inductor")],
+    "llm-medium": [("gpt", "medium", backend, 10, 3) for backend in ("eager", "cudagraphs")],
     "cnn": [("resnet", size, backend, 50, 5)
             for size in ("small", "medium", "large")
             for backend in ("eager", "torchscript", "inductor")],
@@ -52,7 +54,13 @@ def run_grid(grid: str, out: Path, timeout_s: float) -> list[dict]:
         wall = time.perf_counter() - start
         run_file = cell_dir / "run.parquet"
         row = pq.read_table(run_file).to_pylist()[-1] if run_file.exists() else {"status": "no result"}
-        row.update(cell=name, wall_s=wall)
+        steps_file = cell_dir / "steps.parquet"
+        losses = pq.read_table(steps_file).column("loss").to_pylist() if steps_file.exists() else []
+        row.update(cell=name, wall_s=wall, losses=losses, loss_vs_eager=None)
+        eager = next((r for r in rows if r["cell"] == f"{model}-{size}-eager"), None)
+        if eager and losses and eager["losses"]:
+            n = min(len(losses), len(eager["losses"]))
+            row["loss_vs_eager"] = max(abs(a - b) / abs(b) for a, b in zip(losses[:n], eager["losses"][:n]))
         rows.append(row)
         print(format_row(row), flush=True)
     return rows
@@ -66,21 +74,21 @@ def format_row(r: dict) -> str:
     return (f"| {r['cell']} | {r.get('status')} | {f('median_step_ms', '.2f')} | {f('std_step_ms', '.2f')} | "
             f"{f('items_per_s', ',.0f')} | {f('mfu', '.1f', 100)} | {f('compile_time_s', '.1f')} | "
             f"{r.get('graph_count', '-')} | {r.get('graph_break_count', '-')} | "
-            f"{f('peak_mem_bytes', '.1f', 2**-30)} | {r['wall_s']:.0f} |")
+            f"{f('peak_mem_bytes', '.1f', 2**-30)} | {f('loss_vs_eager', '.1e')} | {r['wall_s']:.0f} |")
 
 
 HEADER = ("| cell | status | median step ms | std ms | items/s | MFU % | compile s | graphs | breaks | "
-          "peak GiB | wall s |\n|---|---|---|---|---|---|---|---|---|---|---|")
+          "peak GiB | max rel. loss diff vs eager | wall s |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grid", choices=sorted(GRIDS), required=True)
+    parser.add_argument("--grid", choices=sorted(GRIDS), nargs="+", required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per cell")
     args = parser.parse_args()
     print(HEADER, flush=True)
-    rows = run_grid(args.grid, args.out, args.timeout)
+    rows = [row for grid in args.grid for row in run_grid(grid, args.out, args.timeout)]
     first = next((r for r in rows if r.get("gpu_name")), {})
     print(f"\n{first.get('gpu_name')}, torch {first.get('torch_version')}, triton {first.get('triton_version')}, "
           f"timm {first.get('timm_version')}\n{HEADER}")
