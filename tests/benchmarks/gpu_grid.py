@@ -22,27 +22,47 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 
-# (model, size, backend, measured steps, warm-up steps)
+
+def cell(family: str, size: str, backend_name: str, steps: int, warmup: int, **extra) -> tuple[str, dict]:
+    """(cell name, config) of one grid cell; `extra` holds further top-level or nested keys."""
+    config = {"model": {"name": family}, "size": size, "backend": {"name": backend_name},
+              "precision": {"name": "bf16"}, "steps": steps, "warmup_steps": warmup, "device": "cuda"}
+    suffix = ""
+    for key, value in extra.items():
+        if isinstance(value, dict):
+            config[key] = {**config.get(key, {}), **value}
+            suffix += "".join(f"-{k}={v}" for k, v in value.items())
+        else:
+            config[key] = value
+            suffix += f"-{key}={value}"
+    return f"{family}-{size}-{backend_name}{suffix}", config
+
+
 GRIDS = {
-    "llm": [("gpt", size, backend, steps, warmup)
+    "llm": [cell("gpt", size, backend, steps, warmup)
             for size, steps, warmup in (("small", 100, 10), ("medium", 10, 3))
             for backend in ("eager", "cudagraphs", "inductor")],
-    "llm-medium": [("gpt", "medium", backend, 10, 3) for backend in ("eager", "cudagraphs")],
-    "cnn": [("resnet", size, backend, 50, 5)
+    "llm-medium": [cell("gpt", "medium", backend, 10, 3) for backend in ("eager", "cudagraphs")],
+    "cnn": [cell("resnet", size, backend, 50, 5)
             for size in ("small", "medium", "large")
             for backend in ("eager", "torchscript", "inductor")],
+    # The peers' timm benchmark runs NCHW; our default is channels-last.
+    "cnn-nchw": [cell("resnet", "small", backend, 50, 5, model={"channels_last": False})
+                 for backend in ("eager", "inductor")],
+    # Gradient accumulation under CUDA graph replay must train exactly like eager (fp32, no TF32).
+    "accum-check": [cell("gpt", "tiny", backend, 10, 3, precision={"name": "fp32"}, grad_accum=4,
+                         **({"backend": {"mode": mode}} if mode else {}))
+                    for backend, mode in (("eager", None), ("aot_eager", None), ("cudagraphs", None),
+                                          ("inductor", "reduce-overhead"), ("inductor", None))],
 }
 
 
 def run_grid(grid: str, out: Path, timeout_s: float) -> list[dict]:
     rows = []
-    for model, size, backend, steps, warmup in GRIDS[grid]:
-        name = f"{model}-{size}-{backend}"
+    for name, config in GRIDS[grid]:
         cell_dir = out / name
         cell_dir.mkdir(parents=True, exist_ok=True)
-        config = {"model": {"name": model}, "size": size, "backend": {"name": backend},
-                  "precision": {"name": "bf16"}, "steps": steps, "warmup_steps": warmup,
-                  "device": "cuda", "cell_id": name}
+        config = {**config, "cell_id": name}
         (cell_dir / "config.yaml").write_text(yaml.safe_dump(config))
         start = time.perf_counter()
         with open(cell_dir / "log.txt", "w") as log:
@@ -57,7 +77,8 @@ def run_grid(grid: str, out: Path, timeout_s: float) -> list[dict]:
         steps_file = cell_dir / "steps.parquet"
         losses = pq.read_table(steps_file).column("loss").to_pylist() if steps_file.exists() else []
         row.update(cell=name, wall_s=wall, losses=losses, loss_vs_eager=None)
-        eager = next((r for r in rows if r["cell"] == f"{model}-{size}-eager"), None)
+        eager = next((r for r in rows if r["cell"].split("-")[:2] == name.split("-")[:2]
+                      and r["backend"] == "eager"), None)
         if eager and losses and eager["losses"]:
             n = min(len(losses), len(eager["losses"]))
             row["loss_vs_eager"] = max(abs(a - b) / abs(b) for a, b in zip(losses[:n], eager["losses"][:n]))
