@@ -2,13 +2,16 @@
 
 One optimizer step = `grad_accum` micro-steps of (next batch, forward under autocast,
 backward), then optional clipping, the optimizer step and zero_grad — nanoGPT's loop. The
-measured loop synchronises the device at every step boundary, so a step's time is the time
-its work took on the device, and it times the waits for batches separately.
+measured loop marks every step boundary on the device (CUDA events; on the CPU, whose ops
+are synchronous, the host clock), so a step's time is the time its work took on the device,
+and it times the host's waits for batches separately.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -96,18 +99,60 @@ def synchronize(device: torch.device) -> None:
 
 def run_steps(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int, steps: int,
               device: torch.device, on_step: Callable[[StepRecord], None]) -> None:
-    """Run warm-up then measured steps, reporting each through `on_step` as soon as it ends,
-    so that a failure later in the run keeps the steps already measured."""
-    synchronize(device)
-    for i in range(warmup_steps + steps):
+    """Run warm-up then measured steps, reporting each through `on_step` once it has ended on
+    the device, so that a failure later in the run keeps the steps already measured."""
+    if device.type == "cuda":
+        _run_steps_cuda(step, warmup_steps, steps, on_step)
+        return
+    for i in range(warmup_steps + steps):  # CPU ops complete before they return: a host clock suffices
         t0 = time.perf_counter()
         loss, data_s = step()
-        synchronize(device)
         elapsed = time.perf_counter() - t0
-        on_step(StepRecord(
-            step=i,
-            phase="warmup" if i < warmup_steps else "measure",
-            step_time_ms=elapsed * 1e3,
-            data_time_ms=data_s * 1e3,
-            loss=loss.item(),
-        ))
+        on_step(StepRecord(i, _phase(i, warmup_steps), elapsed * 1e3, data_s * 1e3, loss.item()))
+
+
+def _phase(i: int, warmup_steps: int) -> str:
+    return "warmup" if i < warmup_steps else "measure"
+
+
+def _run_steps_cuda(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int, steps: int,
+                    on_step: Callable[[StepRecord], None]) -> None:
+    """Step boundaries are CUDA events recorded in the stream; a step's time is the device
+    time between its two boundary events (GPU idle time waiting for the host included).
+
+    Waiting for each step to finish before launching the next would leave the GPU idle while
+    the host launches the next step's first kernels (measured: +6 to +13% per step on an H100
+    for CUDA-graph and inductor cells). So the host runs one step ahead: it waits for the end
+    event of step i only after queueing step i+1, and the loss reaches the host through a
+    pinned buffer copied in stream order, never through a synchronising `.item()`.
+    """
+    total = warmup_steps + steps
+    losses = torch.empty(total, dtype=torch.float32, pin_memory=True)
+    pending: deque[tuple[int, torch.cuda.Event, torch.cuda.Event, float]] = deque()
+
+    def report(i: int, start: torch.cuda.Event, end: torch.cuda.Event, data_s: float) -> None:
+        end.synchronize()
+        on_step(StepRecord(i, _phase(i, warmup_steps), start.elapsed_time(end), data_s * 1e3,
+                           losses[i].item()))
+
+    torch.cuda.synchronize()
+    previous = torch.cuda.Event(enable_timing=True)
+    previous.record()
+    try:
+        for i in range(total):
+            loss, data_s = step()
+            losses[i].copy_(loss.detach().float(), non_blocking=True)
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            pending.append((i, previous, end, data_s))
+            previous = end
+            if len(pending) > 1:
+                report(*pending.popleft())
+    except BaseException:
+        # Keep the steps that did finish; a sticky CUDA error fails this too: re-raise the first.
+        with contextlib.suppress(Exception):
+            while pending:
+                report(*pending.popleft())
+        raise
+    while pending:
+        report(*pending.popleft())

@@ -42,6 +42,7 @@ GRIDS = {
     "llm": [cell("gpt", size, backend, steps, warmup)
             for size, steps, warmup in (("small", 100, 10), ("medium", 10, 3))
             for backend in ("eager", "cudagraphs", "inductor")],
+    "llm-small": [cell("gpt", "small", backend, 100, 10) for backend in ("eager", "cudagraphs", "inductor")],
     "llm-medium": [cell("gpt", "medium", backend, 10, 3) for backend in ("eager", "cudagraphs")],
     "cnn": [cell("resnet", size, backend, 50, 5)
             for size in ("small", "medium", "large")
