@@ -111,6 +111,10 @@ def run_steps(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int,
         on_step(StepRecord(i, _phase(i, warmup_steps), elapsed * 1e3, data_s * 1e3, loss.item()))
 
 
+#: How many queued steps the host may run ahead of the device while measuring (see below).
+HOST_LEAD_STEPS = 3
+
+
 def _phase(i: int, warmup_steps: int) -> str:
     return "warmup" if i < warmup_steps else "measure"
 
@@ -122,9 +126,11 @@ def _run_steps_cuda(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps
 
     Waiting for each step to finish before launching the next would leave the GPU idle while
     the host launches the next step's first kernels (measured: +6 to +13% per step on an H100
-    for CUDA-graph and inductor cells). So the host runs one step ahead: it waits for the end
-    event of step i only after queueing step i+1, and the loss reaches the host through a
-    pinned buffer copied in stream order, never through a synchronising `.item()`.
+    for CUDA-graph and inductor cells; with the host one step ahead still +2 to +3%, host
+    jitter then stalls the GPU). So the host runs HOST_LEAD_STEPS steps ahead: it waits for
+    the end event of step i only after queueing step i+HOST_LEAD_STEPS, and the loss reaches
+    the host through a pinned buffer copied in stream order, never through a synchronising
+    `.item()`.
     """
     total = warmup_steps + steps
     losses = torch.empty(total, dtype=torch.float32, pin_memory=True)
@@ -146,7 +152,7 @@ def _run_steps_cuda(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps
             end.record()
             pending.append((i, previous, end, data_s))
             previous = end
-            if len(pending) > 1:
+            if len(pending) > HOST_LEAD_STEPS:
                 report(*pending.popleft())
     except BaseException:
         # Keep the steps that did finish; a sticky CUDA error fails this too: re-raise the first.
