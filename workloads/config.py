@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -147,8 +149,41 @@ class CellConfig:
 FOREIGN_TOP_LEVEL_KEYS = frozenset({"cluster", "hydra", "experiment", "executor", "sweep"})
 
 
+#: Python types a YAML value may have for each annotated scalar type (an int is a valid float).
+_ACCEPTED_TYPES = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}
+
+
+def _check_type(hint: Any, value: Any, key: str) -> None:
+    """Reject a value of the wrong scalar type (`steps: abc`), naming the key."""
+    args = _union_members(hint)
+    if value is None and type(None) in args:
+        return
+    for candidate in (t for t in args if t is not type(None)):
+        accepted = _ACCEPTED_TYPES.get(candidate)
+        if accepted is None:
+            return  # not a scalar type (dict, ...): nothing to check here
+        if isinstance(value, bool) and candidate is not bool:
+            continue  # bool is an int subclass, but `steps: true` is a mistake
+        if isinstance(value, accepted):
+            return
+    raise ConfigError(f"config key {key} must be {_type_name(hint)}, got {value!r}")
+
+
+def _union_members(hint: Any) -> tuple[Any, ...]:
+    """(int, NoneType) for `int | None`; (hint,) for anything that is not a union."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return typing.get_args(hint)
+    return (hint,)
+
+
+def _type_name(hint: Any) -> str:
+    names = [getattr(t, "__name__", str(t)) for t in _union_members(hint)]
+    return " or ".join("null" if n == "NoneType" else n for n in names)
+
+
 def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
     names = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
     kwargs = {}
     for key, value in values.items():
         if key not in names:
@@ -160,6 +195,8 @@ def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
             if not isinstance(value, Mapping):
                 raise ConfigError(f"config key {where}{key} must be a mapping, got {value!r}")
             value = _build(sub, value, f"{where}{key}.")
+        else:
+            _check_type(hints[key], value, f"{where}{key}")
         kwargs[key] = value
     return cls(**kwargs)
 
