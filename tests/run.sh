@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs what the tests need, then runs pytest.
+# Extra arguments go to pytest (e.g. `bash tests/run.sh -k workloads -x`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# torch, torchvision and timm from the package registry together: timm needs a torchvision
+# built against the same torch (the registry's build is the CUDA one; it runs on CPU-only hosts).
+python3 -m pip install --quiet --disable-pip-version-check torch torchvision timm
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+python3 -m pytest "$@"
