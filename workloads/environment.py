@@ -54,11 +54,13 @@ def _git_sha() -> str | None:
     if os.environ.get("COMPILEBENCH_GIT_SHA"):
         return os.environ["COMPILEBENCH_GIT_SHA"]
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40"], cwd=Path(__file__).resolve().parent,
                              capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    if out.returncode != 0:
+        return None  # not a git checkout (an installed copy)
+    return out.stdout.strip() or None
 
 
 def describe_environment(device: torch.device) -> dict[str, object]:

@@ -7,6 +7,7 @@ its optimizer, and (for GPT) the analytic FLOPs per token.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -70,7 +71,7 @@ def build_gpt(cfg: CellConfig, vocab_size: int | None) -> ModelSpec:
         overrides["vocab_size"] = vocab_size
     if cfg.model.dropout is not None:
         overrides["dropout"] = cfg.model.dropout
-    arch_cfg = preset.__class__(**{**preset.__dict__, **overrides})
+    arch_cfg = dataclasses.replace(preset, **overrides)
     model = GPT(arch_cfg)
     lr = cfg.optim.lr if cfg.optim.lr is not None else 6e-4
     wd = cfg.optim.weight_decay if cfg.optim.weight_decay is not None else 0.1
