@@ -1,0 +1,185 @@
+"""How a cell ends when it cannot complete, through `python -m workloads.run` as a Slurm job
+runs it: a run row with the status and the error, the steps measured so far, and an exit
+code that is 0 only for `completed` (2 for a config that cannot be read)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workloads.config import cell_config_from_dict, config_digest
+
+SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_PARTITION")
+
+
+def assert_ended(cli, status: str, exit_code: int = 1) -> dict:
+    """The process exited with `exit_code`, said `status`, and left one run row saying it."""
+    proc = cli.proc
+    assert proc.returncode == exit_code, proc.stderr[-3000:]
+    assert proc.stdout.strip().endswith(f": {status}"), proc.stderr[-3000:]
+    cli.cell.assert_exact_schemas()
+    runs = cli.cell.runs
+    assert [r["status"] for r in runs] == [status]
+    return runs[0]
+
+
+def short_token_file(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    np.arange(30, dtype=np.uint16).tofile(directory / "short.bin")
+    return directory / "short.bin"
+
+
+@pytest.mark.parametrize("case", ["bin-shorter-than-a-block", "text-data-for-resnet"])
+def test_exception_during_the_run_is_a_failed_row(case, tmp_path, workloads_cli, tiny_config, char_text_file):
+    if case == "bin-shorter-than-a-block":
+        config = tiny_config("gpt", data={"source": "bin", "path": str(short_token_file(tmp_path / "data"))})
+        expected = "ValueError: data has 30 tokens; need more than block_size + 1 = 65"
+    else:  # a valid file, but no image source: the run starts, builds the model, then fails
+        config = tiny_config("resnet", data={"source": "text", "path": str(char_text_file)})
+        expected = "ConfigError: data.source=text does not fit"
+    cli = workloads_cli(config, tmp_path / "cell")
+    run = assert_ended(cli, "failed")
+    assert expected in run["error"]
+    assert "Traceback" in cli.proc.stderr  # the full traceback goes to the job's log
+    assert run["cell_id"] == config_digest(cell_config_from_dict(config))
+    assert run["started_at"] <= run["finished_at"]
+    assert cli.cell.steps == []
+
+
+def always_overcommits() -> bool:
+    """Linux overcommit mode 1 grants any allocation and kills the process that touches it."""
+    path = Path("/proc/sys/vm/overcommit_memory")
+    return path.exists() and path.read_text().strip() == "1"
+
+
+FLOPS_NOT_FLOAT = pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="workloads bug: run.py stores GPT flops_per_step as a Python int; above 2**53 pyarrow refuses it "
+           "for the float64 column, writing run.parquet raises and no row is left")
+
+
+@pytest.mark.skipif(always_overcommits(), reason="vm.overcommit_memory=1: a huge allocation would succeed "
+                                                 "and the kernel's OOM killer end the process instead")
+@pytest.mark.parametrize("model, overrides, gigabytes", [
+    pytest.param("resnet", {"model": {"image_size": 10**5}}, 480, id="resnet-4-images-of-100000x100000"),
+    pytest.param("gpt", {"batch_size": 10**10}, 5200, id="gpt-batch-10**10", marks=FLOPS_NOT_FLOAT),
+])
+def test_out_of_memory_is_an_oom_row(model, overrides, gigabytes, tmp_path, workloads_cli, tiny_config):
+    """Far more memory than any node has: the CPU allocator refuses at once."""
+    cli = workloads_cli(tiny_config(model, **overrides), tmp_path / "cell")
+    run = assert_ended(cli, "oom")
+    assert f"can't allocate memory: you tried to allocate {gigabytes * 10**9} bytes" in run["error"]
+    assert run["model"] == model
+    assert cli.cell.steps == []
+
+
+def test_compile_disabled_is_not_compiled_and_keeps_its_steps(tmp_path, workloads_cli, tiny_config):
+    config = tiny_config("gpt", "inductor")
+    cli = workloads_cli(config, tmp_path / "cell", env={"TORCH_COMPILE_DISABLE": "1"})
+    run = assert_ended(cli, "not_compiled")
+    assert run["graph_count"] == 0
+    assert "no graph was compiled" in run["error"] and "TORCH_COMPILE_DISABLE" in run["error"]
+    steps = cli.cell.steps
+    assert [s["phase"] for s in steps] == ["warmup"] * config["warmup_steps"] + ["measure"] * config["steps"]
+    assert run["measured_steps"] == config["steps"] and run["median_step_ms"] > 0
+
+
+_BASE = "model: {name: gpt}\ndevice: cpu\n"
+#: name -> (config file text, what its one stderr line must name)
+INVALID_CONFIGS = {
+    "unknown-key": (_BASE + "stpes: 3\n", "stpes"),
+    "unknown-nested-key": (_BASE + "backend: {name: inductor, fulgraph: true}\n", "fulgraph"),
+    "no-warmup-for-a-compiled-backend": (_BASE + "backend: {name: inductor}\nwarmup_steps: 0\n",
+                                         "warmup_steps >= 1"),
+    "missing-data-file": (_BASE + "data: {source: text, path: /nonexistent/compilebench/missing.txt}\n",
+                          "/nonexistent/compilebench/missing.txt"),
+    "not-a-mapping": ("- model\n- gpt\n", "mapping"),
+    "steps-not-a-number": (_BASE + "steps: ten\n", "steps"),
+    "broken-yaml": ("model: {name: gpt\n", "line 2"),  # the parser's position of the error
+}
+BROKEN_YAML_ESCAPES = pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="workloads bug: a yaml.YAMLError from load_cell_config escapes main(): traceback and exit 1")
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, marks=[BROKEN_YAML_ESCAPES] if case == "broken-yaml" else [])
+                                  for case in INVALID_CONFIGS])
+def test_invalid_config_exits_2_with_one_line(case, tmp_path, workloads_cli):
+    text, named = INVALID_CONFIGS[case]
+    cli = workloads_cli(text, tmp_path / "cell")
+    assert cli.proc.returncode == 2, cli.proc.stderr[-3000:]
+    lines = cli.proc.stderr.strip().splitlines()
+    assert len(lines) == 1, cli.proc.stderr
+    assert lines[0].startswith(f"compilebench: invalid cell config {tmp_path / 'cell' / 'config.yaml'}: ")
+    assert named in lines[0]
+    assert sorted(p.name for p in (tmp_path / "cell").iterdir()) == ["config.yaml"]  # no attempt recorded
+
+
+def test_attempts_count_up_in_one_cell_directory(tmp_path, workloads_cli, tiny_config):
+    """Run twice (a retry): both attempts' rows stay; the second carries its Slurm job."""
+    config = tiny_config("gpt", steps=3, warmup_steps=1)
+    cell_dir = tmp_path / "cell"
+    first = workloads_cli(config, cell_dir, env={name: None for name in SLURM_VARIABLES})
+    assert first.proc.returncode == 0, first.proc.stderr[-3000:]
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": "2",
+             "SLURM_JOB_PARTITION": "grete-h100", "COMPILEBENCH_GIT_SHA": "0123abcd"}
+    second = workloads_cli(config, cell_dir, env=slurm)
+    assert second.proc.returncode == 0, second.proc.stderr[-3000:]
+
+    runs = second.cell.runs
+    assert [(r["attempt"], r["status"]) for r in runs] == [(1, "completed"), (2, "completed")]
+    assert runs[0]["cell_id"] == runs[1]["cell_id"] == config_digest(cell_config_from_dict(config))
+    assert runs[0]["finished_at"] <= runs[1]["started_at"]
+    job = [(r["slurm_job_id"], r["slurm_array_task_id"], r["partition"]) for r in runs]
+    # an array task is known by its array job's id and task index, as sacct shows it
+    assert job == [(None, None, None), ("4240", "2", "grete-h100")]
+    assert runs[1]["git_sha"] == "0123abcd"
+
+    steps = second.cell.steps
+    per_attempt = {a: [s["step"] for s in steps if s["attempt"] == a] for a in (1, 2)}
+    assert per_attempt == {1: [0, 1, 2, 3], 2: [0, 1, 2, 3]}
+    # the same seed trains the same curve again
+    assert second.cell.losses(1) == second.cell.losses(2)
+
+
+def wait_for_mapping(pid: int, path: Path, timeout: float = 120) -> None:
+    """Wait until process `pid` has `path` memory-mapped: it is past reading its config."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if str(path) in Path(f"/proc/{pid}/maps").read_text():
+                return
+        except FileNotFoundError:
+            raise AssertionError(f"process {pid} ended before it mapped {path}") from None
+        time.sleep(0.1)
+    raise AssertionError(f"process {pid} did not map {path} within {timeout} s")
+
+
+def test_sigterm_is_a_cancelled_row_with_the_steps_so_far(tmp_path, workloads_cli_start, tiny_config,
+                                                          token_bin_file):
+    """scancel and the time limit send SIGTERM: the cell records what it did and exits non-zero."""
+    config = tiny_config("gpt", steps=10**6, data={"source": "bin", "path": str(token_bin_file)})
+    proc, cell = workloads_cli_start(config, tmp_path / "cell")
+    try:
+        wait_for_mapping(proc.pid, token_bin_file)  # the .bin is memory-mapped when the run starts
+        time.sleep(3)  # steps of the tiny GPT take milliseconds
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, stderr[-3000:]
+    assert stdout.strip().endswith(": cancelled")
+    cell.assert_exact_schemas()
+    runs = cell.runs
+    assert [r["status"] for r in runs] == ["cancelled"]
+    assert "SIGTERM" in runs[0]["error"]
+    steps = cell.steps
+    assert len(steps) >= config["warmup_steps"] + 1
+    assert [s["step"] for s in steps] == list(range(len(steps)))
+    assert runs[0]["measured_steps"] == len(steps) - config["warmup_steps"]
