@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from workloads.config import ConfigError, cell_config_from_dict, config_digest
+from workloads.run import check_cell
 
 #: The Hydra config groups of the project (conf/), next to this package.
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -151,11 +152,10 @@ def _resolve_cell(cfg: DictConfig, overrides: Sequence[str]) -> dict[str, Any]:
     try:
         values = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
         assert isinstance(values, dict)
+        check_cell(cell_config_from_dict(values))  # unknown size/backend, unfit data: before any run
         values["cell_id"] = cell_id_of(values)
     except (ConfigError, OmegaConfBaseException) as exc:
         raise GridError(f"{' '.join(overrides) or '(defaults)'}: {one_line(exc)}") from exc
-    except (TypeError, ValueError) as exc:  # e.g. steps=abc: config.py compares without type checks
-        raise GridError(f"{' '.join(overrides) or '(defaults)'}: invalid value: {exc}") from exc
     return values
 
 

@@ -77,10 +77,19 @@ def cell(request, tiny_cells, tiny_config) -> Cell:
                 tiny_cells.get(model, backend, **overrides))
 
 
+def expected_status(cell: Cell) -> str:
+    """On the CPU there are no CUDA graphs: a `cudagraphs` cell must say so, not pass as compiled."""
+    return "not_compiled" if cell.backend == "cudagraphs" else "completed"
+
+
 def test_cell_completes_with_exact_parquet_schemas(cell: Cell):
     result = cell.result
-    assert result.status == "completed", result.run["error"]
-    assert result.run["status"] == "completed" and result.run["error"] is None
+    assert result.status == expected_status(cell), result.run["error"]
+    assert result.run["status"] == expected_status(cell)
+    if expected_status(cell) == "completed":
+        assert result.run["error"] is None
+    else:
+        assert result.run["cudagraph_skips"] >= 1 and "asked for CUDA graphs" in result.run["error"]
     result.assert_exact_schemas()
     assert len(result.runs) == 1 and result.run["attempt"] == 1
 
@@ -213,9 +222,6 @@ def test_grad_accum_multiplies_items_and_flops(tiny_cells, model, backend):
     assert single["cell_id"] != double["cell_id"]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="workloads bug: backends.reset_compile_stats() does not clear dynamo's compilation "
-                          "metrics, so recompile_count adds up over the cells of a process")
 def test_recompile_count_describes_its_cell_alone(tiny_cells):
     """The ResNet's blocks differ in width, so regional compilation recompiles the block; run
     again in the same process, the cell must report the same number, not the sum."""
@@ -226,9 +232,6 @@ def test_recompile_count_describes_its_cell_alone(tiny_cells):
 
 
 @pytest.mark.skipif(not (REPO_ROOT / ".git").exists(), reason="not a git checkout")
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="workloads bug: environment._git_sha runs `git describe --always`, which names the "
-                          "nearest annotated tag (`v9.9`, `v9.9-1-g<sha>`) instead of the commit")
 def test_git_sha_names_the_commit_of_a_tagged_release(tmp_path):
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(clone)], check=True)

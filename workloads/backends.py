@@ -7,6 +7,7 @@ compilation happened (graph count > 0) instead of trusting that it did.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
 from contextlib import AbstractContextManager
@@ -22,6 +23,11 @@ from workloads.config import BackendConfig, ConfigError
 NON_DYNAMO_BACKENDS = ("eager", "torchscript")
 #: Inductor modes that replay CUDA graphs (cudagraph trees), like the dynamo `cudagraphs` backend.
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def wants_cudagraphs(cfg: BackendConfig) -> bool:
+    """Whether the backend asked for CUDA graph replay (the point of `cudagraphs`, reduce-overhead)."""
+    return cfg.name == "cudagraphs" or (cfg.name == "inductor" and cfg.mode in CUDAGRAPH_MODES)
 
 
 @dataclass
@@ -41,8 +47,11 @@ class CompileStats:
     graph_count: int
     graph_break_count: int
     recompile_count: int
+    cudagraph_skips: int
+    """Compiled graphs that fell back from CUDA graphs (CPU tensors, mutated inputs, ...)."""
 
 
+@functools.cache
 def dynamo_backend_names() -> list[str]:
     """Names accepted by torch.compile(backend=...) in this torch installation."""
     return sorted(torch._dynamo.list_backends(exclude_tags=()))
@@ -74,6 +83,15 @@ def repeated_blocks(module: nn.Module) -> list[nn.Module]:
     return [child for child in children if type(child) is block_type]
 
 
+def check_backend(cfg: BackendConfig) -> None:
+    """Raise ConfigError for a backend that does not exist here or options it cannot honour."""
+    if cfg.name in NON_DYNAMO_BACKENDS:
+        if cfg.regional or cfg.compile_optimizer:
+            raise ConfigError(f"backend={cfg.name}: regional/compile_optimizer need a dynamo backend")
+    elif cfg.name not in dynamo_backend_names():
+        raise ConfigError(f"unknown backend {cfg.name!r}; here: {[*NON_DYNAMO_BACKENDS, *dynamo_backend_names()]}")
+
+
 def apply_backend(module: nn.Module, cfg: BackendConfig, example_inputs: tuple[torch.Tensor, ...],
                   autocast: Callable[..., AbstractContextManager], on_cuda: bool) -> CompiledRun:
     """Prepare `module` for training under backend `cfg`.
@@ -81,13 +99,10 @@ def apply_backend(module: nn.Module, cfg: BackendConfig, example_inputs: tuple[t
     `example_inputs` are one real batch's model inputs (torchscript traces with them);
     `autocast(cache_enabled=...)` makes the precision context the training step runs under.
     """
+    check_backend(cfg)
     if cfg.name == "eager":
-        if cfg.regional or cfg.compile_optimizer:
-            raise ConfigError("backend=eager compiles nothing: regional/compile_optimizer need a dynamo backend")
         return CompiledRun(module, uses_dynamo=False, marks_cudagraph_steps=False, setup_time_s=0.0)
     if cfg.name == "torchscript":
-        if cfg.regional or cfg.compile_optimizer:
-            raise ConfigError("backend=torchscript traces the whole model; regional/compile_optimizer need dynamo")
         start = time.perf_counter()
         # Traced under the training precision (autocast casts become part of the graph);
         # cache_enabled=False keeps autocast's weight-cast cache out of the trace.
@@ -95,9 +110,7 @@ def apply_backend(module: nn.Module, cfg: BackendConfig, example_inputs: tuple[t
             traced = torch.jit.trace(module, example_inputs, check_trace=False)
         return CompiledRun(traced, uses_dynamo=False, marks_cudagraph_steps=False,
                            setup_time_s=time.perf_counter() - start)
-    if cfg.name not in dynamo_backend_names():
-        raise ConfigError(f"unknown backend {cfg.name!r}; dynamo backends here: {dynamo_backend_names()}")
-    marks = on_cuda and (cfg.name == "cudagraphs" or cfg.mode in CUDAGRAPH_MODES)
+    marks = on_cuda and wants_cudagraphs(cfg)
     kwargs = _compile_kwargs(cfg)
     if cfg.regional:
         blocks = repeated_blocks(module)
@@ -125,6 +138,7 @@ def reset_compile_stats() -> None:
     """Forget earlier compilations (counters, caches) so that stats describe this cell alone."""
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
+    torch._dynamo.utils.clear_compilation_metrics()
 
 
 def compile_stats() -> CompileStats:
@@ -136,4 +150,5 @@ def compile_stats() -> CompileStats:
         graph_count=int(counters["stats"]["unique_graphs"]),
         graph_break_count=int(sum(counters["graph_break"].values())),
         recompile_count=recompiles,
+        cudagraph_skips=int(counters["inductor"]["cudagraph_skips"]),
     )

@@ -211,7 +211,10 @@ def cell_config_from_dict(values: Mapping[str, Any]) -> CellConfig:
 def load_cell_config(path: str | Path) -> CellConfig:
     """Read a resolved `config.yaml` written by the orchestrator (or by hand)."""
     with open(path) as fh:
-        values = yaml.safe_load(fh) or {}
+        try:
+            values = yaml.safe_load(fh) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
     if not isinstance(values, Mapping):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return cell_config_from_dict(values)

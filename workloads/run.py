@@ -25,9 +25,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from workloads import backends
 from workloads.config import CellConfig, ConfigError, config_digest, load_cell_config
-from workloads.data import load_token_source, make_batches
+from workloads.data import check_data_source, load_token_source, make_batches
 from workloads.environment import describe_environment, peak_tflops, resolve_device
-from workloads.models import ModelSpec, build_model
+from workloads.models import ModelSpec, build_model, check_model
 from workloads.precision import PRECISIONS
 from workloads.schema import (
     RUN_FILE, RUN_SCHEMA, SCHEMA_VERSION, STEPS_FILE, STEPS_SCHEMA, append_rows_atomic, next_attempt,
@@ -126,8 +126,17 @@ class PreparedCell:
     compiled: backends.CompiledRun
 
 
+def check_cell(cfg: CellConfig) -> None:
+    """The configuration errors that need the registries — an unknown model, size or backend,
+    a data source the model cannot read — raised as ConfigError before any work starts."""
+    family = check_model(cfg)
+    check_data_source(cfg, family.kind)
+    backends.check_backend(cfg.backend)
+
+
 def prepare_cell(cfg: CellConfig, rec: CellRecorder) -> PreparedCell:
     """Build data, model, optimizer and precision, apply the backend; fills `rec` as it learns things."""
+    check_cell(cfg)
     device = resolve_device(cfg.device)
     precision = PRECISIONS[cfg.precision.name]
     precision.apply_global_switches()
@@ -154,7 +163,7 @@ def prepare_cell(cfg: CellConfig, rec: CellRecorder) -> PreparedCell:
         return precision.autocast(device.type, cache_enabled)
 
     if spec.flops_per_item is not None:
-        rec.flops_per_step = spec.flops_per_item * items_per_step
+        rec.flops_per_step = float(spec.flops_per_item * items_per_step)  # float64 column; ints can pass 2**53
     else:
         rec.flops_per_step = count_training_flops(spec, next(batches), autocast) * grad_accum
     gpu_name = rec.run.get("gpu_name")
@@ -185,7 +194,7 @@ def _train(cfg: CellConfig, rec: CellRecorder) -> str:
         if compiled.uses_dynamo or cfg.backend.compile_optimizer:
             stats = backends.compile_stats()
             rec.run.update(graph_count=stats.graph_count, graph_break_count=stats.graph_break_count,
-                           recompile_count=stats.recompile_count)
+                           recompile_count=stats.recompile_count, cudagraph_skips=stats.cudagraph_skips)
         elif cfg.backend.name == "torchscript":
             rec.run.update(graph_count=int(isinstance(compiled.module, torch.jit.ScriptModule)),
                            graph_break_count=0, recompile_count=0)
@@ -195,6 +204,11 @@ def _train(cfg: CellConfig, rec: CellRecorder) -> str:
     if cfg.backend.name != "eager" and not rec.run.get("graph_count"):
         rec.run["error"] = (f"backend {cfg.backend.name} was requested but no graph was compiled "
                             "(torch.compile disabled, e.g. TORCH_COMPILE_DISABLE=1?); steps ran eagerly")
+        return "not_compiled"
+    if backends.wants_cudagraphs(cfg.backend) and rec.run.get("cudagraph_skips"):
+        rec.run["error"] = (f"backend {cfg.backend.name} (mode {cfg.backend.mode}) asked for CUDA graphs, but "
+                            f"{rec.run['cudagraph_skips']} graph(s) ran without them (CPU device or unsupported "
+                            "ops: the job log names the reason)")
         return "not_compiled"
     return "completed"
 
@@ -236,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = load_cell_config(args.config)
+        check_cell(cfg)
     except (OSError, ConfigError) as err:
         print(f"compilebench: invalid cell config {args.config}: {err}", file=sys.stderr)
         return 2

@@ -78,6 +78,7 @@ RUN_SCHEMA = pa.schema(
         ("graph_count", pa.int64()),
         ("graph_break_count", pa.int64()),
         ("recompile_count", pa.int64()),
+        ("cudagraph_skips", pa.int64()),  # graphs that ran without the CUDA graphs asked for
         ("peak_mem_bytes", pa.int64()),
         ("torch_version", pa.string()),
         ("triton_version", pa.string()),

@@ -21,6 +21,13 @@ from workloads.data.tokens import (
 SOURCES_BY_KIND = {"tokens": ("synthetic", "text", "bin"), "images": ("synthetic", "imagefolder")}
 
 
+def check_data_source(cfg: CellConfig, kind: str) -> None:
+    """Raise ConfigError when the data source cannot feed a model reading `kind`."""
+    if cfg.data.source not in SOURCES_BY_KIND[kind]:
+        raise ConfigError(f"data.source={cfg.data.source} does not fit model {cfg.model.name} "
+                          f"(reads {kind}); use one of {SOURCES_BY_KIND[kind]}")
+
+
 def _data_generator(cfg: CellConfig) -> torch.Generator:
     # Separate stream from model init, so data is identical whatever the model consumed.
     return torch.Generator().manual_seed(cfg.seed + 1)
@@ -40,9 +47,6 @@ def make_batches(cfg: CellConfig, kind: str, batch_size: int, sample_shape: tupl
                  num_classes: int, device: torch.device,
                  tokens: np.ndarray | None = None) -> Iterator[Batch]:
     """Endless batches of the configured source, already on `device`."""
-    if cfg.data.source not in SOURCES_BY_KIND[kind]:
-        raise ConfigError(f"data.source={cfg.data.source} does not fit a {kind} model; "
-                          f"use one of {SOURCES_BY_KIND[kind]}")
     generator = _data_generator(cfg)
     if kind == "tokens":
         (block_size,) = sample_shape

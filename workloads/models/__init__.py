@@ -1,4 +1,4 @@
-"""Model registry: `MODEL_BUILDERS[name](cfg, vocab_size) -> ModelSpec`.
+"""Model registry: `MODEL_FAMILIES[name]` = how to build the family, its sizes, its input kind.
 
 A ModelSpec carries everything the training loop and the data pipeline need to know about a
 model family: the module, its default batch, the shape of one sample, how to compute the loss,
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 import torch.nn as nn
@@ -57,15 +57,9 @@ def _classification_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor) ->
     return F.cross_entropy(module(x), y)
 
 
-def _pick_size(table: dict, cfg: CellConfig):
-    if cfg.size not in table:
-        raise ConfigError(f"model {cfg.model.name} has no size {cfg.size!r}; sizes: {sorted(table)}")
-    return table[cfg.size]
-
-
 def build_gpt(cfg: CellConfig, vocab_size: int | None) -> ModelSpec:
     """nanoGPT at a size preset; `vocab_size` from the data replaces the preset's, as nanoGPT's meta.pkl."""
-    preset = _pick_size(GPT_SIZES, cfg)
+    preset = GPT_SIZES[cfg.size]
     overrides = {}
     if vocab_size is not None:
         overrides["vocab_size"] = vocab_size
@@ -98,7 +92,7 @@ def build_gpt(cfg: CellConfig, vocab_size: int | None) -> ModelSpec:
 
 def build_timm(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
     """A timm model (`model.arch`, or the size's ResNet) trained with SGD, as timm's benchmark."""
-    preset = _pick_size(VISION_SIZES, cfg)
+    preset = VISION_SIZES[cfg.size]
     arch = cfg.model.arch or preset.arch
     try:
         model = create_timm_model(arch)
@@ -129,18 +123,36 @@ def build_timm(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
     )
 
 
-MODEL_BUILDERS: dict[str, Callable[[CellConfig, int | None], ModelSpec]] = {
-    "gpt": build_gpt,
-    "resnet": build_timm,
-    "timm": build_timm,
+@dataclass(frozen=True)
+class ModelFamily:
+    build: Callable[[CellConfig, int | None], ModelSpec]
+    sizes: Mapping[str, object]
+    """Size presets by name (tiny, small, ...)."""
+    kind: str
+    """What the model reads: `tokens` or `images` (decides which data sources fit)."""
+
+
+MODEL_FAMILIES: dict[str, ModelFamily] = {
+    "gpt": ModelFamily(build_gpt, GPT_SIZES, "tokens"),
+    "resnet": ModelFamily(build_timm, VISION_SIZES, "images"),
+    "timm": ModelFamily(build_timm, VISION_SIZES, "images"),
 }
+
+
+def check_model(cfg: CellConfig) -> ModelFamily:
+    """The cell's model family, or a ConfigError for an unknown family, size or ResNet arch."""
+    family = MODEL_FAMILIES.get(cfg.model.name)
+    if family is None:
+        raise ConfigError(f"unknown model {cfg.model.name!r}; known: {sorted(MODEL_FAMILIES)}")
+    if cfg.size not in family.sizes:
+        raise ConfigError(f"model {cfg.model.name} has no size {cfg.size!r}; sizes: {list(family.sizes)}")
+    if cfg.model.name == "resnet" and cfg.model.arch and not cfg.model.arch.startswith("resnet"):
+        raise ConfigError(f"model=resnet with arch {cfg.model.arch!r}: use model=timm for other architectures")
+    return family
 
 
 def build_model(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
     """Build the model of a cell on the CPU (the caller moves it), seeded by `cfg.seed`."""
-    if cfg.model.name not in MODEL_BUILDERS:
-        raise ConfigError(f"unknown model {cfg.model.name!r}; known: {sorted(MODEL_BUILDERS)}")
-    if cfg.model.name == "resnet" and cfg.model.arch and not cfg.model.arch.startswith("resnet"):
-        raise ConfigError(f"model=resnet with arch {cfg.model.arch!r}: use model=timm for other architectures")
+    family = check_model(cfg)
     torch.manual_seed(cfg.seed)
-    return MODEL_BUILDERS[cfg.model.name](cfg, vocab_size)
+    return family.build(cfg, vocab_size)
