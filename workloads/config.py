@@ -80,7 +80,7 @@ class DataConfig:
 @dataclass
 class OptimConfig:
     lr: float | None = None
-    """Peak learning rate; null = the model family's default (nanoGPT 6e-4, timm SGD 0.1)."""
+    """Peak learning rate; null = the model family's default (GPT AdamW 6e-4 as nanoGPT, vision SGD 0.01)."""
     weight_decay: float | None = None
     """null = the family default (0.1 for GPT's AdamW, 1e-4 for vision SGD)."""
     grad_clip: float | None = None
@@ -189,7 +189,7 @@ def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
         if key not in names:
             if not where and key in FOREIGN_TOP_LEVEL_KEYS:
                 continue
-            raise ConfigError(f"unknown config key {where}{key!r}; known: {sorted(names)}")
+            raise ConfigError(f"unknown config key '{where}{key}'; known: {sorted(names)}")
         sub = names[key].default_factory
         if isinstance(sub, type) and dataclasses.is_dataclass(sub):
             if not isinstance(value, Mapping):

@@ -92,9 +92,10 @@ class CellRecorder:
             "mfu": tflops / self.peak if tflops is not None and self.peak else None,
         })
 
-    def summarise(self, setup_time_s: float) -> None:
-        """Summary columns over measured steps; compile time = setup plus the warm-up steps'
-        excess over the median measured step (compilation, autotuning, graph recording)."""
+    def summarise(self, compiles: bool, setup_time_s: float) -> None:
+        """Summary columns over measured steps. For a backend that compiles, compile time =
+        setup plus the warm-up steps' excess over the median measured step (compilation,
+        autotuning, graph recording); eager has none (its warm-up excess is in first_step_ms)."""
         measured = [s["step_time_ms"] for s in self.steps if s["phase"] == "measure"]
         warmup = [s["step_time_ms"] for s in self.steps if s["phase"] == "warmup"]
         if not measured:
@@ -109,7 +110,8 @@ class CellRecorder:
             mfu=(self.flops_per_step / (median / 1e3) / 1e12 / self.peak
                  if self.flops_per_step and self.peak else None),
             first_step_ms=self.steps[0]["step_time_ms"],
-            compile_time_s=setup_time_s + sum(max(0.0, t - median) for t in warmup) / 1e3,
+            compile_time_s=(setup_time_s + sum(max(0.0, t - median) for t in warmup) / 1e3
+                            if compiles else None),
         )
 
     def write(self, cell_dir: Path) -> None:
@@ -190,7 +192,7 @@ def _train(cfg: CellConfig, rec: CellRecorder) -> str:
     try:
         run_steps(cell.step, cfg.warmup_steps, cfg.steps, device, rec.on_step)
     finally:
-        rec.summarise(compiled.setup_time_s)
+        rec.summarise(cfg.backend.name != "eager", compiled.setup_time_s)
         if compiled.uses_dynamo or cfg.backend.compile_optimizer:
             stats = backends.compile_stats()
             rec.run.update(graph_count=stats.graph_count, graph_break_count=stats.graph_break_count,
