@@ -1,0 +1,159 @@
+"""A Slurm cluster profile (conf/cluster/*.yaml) read and checked, and the resources each cell asks for.
+
+The profile is the composed `cluster` node of a sweep; every field but `name`, `executor` and
+`partitions` has a default here, so a profile names only what its site needs. Fields are
+documented in conf/cluster/grete.yaml. A cell's resources follow from the profile and the cell's
+model: the GPU type is `cluster.gpu_type` when set, else `cluster.gpu_type_by_model[<model>]`,
+else `cluster.gpu_type_by_model.default`; the partition is `cluster.partition` when set, else
+`cluster.partitions[<gpu type>]`. Bad values raise ProfileError with a one-line message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+#: Compile-cache policies: one directory for the whole sweep (warm compiles), or a fresh one per job.
+COMPILE_CACHES = ("shared", "per_job")
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class ProfileError(ValueError):
+    """A cluster profile (or an override of it) that cannot place cells; one line for the user."""
+
+
+@dataclass(frozen=True)
+class SlurmProfile:
+    name: str
+    partitions: dict[str, str]
+    executor: str = "slurm"
+    gpu_type: str | None = None
+    gpu_type_by_model: dict[str, str] = field(default_factory=dict)
+    partition: str | None = None
+    gpus: int = 1
+    gpus_per_node: int | None = None
+    cpus_per_gpu: int | None = None
+    mem_per_gpu_gb: float | None = None
+    time_min: int | None = None
+    account: str | None = None
+    qos: str | None = None
+    max_array_size: int = 1000
+    array_parallelism: int = 64
+    compile_cache: str = "per_job"
+    sbatch_template: str = "default"
+    modules: list[str] = field(default_factory=list)
+    venv: str | None = None
+    conda_env: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    setup: list[str] = field(default_factory=list)
+    sbatch_extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, order=True)
+class Resources:
+    """What one cell's job asks Slurm for; cells with equal resources share a job array."""
+
+    partition: str
+    gpu_type: str
+    gpus: int
+    cpus: int | None
+    mem_gb: float | None
+    time_min: int
+
+    @property
+    def gres(self) -> str | None:
+        return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpus else None
+
+    def describe(self) -> dict[str, Any]:
+        """The columns the dry-run grid shows."""
+        return {"partition": self.partition, "gres": self.gres or "-", "cpus": self.cpus,
+                "mem": f"{self.mem_gb:g}G" if self.mem_gb else None, "time": f"{self.time_min} min"}
+
+
+def _fail(profile: str, message: str) -> ProfileError:
+    return ProfileError(f"cluster {profile}: {message}")
+
+
+def _positive(name: str, value: Any, key: str, optional: bool = True, integer: bool = True) -> None:
+    if value is None and optional:
+        return
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+        kind = "integer" if integer else "number"
+        raise _fail(name, f"{key} must be a positive {kind}, got {value!r}")
+
+
+def _mapping_of_str(name: str, value: Any, key: str) -> None:
+    if not isinstance(value, Mapping) or not all(isinstance(v, str) and v for v in value.values()):
+        raise _fail(name, f"{key} must map names to non-empty strings, got {value!r}")
+
+
+def load_profile(cluster: Mapping[str, Any]) -> SlurmProfile:
+    """The checked profile of a composed `cluster` node; raises ProfileError."""
+    name = str(cluster.get("name", "?"))
+    known = {f.name for f in dataclasses.fields(SlurmProfile)}
+    unknown = sorted(set(cluster) - known)
+    if unknown:
+        raise _fail(name, f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    values = {key: value for key, value in cluster.items() if value is not None}  # null = the default
+    try:
+        profile = SlurmProfile(**values)
+    except TypeError as exc:  # a required key missing
+        raise _fail(name, str(exc).split(") ", 1)[-1]) from None
+
+    _mapping_of_str(name, profile.partitions, "partitions")
+    if not profile.partitions:
+        raise _fail(name, "partitions is empty; map each GPU type to a partition, e.g. {A100: 'grete:shared'}")
+    _mapping_of_str(name, profile.gpu_type_by_model, "gpu_type_by_model")
+    for key in ("gpus_per_node", "cpus_per_gpu", "max_array_size", "array_parallelism"):
+        _positive(name, getattr(profile, key), key)
+    _positive(name, profile.time_min, "time_min (required for Slurm: minutes per job)", optional=False)
+    _positive(name, profile.mem_per_gpu_gb, "mem_per_gpu_gb", integer=False)
+    if isinstance(profile.gpus, bool) or not isinstance(profile.gpus, int) or profile.gpus < 0:
+        raise _fail(name, f"gpus must be an integer >= 0, got {profile.gpus!r}")
+    if profile.gpus_per_node and profile.gpus > profile.gpus_per_node:
+        raise _fail(name, f"gpus={profile.gpus} is more than a node has (gpus_per_node={profile.gpus_per_node})")
+    if profile.compile_cache not in COMPILE_CACHES:
+        raise _fail(name, f"compile_cache must be one of {', '.join(COMPILE_CACHES)}, got {profile.compile_cache!r}")
+    if profile.partition is not None and profile.partition not in profile.partitions.values():
+        raise _fail(name, f"unknown partition {profile.partition!r}; the profile's partitions: "
+                          f"{', '.join(sorted(set(profile.partitions.values())))}")
+    for key in ("modules", "setup"):
+        lines = getattr(profile, key)
+        if not isinstance(lines, list) or not all(isinstance(x, str) and "\n" not in x for x in lines):
+            raise _fail(name, f"{key} must be a list of one-line strings, got {lines!r}")
+    if not isinstance(profile.env, Mapping) or not all(_ENV_NAME.fullmatch(str(k)) for k in profile.env):
+        raise _fail(name, f"env must map variable names to values, got {profile.env!r}")
+    if not isinstance(profile.sbatch_extra, Mapping):
+        raise _fail(name, f"sbatch_extra must map sbatch option names to values, got {profile.sbatch_extra!r}")
+    return profile
+
+
+def gpu_type_for(profile: SlurmProfile, model: str) -> str:
+    """The GPU type a cell of `model` runs on (see the module docstring); raises ProfileError."""
+    gpu_type = profile.gpu_type or profile.gpu_type_by_model.get(model) or profile.gpu_type_by_model.get("default")
+    types = ", ".join(profile.partitions)
+    if gpu_type is None:
+        raise _fail(profile.name, f"no GPU type for model {model}: set cluster.gpu_type (one of {types}) "
+                                  f"or cluster.gpu_type_by_model.default")
+    if gpu_type not in profile.partitions:
+        raise _fail(profile.name, f"unknown GPU type {gpu_type!r} (for model {model}); the profile's "
+                                  f"partitions have: {types}")
+    return gpu_type
+
+
+def resources_for(profile: SlurmProfile, model: str) -> Resources:
+    """The resources of one cell of `model` on this profile."""
+    gpu_type = gpu_type_for(profile, model)
+    per_gpu = max(profile.gpus, 1)  # a CPU-only request (gpus: 0) still gets one GPU's share
+    return Resources(
+        partition=profile.partition or profile.partitions[gpu_type],
+        gpu_type=gpu_type,
+        gpus=profile.gpus,
+        cpus=profile.cpus_per_gpu * per_gpu if profile.cpus_per_gpu else None,
+        mem_gb=profile.mem_per_gpu_gb * per_gpu if profile.mem_per_gpu_gb else None,
+        time_min=int(profile.time_min),  # checked positive by load_profile
+    )
