@@ -1,0 +1,157 @@
+"""The sbatch script of a job array: submitit's parameters from a profile, and the script text.
+
+The text is always produced by submitit's own `SlurmExecutor._make_submission_file_text` (its
+`_make_sbatch_string`), for a dry run as for a submission, so what `--dry-run` writes is what
+`sbatch` gets. compilebench contributes only parameters and the `# setup` lines:
+
+1. the site preamble from `sbatch_templates/<profile.sbatch_template>.sh.tmpl`, filled from the
+   profile with every value shell-quoted;
+2. the profile's `setup` lines, verbatim (shell written by the profile's author);
+3. the compile-cache exports of `cluster.compile_cache`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Mapping
+
+from submitit import SlurmExecutor
+from submitit.slurm.slurm import _convert_mem
+
+from orchestrator.profile import ProfileError, Resources, SlurmProfile
+
+TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "sbatch_templates"
+TEMPLATE_SUFFIX = ".sh.tmpl"
+#: submitit's own files (pickles, its logs, the submitted scripts) under SWEEP_DIR.
+SUBMITIT_DIR = "submitit"
+COMPILE_CACHE_DIR = "compile_cache"
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+JOB_NAME = "compilebench"
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?:\.(name|value))?\}")
+_OPTION = re.compile(r"[a-z][a-z0-9_-]*")
+
+
+def template_path(profile: SlurmProfile) -> Path:
+    name = profile.sbatch_template
+    path = Path(name).expanduser() if "/" in name else TEMPLATES_DIR / f"{name}{TEMPLATE_SUFFIX}"
+    if not path.is_file():
+        known = ", ".join(sorted(p.name[: -len(TEMPLATE_SUFFIX)] for p in TEMPLATES_DIR.glob(f"*{TEMPLATE_SUFFIX}")))
+        raise ProfileError(f"cluster {profile.name}: sbatch_template {name!r} not found ({path}); known: {known}")
+    return path
+
+
+def _entries(profile: SlurmProfile, name: str, template: Path) -> list[Any]:
+    """The values one template line is repeated for: [] drops the line."""
+    if not hasattr(profile, name):
+        raise ProfileError(f"{template}: unknown profile field {{{name}}}")
+    value = getattr(profile, name)
+    if name == "venv" and value:
+        value = os.path.expanduser(value)  # inside quotes the shell would not expand `~`
+    if value is None or value == "" or value == [] or value == {}:
+        return []
+    if isinstance(value, Mapping):
+        return list(value.items())
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _fill(line: str, entry: Any, template: Path) -> str:
+    def one(match: re.Match) -> str:
+        part = match.group(2)
+        if isinstance(entry, tuple) != (part is not None):
+            raise ProfileError(f"{template}: {match.group(0)} does not fit the value {entry!r}")
+        value = entry if part is None else entry[0 if part == "name" else 1]
+        return shlex.quote(str(value))
+
+    return _PLACEHOLDER.sub(one, line)
+
+
+def preamble_lines(profile: SlurmProfile) -> list[str]:
+    """The site template filled from the profile (see sbatch_templates/README.md)."""
+    template = template_path(profile)
+    lines = []
+    for line in template.read_text().splitlines():
+        if line.startswith("##") or not line.strip():
+            continue
+        names = {match.group(1) for match in _PLACEHOLDER.finditer(line)}
+        if len(names) > 1:
+            raise ProfileError(f"{template}: one profile field per line, got {sorted(names)} in {line!r}")
+        if not names:
+            lines.append(line)
+            continue
+        lines += [_fill(line, entry, template) for entry in _entries(profile, names.pop(), template)]
+    return lines
+
+
+def compile_cache_lines(policy: str, sweep_dir: Path) -> list[str]:
+    """Exports of the inductor and triton cache directories for `cluster.compile_cache`."""
+    if policy == "shared":  # one cache for the sweep: cells after the first compile warm
+        root = Path(sweep_dir) / COMPILE_CACHE_DIR
+        return [f"export {var}={shlex.quote(str(root / sub))}" for var, sub in zip(CACHE_VARIABLES, ("inductor", "triton"))]
+    # per_job: a fresh directory on the node, removed when the job script ends: every cell compiles cold
+    return [
+        'COMPILEBENCH_COMPILE_CACHE="$(mktemp -d "${TMPDIR:-/tmp}/compilebench-compile-cache.XXXXXX")"',
+        "trap 'rm -rf \"$COMPILEBENCH_COMPILE_CACHE\"' EXIT",
+        *(f'export {var}="$COMPILEBENCH_COMPILE_CACHE/{sub}"' for var, sub in zip(CACHE_VARIABLES, ("inductor", "triton"))),
+    ]
+
+
+def slurm_parameters(profile: SlurmProfile, resources: Resources, sweep_dir: Path) -> dict[str, Any]:
+    """submitit `SlurmExecutor.update_parameters` keywords for one job array."""
+    params: dict[str, Any] = {
+        "job_name": JOB_NAME,
+        "partition": resources.partition,
+        "time": resources.time_min,
+        "array_parallelism": profile.array_parallelism,
+        "setup": [*preamble_lines(profile), *profile.setup, *compile_cache_lines(profile.compile_cache, sweep_dir)],
+    }
+    if resources.gres:
+        params["gres"] = resources.gres
+    if resources.cpus:
+        params["cpus_per_task"] = resources.cpus
+        # The step must get the job's CPUs too: srun of Slurm 22.05+ no longer reads SLURM_CPUS_PER_TASK.
+        params["srun_args"] = [f"--cpus-per-task={resources.cpus}"]
+    if resources.mem_gb:
+        params["mem"] = _convert_mem(resources.mem_gb)
+    for key in ("account", "qos"):
+        if getattr(profile, key):
+            params[key] = getattr(profile, key)
+    if profile.sbatch_extra:
+        bad = [k for k in profile.sbatch_extra if not _OPTION.fullmatch(str(k))]
+        if bad:
+            raise ProfileError(f"cluster {profile.name}: sbatch_extra keys must be sbatch option names, got {bad}")
+        params["additional_parameters"] = {
+            str(k): v if v is True else str(v) for k, v in profile.sbatch_extra.items() if v is not None and v is not False
+        }
+    return params
+
+
+class RenderOnlyExecutor(SlurmExecutor):
+    """A SlurmExecutor that can be built where Slurm is not installed and never submits: it
+    renders the script text of a dry run through the same submitit code a submission uses."""
+
+    @classmethod
+    def affinity(cls) -> int:
+        return 2  # SlurmExecutor refuses to exist without `srun` on PATH
+
+    def _submit_command(self, command: str) -> Any:
+        raise RuntimeError("RenderOnlyExecutor does not submit")
+
+
+def make_executor(sweep_dir: Path, params: Mapping[str, Any], render_only: bool = False) -> SlurmExecutor:
+    cls = RenderOnlyExecutor if render_only else SlurmExecutor
+    executor = cls(folder=Path(sweep_dir) / SUBMITIT_DIR, max_num_timeout=0)
+    executor.update_parameters(**params)
+    return executor
+
+
+def script_text(sweep_dir: Path, params: Mapping[str, Any], count: int) -> str:
+    """The sbatch script submitit submits for `count` calls of these parameters: a job array
+    (`--array=0-N%P`) when count > 1, a plain job for one call, as `SlurmExecutor` does."""
+    executor = make_executor(sweep_dir, params, render_only=True)
+    if count > 1:  # what SlurmExecutor._internal_process_submissions sets on its array executor
+        executor.parameters["map_count"] = count
+    return executor._make_submission_file_text(executor._submitit_command_str, uid="")
