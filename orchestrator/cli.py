@@ -1,10 +1,13 @@
 """`compilebench` command line: a thin layer over grid expansion, executors and analysis.
 
-    compilebench sweep [OVERRIDES...] [--dry-run]
+    compilebench sweep [OVERRIDES...] [--dry-run]     # cluster=local runs the cells here; a Slurm
+                                                      # cluster (cluster=grete) submits job arrays
     compilebench analyze SWEEP_DIR [--format markdown|csv]
 
-Exit codes: 0 success; 1 a cell failed (sweep) or nothing to analyse (analyze); 2 bad input,
-reported in one line on stderr before anything runs.
+Exit codes: 0 success (for Slurm: submitted); 1 a cell failed (local sweep), an sbatch failed after
+earlier arrays were submitted (Slurm), or nothing to analyse (analyze); 2 bad input (a bad
+override, cluster profile, partition or GPU type), reported in one line on stderr before anything
+runs or is submitted.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
         "hydra.sweep.dir=DIR) into cells, write their configs and the manifest, and run every cell.",
     )
     sweep.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra override, e.g. backend=eager,inductor")
-    sweep.add_argument("--dry-run", action="store_true", help="print the grid and write configs/manifest; run nothing")
+    sweep.add_argument("--dry-run", action="store_true",
+                       help="print the grid and write configs, manifest and (Slurm) the sbatch scripts; run nothing")
 
     analyze = commands.add_parser("analyze", help="summarise a sweep directory as a table")
     analyze.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
@@ -55,8 +59,10 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool) -> int:
         grid = expand(overrides)
     except GridError as exc:
         return _error(str(exc))
+    if grid.executor == "slurm":
+        return sweep_slurm(grid, dry_run)
     if grid.executor != "local":
-        return _error(f"executor {grid.executor!r} (cluster={grid.cluster.get('name')}) is not implemented yet; use cluster=local")
+        return _error(f"unknown executor {grid.executor!r} (cluster={grid.cluster.get('name')}); use local or slurm")
 
     prepare(grid)
     if dry_run:
@@ -76,6 +82,46 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool) -> int:
     skipped = sum(o.status == "skipped" for o in outcomes)
     print(f"\n{done} completed, {skipped} already completed, {len(failed)} failed; results in {grid.sweep_dir}")
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def sweep_slurm(grid, dry_run: bool) -> int:
+    """Submit the grid's cells as job arrays (or only write the scripts: --dry-run); returns once submitted."""
+    from analysis.tables import render_markdown
+    from orchestrator.profile import ProfileError
+    from orchestrator.slurm import SBATCH_DIR, SubmitError, grid_rows, plan, submit, write_dry_run
+
+    try:
+        the_plan = plan(grid)
+    except ProfileError as exc:
+        return _error(str(exc))
+    cells = sum(len(array.cells) for array in the_plan.arrays)
+    skipped = len(the_plan.skipped)
+    scripts = grid.sweep_dir / SBATCH_DIR
+    if dry_run:
+        rows = grid_rows(the_plan)
+        print(render_markdown(rows, list(rows[0])))
+        paths = write_dry_run(the_plan)
+        print(f"\n{len(grid.cells)} cell(s): {cells} in {len(paths)} job array(s), {skipped} not submitted "
+              f"(completed or queued); scripts in {scripts}/ ({', '.join(p.name for p in paths) or 'none'}); "
+              "nothing submitted (--dry-run)")
+        return EXIT_OK
+
+    print(f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} (executor slurm, cluster {the_plan.profile.name})",
+          flush=True)
+    if not the_plan.arrays:
+        print(f"nothing to submit: {skipped} cell(s) completed or still queued")
+        return EXIT_OK
+    try:
+        submit(the_plan)
+    except SubmitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if exc.submitted:
+            print(f"{exc.submitted} array(s) were submitted before; their job ids are in {grid.sweep_dir}/manifest.parquet",
+                  file=sys.stderr)
+        return EXIT_FAILED if exc.submitted else EXIT_USAGE
+    print(f"{cells} cell(s) submitted in {len(the_plan.arrays)} job array(s), {skipped} not submitted (completed or "
+          f"queued); job ids in {grid.sweep_dir}/manifest.parquet, scripts in {scripts}/")
+    return EXIT_OK
 
 
 def cmd_analyze(sweep_dir: Path, fmt: str) -> int:

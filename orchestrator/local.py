@@ -57,22 +57,23 @@ def _last_line(path: Path, limit: int = 65536) -> str:
     return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
-def run_cell(sweep_dir: Path, cell: Cell) -> Outcome:
-    """Run one cell in a subprocess; its stdout/stderr go to the cell's logs/."""
-    directory = cell_dir(sweep_dir, cell.cell_id)
+def run_cell(sweep_dir: Path, cell: Cell | str) -> Outcome:
+    """Run one cell (a Cell or its id) in a subprocess; its stdout/stderr go to the cell's logs/."""
+    cell_id = cell if isinstance(cell, str) else cell.cell_id
+    directory = cell_dir(sweep_dir, cell_id)
     logs = directory / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)
     attempts_before = last_status(directory)[0]
-    command = [sys.executable, "-m", "workloads.run", str(config_path(sweep_dir, cell.cell_id))]
+    command = [sys.executable, "-m", "workloads.run", str(config_path(sweep_dir, cell_id))]
     start = time.perf_counter()
     with open(logs / "stdout.log", "ab") as out, open(logs / "stderr.log", "ab") as err:
         code = subprocess.call(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=_child_env())
     seconds = time.perf_counter() - start
     if code == 0:
         if is_completed(directory):
-            return Outcome(cell.cell_id, "completed", seconds)
+            return Outcome(cell_id, "completed", seconds)
         # Trust the file, not the exit code: a re-run skips only what run.parquet says is done.
-        return Outcome(cell.cell_id, "failed", seconds, "exit 0 but run.parquet has no completed attempt")
+        return Outcome(cell_id, "failed", seconds, "exit 0 but run.parquet has no completed attempt")
 
     # The workload records why in run.parquet (oom, not_compiled, ...) unless it died before.
     attempts, status, error = last_status(directory)
@@ -82,7 +83,7 @@ def run_cell(sweep_dir: Path, cell: Cell) -> Outcome:
         reason = error.strip().splitlines()[0]  # the workload's own one-line reason
     else:
         reason = _last_line(logs / "stderr.log") or "(no output)"  # e.g. the exception of a traceback
-    return Outcome(cell.cell_id, status, seconds, f"exit {code}: {reason} [{logs / 'stderr.log'}]")
+    return Outcome(cell_id, status, seconds, f"exit {code}: {reason} [{logs / 'stderr.log'}]")
 
 
 def run_grid(grid: Grid, out: TextIO = sys.stdout) -> list[Outcome]:

@@ -85,11 +85,23 @@ def write_manifest(grid: Grid, job_ids: dict[str, str] | None = None) -> Path:
     return path
 
 
-def prepare(grid: Grid) -> None:
-    """Write every cell's config.yaml and the manifest; runs nothing."""
+def recorded_job_ids(sweep_dir: Path) -> dict[str, str]:
+    """{cell_id: job_id} of an existing manifest (cells never submitted left out); {} if none."""
+    manifest = read_parquet(Path(sweep_dir) / MANIFEST_FILE, MANIFEST_SCHEMA)
+    if manifest is None:
+        return {}
+    return {row.cell_id: row.job_id for row in manifest.itertuples() if isinstance(row.job_id, str) and row.job_id}
+
+
+def prepare(grid: Grid) -> dict[str, str]:
+    """Write every cell's config.yaml and the manifest; runs nothing. A scheduler's job ids
+    recorded by an earlier run of the sweep are kept (and returned): they are the last job
+    of each cell until a new one is submitted."""
+    job_ids = recorded_job_ids(grid.sweep_dir) if grid.executor != "local" else {}
     for cell in grid.cells:
         write_cell_config(grid.sweep_dir, cell)
-    write_manifest(grid)
+    write_manifest(grid, job_ids)
+    return job_ids
 
 
 def last_status(directory: Path) -> tuple[int, str | None, str | None]:

@@ -1,0 +1,247 @@
+"""Slurm executor: the cells of a grid as submitit job arrays, submitted or only planned (--dry-run).
+
+Cells that ask for the same resources (partition, GPU type and count, CPUs, memory, time limit;
+see orchestrator/profile.py) share one job array, split so that no array has more than the
+profile's `max_array_size` tasks and throttled to `array_parallelism` running tasks (`%N`).
+Each task runs `orchestrator.slurm_job.run_cell_job`, i.e. `python -m workloads.run CONFIG` of
+its cell. Cells completed earlier, or whose recorded job is still in the queue, are not submitted.
+
+`sweep()` returns once the arrays are submitted: job ids go to manifest.parquet
+(`<array job>_<task>`, or `<job>` for a lone cell, which submitit submits as a plain job) and the
+submitted scripts to `SWEEP_DIR/sbatch/<job>.sh`. A dry run writes the scripts it would submit to
+`SWEEP_DIR/sbatch/dryrun-NN.sh`, rendered by the same submitit code, and submits nothing.
+
+Jobs get a clean environment: `SLURM_*`, `SBATCH_*`, `SRUN_*`, `SALLOC_*`, `SUBMITIT_*`, the
+torch.distributed variables and the compile-cache variables of the submitting shell are removed
+while `sbatch` runs (submitit.helpers.clean_env), except `SLURM_CONF`, which says which cluster
+to talk to. `sbatch` exports the rest of the environment to the job as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Hashable, Iterator, Sequence, TextIO, TypeVar
+
+from orchestrator.grid import Cell, Grid
+from orchestrator.profile import ProfileError, Resources, SlurmProfile, load_profile, resources_for
+from orchestrator.sbatch import CACHE_VARIABLES, make_executor, script_text, slurm_parameters
+from orchestrator.sweep_dir import cell_dir, is_completed, prepare, write_manifest
+
+SBATCH_DIR = "sbatch"
+DRY_RUN_PREFIX = "dryrun-"
+#: Client settings that must survive the clean environment: they say where the cluster is.
+KEEP_VARIABLES = ("SLURM_CONF",)
+#: sinfo/squeue answer in well under a second; with a SLURM_CONF that names no file they retry
+#: for 60 s. The checks they serve are skipped when they do not answer in time.
+QUERY_TIMEOUT_S = 15
+
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+
+
+class SubmitError(RuntimeError):
+    """sbatch refused an array (or is missing); the message is one line for the user."""
+
+    submitted = 0
+    """How many arrays of the plan went out before this one failed."""
+
+
+@dataclass
+class JobArray:
+    """One sbatch submission: cells that share resources, at most max_array_size of them."""
+
+    index: int
+    resources: Resources
+    cells: list[Cell]
+    params: dict[str, Any]
+
+    @property
+    def dry_run_name(self) -> str:
+        return f"{DRY_RUN_PREFIX}{self.index:02d}.sh"
+
+
+@dataclass
+class SlurmPlan:
+    grid: Grid
+    profile: SlurmProfile
+    resources: dict[str, Resources]
+    """cell_id -> its resources (every cell of the grid)."""
+    skipped: dict[str, str]
+    """cell_id -> why it is not submitted (completed, or still queued as job X)."""
+    arrays: list[JobArray]
+    job_ids: dict[str, str]
+    """cell_id -> the last job recorded for it (the manifest's job_id column)."""
+
+
+def group_arrays(items: Sequence[T], key: Callable[[T], K], max_size: int) -> list[tuple[K, list[T]]]:
+    """Items grouped by key (groups in order of first appearance, items in order), each group
+    cut into consecutive chunks of at most `max_size` items."""
+    if max_size < 1:
+        raise ValueError(f"max_size must be >= 1, got {max_size}")
+    groups: dict[K, list[T]] = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return [(k, members[i : i + max_size]) for k, members in groups.items() for i in range(0, len(members), max_size)]
+
+
+def check_grid(grid: Grid) -> tuple[SlurmProfile, dict[str, Resources], dict[Resources, dict[str, Any]]]:
+    """Profile, per-cell resources and per-resources sbatch parameters; raises ProfileError
+    before anything is written."""
+    profile = load_profile(grid.cluster)
+    resources = {cell.cell_id: resources_for(profile, cell.axes["model"]) for cell in grid.cells}
+    params = {res: slurm_parameters(profile, res, grid.sweep_dir) for res in dict.fromkeys(resources.values())}
+    return profile, resources, params
+
+
+def _query(*command: str) -> set[str] | None:
+    """The words a Slurm query prints (`squeue -h -o %i`), or None when it cannot answer."""
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(out.stdout.split()) if out.returncode == 0 else None
+
+
+def queued_jobs() -> set[str] | None:
+    """Ids (`123_4`, `125`) of this user's jobs in the queue, or None when squeue cannot tell."""
+    return _query("squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i")
+
+
+def cells_to_skip(grid: Grid, job_ids: dict[str, str], check_queue: bool = True) -> dict[str, str]:
+    """Cells not to submit again: completed ones, and ones whose recorded job is still queued."""
+    skipped = {c.cell_id: "completed" for c in grid.cells if is_completed(cell_dir(grid.sweep_dir, c.cell_id))}
+    pending = {cid: jid for cid, jid in job_ids.items() if cid not in skipped}
+    queue = queued_jobs() if pending and check_queue else set()
+    for cell_id, job_id in pending.items():
+        if queue and job_id in queue:
+            skipped[cell_id] = f"queued as {job_id}"
+    return skipped
+
+
+def cluster_partitions() -> set[str] | None:
+    """The partitions `sinfo` lists, or None when there is no Slurm to ask."""
+    return _query("sinfo", "-h", "-o", "%R")
+
+
+def check_partitions(resources: dict[str, Resources]) -> None:
+    """ProfileError for a partition the cluster does not have (when sinfo answers at all)."""
+    existing = cluster_partitions()
+    if existing is None:
+        return
+    for partition in sorted({res.partition for res in resources.values()} - existing):
+        raise ProfileError(f"partition {partition!r} does not exist on this cluster "
+                           f"(sinfo lists: {', '.join(sorted(existing))})")
+
+
+def plan(grid: Grid, query_cluster: bool = True) -> SlurmPlan:
+    """Check the profile (and, with query_cluster, the partitions and the queue), write configs
+    and manifest (prepare), and group the cells left to run into arrays."""
+    profile, resources, params = check_grid(grid)
+    if query_cluster:
+        check_partitions(resources)
+    job_ids = prepare(grid)
+    skipped = cells_to_skip(grid, job_ids, query_cluster)
+    todo = [cell for cell in grid.cells if cell.cell_id not in skipped]
+    groups = group_arrays(todo, lambda cell: resources[cell.cell_id], profile.max_array_size)
+    arrays = [JobArray(i, res, cells, params[res]) for i, (res, cells) in enumerate(groups)]
+    return SlurmPlan(grid, profile, resources, skipped, arrays, job_ids)
+
+
+def grid_rows(plan: SlurmPlan) -> list[dict[str, Any]]:
+    """The dry-run grid: one row per cell, its axes, resources, array and what happens to it."""
+    array_of = {cell.cell_id: array.index for array in plan.arrays for cell in array.cells}
+    return [
+        {**row, **plan.resources[row["cell_id"]].describe(), "array": array_of.get(row["cell_id"]),
+         "state": plan.skipped.get(row["cell_id"], "submit")}
+        for row in plan.grid.rows()
+    ]
+
+
+def write_dry_run(plan: SlurmPlan) -> list[Path]:
+    """Write the script of every array that would be submitted to SWEEP_DIR/sbatch/dryrun-NN.sh."""
+    directory = Path(plan.grid.sweep_dir) / SBATCH_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob(f"{DRY_RUN_PREFIX}*.sh"):  # from an earlier dry run of a larger grid
+        stale.unlink()
+    paths = []
+    for array in plan.arrays:
+        path = directory / array.dry_run_name
+        path.write_text(script_text(plan.grid.sweep_dir, array.params, len(array.cells)))
+        paths.append(path)
+    return paths
+
+
+@contextlib.contextmanager
+def clean_submission_env() -> Iterator[None]:
+    """os.environ without the submitting shell's job variables while sbatch runs (see module doc)."""
+    import submitit.helpers
+
+    keep = {name: os.environ[name] for name in KEEP_VARIABLES if name in os.environ}
+    extra = [name for name in os.environ if name.startswith("SALLOC_")] + list(CACHE_VARIABLES)
+    with submitit.helpers.clean_env(extra_names=extra):
+        os.environ.update(keep)
+        try:
+            yield
+        finally:
+            for name in keep:  # clean_env puts back what it removed, SLURM_CONF included
+                os.environ.pop(name, None)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return next((line for line in lines if "error" in line.lower()), lines[0] if lines else type(exc).__name__)
+
+
+def submit_array(plan: SlurmPlan, array: JobArray) -> list[str]:
+    """Submit one array (one sbatch call) and return the job id of each of its cells."""
+    from submitit.core.utils import FailedJobError, FailedSubmissionError
+
+    from orchestrator.slurm_job import run_cell_job
+
+    sweep_dir = Path(plan.grid.sweep_dir)
+    try:
+        executor = make_executor(sweep_dir, array.params)
+    except RuntimeError as exc:  # submitit: 'Could not detect "srun"'
+        raise SubmitError(f"cannot submit to Slurm from here: {exc} (--dry-run plans without Slurm)") from None
+    cell_ids = [cell.cell_id for cell in array.cells]
+    with clean_submission_env():
+        try:
+            jobs = executor.map_array(run_cell_job, [str(sweep_dir)] * len(cell_ids), cell_ids)
+        except (FailedJobError, FailedSubmissionError, OSError) as exc:
+            raise SubmitError(f"sbatch refused array {array.index} ({array.resources.partition}): {_one_line(exc)}") from None
+    submitted = Path(jobs[0].paths.submission_file)
+    base_id = jobs[0].job_id.split("_")[0]
+    (sweep_dir / SBATCH_DIR).mkdir(parents=True, exist_ok=True)
+    (sweep_dir / SBATCH_DIR / f"{base_id}.sh").write_text(submitted.read_text())
+    return [job.job_id for job in jobs]
+
+
+def _describe(array: JobArray, ids: list[str]) -> str:
+    res = array.resources.describe()
+    where = ", ".join(str(res[k]) for k in ("partition", "gres") if res[k] != "-")
+    extra = ", ".join(f"{v} {k}" if k == "cpus" else str(v) for k, v in res.items()
+                      if k in ("cpus", "mem", "time") and v)
+    span = ids[0] if len(ids) == 1 else f"{ids[0].split('_')[0]}_[0-{len(ids) - 1}]"
+    return f"{span}: {len(ids)} cell(s) on {where} ({extra})"
+
+
+def submit(plan: SlurmPlan, out: TextIO = sys.stdout) -> dict[str, str]:
+    """Submit every array of the plan; the manifest is rewritten after each, so the job ids of
+    what was submitted are kept even when a later sbatch fails (SubmitError is raised then)."""
+    job_ids = dict(plan.job_ids)
+    for done, array in enumerate(plan.arrays):
+        try:
+            ids = submit_array(plan, array)
+        except SubmitError as exc:
+            exc.submitted = done
+            raise
+        job_ids.update(zip((cell.cell_id for cell in array.cells), ids))
+        write_manifest(plan.grid, job_ids)
+        print(f"submitted {_describe(array, ids)}", file=out, flush=True)
+    return job_ids

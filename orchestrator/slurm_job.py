@@ -1,0 +1,68 @@
+"""What one Slurm array task runs: `run_cell_job(sweep_dir, cell_id)`, called by submitit in the job.
+
+It runs the cell exactly as the local executor does (`python -m workloads.run CONFIG` in a
+subprocess, stdout/stderr appended to `cells/<id>/logs/stdout.log` and `stderr.log`), and makes the
+job findable from the cell: `logs/slurm-<job>.out` / `.err` are symlinks to submitit's log files
+of the task under `SWEEP_DIR/submitit/`, and `logs/slurm-<job>.env` lists the Slurm, submitit and
+compile-cache variables the task saw (to check that nothing leaked in from the submitting shell).
+
+A cell that does not complete raises CellFailed, so that the Slurm job ends FAILED and submitit's
+`job.result()` raises; the cell's own status (oom, not_compiled, ...) is in its run.parquet.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from orchestrator.local import Outcome, run_cell
+from orchestrator.sweep_dir import LOGS_DIR, cell_dir, is_completed
+
+#: Variables written to logs/slurm-<job>.env: names starting with these, or equal to them.
+ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SUBMITIT_", "TORCHINDUCTOR_", "TRITON_")
+
+
+class CellFailed(RuntimeError):
+    """The cell ran and did not complete; the message is the local executor's one-line reason."""
+
+
+def _link(target: Path, link: Path) -> None:
+    """A relative symlink `link` -> `target` (replaced if it exists), so the sweep directory can move."""
+    link.unlink(missing_ok=True)
+    link.symlink_to(os.path.relpath(target, link.parent))
+
+
+def record_job(logs: Path) -> str:
+    """Link the task's submitit logs into `logs` and write the env file; returns the job id."""
+    import submitit  # in the job only: the submitting side never needs this module's imports
+
+    environment = submitit.JobEnvironment()
+    job_id = environment.job_id  # "<array job>_<task>" in an array, "<job>" for a lone job
+    paths = environment.paths
+    _link(paths.stdout, logs / f"slurm-{job_id}.out")
+    _link(paths.stderr, logs / f"slurm-{job_id}.err")
+    names = sorted(k for k in os.environ if k.startswith(ENV_PREFIXES))
+    (logs / f"slurm-{job_id}.env").write_text("".join(f"{k}={os.environ[k]}\n" for k in names))
+    return job_id
+
+
+def run_cell_job(sweep_dir: str, cell_id: str) -> Outcome:
+    """Run one cell in a Slurm job (skipping it if an earlier job completed it)."""
+    # Slurm's --signal=USR2 (submitit asks for it 90 s before the time limit, for checkpointing)
+    # would kill the cell's process without a record; ignored here, the child inherits SIG_IGN
+    # and still gets SIGTERM at the limit, which the workload records as its status.
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    directory = cell_dir(Path(sweep_dir), cell_id)
+    logs = directory / LOGS_DIR
+    logs.mkdir(parents=True, exist_ok=True)
+    job_id = record_job(logs)
+    if is_completed(directory):
+        print(f"cell {cell_id}: completed by an earlier job; nothing to do")
+        return Outcome(cell_id, "skipped")
+    print(f"cell {cell_id}: running in job {job_id}; its output: {logs}/stdout.log, stderr.log", flush=True)
+    outcome = run_cell(Path(sweep_dir), cell_id)
+    print(f"cell {cell_id}: {outcome.status} in {outcome.seconds:.1f} s {outcome.message}".rstrip(), flush=True)
+    if not outcome.ok:
+        raise CellFailed(f"cell {cell_id} {outcome.status}: {outcome.message}")
+    return outcome
