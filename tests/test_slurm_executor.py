@@ -1,0 +1,229 @@
+"""The Slurm executor: cluster profiles, grouping cells into job arrays, the sbatch scripts that
+submitit renders (golden files), `sweep --dry-run`, and bad input refused before anything runs.
+
+The planning tests need no Slurm (the `no_slurm_here` fixture hides any cluster of the machine);
+the end-to-end tests at the end run small sweeps of tiny CPU cells through the real single-node
+Slurm of tests/slurm/ (its session fixtures; skipped where it cannot start).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.grid import expand
+from orchestrator.profile import ProfileError, load_profile, resources_for
+from orchestrator.slurm import check_grid, group_arrays
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+GOLDEN_DIR = Path(__file__).parent / "golden"
+#: Set to rewrite the golden files from what the code renders now (then review the diff).
+UPDATE_ENV = "COMPILEBENCH_UPDATE_GOLDEN"
+
+
+BASH = shutil.which("bash") or "/bin/bash"
+
+
+@pytest.fixture
+def no_slurm_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A machine without Slurm (a laptop), whatever this one has: no sinfo or squeue on PATH,
+    so the plan is the profile's alone. Runs in tmp_path."""
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "sinfo").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    monkeypatch.chdir(tmp_path)
+
+
+def sweep_cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
+    code = main(["sweep", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def normalise(text: str, sweep_dir: Path) -> str:
+    """Only what differs between machines and runs: the sweep directory and the Python binary."""
+    return text.replace(str(sweep_dir), "SWEEP_DIR").replace(sys.executable, "PYTHON")
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN_DIR / name
+    if os.environ.get(UPDATE_ENV):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}; run with {UPDATE_ENV}=1 to write it"
+    assert text == path.read_text(), f"{name} differs from the golden file (rerun with {UPDATE_ENV}=1 and review)"
+
+
+# --- grouping ------------------------------------------------------------------------------
+
+
+def test_group_arrays_keeps_order_and_splits_at_max_size() -> None:
+    items = ["a1", "b1", "a2", "a3", "b2", "a4", "a5", "a6", "a7"]
+    groups = group_arrays(items, key=lambda s: s[0], max_size=3)
+    assert groups == [("a", ["a1", "a2", "a3"]), ("a", ["a4", "a5", "a6"]), ("a", ["a7"]), ("b", ["b1", "b2"])]
+    assert group_arrays(items, key=lambda s: s[0], max_size=100) == [
+        ("a", ["a1", "a2", "a3", "a4", "a5", "a6", "a7"]), ("b", ["b1", "b2"])]
+    assert [len(g) for _, g in group_arrays(list(range(2001)), key=lambda i: 0, max_size=1000)] == [1000, 1000, 1]
+    assert group_arrays([], key=lambda s: s, max_size=5) == []
+    with pytest.raises(ValueError):
+        group_arrays(items, key=lambda s: s, max_size=0)
+
+
+def test_cells_sharing_resources_share_an_array() -> None:
+    grid = expand(["cluster=grete", "model=gpt,resnet", "backend=eager,inductor", "seed=1,2"])
+    _, resources, params = check_grid(grid)
+    by_model = {}
+    for cell in grid.cells:
+        by_model.setdefault(cell.axes["model"], set()).add(resources[cell.cell_id])
+    assert {model: len(r) for model, r in by_model.items()} == {"gpt": 1, "resnet": 1}  # 4 cells each
+    assert len(params) == 2
+    (gpt,), (resnet,) = by_model["gpt"], by_model["resnet"]
+    assert (gpt.partition, gpt.gres, gpt.cpus, gpt.mem_gb, gpt.time_min) == ("grete:shared", "gpu:A100:1", 16, 120, 60)
+    assert (resnet.partition, resnet.gres) == ("grete-h100", "gpu:H100:1")
+
+
+# --- profiles ------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _grete(overrides: tuple[str, ...]) -> str:
+    return json.dumps(expand(["cluster=grete", *overrides]).cluster)
+
+
+def grete(*overrides: str) -> dict:
+    """The composed grete profile (a fresh copy; composing takes a second, so it is cached)."""
+    return json.loads(_grete(overrides))
+
+
+@pytest.mark.parametrize(
+    "overrides, model, partition, gres",
+    [
+        ([], "gpt", "grete:shared", "gpu:A100:1"),
+        ([], "resnet", "grete-h100", "gpu:H100:1"),
+        ([], "timm", "grete-h100", "gpu:H100:1"),
+        (["cluster.gpu_type=H100"], "gpt", "grete-h100", "gpu:H100:1"),
+        (["cluster.gpu_type_by_model.resnet=A100"], "resnet", "grete:shared", "gpu:A100:1"),
+        (["cluster.gpu_type_by_model.default=H100"], "some_new_model", "grete-h100", "gpu:H100:1"),
+        (["cluster.gpus=2"], "gpt", "grete:shared", "gpu:A100:2"),
+        (["cluster.gpus=0"], "gpt", "grete:shared", None),
+        (["cluster.partition=grete-h100"], "gpt", "grete-h100", "gpu:A100:1"),
+    ],
+)
+def test_resources_from_profile_and_model(overrides: list[str], model: str, partition: str, gres: str | None) -> None:
+    res = resources_for(load_profile(grete(*overrides)), model)
+    assert (res.partition, res.gres) == (partition, gres)
+    assert res.cpus == 16 * max(res.gpus, 1) and res.mem_gb == 120 * max(res.gpus, 1)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"gpu_type": "V100"}, "unknown GPU type 'V100' (for model gpt); the profile's partitions have: A100, H100"),
+        ({"partition": "nope"}, "unknown partition 'nope'; the profile's partitions: grete-h100, grete:shared"),
+        ({"compile_cache": "sometimes"}, "compile_cache must be one of shared, per_job"),
+        ({"time_min": None}, "time_min (required for Slurm: minutes per job) must be a positive integer"),
+        ({"gpus": 5}, "gpus=5 is more than a node has (gpus_per_node=4)"),
+        ({"max_array_size": 0}, "max_array_size must be a positive integer"),
+        ({"partitions": {}}, "partitions is empty"),
+        ({"typo_key": 1}, "unknown key(s) typo_key"),
+        ({"setup": ["ok", "two\nlines"]}, "setup must be a list of one-line strings"),
+        ({"env": {"not a name": "x"}}, "env must map variable names to values"),
+    ],
+)
+def test_bad_profile_is_one_line_error(change: dict, message: str) -> None:
+    cluster = {**grete(), **change}
+    with pytest.raises(ProfileError) as info:
+        resources_for(load_profile(cluster), "gpt")
+    assert str(info.value).startswith("cluster grete: ")
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_no_gpu_type_for_a_model() -> None:
+    cluster = {**grete(), "gpu_type_by_model": {"resnet": "H100"}}
+    with pytest.raises(ProfileError, match="no GPU type for model gpt: set cluster.gpu_type"):
+        resources_for(load_profile(cluster), "gpt")
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("cluster.gpu_type=V100", "unknown GPU type 'V100'"),
+        ("cluster.partition=nope", "unknown partition 'nope'"),
+        ("cluster.compile_cache=sometimes", "compile_cache must be one of"),
+        ("+cluster.typo=1", "unknown key(s) typo"),
+        ("cluster.sbatch_template=nope", "sbatch_template 'nope' not found"),
+        ("cluster.executor=pbs", "unknown executor 'pbs'"),
+    ],
+)
+def test_cli_bad_cluster_input_exits_2_before_anything(capsys, no_slurm_here, tmp_path: Path, override: str, message: str) -> None:
+    code, out, err = sweep_cli(capsys, "cluster=grete", override, "hydra.sweep.dir=sw")
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
+    assert not (tmp_path / "sw").exists()  # nothing written, nothing submitted
+
+
+# --- dry run and golden scripts ------------------------------------------------------------
+
+
+def test_dry_run_grid_and_golden_scripts(capsys, no_slurm_here, tmp_path: Path) -> None:
+    """Two models, two backends on Grete: LLM cells in one A100 array, CNN cells in one H100 array."""
+    sweep = tmp_path / "sweep"
+    code, out, err = sweep_cli(capsys, "cluster=grete", "model=gpt,resnet", "backend=eager,inductor",
+                               f"hydra.sweep.dir={sweep}", "--dry-run")
+    assert code == 0, err
+    header = [c.strip() for c in out.splitlines()[0].strip("|").split("|")]
+    assert header == ["cell_id", "model", "size", "backend", "compile_mode", "precision",
+                      "partition", "gres", "cpus", "mem", "time", "array", "state"]
+    manifest = pd.read_parquet(sweep / "manifest.parquet")
+    assert len(manifest) == 4 and set(manifest["executor"]) == {"slurm"} and manifest["job_id"].isna().all()
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()[2:6]}
+    for cell_id, model in zip(manifest["cell_id"], manifest["model"]):
+        gpu, partition, array = ("A100", "grete:shared", "0") if model == "gpt" else ("H100", "grete-h100", "1")
+        assert rows[cell_id][6:] == [partition, f"gpu:{gpu}:1", "16", "120G", "60 min", array, "submit"]
+    assert "4 cell(s): 4 in 2 job array(s)" in out and "nothing submitted (--dry-run)" in out
+    scripts = sorted((sweep / "sbatch").iterdir())
+    assert [p.name for p in scripts] == ["dryrun-00.sh", "dryrun-01.sh"]
+    check_golden("grete_a100_array.sh", normalise(scripts[0].read_text(), sweep))
+    check_golden("grete_h100_array.sh", normalise(scripts[1].read_text(), sweep))
+    assert not (sweep / "submitit").exists()  # submitit never ran: no pickles, no jobs
+
+
+def test_site_setup_is_quoted(capsys, no_slurm_here, tmp_path: Path) -> None:
+    """Every profile value that reaches the script is shell-quoted; `setup` lines stand verbatim."""
+    sweep = tmp_path / "sweep"
+    code, out, err = sweep_cli(
+        capsys, "cluster=grete", "cluster.compile_cache=shared", "cluster.account='proj; touch pwned'",
+        "cluster.qos=normal", "cluster.modules=[cuda/12.1,gcc 12]", "cluster.venv=/opt/venv with space",
+        "+cluster.env.NCCL_DEBUG=WARN", "+cluster.env.WHO='$(whoami)'", "cluster.setup=[module purge,nvidia-smi -L]",
+        "+cluster.sbatch_extra.constraint=80gb", "+cluster.sbatch_extra.mail-type=FAIL", f"hydra.sweep.dir={sweep}", "--dry-run")
+    assert code == 0, err
+    script = (sweep / "sbatch" / "dryrun-00.sh").read_text()
+    check_golden("grete_site_setup.sh", normalise(script, sweep))  # one cell: a plain job, no --array
+    assert "#SBATCH --account='proj; touch pwned'" in script
+    assert "export WHO='$(whoami)'" in script
+    syntax = subprocess.run([BASH, "-n"], input=script, text=True, capture_output=True)
+    assert syntax.returncode == 0, syntax.stderr
+
+
+def test_big_sweep_splits_at_max_array_size(capsys, no_slurm_here, tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    code, out, err = sweep_cli(capsys, "cluster=grete", "seed=range(0,7)", "cluster.max_array_size=3",
+                               "cluster.array_parallelism=2", f"hydra.sweep.dir={sweep}", "--dry-run")
+    assert code == 0, err
+    assert "7 cell(s): 7 in 3 job array(s)" in out
+    arrays = [re.search(r"#SBATCH --array=(\S+)", p.read_text()) for p in sorted((sweep / "sbatch").iterdir())]
+    assert [a.group(1) if a else None for a in arrays] == ["0-2%2", "0-2%2", None]  # the last one is a lone cell
+    # A second, smaller dry run leaves no stale script of the first behind.
+    code, out, err = sweep_cli(capsys, "cluster=grete", "seed=range(0,7)", f"hydra.sweep.dir={sweep}", "--dry-run")
+    assert [p.name for p in (sweep / "sbatch").iterdir()] == ["dryrun-00.sh"]
+    assert "--array=0-6%7" in (sweep / "sbatch" / "dryrun-00.sh").read_text()
