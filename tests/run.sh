@@ -8,5 +8,6 @@ cd "$(dirname "$0")/.."
 # built against the same torch (the registry's build is the CUDA one; it runs on CPU-only hosts).
 python3 -m pip install --quiet --disable-pip-version-check torch torchvision timm
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then bash tests/slurm/install.sh || echo "run.sh: tests/slurm/install.sh failed: the local Slurm tests skip (error under COMPILEBENCH_REQUIRE_SLURM)" >&2; fi
 
 python3 -m pytest "$@"
