@@ -14,10 +14,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from orchestrator.grid import Cell, Grid
 from orchestrator.sweep_dir import LOGS_DIR, cell_dir, config_path, is_completed, last_status
+
+if TYPE_CHECKING:  # grid imports Hydra and torch; run_cell in a Slurm task needs neither
+    from orchestrator.grid import Cell, Grid
 
 #: The repository root, so `workloads` imports in the child even without `pip install -e`.
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -10,14 +10,16 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import yaml
 
 from analysis.collect import CELLS_DIR, latest_run, read_parquet
-from orchestrator.grid import AXES, Cell, Grid
 from workloads.schema import CONFIG_FILE, RUN_FILE, RUN_SCHEMA, table_from_rows, write_parquet_atomic
+
+if TYPE_CHECKING:  # grid imports Hydra and the workloads (torch): a Slurm task needs neither
+    from orchestrator.grid import Cell, Grid
 
 MANIFEST_FILE = "manifest.parquet"
 LOGS_DIR = "logs"
@@ -69,7 +71,7 @@ def manifest_rows(grid: Grid, job_ids: dict[str, str] | None = None) -> list[dic
     return [
         {
             "cell_id": cell.cell_id,
-            **{axis: cell.axes[axis] for axis in AXES},
+            **cell.axes,  # the columns of orchestrator.grid.AXES
             "overrides": " ".join(cell.overrides),
             "executor": grid.executor,
             "job_id": job_ids.get(cell.cell_id),
