@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +25,8 @@ from orchestrator.cli import main
 from orchestrator.grid import expand
 from orchestrator.profile import ProfileError, load_profile, resources_for
 from orchestrator.slurm import check_grid, group_arrays
+from tests.slurm.cluster import LocalSlurm
+from tests.slurm.fixtures import *  # noqa: F401,F403  (slurm_cluster and its guard)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -89,6 +92,14 @@ def test_cells_sharing_resources_share_an_array() -> None:
     (gpt,), (resnet,) = by_model["gpt"], by_model["resnet"]
     assert (gpt.partition, gpt.gres, gpt.cpus, gpt.mem_gb, gpt.time_min) == ("grete:shared", "gpu:A100:1", 16, 120, 60)
     assert (resnet.partition, resnet.gres) == ("grete-h100", "gpu:H100:1")
+
+
+def test_array_task_imports_no_torch() -> None:
+    """The function a Slurm task unpickles loads without Hydra and torch: on a busy node that
+    start-up would come on top of the cell's own (which imports torch in its subprocess)."""
+    code = "import sys, orchestrator.slurm_job; print(sorted({'torch', 'hydra'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 # --- profiles ------------------------------------------------------------------------------
@@ -227,3 +238,131 @@ def test_big_sweep_splits_at_max_array_size(capsys, no_slurm_here, tmp_path: Pat
     code, out, err = sweep_cli(capsys, "cluster=grete", "seed=range(0,7)", f"hydra.sweep.dir={sweep}", "--dry-run")
     assert [p.name for p in (sweep / "sbatch").iterdir()] == ["dryrun-00.sh"]
     assert "--array=0-6%7" in (sweep / "sbatch" / "dryrun-00.sh").read_text()
+
+
+# --- through the real single-node Slurm ------------------------------------------------------
+
+#: Tiny CPU cells: the test cluster's GPUs are placeholders (gres without devices).
+TINY = ["model=gpt", "size=tiny", "precision=fp32", "device=cpu", "steps=2", "warmup_steps=1"]
+#: What a shell inside an allocation (or a careless profile) would hand to sbatch and the jobs.
+LEAKY_ENV = {
+    "SLURM_JOB_ID": "999999",
+    "SLURM_CPUS_PER_TASK": "7",
+    "SLURM_COMPILEBENCH_LEAK": "1",
+    "SBATCH_PARTITION": "debug",  # sbatch reads SBATCH_* before #SBATCH lines: this would move the jobs
+    "TORCHINDUCTOR_CACHE_DIR": "/leaked/inductor",
+    "TRITON_CACHE_DIR": "/leaked/triton",
+}
+#: Generous: another test session may keep both cores busy; inductor compiles C++ on the CPU.
+JOB_TIMEOUT_S = 400
+
+
+def cli(cluster: LocalSlurm, cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The real command line in a fresh process, talking to the test cluster."""
+    environment = {**os.environ, **cluster.env(), "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, env=environment,
+                          capture_output=True, text=True, timeout=300)
+
+
+def queue(cluster: LocalSlurm) -> set[str]:
+    return set(cluster.run("squeue", "-h", "-r", "-o", "%i").stdout.split())
+
+
+def wait_until_done(cluster: LocalSlurm, job_ids: set[str], cell_dirs: list[Path]) -> None:
+    """Poll the queue until none of the jobs is left, then every cell must have a result."""
+    end = time.monotonic() + JOB_TIMEOUT_S
+    while job_ids & queue(cluster):
+        if time.monotonic() > end:
+            pytest.fail(f"jobs {sorted(job_ids & queue(cluster))} still queued after {JOB_TIMEOUT_S} s\n{cluster.logs()}")
+        time.sleep(1)
+    missing = [d.name for d in cell_dirs if not (d / "run.parquet").exists()]
+    assert not missing, f"no run.parquet in {missing}: " + "".join(
+        p.read_text() for d in cell_dirs for p in d.glob("logs/slurm-*.err") if p.exists())
+
+
+def test_sweep_through_job_arrays(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    args = ["sweep", "cluster=test_slurm", *TINY, "backend=eager,aot_eager", "seed=1,2", "hydra.sweep.dir=sw"]
+    sweep = tmp_path / "sw"
+    before = queue(slurm_cluster)
+
+    planned = cli(slurm_cluster, tmp_path, *args, "--dry-run")
+    assert planned.returncode == 0, planned.stderr
+    assert "4 cell(s): 4 in 1 job array(s)" in planned.stdout
+    assert queue(slurm_cluster) == before and not (sweep / "submitit").exists()  # nothing submitted
+    dry_script = (sweep / "sbatch" / "dryrun-00.sh").read_text()
+
+    submitted = cli(slurm_cluster, tmp_path, *args, env=LEAKY_ENV)
+    assert submitted.returncode == 0, submitted.stderr
+    manifest = pd.read_parquet(sweep / "manifest.parquet")
+    array_ids = {job_id.split("_")[0] for job_id in manifest["job_id"]}
+    assert len(array_ids) == 1, manifest  # one array job, one sbatch call
+    array_id = array_ids.pop()
+    assert sorted(manifest["job_id"]) == [f"{array_id}_{i}" for i in range(4)]
+    assert f"submitted {array_id}_[0-3]: 4 cell(s) on grete:shared, gpu:A100:1" in submitted.stdout
+    # What ran is what the dry run showed, to the byte (submitit's own file of the submission).
+    assert (sweep / "sbatch" / f"{array_id}.sh").read_text() == dry_script
+    assert "#SBATCH --partition=grete:shared" in dry_script and "#SBATCH --gres=gpu:A100:1" in dry_script
+    shown = slurm_cluster.run("scontrol", "show", "job", array_id).stdout
+    assert "Partition=grete:shared" in shown and "TresPerNode=gres:gpu:A100:1" in shown, shown
+
+    # Re-running at once submits nothing: every cell is completed, or queued or running.
+    again = cli(slurm_cluster, tmp_path, *args)
+    assert again.returncode == 0 and "nothing to submit: 4 cell(s) completed or still queued" in again.stdout
+
+    cell_dirs = [sweep / "cells" / cell_id for cell_id in manifest["cell_id"]]
+    wait_until_done(slurm_cluster, set(manifest["job_id"]), cell_dirs)
+    for cell_dir, job_id in zip(cell_dirs, manifest["job_id"]):
+        run = pd.read_parquet(cell_dir / "run.parquet").iloc[-1]
+        assert run["status"] == "completed", run["error"]
+        assert (run["partition"], run["slurm_job_id"], f"{array_id}_{run['slurm_array_task_id']}") == (
+            "grete:shared", array_id, job_id)
+        assert (cell_dir / "steps.parquet").exists()
+        # The job is findable from the cell: submitit's log of the task, and what the task saw.
+        assert f"cell {cell_dir.name}: completed" in (cell_dir / "logs" / f"slurm-{job_id}.out").read_text()
+        seen = dict(line.split("=", 1) for line in (cell_dir / "logs" / f"slurm-{job_id}.env").read_text().splitlines())
+        assert "SLURM_COMPILEBENCH_LEAK" not in seen and "SBATCH_PARTITION" not in seen
+        assert (seen["SLURM_JOB_PARTITION"], seen["SLURM_CPUS_PER_TASK"]) == ("grete:shared", "1")
+        assert seen["SLURM_ARRAY_JOB_ID"] == array_id and seen["SLURM_JOB_ID"] != LEAKY_ENV["SLURM_JOB_ID"]
+        cache = Path(seen["TORCHINDUCTOR_CACHE_DIR"])  # per_job (the default): fresh, and removed at the end
+        assert cache.parent.name.startswith("compilebench-compile-cache.") and not cache.parent.exists()
+        assert seen["TRITON_CACHE_DIR"] == str(cache.parent / "triton")
+
+    # Re-running the finished sweep skips every cell and submits nothing.
+    final = cli(slurm_cluster, tmp_path, *args)
+    assert final.returncode == 0 and "nothing to submit: 4 cell(s) completed" in final.stdout
+    assert queue(slurm_cluster) == before
+    assert list(pd.read_parquet(sweep / "manifest.parquet")["job_id"]) == list(manifest["job_id"])
+    assert sorted(p.name for p in (sweep / "sbatch").iterdir()) == sorted(["dryrun-00.sh", f"{array_id}.sh"])
+
+
+def test_lone_cell_on_h100_with_shared_compile_cache(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    """One inductor cell: a plain job (no array), the H100 partition and gres by override, and a
+    compile cache in the sweep directory that inductor really writes to."""
+    sweep = tmp_path / "sw"
+    result = cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY, "backend=inductor",
+                 "cluster.gpu_type=H100", "++cluster.compile_cache=shared", "hydra.sweep.dir=sw")
+    assert result.returncode == 0, result.stderr
+    (job_id,) = pd.read_parquet(sweep / "manifest.parquet")["job_id"]
+    assert job_id.isdigit(), job_id
+    script = (sweep / "sbatch" / f"{job_id}.sh").read_text()
+    assert "--array" not in script and "#SBATCH --partition=grete-h100" in script
+    assert f"export TORCHINDUCTOR_CACHE_DIR={sweep}/compile_cache/inductor" in script
+    shown = slurm_cluster.run("scontrol", "show", "job", job_id).stdout
+    assert "Partition=grete-h100" in shown and "TresPerNode=gres:gpu:H100:1" in shown, shown
+
+    (cell_dir,) = (sweep / "cells").iterdir()
+    wait_until_done(slurm_cluster, {job_id}, [cell_dir])
+    run = pd.read_parquet(cell_dir / "run.parquet").iloc[-1]
+    assert (run["status"], run["partition"], run["slurm_job_id"]) == ("completed", "grete-h100", job_id), run["error"]
+    assert run["graph_count"] >= 1
+    assert any((sweep / "compile_cache" / "inductor").rglob("*")), "inductor wrote nothing to the shared cache"
+
+
+def test_partition_the_cluster_lacks_is_refused(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    before = queue(slurm_cluster)
+    result = cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY, "cluster.partitions.A100=gpu-a100",
+                 "hydra.sweep.dir=sw")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("error: partition 'gpu-a100' does not exist on this cluster "
+                                     "(sinfo lists: debug, grete-h100, grete:shared)")
+    assert not (tmp_path / "sw").exists() and queue(slurm_cluster) == before
