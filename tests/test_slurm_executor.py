@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -366,3 +367,34 @@ def test_partition_the_cluster_lacks_is_refused(slurm_cluster: LocalSlurm, tmp_p
     assert result.stderr.strip() == ("error: partition 'gpu-a100' does not exist on this cluster "
                                      "(sinfo lists: debug, grete-h100, grete:shared)")
     assert not (tmp_path / "sw").exists() and queue(slurm_cluster) == before
+
+
+def test_failed_cell_fails_its_job_and_is_resubmitted(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    """A cell that fails in the workload (a token file shorter than one block) ends its Slurm job
+    FAILED with the reason in the cell's logs; a re-run submits that cell again and only it."""
+    short_bin = tmp_path / "short.bin"
+    np.arange(10, dtype=np.uint16).tofile(short_bin)
+    args = ["sweep", "cluster=test_slurm", *TINY, "data.source=bin,synthetic", f"data.path={short_bin}",
+            "hydra.sweep.dir=sw"]
+    sweep = tmp_path / "sw"
+    first = cli(slurm_cluster, tmp_path, *args)
+    assert first.returncode == 0, first.stderr  # submitted; the failure comes later, in the job
+    manifest = pd.read_parquet(sweep / "manifest.parquet")
+    cell_dirs = [sweep / "cells" / cell_id for cell_id in manifest["cell_id"]]
+    wait_until_done(slurm_cluster, set(manifest["job_id"]), cell_dirs)
+    status = {d.name: pd.read_parquet(d / "run.parquet").iloc[-1]["status"] for d in cell_dirs}
+    assert sorted(status.values()) == ["completed", "failed"]
+    failed = next(d for d in cell_dirs if status[d.name] == "failed")
+    failed_job = manifest.set_index("cell_id").loc[failed.name, "job_id"]
+    assert "JobState=FAILED" in slurm_cluster.run("scontrol", "show", "job", failed_job).stdout
+    assert "block_size" in (failed / "logs" / "stderr.log").read_text()  # the workload's own error
+    assert "CellFailed" in (failed / "logs" / f"slurm-{failed_job}.err").read_text()
+
+    second = cli(slurm_cluster, tmp_path, *args)
+    assert second.returncode == 0, second.stderr
+    assert "1 cell(s) submitted in 1 job array(s), 1 not submitted" in second.stdout
+    resubmitted = pd.read_parquet(sweep / "manifest.parquet").set_index("cell_id")["job_id"]
+    assert resubmitted[failed.name] != failed_job
+    assert (resubmitted.drop(failed.name) == manifest.set_index("cell_id")["job_id"].drop(failed.name)).all()
+    wait_until_done(slurm_cluster, {resubmitted[failed.name]}, [failed])
+    assert len(pd.read_parquet(failed / "run.parquet")) == 2  # a second attempt, failed again
