@@ -2,12 +2,13 @@
 
     compilebench sweep [OVERRIDES...] [--dry-run]     # cluster=local runs the cells here; a Slurm
                                                       # cluster (cluster=grete) submits job arrays
+    compilebench status SWEEP_DIR                     # each cell's state: results, then squeue/sacct
     compilebench analyze SWEEP_DIR [--format markdown|csv]
 
 Exit codes: 0 success (for Slurm: submitted); 1 a cell failed (local sweep), an sbatch failed after
-earlier arrays were submitted (Slurm), or nothing to analyse (analyze); 2 bad input (a bad
-override, cluster profile, partition or GPU type), reported in one line on stderr before anything
-runs or is submitted.
+earlier arrays were submitted (Slurm), not every cell completed (status), or nothing to analyse
+(analyze); 2 bad input (a bad override, cluster profile, partition or GPU type; for status, a
+directory that is not a sweep), reported in one line on stderr before anything runs or is submitted.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra override, e.g. backend=eager,inductor")
     sweep.add_argument("--dry-run", action="store_true",
                        help="print the grid and write configs, manifest and (Slurm) the sbatch scripts; run nothing")
+
+    status = commands.add_parser("status", help="show each cell's state (exit 0 only when all completed)")
+    status.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
 
     analyze = commands.add_parser("analyze", help="summarise a sweep directory as a table")
     analyze.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
@@ -124,6 +128,17 @@ def sweep_slurm(grid, dry_run: bool) -> int:
     return EXIT_OK
 
 
+def cmd_status(sweep_dir: Path) -> int:
+    from orchestrator.status import NotASweep, all_completed, render, sweep_status
+
+    try:
+        rows = sweep_status(sweep_dir)
+    except NotASweep as exc:
+        return _error(str(exc))
+    print(render(rows))
+    return EXIT_OK if all_completed(rows) else EXIT_FAILED
+
+
 def cmd_analyze(sweep_dir: Path, fmt: str) -> int:
     from analysis.tables import sweep_summary, to_csv, to_markdown
 
@@ -155,6 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 130
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "status":
+        return cmd_status(args.sweep_dir)
     return cmd_analyze(args.sweep_dir, args.format)
 
 
