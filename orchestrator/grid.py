@@ -152,8 +152,9 @@ def _resolve_cell(cfg: DictConfig, overrides: Sequence[str]) -> dict[str, Any]:
     try:
         values = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
         assert isinstance(values, dict)
-        check_cell(cell_config_from_dict(values))  # unknown size/backend, unfit data: before any run
-        values["cell_id"] = cell_id_of(values)
+        cell_config = cell_config_from_dict(values)
+        check_cell(cell_config)  # unknown size/backend, unfit data: before any run
+        values["cell_id"] = config_digest(cell_config)  # = cell_id_of(values), converted once
     except (ConfigError, OmegaConfBaseException) as exc:
         raise GridError(f"{' '.join(overrides) or '(defaults)'}: {one_line(exc)}") from exc
     return values

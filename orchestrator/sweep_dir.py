@@ -7,8 +7,6 @@ a temporary file and a rename, so a job reading its config never sees half of it
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +14,9 @@ import pyarrow as pa
 import yaml
 
 from analysis.collect import CELLS_DIR, latest_run, read_parquet
-from workloads.schema import CONFIG_FILE, RUN_FILE, RUN_SCHEMA, table_from_rows, write_parquet_atomic
+from workloads.schema import (
+    CONFIG_FILE, RUN_FILE, RUN_SCHEMA, atomic_output, table_from_rows, write_parquet_atomic,
+)
 
 if TYPE_CHECKING:  # grid imports Hydra and the workloads (torch): a Slurm task needs neither
     from orchestrator.grid import Cell, Grid
@@ -47,22 +47,11 @@ def config_path(sweep_dir: Path, cell_id: str) -> Path:
     return cell_dir(sweep_dir, cell_id) / CONFIG_FILE
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_cell_config(sweep_dir: Path, cell: Cell) -> Path:
     """Write the cell's resolved config (rewritten each time: the cluster part may change)."""
     path = config_path(sweep_dir, cell.cell_id)
-    _write_text_atomic(path, yaml.safe_dump(cell.config, sort_keys=False))
+    with atomic_output(path) as fh:
+        fh.write(yaml.safe_dump(cell.config, sort_keys=False).encode())
     return path
 
 

@@ -8,10 +8,11 @@ never half of one. Bump SCHEMA_VERSION when a column changes meaning or disappea
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, BinaryIO, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -108,20 +109,28 @@ def table_from_rows(rows: Iterable[Mapping[str, Any]], schema: pa.Schema) -> pa.
     return pa.table(columns, schema=schema)
 
 
-def write_parquet_atomic(table: pa.Table, path: str | Path) -> None:
-    """Write `table` to `path` so that readers never observe a partial file."""
+@contextlib.contextmanager
+def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
+    """A binary file whose content replaces `path` in one rename when the block ends without
+    error; it is a temporary file in the same directory until then, and removed on error."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            pq.write_table(table, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+            yield fh
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_parquet_atomic(table: pa.Table, path: str | Path) -> None:
+    """Write `table` to `path` so that readers never observe a partial file."""
+    with atomic_output(path) as fh:
+        pq.write_table(table, fh)
+        fh.flush()
+        os.fsync(fh.fileno())  # results survive a node that goes down right after the rename
 
 
 def append_rows_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]], schema: pa.Schema) -> None:
