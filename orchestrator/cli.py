@@ -35,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra override, e.g. backend=eager,inductor")
     sweep.add_argument("--dry-run", action="store_true",
-                       help="print the grid and write configs, manifest and (Slurm) the sbatch scripts; run nothing")
+                       help="print the grid and (Slurm) write the sbatch scripts it would submit; run or submit nothing")
 
     status = commands.add_parser("status", help="show each cell's state (exit 0 only when all completed)")
     status.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
@@ -68,13 +68,13 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool) -> int:
     if grid.executor != "local":
         return _error(f"unknown executor {grid.executor!r} (cluster={grid.cluster.get('name')}); use local or slurm")
 
-    prepare(grid)
     if dry_run:
         rows = grid.rows()
         print(render_markdown(rows, list(rows[0])))
-        print(f"\n{len(grid.cells)} cell(s); configs and manifest written to {grid.sweep_dir}; nothing run (--dry-run)")
+        print(f"\n{len(grid.cells)} cell(s) for {grid.sweep_dir}; nothing written or run (--dry-run)")
         return EXIT_OK
 
+    prepare(grid)
     print(f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} (executor {grid.executor})", flush=True)
     outcomes = run_grid(grid)
     sys.stdout.flush()  # reading may warn on stderr; keep it after the progress lines
@@ -93,6 +93,7 @@ def sweep_slurm(grid, dry_run: bool) -> int:
     from analysis.tables import render_markdown
     from orchestrator.profile import ProfileError
     from orchestrator.slurm import SBATCH_DIR, SubmitError, grid_rows, plan, submit, write_dry_run
+    from orchestrator.sweep_dir import prepare
 
     try:
         the_plan = plan(grid)
@@ -115,6 +116,7 @@ def sweep_slurm(grid, dry_run: bool) -> int:
     if not the_plan.arrays:
         print(f"nothing to submit: {skipped} cell(s) completed or still queued")
         return EXIT_OK
+    prepare(grid)
     try:
         submit(the_plan)
     except SubmitError as exc:

@@ -9,6 +9,7 @@ override of the same key wins, as in Hydra).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -18,9 +19,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hydra import initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.config_repository import CachingConfigRepository
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.defaults_list import create_defaults_list
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -53,7 +58,8 @@ class Cell:
     overrides: tuple[str, ...]
     """The Hydra overrides that compose this cell (sweeper params first, then the command line)."""
     config: dict[str, Any] = field(compare=False)
-    """Fully resolved config without the `hydra` node, `cell_id` set."""
+    """Fully resolved config without the `hydra` node, `cell_id` set. Read-only: cells of one
+    sweep share the sub-dicts their overrides did not change."""
 
     @property
     def axes(self) -> dict[str, Any]:
@@ -145,19 +151,117 @@ def _default_sweep_dir() -> Path:
     return Path("sweeps") / time.strftime("%Y-%m-%d_%H-%M-%S")
 
 
-def _resolve_cell(cfg: DictConfig, overrides: Sequence[str]) -> dict[str, Any]:
-    """The composed config as a plain dict, without Hydra's node, validated by the workload schema."""
-    with open_dict(cfg):
-        cfg.pop("hydra", None)  # its interpolations (hydra.job.num, ...) only resolve inside a Hydra job
+def _checked(values: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """The cell's plain config validated by the workload schema, `cell_id` set."""
     try:
-        values = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-        assert isinstance(values, dict)
         cell_config = cell_config_from_dict(values)
         check_cell(cell_config)  # unknown size/backend, unfit data: before any run
-        values["cell_id"] = config_digest(cell_config)  # = cell_id_of(values), converted once
-    except (ConfigError, OmegaConfBaseException) as exc:
+    except ConfigError as exc:
         raise GridError(f"{' '.join(overrides) or '(defaults)'}: {one_line(exc)}") from exc
+    values["cell_id"] = config_digest(cell_config)  # = cell_id_of(values), converted once
     return values
+
+
+@dataclass
+class _Composed:
+    """One selection of config groups, composed by Hydra."""
+
+    config: DictConfig
+    """The composed config without the `hydra` node, plain overrides not applied yet."""
+    resolved: dict[str, Any] | None
+    """`config` as a resolved dict when no value in it is an interpolation or missing (`???`):
+    then setting a leaf cannot change any other value, and plain overrides can be set on a copy."""
+
+
+class _Composer:
+    """Hydra's composition of each cell, done once per distinct selection of config groups.
+
+    Hydra composes every job from scratch (`load_sweep_config`, ~60 ms on a 2-core machine);
+    a 10,000-cell sweep mostly varies plain values (`seed=range(250)`) over a few dozen group
+    selections. So the groups are composed once and the plain overrides applied per cell — by
+    Hydra's own `_apply_overrides_to_config` on a copy, or, for the common `key=value` of an
+    existing leaf in a config without interpolations, by setting it in a copy of the resolved
+    dict, which gives the same config ~100 times faster.
+    """
+
+    def __init__(self, loader: Any, master: DictConfig) -> None:
+        self._loader, self._master = loader, master
+        self._parser = OverridesParser.create(config_loader=loader)
+        self._parsed: dict[str, tuple[Override, bool]] = {}
+        self._composed: dict[tuple[str, ...], _Composed] = {}
+
+    def cell_values(self, overrides: Sequence[str]) -> dict[str, Any]:
+        """The resolved config of one cell (without the `hydra` node), validated, `cell_id` set."""
+        parsed = [self._parse(line) for line in overrides]
+        groups = tuple(o.input_line for o, is_group in parsed if is_group)
+        plain = [o for o, is_group in parsed if not is_group]
+        composed = self._compose(groups)
+        values = self._fast_apply(composed, plain)
+        if values is None:
+            cfg = copy.deepcopy(composed.config)
+            ConfigLoaderImpl._apply_overrides_to_config(plain, cfg)
+            values = self._to_dict(cfg, overrides)
+        return _checked(values, overrides)
+
+    def _parse(self, line: str) -> tuple[Override, bool]:
+        """The parsed override and whether it selects a config group; each distinct line parsed once."""
+        if line not in self._parsed:
+            override = self._parser.parse_override(line)
+            # Hydra's own split (defaults_list.Overrides): a group key with a non-dict value selects a config.
+            is_group = not isinstance(override.value(), dict) and self._loader.repository.group_exists(
+                override.key_or_group
+            )
+            self._parsed[line] = (override, is_group)
+        return self._parsed[line]
+
+    def _compose(self, groups: tuple[str, ...]) -> _Composed:
+        if groups not in self._composed:
+            # Hydra's own composition (ConfigLoaderImpl._load_configuration_impl) without Hydra's
+            # node: composing Hydra's ~10 own configs was two thirds of the time, and a cell
+            # drops that node anyway (its interpolations only resolve inside a Hydra job).
+            repo = CachingConfigRepository(self._loader.repository)
+            defaults = create_defaults_list(repo=repo, config_name=CONFIG_NAME, prepend_hydra=False, skip_missing=False,
+                                            overrides_list=[self._parse(line)[0] for line in groups])
+            cfg = self._loader._compose_config_from_defaults_list(defaults=defaults.defaults, repo=repo)
+            OmegaConf.set_struct(cfg, True)  # as Hydra: a plain override of a missing key is an error
+            OmegaConf.copy_cache(from_config=self._master, to_config=cfg)  # as load_sweep_config
+            with open_dict(cfg):
+                cfg.pop("hydra", None)  # what an experiment says of Hydra (sweeper params) was read from the master
+            unresolved = json.dumps(OmegaConf.to_container(cfg, resolve=False), default=str)
+            simple = "${" not in unresolved and '"???"' not in unresolved
+            self._composed[groups] = _Composed(cfg, self._to_dict(cfg, groups) if simple else None)
+        return self._composed[groups]
+
+    @staticmethod
+    def _to_dict(cfg: DictConfig, overrides: Sequence[str]) -> dict[str, Any]:
+        try:
+            values = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        except OmegaConfBaseException as exc:
+            raise GridError(f"{' '.join(overrides) or '(defaults)'}: {one_line(exc)}") from exc
+        assert isinstance(values, dict)
+        return values
+
+    @staticmethod
+    def _fast_apply(composed: _Composed, plain: Sequence[Override]) -> dict[str, Any] | None:
+        """A copy of the resolved config with plain `key=value` overrides of existing leaves set;
+        None when any override needs Hydra's full treatment (+, ++, ~, dicts, interpolations)."""
+        if composed.resolved is None:
+            return None
+        values = dict(composed.resolved)
+        for override in plain:
+            value = override.value()
+            if override.type is not OverrideType.CHANGE or isinstance(value, dict) or "${" in repr(value):
+                return None
+            *parents, leaf = override.key_or_group.split(".")
+            node = values
+            for key in parents:  # copy the dicts on the path; the rest is shared, never written
+                if not isinstance(node.get(key), dict):
+                    return None
+                node[key] = node = dict(node[key])
+            if leaf not in node or isinstance(node[leaf], dict):
+                return None
+            node[leaf] = copy.deepcopy(value)
+        return values
 
 
 def expand(overrides: Sequence[str], config_dir: Path = CONF_DIR) -> Grid:
@@ -175,10 +279,10 @@ def expand(overrides: Sequence[str], config_dir: Path = CONF_DIR) -> Grid:
             parsed = OverridesParser.create(config_loader=loader).parse_overrides(arguments)
             batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
 
+            composer = _Composer(loader, master)
             cells: dict[str, Cell] = {}
             for batch in batches:
-                cfg = loader.load_sweep_config(master, list(batch))
-                values = _resolve_cell(cfg, batch)
+                values = composer.cell_values(batch)
                 cell = Cell(cell_id=values["cell_id"], overrides=tuple(batch), config=values)
                 cells.setdefault(cell.cell_id, cell)  # `steps=10,10` gives one cell, not two
 

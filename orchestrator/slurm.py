@@ -31,7 +31,7 @@ from typing import Any, Callable, Hashable, Iterator, Sequence, TextIO, TypeVar
 from orchestrator.grid import Cell, Grid
 from orchestrator.profile import ProfileError, Resources, SlurmProfile, load_profile, resources_for
 from orchestrator.sbatch import CACHE_VARIABLES, make_executor, script_text, slurm_parameters
-from orchestrator.sweep_dir import cell_dir, is_completed, prepare, write_manifest
+from orchestrator.sweep_dir import cell_dir, is_completed, recorded_job_ids, write_manifest
 
 SBATCH_DIR = "sbatch"
 DRY_RUN_PREFIX = "dryrun-"
@@ -140,12 +140,12 @@ def check_partitions(resources: dict[str, Resources]) -> None:
 
 
 def plan(grid: Grid, query_cluster: bool = True) -> SlurmPlan:
-    """Check the profile (and, with query_cluster, the partitions and the queue), write configs
-    and manifest (prepare), and group the cells left to run into arrays."""
+    """Check the profile (and, with query_cluster, the partitions and the queue) and group the
+    cells left to run into arrays; writes nothing (`prepare` before `submit` does)."""
     profile, resources, params = check_grid(grid)
     if query_cluster:
         check_partitions(resources)
-    job_ids = prepare(grid)
+    job_ids = recorded_job_ids(grid.sweep_dir)
     skipped = cells_to_skip(grid, job_ids, query_cluster)
     todo = [cell for cell in grid.cells if cell.cell_id not in skipped]
     groups = group_arrays(todo, lambda cell: resources[cell.cell_id], profile.max_array_size)

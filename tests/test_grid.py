@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -124,6 +125,57 @@ def test_bad_input_is_a_grid_error(overrides: list[str], message: str) -> None:
     assert "\n" not in str(info.value)
 
 
+def hydra_compose(overrides: list[str], config_dir: Path = CONF_DIR) -> dict:
+    """The config Hydra's own compose API makes of these overrides (one job, no sweep)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf, open_dict
+
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    with open_dict(cfg):
+        cfg.pop("hydra", None)
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+@pytest.fixture(scope="module")
+def conf_with_interpolation(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """conf/ plus an experiment whose value follows another by interpolation."""
+    conf = tmp_path_factory.mktemp("conf")
+    shutil.copytree(CONF_DIR, conf, dirs_exist_ok=True)
+    (conf / "experiment" / "linked.yaml").write_text("# @package _global_\nwarmup_steps: ${steps}\n")
+    return conf
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["size=small", "seed=3"],
+        ["+experiment=quickstart", "steps=7", "optim.lr=0.5"],
+        ["++optim.lr=0.25", "backend=inductor", "backend.mode=max-autotune"],
+        ["~data.workers", "precision=fp32"],
+        ["backend=inductor", "++backend.options={max_autotune: true}"],
+        ["steps=12", "warmup_steps=${steps}"],
+        ["+experiment=linked", "steps=9"],  # warmup_steps follows: 9
+    ],
+)
+def test_cell_config_is_what_hydra_composes(overrides: list[str], conf_with_interpolation: Path) -> None:
+    """Groups are composed once per selection and plain overrides applied per cell: the result
+    must be Hydra's own composition, whichever way an override is applied."""
+    cells = expand(overrides, config_dir=conf_with_interpolation).cells
+    assert cells
+    for cell in cells:  # an experiment's sweeper params come first in each cell's overrides
+        config = {k: v for k, v in cell.config.items() if k != "cell_id"}
+        assert config == hydra_compose(list(cell.overrides), conf_with_interpolation), cell.overrides
+
+
+def test_cells_sharing_a_composition_stay_independent() -> None:
+    cells = expand(["backend=eager,inductor", "optim.lr=0.1,0.2", "seed=1,2"]).cells
+    assert len(cells) == 8
+    for cell in cells:
+        overrides = list(cell.overrides)
+        assert {k: v for k, v in cell.config.items() if k != "cell_id"} == hydra_compose(overrides), overrides
+
+
 def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """The real command line, in a fresh process (the console script is `orchestrator.cli:main`)."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
@@ -141,17 +193,13 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path, override: str) -> N
     assert not any(tmp_path.iterdir())  # nothing written, nothing run
 
 
-def test_cli_dry_run_writes_configs_and_runs_nothing(tmp_path: Path) -> None:
+def test_cli_dry_run_prints_the_grid_and_writes_nothing(tmp_path: Path) -> None:
     result = run_cli(["sweep", "size=tiny,small", "--dry-run", "backend=eager,inductor", "hydra.sweep.dir=sw"], tmp_path)
     assert result.returncode == 0, result.stderr
-    sweep = tmp_path / "sw"
-    manifest = pd.read_parquet(sweep / "manifest.parquet")
-    assert len(manifest) == 4 and manifest["cell_id"].is_unique
-    assert set(manifest["executor"]) == {"local"} and manifest["job_id"].isna().all()
-    for cell_id in manifest["cell_id"]:
-        assert f"cell_id: {cell_id}" in (sweep / "cells" / cell_id / "config.yaml").read_text()
-        assert cell_id in result.stdout
-    assert not list(sweep.glob("cells/*/logs")) and not list(sweep.glob("cells/*/*.parquet"))
+    printed = re.findall(r"^\| ([0-9a-f]{12}) \|", result.stdout, flags=re.M)
+    assert sorted(printed) == sorted(c.cell_id for c in expand(["size=tiny,small", "backend=eager,inductor"]).cells)
+    assert "4 cell(s)" in result.stdout and "nothing written or run (--dry-run)" in result.stdout
+    assert not any(tmp_path.iterdir())  # a local plan has no scripts; no configs, no manifest, no runs
 
 
 def test_cli_sweep_runs_every_cell_and_skips_completed(tmp_path: Path) -> None:

@@ -1,10 +1,8 @@
 """`compilebench status SWEEP_DIR`: cell states from the result files, then squeue/sacct.
 
-Without Slurm: a real local sweep (one cell completes, one fails), a --dry-run sweep, a
-directory that is no sweep, and stand-in squeue/sacct commands (a disabled accounting, a hung
-scheduler). With the tests' real local Slurm (no accounting): a submitted sweep is pending or
-running, then completed; a job id the scheduler never knew is `lost`.
-"""
+Without Slurm: a real local sweep (one cell completes, one fails) and a directory that is no
+sweep. With the tests' real local Slurm (no accounting): a submitted sweep is pending or
+running, then completed; a job id the scheduler never knew is `lost`."""
 
 from __future__ import annotations
 
@@ -66,14 +64,6 @@ def test_local_sweep_completed_and_failed(tmp_path: Path) -> None:
     assert {(row["model"], row["size"], row["backend"], row["precision"]) for row in rows.values()} == {
         ("gpt", "tiny", "eager", "fp32")}
     assert result.stdout.rstrip().splitlines()[-1] == "2 cell(s): 1 completed, 1 failed"
-
-
-def test_dry_run_sweep_is_not_run(tmp_path: Path) -> None:
-    assert cli(tmp_path, "sweep", *TINY, "seed=1,2,3", "--dry-run", "hydra.sweep.dir=sw").returncode == 0
-    result = cli(tmp_path, "status", "sw")
-    assert result.returncode == 1
-    assert {row["state"] for row in table(result.stdout).values()} == {"not run"}
-    assert result.stdout.rstrip().endswith("3 cell(s): 3 not run")
 
 
 @pytest.mark.parametrize("make", [lambda p: p, lambda p: p / "missing"])

@@ -9,6 +9,7 @@ Keys the workload does not use (`cluster`, `hydra`, ...) are allowed at the top 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import types
@@ -169,6 +170,7 @@ def _check_type(hint: Any, value: Any, key: str) -> None:
     raise ConfigError(f"config key {key} must be {_type_name(hint)}, got {value!r}")
 
 
+@functools.cache
 def _union_members(hint: Any) -> tuple[Any, ...]:
     """(int, NoneType) for `int | None`; (hint,) for anything that is not a union."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
@@ -181,9 +183,15 @@ def _type_name(hint: Any) -> str:
     return " or ".join("null" if n == "NoneType" else n for n in names)
 
 
+@functools.cache
+def _fields_and_hints(cls: type) -> tuple[dict[str, dataclasses.Field], dict[str, Any]]:
+    # get_type_hints evaluates the string annotations each call; a 10,000-cell sweep builds
+    # a config per cell, so do it once per class.
+    return {f.name: f for f in dataclasses.fields(cls)}, typing.get_type_hints(cls)
+
+
 def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
-    names = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
+    names, hints = _fields_and_hints(cls)
     kwargs = {}
     for key, value in values.items():
         if key not in names:
@@ -222,7 +230,19 @@ def load_cell_config(path: str | Path) -> CellConfig:
 
 def cell_config_to_dict(cfg: CellConfig) -> dict[str, Any]:
     """The plain-dict form, as written to `config.yaml` and hashed into the cell id."""
-    return dataclasses.asdict(cfg)
+    return _plain(cfg)
+
+
+def _plain(value: Any) -> Any:
+    # dataclasses.asdict deep-copies every leaf; config leaves are immutable scalars, so this
+    # walk gives the same dict several times faster (it runs once per cell of a sweep).
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def config_digest(cfg: CellConfig | Mapping[str, Any]) -> str:

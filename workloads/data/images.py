@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
-from timm.data import create_dataset, create_loader
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -40,6 +39,8 @@ def imagefolder_batches(root: str | Path, batch_size: int, sample_shape: tuple[i
                         device: torch.device, workers: int, seed: int,
                         channels_last: bool) -> Iterator[Batch]:
     """Endless training batches from `root/<class>/<image>` through timm's loader."""
+    from timm.data import create_dataset, create_loader  # here: sweep expansion imports this module
+
     dataset = create_dataset("", root=str(root), is_training=True, seed=seed)
     if len(dataset) < batch_size:
         raise ValueError(f"{root}: {len(dataset)} images, fewer than one batch of {batch_size}")

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from workloads.config import CellConfig, ConfigError
 from workloads.models.gpt import GPT, GPT_SIZES
-from workloads.models.vision import NUM_CLASSES, VISION_SIZES, create_timm_model
+from workloads.models.vision import NUM_CLASSES, VISION_SIZES, create_timm_model, is_timm_model
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 OptimizerFactory = Callable[[nn.Module, bool], torch.optim.Optimizer]
@@ -148,6 +148,8 @@ def check_model(cfg: CellConfig) -> ModelFamily:
         raise ConfigError(f"model {cfg.model.name} has no size {cfg.size!r}; sizes: {list(family.sizes)}")
     if cfg.model.name == "resnet" and cfg.model.arch and not cfg.model.arch.startswith("resnet"):
         raise ConfigError(f"model=resnet with arch {cfg.model.arch!r}: use model=timm for other architectures")
+    if family.kind == "images" and cfg.model.arch and not is_timm_model(cfg.model.arch):
+        raise ConfigError(f"timm has no model named {cfg.model.arch!r} (model.arch)")
     return family
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import timm
 import torch.nn as nn
 
 
@@ -33,8 +32,18 @@ VISION_SIZES: dict[str, VisionSize] = {
 NUM_CLASSES = 1000
 
 
+def is_timm_model(arch: str) -> bool:
+    """Whether timm can build `arch` (imported here: timm costs a second to import, and GPT-only
+    sweeps, which check every cell before submitting, never need it)."""
+    import timm
+
+    return arch in timm.list_models()
+
+
 def create_timm_model(arch: str) -> nn.Module:
     """A randomly initialised timm model with ImageNet's 1000 classes."""
-    if arch not in timm.list_models():
+    import timm
+
+    if not is_timm_model(arch):
         raise ValueError(f"timm has no model named {arch!r}")
     return timm.create_model(arch, pretrained=False, num_classes=NUM_CLASSES)
