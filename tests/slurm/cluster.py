@@ -34,18 +34,11 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-#: Partitions as at the seminar's site (GWDG Grete), GPU type -> partition; plus a default one.
-PARTITIONS = {"A100": "grete:shared", "H100": "grete-h100"}
-DEFAULT_PARTITION = "debug"
-#: Typed placeholder GPUs of the node: type -> count.
-GPUS = {"A100": 2, "H100": 2}
-#: Small enough that a test can make a sweep exceed it and see the arrays split.
-MAX_ARRAY_SIZE = 1001
-CLUSTER_NAME = "compilebench"
+from tests.slurm.install import SlurmInstall
+from tests.slurm.slurm_conf import CLUSTER_NAME, PARTITIONS, NodeSpec, gres_conf, slurm_conf, slurmdbd_conf
 
-#: Commands that must be on PATH, without and with accounting.
-REQUIRED = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol", "srun", "sacct")
-REQUIRED_ACCOUNTING = ("slurmdbd", "sacctmgr", "mysqld_safe", "mariadb-install-db", "mariadb")
+#: Typed placeholder GPUs of a node without GPUs: type -> count.
+PLACEHOLDER_GPUS = {"A100": 2, "H100": 2}
 
 #: Set in the daemons' environment (inherited by slurmstepd), so that `processes()` finds them.
 MARKER_ENV = "COMPILEBENCH_LOCAL_SLURM"
@@ -61,10 +54,9 @@ class SlurmStartError(RuntimeError):
     """A daemon did not come up; the message carries the tail of the logs."""
 
 
-def missing_commands(accounting: bool) -> list[str]:
+def missing_commands(accounting: bool, install: SlurmInstall = SlurmInstall()) -> list[str]:
     """The commands this machine lacks for a cluster of this kind (empty when it can start one)."""
-    names = REQUIRED + (REQUIRED_ACCOUNTING if accounting else ())
-    return [name for name in names if shutil.which(name) is None]
+    return install.missing(accounting)
 
 
 def _free_port() -> int:
@@ -98,11 +90,19 @@ def _tail(path: Path, lines: int = 25) -> str:
 
 
 class LocalSlurm:
-    """One single-node Slurm cluster living under `root_dir`; `accounting` adds slurmdbd + MariaDB."""
+    """One single-node Slurm cluster living under `root_dir`; `accounting` adds slurmdbd + MariaDB.
 
-    def __init__(self, root_dir: str | os.PathLike[str], accounting: bool = False):
+    `gpus` (GPU type -> device files) describes real GPUs; by default the node has typed
+    placeholder GPUs (PLACEHOLDER_GPUS, files under the root). `install` says where the programs
+    are: the system's packages, or an unpacked-.deb prefix (tests/slurm/install.py).
+    """
+
+    def __init__(self, root_dir: str | os.PathLike[str], accounting: bool = False,
+                 gpus: dict[str, list[str]] | None = None, install: SlurmInstall = SlurmInstall()):
         self.root = Path(root_dir).resolve()
         self.accounting = accounting
+        self.install = install
+        self.gpus = gpus
         self.hostname = socket.gethostname().split(".")[0]
         self.cpus = os.cpu_count() or 1
         self.conf = self.root / "etc" / "slurm.conf"
@@ -134,7 +134,7 @@ class LocalSlurm:
 
     def env(self) -> dict[str, str]:
         """Environment variables a process needs to talk to this cluster (add them to os.environ)."""
-        return {"SLURM_CONF": str(self.conf)}
+        return {"SLURM_CONF": str(self.conf), **self.install.env()}
 
     @contextlib.contextmanager
     def activated(self) -> Iterator["LocalSlurm"]:
@@ -168,11 +168,12 @@ class LocalSlurm:
         """Start every daemon and return once the node is idle; on failure stop what was started."""
         if self.running:
             return self
-        missing = missing_commands(self.accounting)
+        missing = self.install.missing(self.accounting)
         if missing:
             raise SlurmStartError(f"commands not found: {' '.join(missing)} (run tests/slurm/install.sh as root)")
         if os.geteuid() != 0:
             raise SlurmStartError("a local Slurm needs root (SlurmUser=root, munged and slurmd as root)")
+        self.install.link_slurmstepd()
         deadline = time.monotonic() + timeout
         for sub in ("etc", "run", "log", "state", "spool", "dev", "munge"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
@@ -199,99 +200,31 @@ class LocalSlurm:
         return self
 
     def _write_configs(self) -> None:
-        root = self.root
-        key = root / "munge" / "munge.key"
+        key = self.root / "munge" / "munge.key"
         if not key.exists():
             key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o400)
-        gres_files: dict[str, str] = {}  # GPU type -> gres.conf File= (placeholder files)
-        index = 0
-        for gpu_type, count in GPUS.items():
-            for i in range(index, index + count):
-                (root / "dev" / f"fakegpu{i}").touch()
-            gres_files[gpu_type] = f"{root}/dev/fakegpu[{index}-{index + count - 1}]"
-            index += count
-        gres = ",".join(f"gpu:{t}:{n}" for t, n in GPUS.items())
-        # slurmd reads the free memory; a RealMemory above it would make the node invalid.
-        real_memory = max(1, int(_mem_available_mb() * 0.5))
-        lines = [
-            f"ClusterName={CLUSTER_NAME}",
-            f"SlurmctldHost={self.hostname}",
-            f"SlurmctldPort={self.ports['slurmctld']}",
-            f"SlurmdPort={self.ports['slurmd']}",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            f"AuthInfo=socket={self.munge_socket}",
-            f"StateSaveLocation={root}/state",
-            f"SlurmdSpoolDir={root}/spool",
-            f"SlurmctldPidFile={root}/run/slurmctld.pid",
-            f"SlurmdPidFile={root}/run/slurmd.pid",
-            f"SlurmctldLogFile={root}/log/slurmctld.log",
-            f"SlurmdLogFile={root}/log/slurmd.log",
-            "SlurmctldDebug=info",
-            "SlurmdDebug=info",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core",
-            "ReturnToService=2",
-            "MpiDefault=none",
-            "SchedulerType=sched/backfill",
-            f"MaxArraySize={MAX_ARRAY_SIZE}",
-            "MaxJobCount=20000",
-            "InactiveLimit=0",
-            "KillWait=5",
-            "MinJobAge=300",
-            "GresTypes=gpu",
-            "MailProg=/bin/true",
-        ]
-        if self.accounting:
-            lines += [
-                "AccountingStorageType=accounting_storage/slurmdbd",
-                f"AccountingStorageHost={self.hostname}",
-                f"AccountingStoragePort={self.ports['slurmdbd']}",
-                # For slurmdbd with munge this names the munge socket (AuthInfo does not apply).
-                f"AccountingStoragePass={self.munge_socket}",
-                # GPUs by type in the job's TRES (sacct AllocTRES), as on real sites; slurmctld
-                # refuses to start with these TRES and no slurmdbd.
-                "AccountingStorageTRES=" + ",".join(["gres/gpu"] + [f"gres/gpu:{t.lower()}" for t in GPUS]),
-                "JobAcctGatherType=jobacct_gather/linux",
-                "JobAcctGatherFrequency=30",
-            ]
-        else:
-            lines += ["AccountingStorageType=accounting_storage/none", "JobAcctGatherType=jobacct_gather/none"]
-        lines += [
-            f"NodeName={self.hostname} CPUs={self.cpus} RealMemory={real_memory} Gres={gres} State=UNKNOWN",
-            f"PartitionName={DEFAULT_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
-            *(f"PartitionName={name} Nodes=ALL MaxTime=INFINITE State=UP" for name in PARTITIONS.values()),
-        ]
-        self.conf.write_text("\n".join(lines) + "\n")
-        # gres.conf and slurmdbd.conf are looked up beside slurm.conf.
-        gres_lines = ["AutoDetect=off"]
-        gres_lines += [f"Name=gpu Type={t} File={gres_files[t]}" for t in GPUS]
-        (self.conf.parent / "gres.conf").write_text("\n".join(gres_lines) + "\n")
+        node = NodeSpec(root=self.root, hostname=self.hostname, cpus=self.cpus,
+                        # slurmd reads the free memory; a RealMemory above it would make the node invalid.
+                        real_memory_mb=max(1, int(_mem_available_mb() * 0.5)),
+                        gpus=self.gpus or self._placeholder_gpus(), munge_socket=self.munge_socket,
+                        ports=self.ports, plugin_dir=self.install.plugin_dir)
+        self.conf.write_text(slurm_conf(node, self.accounting))
+        (self.conf.parent / "gres.conf").write_text(gres_conf(node))  # looked up beside slurm.conf
         if self.accounting:
             dbd = self.conf.parent / "slurmdbd.conf"  # holds a password: slurmdbd wants mode 600
             dbd.touch(mode=0o600)
             dbd.chmod(0o600)
-            dbd.write_text("\n".join([
-                "AuthType=auth/munge",
-                f"AuthInfo=socket={self.munge_socket}",
-                f"DbdHost={self.hostname}",
-                f"DbdPort={self.ports['slurmdbd']}",
-                "SlurmUser=root",
-                "DebugLevel=info",
-                f"LogFile={root}/log/slurmdbd.log",
-                f"PidFile={root}/run/slurmdbd.pid",
-                "StorageType=accounting_storage/mysql",
-                "StorageHost=127.0.0.1",
-                f"StoragePort={self.ports['mysqld']}",
-                f"StorageUser={DB_USER}",
-                f"StoragePass={self._db_password()}",
-                f"StorageLoc={DB_NAME}",
-            ]) + "\n")
+            dbd.write_text(slurmdbd_conf(node, DB_NAME, DB_USER, self._db_password()))
+
+    def _placeholder_gpus(self) -> dict[str, list[str]]:
+        files: dict[str, list[str]] = {}
+        for gpu_type, count in PLACEHOLDER_GPUS.items():
+            for _ in range(count):
+                path = self.root / "dev" / f"fakegpu{sum(map(len, files.values()))}"
+                path.touch()
+                files.setdefault(gpu_type, []).append(str(path))
+        return files
 
     def _db_password(self) -> str:
         path = self.root / "etc" / "db.password"
@@ -301,9 +234,13 @@ class LocalSlurm:
         return path.read_text().strip()
 
     def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen:
-        """Start a process in its own session with output to a log file and the cluster's env."""
+        """Start a process in its own session with output to a log file and the cluster's env.
+        The program is the installation's (`slurmd-wlm` in a prefix), but its argv[0] stays the
+        plain name: Slurm decides by its own name whether it runs as a daemon, and a `slurmd-wlm`
+        ignores the node's GPUs (gres) in slurm.conf."""
         with open(self.root / "log" / log_name, "ab") as out:
-            return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            return subprocess.Popen(args, executable=self.install.command(args[0]), stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT,
                                     env={**os.environ, **self.env(), MARKER_ENV: str(self.root)},
                                     start_new_session=True, cwd=self.root)
 
@@ -336,11 +273,13 @@ class LocalSlurm:
         self._wait("munge", lambda: self._munge_works(), deadline)
 
     def _munge_works(self) -> bool:
-        cred = subprocess.run(["munge", "-n", f"--socket={self.munge_socket}"], capture_output=True, timeout=10)
+        env = {**os.environ, **self.env()}
+        cred = subprocess.run(["munge", "-n", f"--socket={self.munge_socket}"], capture_output=True, timeout=10,
+                              env=env)
         if cred.returncode != 0:
             return False
         check = subprocess.run(["unmunge", f"--socket={self.munge_socket}"], input=cred.stdout,
-                               capture_output=True, timeout=10)
+                               capture_output=True, timeout=10, env=env)
         return check.returncode == 0
 
     def _mysql(self, *args: str, sql: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
