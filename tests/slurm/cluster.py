@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Iterator
 
 from tests.slurm.install import SlurmInstall
-from tests.slurm.slurm_conf import CLUSTER_NAME, PARTITIONS, NodeSpec, gres_conf, slurm_conf, slurmdbd_conf
+from tests.slurm.slurm_conf import (
+    CLUSTER_NAME, PARTITIONS, NodeSpec, cgroup_conf, gres_conf, slurm_conf, slurmdbd_conf,
+)
 
 #: Typed placeholder GPUs of a node without GPUs: type -> count.
 PLACEHOLDER_GPUS = {"A100": 2, "H100": 2}
@@ -211,6 +213,7 @@ class LocalSlurm:
                         ports=self.ports, plugin_dir=self.install.plugin_dir)
         self.conf.write_text(slurm_conf(node, self.accounting))
         (self.conf.parent / "gres.conf").write_text(gres_conf(node))  # looked up beside slurm.conf
+        (self.conf.parent / "cgroup.conf").write_text(cgroup_conf())
         if self.accounting:
             dbd = self.conf.parent / "slurmdbd.conf"  # holds a password: slurmdbd wants mode 600
             dbd.touch(mode=0o600)

@@ -1,4 +1,4 @@
-"""The configuration files of the local Slurm: slurm.conf, gres.conf and slurmdbd.conf.
+"""The configuration files of the local Slurm: slurm.conf, gres.conf, cgroup.conf and slurmdbd.conf.
 
 Why the settings are as they are (no systemd and no cgroups in containers and on CI machines):
 see shared/cluster/local-slurm-notes.md. Everything lives under the cluster's root directory;
@@ -99,6 +99,13 @@ def gres_conf(node: NodeSpec) -> str:
     lines = ["AutoDetect=off"]
     lines += [f"Name=gpu Type={gpu_type} File={path}" for gpu_type, files in node.gpus.items() for path in files]
     return "\n".join(lines) + "\n"
+
+
+def cgroup_conf() -> str:
+    """cgroup/v1 named outright: with ProctrackType=linuxproc and TaskPlugin=none no cgroup is ever
+    made, but slurmd loads a cgroup plugin at start, and on a cgroup-v2 host "autodetect" picks
+    cgroup/v2, which wants libdbus and systemd (neither is in a container); v1 loads without them."""
+    return "CgroupPlugin=cgroup/v1\n"
 
 
 def slurmdbd_conf(node: NodeSpec, db_name: str, db_user: str, db_password: str) -> str:
