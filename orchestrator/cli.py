@@ -3,7 +3,7 @@
     compilebench sweep [OVERRIDES...] [--dry-run]     # cluster=local runs the cells here; a Slurm
                                                       # cluster (cluster=grete) submits job arrays
     compilebench status SWEEP_DIR                     # each cell's state: results, then squeue/sacct
-    compilebench analyze SWEEP_DIR [--format markdown|csv]
+    compilebench analyze SWEEP_DIR [--format markdown|latex|csv] [--reference seminar] [--no-plots]
 
 Exit codes: 0 success (for Slurm: submitted); 1 a cell failed (local sweep), an sbatch failed after
 earlier arrays were submitted (Slurm), not every cell completed (status), or nothing to analyse
@@ -40,9 +40,19 @@ def _parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="show each cell's state (exit 0 only when all completed)")
     status.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
 
-    analyze = commands.add_parser("analyze", help="summarise a sweep directory as a table")
+    analyze = commands.add_parser(
+        "analyze", help="tables, figures and a report page of a sweep directory",
+        description="Per-cell statistics over measured steps, speedups with bootstrap intervals, status counts, "
+        "the seminar report's tables; printed, and written with figures to SWEEP_DIR/report/ (index.md).",
+    )
     analyze.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
-    analyze.add_argument("--format", choices=("markdown", "csv"), default="markdown")
+    analyze.add_argument("--format", choices=("markdown", "latex", "csv"), default="markdown",
+                         help="how the tables are printed; csv prints the per-cell table (report/tables/ has every "
+                         "table as CSV)")
+    analyze.add_argument("--reference", choices=("seminar",), default=None,
+                         help="put the seminar report's published values beside ours and check its claims")
+    analyze.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
+                         help="write the figures (PNG and SVG) into SWEEP_DIR/report/plots/ (default: yes)")
     return parser
 
 
@@ -141,19 +151,27 @@ def cmd_status(sweep_dir: Path) -> int:
     return EXIT_OK if all_completed(rows) else EXIT_FAILED
 
 
-def cmd_analyze(sweep_dir: Path, fmt: str) -> int:
-    from analysis.tables import sweep_summary, to_csv, to_markdown
+def cmd_analyze(sweep_dir: Path, fmt: str, reference: str | None = None, plots: bool = True) -> int:
+    from analysis.report import analyze, render_tables, write_report
 
     if not sweep_dir.is_dir():
         return _error(f"not a directory: {sweep_dir}")
-    summary = sweep_summary(sweep_dir)
-    if summary.empty:
-        print(f"no cells in {sweep_dir} (expected {sweep_dir}/cells/<cell_id>/)", file=sys.stderr)
+    result = analyze(sweep_dir, reference)
+    if result.metrics.empty:
+        print(f"no cells in {sweep_dir} (expected {sweep_dir}/cells/<cell_id>/ or a manifest.parquet listing them)",
+              file=sys.stderr)
         return EXIT_FAILED
-    if summary["status"].isin(["no_result", "unreadable"]).all():
-        print(f"no results yet in {sweep_dir}: {len(summary)} cell(s), none has a readable run.parquet", file=sys.stderr)
+    if not result.has_results:
+        print(f"no results yet in {sweep_dir}: {result.count_line()}; none has a readable run.parquet",
+              file=sys.stderr)
         return EXIT_FAILED
-    print((to_csv(summary) if fmt == "csv" else to_markdown(summary)).rstrip("\n"))
+    print(render_tables(result, fmt).rstrip("\n"), flush=True)
+    try:
+        index = write_report(result, plots)
+    except OSError as exc:
+        print(f"error: report not written: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{result.count_line()}; report: {index}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -174,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "status":
         return cmd_status(args.sweep_dir)
-    return cmd_analyze(args.sweep_dir, args.format)
+    return cmd_analyze(args.sweep_dir, args.format, args.reference, args.plots)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Per-cell summary from real Parquet files written through the workloads schema."""
+"""Per-cell metrics and the sweep's tables, from real Parquet written through the workloads' writer."""
 
 from __future__ import annotations
 
@@ -7,141 +7,158 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
-from analysis.collect import read_sweep
-from analysis.tables import SUMMARY_COLUMNS, summarize, sweep_summary, to_csv, to_markdown
-from orchestrator.cli import main
-from workloads.schema import RUN_SCHEMA, STEPS_SCHEMA, append_rows_atomic
-
-ITEMS = 1000  # items per step
-
-
-def make_cell(
-    sweep: Path,
-    cell_id: str,
-    backend: str = "eager",
-    status: str = "completed",
-    measure_ms: list[float] | None = None,
-    precision: str = "bf16",
-    attempt: int = 1,
-    **run: Any,
-) -> Path:
-    """A cell directory as a workload leaves it: config.yaml, run.parquet, steps.parquet."""
-    directory = sweep / "cells" / cell_id
-    directory.mkdir(parents=True, exist_ok=True)
-    config = {"model": {"name": "gpt"}, "size": "tiny", "backend": {"name": backend, "mode": None},
-              "precision": {"name": precision}, "cell_id": cell_id}  # fmt: skip
-    (directory / "config.yaml").write_text(yaml.safe_dump(config))
-    row = dict(cell_id=cell_id, attempt=attempt, status=status, model="gpt", size="tiny", backend=backend,
-               precision=precision, data_source="synthetic", seed=1337, batch_size=8, graph_count=0 if backend == "eager" else 2,
-               graph_break_count=0, compile_time_s=None if backend == "eager" else 3.5, **run)  # fmt: skip
-    append_rows_atomic(directory / "run.parquet", [row], RUN_SCHEMA)
-    if measure_ms is not None:
-        # Warm-up steps are slow on purpose: they must not reach the statistics.
-        times = [("warmup", 5000.0), ("warmup", 900.0)] + [("measure", ms) for ms in measure_ms]
-        steps = [dict(cell_id=cell_id, attempt=attempt, step=i, phase=phase, step_time_ms=ms, items=ITEMS,
-                      mfu=0.25 if phase == "measure" else 0.01) for i, (phase, ms) in enumerate(times)]  # fmt: skip
-        append_rows_atomic(directory / "steps.parquet", steps, STEPS_SCHEMA)
-    return directory
+from analysis.collect import load_sweep, read_cell
+from analysis.metrics import CELL_COLUMNS, cell_metrics
+from analysis.render import csv, latex, markdown
+from analysis.tables import geomean_table, status_table, summarize, summary_table, sweep_summary, to_csv, to_markdown
+from tests.analysis_sweeps import ITEMS, WARMUP_MS, write_cell
 
 
 def by_id(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
     return {row["cell_id"]: row for row in df.to_dict("records")}
 
 
-def test_summary_statistics_and_speedup(tmp_path: Path) -> None:
-    make_cell(tmp_path, "e", "eager", measure_ms=[10.0, 12.0, 11.0])
-    make_cell(tmp_path, "i", "inductor", measure_ms=[5.0, 6.0, 5.5])
+def lognormal(median: float, n: int, seed: int) -> list[float]:
+    return list(np.random.default_rng(seed).lognormal(np.log(median), 0.05, n))
+
+
+def test_statistics_come_from_measured_steps_only(tmp_path: Path) -> None:
+    steps = lognormal(10.0, 40, seed=1)
+    data = list(np.random.default_rng(2).uniform(0.1, 1.0, len(WARMUP_MS) + len(steps)))
+    mfu = list(np.random.default_rng(3).uniform(0.2, 0.3, len(WARMUP_MS) + len(steps)))
+    write_cell(tmp_path, "e", "eager", step_ms=steps, data_ms=data, mfu=mfu)
+    row = by_id(sweep_summary(tmp_path))["e"]
+    measured = np.array(steps)
+    data_measured, mfu_measured = np.array(data[len(WARMUP_MS):]), np.array(mfu[len(WARMUP_MS):])
+    assert row["measured_steps"] == len(steps)
+    assert row["mean_step_ms"] == pytest.approx(measured.mean())
+    assert row["std_step_ms"] == pytest.approx(measured.std(ddof=1))
+    assert row["median_step_ms"] == pytest.approx(np.median(measured))
+    assert row["p5_step_ms"] == pytest.approx(np.percentile(measured, 5))
+    assert row["p95_step_ms"] == pytest.approx(np.percentile(measured, 95))
+    assert row["items_per_s"] == pytest.approx(ITEMS / (np.median(measured) / 1e3))
+    assert row["mfu_mean"] == pytest.approx(mfu_measured.mean())
+    assert row["mfu_std"] == pytest.approx(mfu_measured.std(ddof=1))
+    assert row["data_wait_share"] == pytest.approx(data_measured.sum() / measured.sum())
+
+
+def test_speedup_with_interval_memory_and_loss_against_eager(tmp_path: Path) -> None:
+    eager, compiled = lognormal(10.0, 50, seed=1), lognormal(8.0, 50, seed=2)
+    loss = list(np.linspace(4.0, 3.0, len(WARMUP_MS) + 50))
+    drifted = [value * (1 + 0.002 * i / len(loss)) for i, value in enumerate(loss)]
+    write_cell(tmp_path, "e", "eager", step_ms=eager, loss=loss, peak_mem_bytes=4 * 2**30)
+    write_cell(tmp_path, "i", "inductor", step_ms=compiled, loss=drifted, peak_mem_bytes=3 * 2**30)
     rows = by_id(sweep_summary(tmp_path))
-    eager, inductor = rows["e"], rows["i"]
-    assert eager["median_step_ms"] == 11.0 and eager["mean_step_ms"] == 11.0
-    assert eager["std_step_ms"] == pytest.approx(1.0)
-    assert eager["items_per_s"] == pytest.approx(ITEMS / 0.011)
-    assert eager["mfu"] == pytest.approx(0.25)
-    assert eager["speedup"] == pytest.approx(1.0)
-    assert inductor["speedup"] == pytest.approx(11.0 / 5.5)
-    assert (inductor["compile_time_s"], inductor["graph_count"], inductor["graph_break_count"]) == (3.5, 2, 0)
+    base, fast = rows["e"], rows["i"]
+    assert (base["speedup"], base["speedup_low"], base["speedup_high"]) == (1.0, 1.0, 1.0)
+    assert math.isnan(base["loss_max_rel_diff"]) and base["baseline_cell_id"] == "e"
+    assert fast["speedup"] == pytest.approx(np.median(eager) / np.median(compiled))
+    assert 1.0 < fast["speedup_low"] < fast["speedup"] < fast["speedup_high"]
+    assert fast["peak_mem_ratio"] == pytest.approx(0.75)
+    worst = max(abs(d - v) / v for d, v in zip(drifted, loss))
+    assert fast["loss_max_rel_diff"] == pytest.approx(worst)
 
 
-def test_eager_row_comes_first_and_columns_are_fixed(tmp_path: Path) -> None:
-    make_cell(tmp_path, "a", "inductor", measure_ms=[5.0])
-    make_cell(tmp_path, "b", "eager", measure_ms=[10.0])
-    df = sweep_summary(tmp_path)
-    assert list(df.columns) == SUMMARY_COLUMNS
-    assert list(df["backend"]) == ["eager", "inductor"]
+def test_interval_holds_one_when_the_backends_do_not_differ(tmp_path: Path) -> None:
+    same = lognormal(10.0, 30, seed=5)
+    write_cell(tmp_path, "e", "eager", step_ms=same)
+    write_cell(tmp_path, "a", "aot_eager", step_ms=same[::-1])
+    row = by_id(sweep_summary(tmp_path))["a"]
+    assert row["speedup"] == pytest.approx(1.0)
+    assert row["speedup_low"] < 1.0 < row["speedup_high"]
 
 
-def test_speedup_needs_eager_of_same_precision(tmp_path: Path) -> None:
-    make_cell(tmp_path, "e32", "eager", measure_ms=[10.0], precision="fp32")
-    make_cell(tmp_path, "i16", "inductor", measure_ms=[5.0], precision="bf16")
+def test_speedup_needs_an_eager_cell_of_the_same_workload(tmp_path: Path) -> None:
+    write_cell(tmp_path, "e32", "eager", step_ms=[10.0], precision="fp32")
+    write_cell(tmp_path, "i16", "inductor", step_ms=[5.0], precision="bf16")
+    write_cell(tmp_path, "i32b", "inductor", step_ms=[5.0], precision="fp32", batch_size=64)
     rows = by_id(sweep_summary(tmp_path))
-    assert math.isnan(rows["i16"]["speedup"])
+    assert math.isnan(rows["i16"]["speedup"]) and math.isnan(rows["i32b"]["speedup"])
+    assert pd.isna(rows["i16"]["baseline_cell_id"])
 
 
-def test_failed_and_not_compiled_cells_stay_without_numbers(tmp_path: Path) -> None:
-    make_cell(tmp_path, "e", "eager", measure_ms=[10.0])
-    make_cell(tmp_path, "f", "inductor", status="failed", error="RuntimeError: boom")
-    make_cell(tmp_path, "n", "cudagraphs", status="not_compiled", measure_ms=[9.0])
+def test_the_eager_cell_with_most_steps_is_the_baseline(tmp_path: Path) -> None:
+    write_cell(tmp_path, "short", "eager", step_ms=[20.0] * 5)
+    write_cell(tmp_path, "long", "eager", step_ms=[10.0] * 50)
+    write_cell(tmp_path, "i", "inductor", step_ms=[5.0] * 50)
     rows = by_id(sweep_summary(tmp_path))
+    assert rows["i"]["baseline_cell_id"] == "long" and rows["i"]["speedup"] == pytest.approx(2.0)
+    assert rows["short"]["speedup"] == pytest.approx(0.5)
+
+
+def test_failed_and_not_compiled_cells_stay_marked_without_numbers(tmp_path: Path) -> None:
+    write_cell(tmp_path, "e", "eager", step_ms=[10.0])
+    write_cell(tmp_path, "f", "inductor", status="failed", error="RuntimeError: boom\nTraceback ...")
+    write_cell(tmp_path, "n", "cudagraphs", status="not_compiled", step_ms=[9.0])
+    metrics = sweep_summary(tmp_path)
+    rows = by_id(metrics)
     assert rows["f"]["status"] == "failed" and math.isnan(rows["f"]["median_step_ms"])
     # not_compiled measured eager execution: its step times are not a result.
     assert rows["n"]["status"] == "not_compiled"
     assert math.isnan(rows["n"]["median_step_ms"]) and math.isnan(rows["n"]["speedup"])
+    text = by_id(summary_table(metrics).text.rename(columns={"cell": "cell_id"}))
+    assert text["f"]["status"] == "failed" and text["f"]["error"] == "RuntimeError: boom"
+    assert text["n"]["median ms"] == "" and text["e"]["median ms"] == "10.00"
 
 
 def test_latest_completed_attempt_counts(tmp_path: Path) -> None:
-    make_cell(tmp_path, "c", "eager", status="failed", measure_ms=[99.0], attempt=1)
-    make_cell(tmp_path, "c", "eager", status="completed", measure_ms=[10.0], attempt=2)
+    write_cell(tmp_path, "c", "eager", status="failed", step_ms=[99.0], attempt=1)
+    write_cell(tmp_path, "c", "eager", status="completed", step_ms=[10.0, 12.0], attempt=2)
+    write_cell(tmp_path, "c", "eager", status="failed", attempt=3)
     row = by_id(sweep_summary(tmp_path))["c"]
-    assert row["status"] == "completed" and row["median_step_ms"] == 10.0
+    assert row["status"] == "completed" and row["median_step_ms"] == 11.0 and row["measured_steps"] == 2
 
 
-def test_corrupt_and_missing_files_are_reported_and_skipped(tmp_path: Path) -> None:
-    make_cell(tmp_path, "good", "eager", measure_ms=[10.0])
-    bad = make_cell(tmp_path, "bad", "inductor", measure_ms=[5.0])
-    (bad / "run.parquet").write_bytes(b"PAR1 this is not parquet")
-    steps_bad = make_cell(tmp_path, "nosteps", "inductor", measure_ms=[5.0])
-    (steps_bad / "steps.parquet").write_bytes(b"garbage")
-    pending = tmp_path / "cells" / "pending"
-    pending.mkdir()
-    (pending / "config.yaml").write_text(yaml.safe_dump({"model": {"name": "gpt"}, "size": "tiny", "backend": {"name": "eager"}}))
-
-    warn = io.StringIO()
-    rows = by_id(summarize(read_sweep(tmp_path, warn)))
-    assert rows["good"]["status"] == "completed"
-    assert rows["bad"]["status"] == "unreadable" and rows["bad"]["backend"] == "inductor"
-    assert rows["pending"]["status"] == "no_result" and rows["pending"]["size"] == "tiny"
-    # Without steps the run row's own summary is used (this one has none): no crash, no numbers.
-    assert rows["nosteps"]["status"] == "completed" and math.isnan(rows["nosteps"]["median_step_ms"])
-    messages = warn.getvalue()
-    assert str(bad / "run.parquet") in messages
-    assert str(steps_bad / "steps.parquet") in messages
-    assert str(pending / "run.parquet") in messages
+def test_status_counts_and_geometric_means_say_what_they_cover(tmp_path: Path) -> None:
+    write_cell(tmp_path, "e1", "eager", step_ms=[10.0], precision="fp32")
+    write_cell(tmp_path, "e2", "eager", step_ms=[10.0], precision="bf16")
+    write_cell(tmp_path, "i1", "inductor", step_ms=[5.0], precision="fp32")  # 2x
+    write_cell(tmp_path, "i2", "inductor", step_ms=[1.25], precision="bf16")  # 8x
+    write_cell(tmp_path, "i3", "inductor", status="failed", precision="tf32")
+    write_cell(tmp_path, "n", "cudagraphs", status="not_compiled", step_ms=[9.0], precision="fp32")
+    metrics = sweep_summary(tmp_path)
+    counts = status_table(metrics).data.set_index("backend")
+    assert counts.loc["inductor", "completed"] == 2 and counts.loc["inductor", "failed"] == 1
+    assert counts.loc["all", "cells"] == 6 and counts.loc["cudagraphs", "not_compiled"] == 1
+    geomean = geomean_table(metrics)
+    rows = geomean.data.set_index("backend")
+    assert rows.loc["inductor", "geomean_speedup"] == pytest.approx(4.0)
+    assert (rows.loc["inductor", "cells_covered"], rows.loc["inductor", "cells"]) == (2, 3)
+    assert rows.loc["inductor", "not_covered"] == "1 failed"
+    assert "2 of 3 cells" in markdown(geomean) and "0 of 1 cells" in markdown(geomean)
 
 
-def test_markdown_and_csv(tmp_path: Path) -> None:
-    make_cell(tmp_path, "e", "eager", measure_ms=[10.0, 10.0])
-    make_cell(tmp_path, "i", "inductor", measure_ms=[4.0, 4.0])
-    make_cell(tmp_path, "f", "aot_eager", status="failed")
-    df = sweep_summary(tmp_path)
-    lines = to_markdown(df).splitlines()
-    assert len(lines) == 2 + 3
-    assert lines[0].startswith("| cell_id") and set(lines[1]) <= {"|", "-", " "}
-    eager, failed, inductor = lines[2:]  # eager first, then the other backends by name
-    assert "| eager" in eager and "25.0%" in eager  # MFU as a percentage
-    assert "| aot_eager" in failed and "| failed" in failed
-    assert "| inductor" in inductor and "2.50x" in inductor
-    back = pd.read_csv(io.StringIO(to_csv(df)))
-    assert list(back.columns) == SUMMARY_COLUMNS and len(back) == 3
+def test_renderings(tmp_path: Path) -> None:
+    write_cell(tmp_path, "e", "eager", step_ms=[10.0, 10.0], mfu=[0.25] * 4, data_source="synthetic_data")
+    write_cell(tmp_path, "i", "inductor", step_ms=[4.0, 4.0], mfu=[0.5] * 4, data_source="synthetic_data")
+    write_cell(tmp_path, "f", "aot_eager", status="failed")
+    metrics = sweep_summary(tmp_path)
+    table = summary_table(metrics)
+    lines = markdown(table).splitlines()
+    assert lines[0] == "### Cells" and lines[2].startswith("| cell ")
+    eager, failed, inductor = lines[4:7]  # eager first, then the other backends by name
+    assert "| eager " in eager and "25.0% ± 0.0%" in eager
+    assert "| aot_eager " in failed and "| failed " in failed
+    assert "| inductor " in inductor and "2.50x" in inductor
+    tex = latex(table)
+    assert tex.startswith(r"\begin{table}") and r"\begin{tabular}{" + "l" * len(table.text.columns) + "}" in tex
+    assert r"25.0\% $\pm$ 0.0\%" in tex and "synthetic_data" not in tex  # escaped: LaTeX compiles it
+    back = pd.read_csv(io.StringIO(csv(table)))
+    assert list(back.columns) == CELL_COLUMNS and len(back) == 3
+    assert back.set_index("cell_id").loc["i", "speedup"] == pytest.approx(2.5)
+    assert to_csv(metrics) == csv(table)
+    assert to_markdown(metrics) in markdown(table)
 
 
-def test_analyze_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["analyze", str(tmp_path)]) == 1
-    assert "no cells" in capsys.readouterr().err
-    make_cell(tmp_path, "e", "eager", measure_ms=[10.0])
-    assert main(["analyze", str(tmp_path), "--format", "csv"]) == 0
-    assert capsys.readouterr().out.startswith("cell_id,model,size")
-    assert main(["analyze", str(tmp_path / "nope")]) == 2
+def test_summarize_per_cell_reads_equals_the_sweep_read(tmp_path: Path) -> None:
+    """`compilebench sweep` reads its own cells one by one: the same metrics as a whole-sweep read."""
+    write_cell(tmp_path, "e", "eager", step_ms=lognormal(10.0, 20, seed=1))
+    write_cell(tmp_path, "i", "inductor", step_ms=lognormal(7.0, 20, seed=2))
+    write_cell(tmp_path, "f", "inductor", status="failed", precision="fp32")
+    one_by_one = summarize(read_cell(tmp_path / "cells" / cell_id) for cell_id in ("i", "f", "e"))
+    whole = cell_metrics(load_sweep(tmp_path, warn=None))
+    pd.testing.assert_frame_equal(one_by_one, whole, check_dtype=False)

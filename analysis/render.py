@@ -1,0 +1,120 @@
+"""Tables as text: Markdown, LaTeX (booktabs) and CSV, and the number formats they share.
+
+A `Table` carries two frames: `data`, the raw numbers (what CSV gets: a machine reads it), and
+`text`, the same content formatted for people (what Markdown and LaTeX get). They need not have
+the same shape: a "μ ± σ" cell of `text` is two columns of `data`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+FORMATS = ("markdown", "latex", "csv")
+
+
+@dataclass
+class Table:
+    """One table of the analysis: `name` is its file stem in report/tables/."""
+
+    name: str
+    title: str
+    data: pd.DataFrame
+    text: pd.DataFrame
+    note: str = ""
+
+
+def is_null(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, (float, np.floating)) and math.isnan(value))
+
+
+def fmt_number(value: Any) -> str:
+    """A measurement with as many decimals as its size deserves ('' for null)."""
+    if is_null(value):
+        return ""
+    value = float(value)
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 100:
+        return f"{value:.1f}"
+    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3g}"
+
+
+def fmt_percent(fraction: Any, digits: int = 1) -> str:
+    return "" if is_null(fraction) else f"{100 * float(fraction):.{digits}f}%"
+
+
+def fmt_change(fraction: Any) -> str:
+    """A relative change with its sign: +12.3%, -4.0%."""
+    return "" if is_null(fraction) else f"{100 * float(fraction):+.1f}%"
+
+
+def fmt_speedup(value: Any, low: Any = None, high: Any = None) -> str:
+    """`1.23x [1.20, 1.26]`, or `1.23x` without an interval."""
+    if is_null(value):
+        return ""
+    interval = "" if is_null(low) or is_null(high) else f" [{float(low):.2f}, {float(high):.2f}]"
+    return f"{float(value):.2f}x{interval}"
+
+
+def first_line(text: Any, width: int) -> str:
+    """The first non-empty line of `text`, cut to `width` characters ('' for no text)."""
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "") if isinstance(text, str) else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _fmt_plain(value: Any) -> str:
+    if is_null(value):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.1f}"
+    return str(value)
+
+
+def render_markdown(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """A GitHub-flavoured Markdown table of `rows` (dicts) with aligned columns."""
+    cells = [[_fmt_plain(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    line = lambda values: "| " + " | ".join(v.ljust(w) for v, w in zip(values, widths)) + " |"  # noqa: E731
+    return "\n".join([line(columns), line(["-" * w for w in widths]), *map(line, cells)])
+
+
+def markdown(table: Table) -> str:
+    """The table under a `###` heading, its note below."""
+    body = render_markdown(table.text.to_dict("records"), list(table.text.columns))
+    return "\n\n".join(part for part in (f"### {table.title}", body, table.note) if part)
+
+
+#: Characters that LaTeX treats specially, and text symbols outside plain LaTeX's fonts.
+_LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+          "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+          "μ": r"$\mu$", "σ": r"$\sigma$", "±": r"$\pm$", "≥": r"$\geq$", "×": r"$\times$", "—": "---",
+          "–": "--", "−": "-", "Δ": r"$\Delta$", "…": r"\ldots{}"}  # fmt: skip
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX.get(char, char) for char in text)
+
+
+def latex(table: Table) -> str:
+    """A booktabs `table` environment with the title as caption and the note below the tabular."""
+    columns = list(table.text.columns)
+    row = lambda values: " & ".join(latex_escape(str(v)) for v in values) + r" \\"  # noqa: E731
+    lines = [r"\begin{table}[ht]", r"\centering", rf"\caption{{{latex_escape(table.title)}}}",
+             rf"\begin{{tabular}}{{{'l' * len(columns)}}}", r"\toprule", row(columns), r"\midrule",
+             *(row(values) for values in table.text.itertuples(index=False)), r"\bottomrule", r"\end{tabular}"]
+    if table.note:
+        lines.append(rf"\par\smallskip\footnotesize {latex_escape(table.note)}")
+    return "\n".join([*lines, r"\end{table}"])
+
+
+def csv(table: Table) -> str:
+    """The raw numbers as CSV (fractions as fractions, times in the unit the column names)."""
+    return table.data.to_csv(index=False)
+
+
+RENDERERS: dict[str, Callable[[Table], str]] = {"markdown": markdown, "latex": latex, "csv": csv}

@@ -1,0 +1,98 @@
+"""`compilebench analyze`: from a sweep directory to tables (stdout) and a report page.
+
+The report lies in SWEEP_DIR/report/: `index.md` (every table, the problems found, the figures),
+`tables/<name>.{md,tex,csv}` and `plots/<name>.{png,svg}`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import pandas as pd
+
+from analysis.claims import claims_table
+from analysis.collect import NO_RESULT, STDERR, UNREADABLE, SweepData, load_sweep
+from analysis.metrics import cell_metrics
+from analysis.render import RENDERERS, Table, csv, latex, markdown
+from analysis.seminar import seminar_tables
+from analysis.tables import STATUS_ORDER, sweep_tables
+
+REPORT_DIR = "report"
+TABLES_DIR = "tables"
+PLOTS_DIR = "plots"
+
+
+@dataclass
+class Analysis:
+    """A sweep read and analysed: its data, one metrics row per cell, and its tables."""
+
+    sweep_dir: Path
+    data: SweepData
+    metrics: pd.DataFrame
+    tables: list[Table]
+
+    @property
+    def has_results(self) -> bool:
+        """Whether any cell has a readable result (of any status)."""
+        return bool((~self.metrics["status"].isin([NO_RESULT, UNREADABLE])).any())
+
+    def count_line(self) -> str:
+        """`12 cells: 9 completed, 2 failed, 1 no_result`."""
+        counts = Counter(self.metrics["status"])
+        rank = lambda s: (STATUS_ORDER.index(s) if s in STATUS_ORDER else len(STATUS_ORDER), s)  # noqa: E731
+        return f"{len(self.metrics)} cells: " + ", ".join(f"{counts[s]} {s}" for s in sorted(counts, key=rank))
+
+
+def analyze(sweep_dir: Path, reference: str | None = None, warn: TextIO | None = STDERR) -> Analysis:
+    """Read the sweep and build its tables: the sweep's own, the seminar layouts it has cells for,
+    and with `reference="seminar"` every seminar table beside the published values and the claims."""
+    data = load_sweep(Path(sweep_dir), warn)
+    metrics = cell_metrics(data)
+    tables = sweep_tables(metrics) + seminar_tables(metrics, with_reference=reference is not None)
+    if reference is not None:
+        tables.append(claims_table(metrics))
+    return Analysis(Path(sweep_dir), data, metrics, tables)
+
+
+def render_tables(analysis: Analysis, fmt: str) -> str:
+    """The tables as one text: Markdown or LaTeX, one after another; CSV: the per-cell table only
+    (one CSV is one table; report/tables/ has each table as its own CSV)."""
+    if fmt == "csv":
+        return csv(analysis.tables[0])
+    return "\n\n".join(RENDERERS[fmt](table) for table in analysis.tables) + "\n"
+
+
+def _index(analysis: Analysis, plots: dict[str, list[Path]], directory: Path) -> str:
+    lines = ["# compilebench report", "", f"Sweep `{analysis.sweep_dir}`: {analysis.count_line()}.", ""]
+    if analysis.data.problems:
+        lines += ["## Problems", "", *(f"- {p.message}: `{p.path}`" for p in analysis.data.problems), ""]
+    lines += ["## Tables", ""]
+    for table in analysis.tables:
+        files = ", ".join(f"[{fmt}]({TABLES_DIR}/{table.name}.{fmt})" for fmt in ("csv", "tex"))
+        lines += [markdown(table), "", f"As {files}.", ""]
+    if plots:
+        lines += ["## Figures", ""]
+        for name, paths in plots.items():
+            png, svg = (path.relative_to(directory).as_posix() for path in paths)
+            lines += [f"![{name}]({png})", "", f"([SVG]({svg}))", ""]
+    return "\n".join(lines)
+
+
+def write_report(analysis: Analysis, with_plots: bool = True) -> Path:
+    """Write SWEEP_DIR/report/ (tables, figures, index.md); returns the index's path."""
+    directory = analysis.sweep_dir / REPORT_DIR
+    (directory / TABLES_DIR).mkdir(parents=True, exist_ok=True)
+    for table in analysis.tables:
+        for suffix, render in (("md", markdown), ("tex", latex), ("csv", csv)):
+            (directory / TABLES_DIR / f"{table.name}.{suffix}").write_text(render(table).rstrip("\n") + "\n")
+    plots = {}
+    if with_plots:
+        from analysis.plots import write_plots  # matplotlib costs a second to import: only when plotting
+
+        plots = write_plots(analysis.metrics, analysis.data.steps, directory / PLOTS_DIR)
+    index = directory / "index.md"
+    index.write_text(_index(analysis, plots, directory))
+    return index

@@ -1,0 +1,104 @@
+"""Sweep directories for the analysis tests and benchmark, written as a sweep leaves them: each
+cell's config.yaml, run.parquet and steps.parquet through the workloads' own writer
+(workloads.schema.append_rows_atomic), and manifest.parquet through the orchestrator's schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from orchestrator.sweep_dir import MANIFEST_FILE, MANIFEST_SCHEMA
+from workloads.schema import RUN_SCHEMA, STEPS_SCHEMA, append_rows_atomic, table_from_rows, write_parquet_atomic
+
+#: Items (tokens or images) per step of every test cell.
+ITEMS = 1000
+#: Warm-up step times: slow on purpose (compilation), so a leak into the statistics shows.
+WARMUP_MS = (5000.0, 900.0)
+
+RUN_DEFAULTS: dict[str, Any] = {
+    "model": "gpt", "size": "tiny", "precision": "bf16", "data_source": "synthetic", "seed": 1337,
+    "batch_size": 8, "grad_accum": 1, "items_per_step": ITEMS, "device": "cpu",
+}  # fmt: skip
+
+
+def write_cell(
+    sweep: Path,
+    cell_id: str,
+    backend: str = "eager",
+    status: str = "completed",
+    step_ms: Sequence[float] | None = None,
+    attempt: int = 1,
+    data_ms: Sequence[float] | None = None,
+    loss: Sequence[float] | None = None,
+    mfu: Sequence[float] | None = None,
+    warmup_ms: Sequence[float] = WARMUP_MS,
+    **run: Any,
+) -> Path:
+    """A cell directory with one more attempt; `step_ms` are the measured steps' times (None: no
+    steps file, as a cell that failed while building). `data_ms`, `loss` and `mfu` cover the
+    warm-up steps and then the measured ones."""
+    directory = Path(sweep) / "cells" / cell_id
+    directory.mkdir(parents=True, exist_ok=True)
+    row = {**RUN_DEFAULTS, "cell_id": cell_id, "attempt": attempt, "status": status, "backend": backend,
+           "graph_count": None if backend == "eager" else 1, "graph_break_count": None if backend == "eager" else 0,
+           "compile_time_s": None if backend == "eager" else 3.5, **run}
+    config = {"model": {"name": row["model"], "arch": None}, "size": row["size"], "seed": row["seed"],
+              "backend": {"name": backend, "mode": row.get("compile_mode")}, "precision": {"name": row["precision"]},
+              "data": {"source": row["data_source"]}, "batch_size": None, "grad_accum": None}
+    (directory / "config.yaml").write_text(yaml.safe_dump(config))
+    append_rows_atomic(directory / "run.parquet", [row], RUN_SCHEMA)
+    if step_ms is not None:
+        times = [*warmup_ms, *step_ms]
+        phases = ["warmup"] * len(warmup_ms) + ["measure"] * len(step_ms)
+        column = lambda values: list(values) if values is not None else [None] * len(times)  # noqa: E731
+        steps = [
+            {"cell_id": cell_id, "attempt": attempt, "step": i, "phase": phase, "step_time_ms": ms,
+             "data_time_ms": data, "loss": value, "items": ITEMS, "mfu": fraction}
+            for i, (phase, ms, data, value, fraction) in
+            enumerate(zip(phases, times, column(data_ms), column(loss), column(mfu)))
+        ]  # fmt: skip
+        append_rows_atomic(directory / "steps.parquet", steps, STEPS_SCHEMA)
+    return directory
+
+
+def write_manifest(sweep: Path, cells: Sequence[dict[str, Any]]) -> Path:
+    """manifest.parquet listing these cells (dicts with cell_id and axes), run locally."""
+    path = Path(sweep) / MANIFEST_FILE
+    rows = [{"executor": "local", **{k: v for k, v in cell.items() if k in MANIFEST_SCHEMA.names}} for cell in cells]
+    write_parquet_atomic(table_from_rows(rows, MANIFEST_SCHEMA), path)
+    return path
+
+
+H100 = {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3"}
+
+
+def write_seminar_sweep(root: Path) -> Path:
+    """Cells of the seminar's models (three measured steps each, so that every statistic can be
+    checked by hand): gpt2 eager / cudagraphs (not_compiled) / inductor, shakespeare_char eager /
+    inductor (slower: against the report) / inductor max-autotune, resnet18 eager / torchscript /
+    inductor, resnet34 eager / torchscript (the same times) / inductor (failed)."""
+    gpt2 = dict(model="gpt", size="medium", arch="gpt-12x12x768", precision="bf16", batch_size=12, grad_accum=40, **H100)
+    char = dict(model="gpt", size="small", arch="gpt-6x6x384", precision="bf16", batch_size=64, grad_accum=1, **H100)
+    r18 = dict(model="resnet", size="small", arch="resnet18", precision="tf32", batch_size=128, **H100)
+    r34 = dict(model="resnet", size="medium", arch="resnet34", precision="tf32", batch_size=128, **H100)
+    mfu = lambda value: [value] * (len(WARMUP_MS) + 3)  # noqa: E731
+    write_cell(root, "gpt2-eager", "eager", step_ms=[3000.0, 3010.0, 3020.0], mfu=mfu(0.40), **gpt2)
+    write_cell(root, "gpt2-cudagraphs", "cudagraphs", status="not_compiled", step_ms=[3000.0, 3010.0, 3020.0],
+               mfu=mfu(0.40), **gpt2)
+    write_cell(root, "gpt2-inductor", "inductor", step_ms=[2600.0, 2610.0, 2620.0], mfu=mfu(0.46),
+               compile_mode="default", **gpt2)
+    write_cell(root, "char-eager", "eager", step_ms=[16.0, 17.0, 18.0], mfu=mfu(0.20), **char)
+    write_cell(root, "char-inductor", "inductor", step_ms=[19.0, 20.0, 21.0], mfu=mfu(0.17), compile_mode="default",
+               **char)
+    write_cell(root, "char-autotune", "inductor", step_ms=[12.0, 13.0, 14.0], mfu=mfu(0.26),
+               compile_mode="max-autotune", **char)
+    write_cell(root, "r18-eager", "eager", step_ms=[300.0, 310.0, 320.0], **r18)
+    write_cell(root, "r18-torchscript", "torchscript", step_ms=[150.0, 160.0, 170.0], **r18)
+    write_cell(root, "r18-inductor", "inductor", step_ms=[400.0, 410.0, 420.0], compile_mode="default", **r18)
+    write_cell(root, "r34-eager", "eager", step_ms=[240.0, 250.0, 260.0], **r34)
+    write_cell(root, "r34-torchscript", "torchscript", step_ms=[260.0, 250.0, 240.0], **r34)
+    write_cell(root, "r34-inductor", "inductor", status="failed", error="BackendCompilerFailed: boom",
+               compile_mode="default", **r34)
+    return root

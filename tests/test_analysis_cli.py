@@ -1,0 +1,85 @@
+"""`compilebench analyze SWEEP_DIR` end to end: formats, the seminar reference, the report page,
+partly broken sweeps and the exit codes."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from analysis.metrics import CELL_COLUMNS
+from orchestrator.cli import main
+from tests.analysis_sweeps import write_cell, write_seminar_sweep
+
+SWEEP_TITLES = ["### Cells", "### Cells by status", "### Geometric-mean speedup over eager"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["analyze", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_nothing_to_analyse_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, str(tmp_path))
+    assert code == 1 and out == "" and "no cells in" in err
+    assert run(capsys, str(tmp_path / "nope"))[0] == 2
+    pending = tmp_path / "cells" / "pending"
+    pending.mkdir(parents=True)
+    (pending / "config.yaml").write_text(yaml.safe_dump({"model": {"name": "gpt"}, "size": "tiny"}))
+    code, out, err = run(capsys, str(tmp_path))
+    assert code == 1 and "no results yet" in err and "1 no_result" in err
+    assert not (tmp_path / "report").exists()
+
+
+def test_markdown_tables_and_report_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_seminar_sweep(tmp_path)
+    code, out, err = run(capsys, str(tmp_path))
+    assert code == 0
+    titles = re.findall(r"^### .*$", out, flags=re.M)
+    assert titles[:3] == SWEEP_TITLES and len(titles) == 6  # and the three seminar tables
+    assert "published" not in out and "claims" not in out
+    index = tmp_path / "report" / "index.md"
+    assert f"report: {index}" in err and "12 cells: 10 completed, 1 failed, 1 not_compiled" in err
+    page = index.read_text()
+    links = re.findall(r"\]\(([^)]+)\)", page)
+    assert sum(link.endswith(".png") for link in links) == 5 and sum(link.endswith(".csv") for link in links) == 6
+    for link in links:
+        assert (index.parent / link).is_file(), link
+
+
+def test_reference_seminar_and_latex(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_seminar_sweep(tmp_path)
+    code, out, _ = run(capsys, str(tmp_path), "--reference", "seminar", "--format", "latex", "--no-plots")
+    assert code == 0
+    assert out.count(r"\begin{table}") == 3 + 3 + 1  # sweep tables, seminar tables, claims
+    assert r"gpt2 published $\mu$" in out and "inductor is slower than eager for resnet18" in out
+    assert not (tmp_path / "report" / "plots").exists()
+    claims = pd.read_csv(tmp_path / "report" / "tables" / "seminar_claims.csv")
+    assert len(claims) == 8 and set(claims["verdict"]) == {"agrees", "disagrees", "inconclusive", "no data"}
+
+
+def test_csv_is_the_per_cell_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_seminar_sweep(tmp_path)
+    code, out, _ = run(capsys, str(tmp_path), "--format", "csv", "--no-plots")
+    cells = pd.read_csv(io.StringIO(out))
+    assert code == 0 and list(cells.columns) == CELL_COLUMNS and len(cells) == 12
+    on_disk = pd.read_csv(tmp_path / "report" / "tables" / "summary.csv")
+    pd.testing.assert_frame_equal(cells, on_disk)
+
+
+def test_a_partly_broken_sweep_is_analysed_as_far_as_it_goes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_cell(tmp_path, "e", "eager", step_ms=[10.0, 10.0])
+    write_cell(tmp_path, "i", "inductor", step_ms=[5.0, 5.0])
+    broken = write_cell(tmp_path, "b", "aot_eager", step_ms=[5.0]) / "run.parquet"
+    broken.write_bytes(broken.read_bytes()[:100])
+    code, out, err = run(capsys, str(tmp_path), "--no-plots")
+    assert code == 0
+    assert str(broken) in err and str(tmp_path / "manifest.parquet") in err
+    assert "2.00x" in out and "| unreadable" in out
+    page = (tmp_path / "report" / "index.md").read_text()
+    assert "## Problems" in page and str(broken) in page
