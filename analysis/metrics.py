@@ -39,6 +39,10 @@ METRIC_COLUMNS = [
 CELL_COLUMNS = ["cell_id", *AXES, *METRIC_COLUMNS]
 COUNT_COLUMNS = ["measured_steps", "graph_count", "graph_break_count", "recompile_count", "peak_mem_bytes",
                  "batch_size", "grad_accum", "seed"]
+#: Our step statistics that the workload's run row summarises too (our name: its column): what a
+#: completed cell whose steps file is missing or unreadable still has.
+RUN_SUMMARY = {"measured_steps": "measured_steps", "mean_step_ms": "mean_step_ms", "std_step_ms": "std_step_ms",
+               "median_step_ms": "median_step_ms", "items_per_s": "items_per_s", "mfu_mean": "mfu"}
 SIZE_ORDER = {"tiny": 0, "small": 1, "medium": 2, "large": 3, "xl": 4}
 #: Bootstrap resamples of each cell's measured steps, and the seed that, with the cell's id, seeds
 #: its generator: a cell gets the same interval in every analysis, alone or in any sweep.
@@ -49,6 +53,12 @@ def backend_label(backend: object, mode: object) -> str:
     """`inductor`, `inductor (max-autotune)`: the backend with its mode where it is not the default."""
     backend = backend if isinstance(backend, str) else "?"
     return f"{backend} ({mode})" if isinstance(mode, str) and mode != "default" else backend
+
+
+def backend_labels(metrics: pd.DataFrame) -> pd.Series:
+    """`backend_label` of every cell."""
+    return pd.Series([backend_label(b, m) for b, m in zip(metrics["backend"], metrics["compile_mode"])],
+                     index=metrics.index, dtype=object)
 
 
 def axis_text(value: object) -> str:
@@ -107,11 +117,8 @@ def _step_stats(cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray) -> S
         "mfu_mean": mfu_mean, "mfu_std": mfu_std,
         "data_wait_share": group_ratio_of_sums(group, steps["data_time_ms"].to_numpy(float)[measured], times, n),
     }  # fmt: skip
-    # A completed cell whose steps file is missing or unreadable keeps its run row's summary.
-    summary = {"measured_steps": "measured_steps", "mean_step_ms": "mean_step_ms", "std_step_ms": "std_step_ms",
-               "median_step_ms": "median_step_ms", "items_per_s": "items_per_s", "mfu_mean": "mfu"}
     for column, values in stats.items():
-        fallback = cells[summary[column]].to_numpy(float) if column in summary else np.nan
+        fallback = cells[RUN_SUMMARY[column]].to_numpy(float) if column in RUN_SUMMARY else np.nan
         cells[column] = np.where(done & has, values, np.where(done, fallback, np.nan))
     return samples
 

@@ -17,8 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from analysis.collect import NO_RESULT, UNREADABLE
-from analysis.metrics import SAME_WORKLOAD, axis_text, backend_label, varying_axes
-from analysis.render import is_null
+from analysis.metrics import SAME_WORKLOAD, axis_text, backend_labels, varying_axes
 
 FIGSIZE = (10.0, 6.0)  # inches
 DPI = 100  # PNG pixels per inch: 1000 x 600
@@ -33,15 +32,10 @@ NO_RESULT_COLOR = "tab:red"
 SETTING_PREFIXES = {"batch_size": "b", "grad_accum": "accum ", "seed": "seed "}
 
 
-def _labels(metrics: pd.DataFrame) -> pd.Series:
-    return pd.Series([backend_label(b, m) for b, m in zip(metrics["backend"], metrics["compile_mode"])],
-                     index=metrics.index)
-
-
 def _colors(metrics: pd.DataFrame) -> dict[str, tuple]:
     """One color per backend label, the same in every figure."""
     palette = [f"C{i}" for i in range(10)]
-    return {label: palette[i % len(palette)] for i, label in enumerate(sorted(set(_labels(metrics))))}
+    return {label: palette[i % len(palette)] for i, label in enumerate(sorted(set(backend_labels(metrics))))}
 
 
 def workload_labels(metrics: pd.DataFrame) -> pd.Series:
@@ -52,8 +46,20 @@ def workload_labels(metrics: pd.DataFrame) -> pd.Series:
     names = [" ".join(filter(None, (axis_text(arch if model == "timm" else model), axis_text(size))))
              for model, arch, size in zip(metrics["model"], metrics["arch"], metrics["size"])]
     settings = [" ".join(f"{SETTING_PREFIXES.get(a, '')}{axis_text(v)}" for a, v in zip(varying, values)
-                         if not is_null(v)) for values in metrics[varying].itertuples(index=False)]
+                         if axis_text(v)) for values in metrics[varying].itertuples(index=False)]
     return pd.Series([f"{n}\n{s}" if s else n for n, s in zip(names, settings)], index=metrics.index)
+
+
+def _figure(title: str) -> tuple[Figure, Axes]:
+    fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    return fig, ax
+
+
+def _whiskers(value: pd.Series, low: pd.Series, high: pd.Series) -> np.ndarray:
+    """Error-bar lengths below and above each value (none where the interval is unknown)."""
+    return np.vstack([value - low.fillna(value), high.fillna(value) - value])
 
 
 def _empty(ax: Axes, message: str) -> None:
@@ -78,15 +84,15 @@ def _grouped_bars(ax: Axes, metrics: pd.DataFrame, value: pd.Series, low: pd.Ser
     shown = workloads.isin(order).to_numpy()
     metrics, workloads, value, low, high = metrics[shown], workloads[shown], value[shown], low[shown], high[shown]
     ax.set_title(ax.get_title() + left_out)
-    labels = _labels(metrics)
+    labels = backend_labels(metrics)
     backends = sorted(set(labels))
     width = 0.8 / max(len(backends), 1)
     x = np.array([order.index(w) for w in workloads]) + (np.array([backends.index(b) for b in labels]) + 0.5) * width - 0.4
     has = value.notna().to_numpy()
     for backend in backends:
         mine = (labels == backend).to_numpy() & has
-        errors = np.vstack([value[mine] - low[mine].fillna(value[mine]), high[mine].fillna(value[mine]) - value[mine]])
-        ax.bar(x[mine], value[mine], width, color=colors[backend], label=backend, yerr=errors, capsize=2)
+        ax.bar(x[mine], value[mine], width, color=colors[backend], label=backend,
+               yerr=_whiskers(value[mine], low[mine], high[mine]), capsize=2)
     if (~has).any():
         ax.scatter(x[~has], np.full((~has).sum(), missing_at), marker="x", color=NO_RESULT_COLOR, zorder=3,
                    label="no value (failed, not_compiled, no eager cell)")
@@ -134,7 +140,7 @@ def step_time_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     if not shown:
         _empty(axes[0], "no steps recorded")
-    colors, labels = _colors(metrics), _labels(metrics)
+    colors, labels = _colors(metrics), backend_labels(metrics)
     drawn = steps[steps["cell_id"].isin(set(metrics["cell_id"][workloads.isin(shown)]))]
     by_cell = dict(tuple(drawn.sort_values("step").groupby("cell_id", sort=False)))
     legend = {}
@@ -171,11 +177,10 @@ def compile_speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure
     if cells.empty:
         _empty(ax, "no compiled cell with both a compile time and a speedup")
         return fig
-    colors, labels = _colors(metrics), _labels(cells)
+    colors, labels = _colors(metrics), backend_labels(cells)
     for label, group in cells.groupby(labels, sort=True):
-        errors = np.vstack([group["speedup"] - group["speedup_low"].fillna(group["speedup"]),
-                            group["speedup_high"].fillna(group["speedup"]) - group["speedup"]])
-        ax.errorbar(group["compile_time_s"], group["speedup"], yerr=errors, fmt="o", color=colors[label], label=label)
+        ax.errorbar(group["compile_time_s"], group["speedup"], fmt="o", color=colors[label], label=label,
+                    yerr=_whiskers(group["speedup"], group["speedup_low"], group["speedup_high"]))
     if len(cells) <= 20:
         for workload, x, y in zip(workload_labels(metrics)[cells.index], cells["compile_time_s"], cells["speedup"]):
             ax.annotate(workload, (x, y), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
@@ -195,7 +200,7 @@ def data_wait_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     if cells.empty:
         _empty(ax, "no data-wait times recorded")
         return fig
-    colors, labels = _colors(metrics), _labels(cells)
+    colors, labels = _colors(metrics), backend_labels(cells)
     compute = cells["mean_step_ms"] * (1 - cells["data_wait_share"])
     for label in sorted(set(labels)):
         mine = (labels == label).to_numpy()
@@ -207,13 +212,6 @@ def data_wait_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     ax.set_ylabel("data wait (% of step time)")
     ax.legend(fontsize="small")
     return fig
-
-
-def _figure(title: str) -> tuple[Figure, Axes]:
-    fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
-    ax = fig.add_subplot()
-    ax.set_title(title)
-    return fig, ax
 
 
 FIGURES: dict[str, Callable[[pd.DataFrame, pd.DataFrame], Figure]] = {

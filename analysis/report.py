@@ -18,7 +18,7 @@ from analysis.collect import NO_RESULT, STDERR, UNREADABLE, SweepData, load_swee
 from analysis.metrics import cell_metrics
 from analysis.render import RENDERERS, Table, csv, latex, markdown
 from analysis.seminar import seminar_tables
-from analysis.tables import STATUS_ORDER, sweep_tables
+from analysis.tables import ordered_statuses, sweep_tables
 
 REPORT_DIR = "report"
 TABLES_DIR = "tables"
@@ -42,8 +42,7 @@ class Analysis:
     def count_line(self) -> str:
         """`12 cells: 9 completed, 2 failed, 1 no_result`."""
         counts = Counter(self.metrics["status"])
-        rank = lambda s: (STATUS_ORDER.index(s) if s in STATUS_ORDER else len(STATUS_ORDER), s)  # noqa: E731
-        return f"{len(self.metrics)} cells: " + ", ".join(f"{counts[s]} {s}" for s in sorted(counts, key=rank))
+        return f"{len(self.metrics)} cells: " + ", ".join(f"{counts[s]} {s}" for s in ordered_statuses(counts))
 
 
 def analyze(sweep_dir: Path, reference: str | None = None, warn: TextIO | None = STDERR) -> Analysis:

@@ -61,10 +61,8 @@ METRIC_NAMES = {"step_time": "time per step", "mfu": "MFU"}
 ROW_FORMATS = {1: "Compiled ({} backend)", 2: "Compiled ({} backend)", 3: "{}"}
 BACKEND_NAMES = {"eager": "Eager", "cudagraphs": "Cudagraphs", "inductor": "Inductor", "torchscript": "TorchScript"}
 #: Published rows that did not measure what their name says (analysis/reference/README.md).
-PUBLISHED_CAVEATS = {
-    (1, "cudagraphs"): "the published row measured eager: the report's code never used torch.compile's result",
-    (2, "cudagraphs"): "the published row measured eager: the report's code never used torch.compile's result",
-}
+_MEASURED_EAGER = "the published row measured eager: the report's code never used torch.compile's result"
+PUBLISHED_CAVEATS = {(1, "cudagraphs"): _MEASURED_EAGER, (2, "cudagraphs"): _MEASURED_EAGER}
 #: Settings that split a backend's row when they differ between the table's cells.
 VARIANT_AXES = ["precision", "batch_size", "grad_accum", "data_source", "gpu_name"]
 

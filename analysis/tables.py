@@ -12,7 +12,7 @@ from typing import Iterable, TextIO
 import pandas as pd
 
 from analysis.collect import NO_RESULT, STDERR, UNREADABLE, SweepData, load_sweep
-from analysis.metrics import backend_label, cell_metrics
+from analysis.metrics import backend_labels, cell_metrics
 from analysis.render import (
     Table, first_line, fmt_number, fmt_percent, fmt_speedup, is_null, render_markdown,
 )
@@ -23,6 +23,12 @@ from workloads.schema import STATUSES
 STATUS_ORDER = [*STATUSES, NO_RESULT, UNREADABLE]
 #: Longest error text shown in a table (its first line).
 ERROR_WIDTH = 60
+
+
+def ordered_statuses(statuses: Iterable[str]) -> list[str]:
+    """The distinct statuses in STATUS_ORDER, unknown ones after them by name."""
+    distinct = set(statuses)
+    return [s for s in STATUS_ORDER if s in distinct] + sorted(distinct - set(STATUS_ORDER))
 
 
 def summarize(parts: Iterable[SweepData]) -> pd.DataFrame:
@@ -54,7 +60,7 @@ def summary_table(metrics: pd.DataFrame) -> Table:
         "model": metrics["model"].fillna(""),
         "arch": metrics["arch"].fillna(""),
         "size": metrics["size"].fillna(""),
-        "backend": [backend_label(b, m) for b, m in zip(metrics["backend"], metrics["compile_mode"])],
+        "backend": backend_labels(metrics),
         "precision": metrics["precision"].fillna(""),
         "batch": metrics["batch_size"].map(_count),
         "status": metrics["status"],
@@ -90,16 +96,10 @@ def _mean_std_percent(mean: object, std: object) -> str:
     return fmt_percent(mean) if is_null(std) else f"{fmt_percent(mean)} ± {fmt_percent(std)}"
 
 
-def _labels(metrics: pd.DataFrame) -> pd.Series:
-    return pd.Series([backend_label(b, m) for b, m in zip(metrics["backend"], metrics["compile_mode"])],
-                     index=metrics.index)
-
-
 def status_table(metrics: pd.DataFrame) -> Table:
     """Cells counted by status, per backend and in all."""
-    counts = pd.crosstab(_labels(metrics), metrics["status"])
-    statuses = [s for s in STATUS_ORDER if s in counts] + sorted(set(counts) - set(STATUS_ORDER))
-    counts = counts[statuses]
+    counts = pd.crosstab(backend_labels(metrics), metrics["status"])
+    counts = counts[ordered_statuses(counts.columns)]
     counts.loc["all"] = counts.sum()
     counts["cells"] = counts.sum(axis=1)
     data = counts.rename_axis(index="backend", columns=None).reset_index()
@@ -109,7 +109,7 @@ def status_table(metrics: pd.DataFrame) -> Table:
 def geomean_table(metrics: pd.DataFrame) -> Table:
     """Geometric-mean speedup per compiled backend, saying how many of its cells it covers."""
     rows = []
-    for label, cells in metrics[metrics["backend"] != "eager"].groupby(_labels(metrics), sort=True):
+    for label, cells in metrics[metrics["backend"] != "eager"].groupby(backend_labels(metrics), sort=True):
         value, covered = geometric_mean(cells["speedup"].to_numpy(float))
         left_out = cells[cells["speedup"].isna()]["status"].value_counts()
         rows.append({"backend": label, "geomean_speedup": value, "cells_covered": covered,
