@@ -117,6 +117,7 @@ def test_sweep_dir_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         (["+experiment=nope"], "Could not find 'experiment/nope'"),
         (["model=timm"], "model.arch"),
         (["backend.mode=turbo"], "backend.mode"),
+        (["backend.name=no_such_dynamo_backend"], "unknown backend 'no_such_dynamo_backend'"),
     ],
 )
 def test_bad_input_is_a_grid_error(overrides: list[str], message: str) -> None:

@@ -51,6 +51,11 @@ class CompileStats:
     """Compiled graphs that fell back from CUDA graphs (CPU tensors, mutated inputs, ...)."""
 
 
+#: Dynamo backends every torch 2.x has. Checking other names lists dynamo's registry, which
+#: imports torch._dynamo (seconds); sweep expansion checks every cell before anything runs.
+BUILTIN_DYNAMO_BACKENDS = ("inductor", "cudagraphs", "aot_eager")
+
+
 @functools.cache
 def dynamo_backend_names() -> list[str]:
     """Names accepted by torch.compile(backend=...) in this torch installation."""
@@ -88,7 +93,7 @@ def check_backend(cfg: BackendConfig) -> None:
     if cfg.name in NON_DYNAMO_BACKENDS:
         if cfg.regional or cfg.compile_optimizer:
             raise ConfigError(f"backend={cfg.name}: regional/compile_optimizer need a dynamo backend")
-    elif cfg.name not in dynamo_backend_names():
+    elif cfg.name not in BUILTIN_DYNAMO_BACKENDS and cfg.name not in dynamo_backend_names():
         raise ConfigError(f"unknown backend {cfg.name!r}; here: {[*NON_DYNAMO_BACKENDS, *dynamo_backend_names()]}")
 
 
