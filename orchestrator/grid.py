@@ -298,6 +298,22 @@ def expand(overrides: Sequence[str], config_dir: Path = CONF_DIR) -> Grid:
     return Grid(cells=list(cells.values()), sweep_dir=sweep_dir, cluster=json.loads(clusters.pop()) or {})
 
 
+#: What `sweep --smoke` appends to the user's overrides (a later override of a key wins, also over
+#: an experiment's sweeper params): every cell at the tiny size for a couple of steps, on this
+#: machine, whatever device it has. Sizes collapse into one cell; everything else stays swept.
+SMOKE_OVERRIDES = ("size=tiny", "steps=2", "warmup_steps=1", "batch_size=null", "grad_accum=null", "device=auto",
+                   "cluster=local")
+SMOKE_DIR = "smoke"
+
+
+def smoke_grid(overrides: Sequence[str]) -> tuple[Grid, Grid]:
+    """(the sweep's grid, its smoke grid in SWEEP_DIR/smoke); the sweep's grid is expanded first,
+    so that its bad input fails exactly as it would when submitted."""
+    full = expand(overrides)
+    smoke = expand([*overrides, *SMOKE_OVERRIDES, f"hydra.sweep.dir={full.sweep_dir / SMOKE_DIR}"])
+    return full, smoke
+
+
 def _sweep_dir(master: DictConfig, overrides: Sequence[str]) -> Path:
     """`hydra.sweep.dir` if anyone chose it (command line or experiment), else sweeps/<timestamp>."""
     chosen = any(o.startswith("hydra.sweep.dir=") for o in overrides)

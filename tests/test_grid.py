@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.grid import CONF_DIR, GridError, cell_id_of, expand
+from orchestrator.grid import CONF_DIR, GridError, cell_id_of, expand, smoke_grid
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,6 +98,18 @@ def test_sweep_functions(override: str, count: int) -> None:
 
 def test_identical_cells_collapse() -> None:
     assert len(expand(["steps=10,10"]).cells) == 1
+
+
+def test_smoke_grid_is_every_cell_tiny_and_local(tmp_path: Path) -> None:
+    overrides = ["+experiment=seminar_llm", "cluster=grete", f"hydra.sweep.dir={tmp_path}"]
+    full, smoke = smoke_grid(overrides)
+    assert len(full.cells) == 6 and full.executor == "slurm"
+    assert smoke.sweep_dir == tmp_path / "smoke" and smoke.executor == "local"
+    # small and medium collapse into tiny; the backends stay swept
+    assert sorted(c.label for c in smoke.cells) == sorted(f"gpt/tiny/{b}/bf16" for b in ("eager", "cudagraphs", "inductor"))
+    assert all((c.config["steps"], c.config["warmup_steps"], c.config["device"]) == (2, 1, "auto") for c in smoke.cells)
+    with pytest.raises(GridError, match="Could not find 'backend/nope'"):
+        smoke_grid(["backend=nope"])
 
 
 def test_sweep_dir_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
