@@ -42,7 +42,8 @@ def _our_side(cell: pd.Series | None, claimed: str) -> dict:
     if is_null(cell["speedup"]):
         return {**side, "ours": "no eager cell of the same workload", "verdict": NO_DATA}
     found = _direction(cell["speedup"], cell["speedup_low"], cell["speedup_high"])
-    ours = f"{found or 'no clear difference'}: speedup {fmt_speedup(cell['speedup'], cell['speedup_low'], cell['speedup_high'])}"
+    speedup = fmt_speedup(cell["speedup"], cell["speedup_low"], cell["speedup_high"], digits=3)  # 0.998 is not 1
+    ours = f"{found or 'no clear difference'}: speedup {speedup}"
     verdict = INCONCLUSIVE if found is None else AGREES if found == claimed else DISAGREES
     return {**side, "ours": ours, "verdict": verdict}
 

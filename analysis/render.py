@@ -53,12 +53,12 @@ def fmt_change(fraction: Any) -> str:
     return "" if is_null(fraction) else f"{100 * float(fraction):+.1f}%"
 
 
-def fmt_speedup(value: Any, low: Any = None, high: Any = None) -> str:
+def fmt_speedup(value: Any, low: Any = None, high: Any = None, digits: int = 2) -> str:
     """`1.23x [1.20, 1.26]`, or `1.23x` without an interval."""
     if is_null(value):
         return ""
-    interval = "" if is_null(low) or is_null(high) else f" [{float(low):.2f}, {float(high):.2f}]"
-    return f"{float(value):.2f}x{interval}"
+    interval = "" if is_null(low) or is_null(high) else f" [{float(low):.{digits}f}, {float(high):.{digits}f}]"
+    return f"{float(value):.{digits}f}x{interval}"
 
 
 def first_line(text: Any, width: int) -> str:

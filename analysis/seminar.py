@@ -9,6 +9,7 @@ models, rows its backends — plus a row for every other backend, mode or settin
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from importlib import resources
 
@@ -117,7 +118,7 @@ def seminar_table(metrics: pd.DataFrame, reference: pd.DataFrame, table: int, wi
     mean_column, std_column, scale = OUR_VALUES[(metric, unit)]
     models = list(dict.fromkeys(published["model"]))
     names = seminar_models(metrics)
-    ours = metrics[names.isin(models)].assign(_seminar=names)
+    ours = metrics.assign(_seminar=names)[names.isin(models)]  # (assigning to an empty frame would add rows)
     symbol = UNIT_SYMBOLS[unit]
     by_place = {(row.model, row.backend): row for row in published.itertuples(index=False)}
     data, text = [], []
@@ -129,8 +130,9 @@ def seminar_table(metrics: pd.DataFrame, reference: pd.DataFrame, table: int, wi
             mean = float(cell[mean_column]) * scale if done and not is_null(cell[mean_column]) else None
             std = float(cell[std_column]) * scale if done and not is_null(cell[std_column]) else None
             status = "not in sweep" if cell is None else cell["status"]
-            line[f"{model} μ ({symbol})"] = _fmt3(mean) if mean is not None else ("" if done else status)
-            line[f"{model} σ"] = _fmt3(std)
+            digits = _decimals(mean)  # σ with as many decimals as μ
+            line[f"{model} μ ({symbol})"] = f"{mean:.{digits}f}" if mean is not None else ("" if done else status)
+            line[f"{model} σ"] = f"{std:.{digits}f}" if std is not None else ""
             entry = {"table": table, "row": row["label"], "backend": row["backend"], "mode": row["mode"] or None,
                      "model": model, "unit": unit, "cell_id": None if cell is None else cell["cell_id"],
                      "status": status, "mean": mean, "std": std}
@@ -138,8 +140,8 @@ def seminar_table(metrics: pd.DataFrame, reference: pd.DataFrame, table: int, wi
             if with_reference and row["mode"] == "" and pub is not None:
                 change = mean / pub.mean - 1 if mean is not None else None
                 entry.update(published_mean=pub.mean, published_std=pub.std, change=change, published_gpu=pub.gpu)
-                line[f"{model} published μ"] = _fmt3(pub.mean)
-                line[f"{model} published σ"] = _fmt3(pub.std)
+                line[f"{model} published μ"] = _fmt_published(pub.mean)
+                line[f"{model} published σ"] = _fmt_published(pub.std)
                 line[f"{model} change"] = fmt_change(change)
             elif with_reference:
                 line.update({f"{model} published μ": "", f"{model} published σ": "", f"{model} change": ""})
@@ -151,8 +153,9 @@ def seminar_table(metrics: pd.DataFrame, reference: pd.DataFrame, table: int, wi
 
 
 def _note(published: pd.DataFrame, ours: pd.DataFrame, table: int, with_reference: bool) -> str:
-    devices = sorted(set(ours["gpu_name"].fillna(ours["device"]).dropna())) or ["no cell"]
-    note = f"Ours: {', '.join(devices)}."
+    devices = sorted(set(ours["gpu_name"].fillna(ours["device"]).dropna()))
+    sources = sorted(set(ours["data_source"].dropna()))  # the report's Table 3 read ImageNet from disk
+    note = f"Ours: {', '.join(devices)}; data: {', '.join(sources)}." if devices else "Ours: no cell."
     if with_reference:
         pub_gpu = ", ".join(dict.fromkeys(published["gpu"]))
         note += f" Published: {pub_gpu} (change = ours / published - 1)."
@@ -161,9 +164,17 @@ def _note(published: pd.DataFrame, ours: pd.DataFrame, table: int, with_referenc
     return note
 
 
-def _fmt3(value: object) -> str:
+def _fmt_published(value: object) -> str:
     """Three decimals, as the report prints its numbers."""
     return "" if is_null(value) else f"{float(value):.3f}"
+
+
+def _decimals(mean: float | None) -> int:
+    """Three decimals as the report, or three significant digits for a mean below 0.1 (our ResNet
+    steps, without the report's disk reads, take hundredths of a second)."""
+    if mean is None or mean == 0 or abs(mean) >= 0.1:
+        return 3
+    return 2 - math.floor(math.log10(abs(mean)))
 
 
 def seminar_tables(metrics: pd.DataFrame, with_reference: bool = False) -> list[Table]:

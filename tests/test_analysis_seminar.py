@@ -32,7 +32,7 @@ TABLE1_WITH_REFERENCE = """\
 | Compiled (Inductor backend)                | 2610.000     | 10.000 | 2640.227         | 5.773            | -1.1%       | 20.000                  | 1.000              | 12.191                       | 1.556                        | +64.1%                  |
 | Compiled (Inductor backend) [max-autotune] | not in sweep |        |                  |                  |             | 13.000                  | 1.000              |                              |                              |                         |
 
-Ours: NVIDIA H100 80GB HBM3. Published: A100-80GB (change = ours / published - 1). Cudagraphs: the published row measured eager: the report's code never used torch.compile's result."""  # noqa: E501
+Ours: NVIDIA H100 80GB HBM3; data: synthetic. Published: A100-80GB (change = ours / published - 1). Cudagraphs: the published row measured eager: the report's code never used torch.compile's result."""  # noqa: E501
 
 TABLE2_WITHOUT_REFERENCE = """\
 ### Table 2: MFU (%), μ and σ over measured steps
@@ -44,7 +44,7 @@ TABLE2_WITHOUT_REFERENCE = """\
 | Compiled (Inductor backend)                | 46.000       | 0.000  | 17.000                 | 0.000              |
 | Compiled (Inductor backend) [max-autotune] | not in sweep |        | 26.000                 | 0.000              |
 
-Ours: NVIDIA H100 80GB HBM3."""
+Ours: NVIDIA H100 80GB HBM3; data: synthetic."""
 
 TABLE3_WITH_REFERENCE = """\
 ### Table 3: time per step (s), μ and σ over measured steps
@@ -55,7 +55,7 @@ TABLE3_WITH_REFERENCE = """\
 | TorchScript | 0.250          | 0.010      | 0.229                | 0.097                | +9.2%           | 0.160          | 0.010      | 0.144                | 0.049                | +11.1%          |
 | Inductor    | failed         |            | 0.205                | 0.099                |                 | 0.410          | 0.010      | 0.403                | 0.161                | +1.7%           |
 
-Ours: NVIDIA H100 80GB HBM3. Published: H100 (change = ours / published - 1)."""  # noqa: E501
+Ours: NVIDIA H100 80GB HBM3; data: synthetic. Published: H100 (change = ours / published - 1)."""  # noqa: E501
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +138,12 @@ def test_settings_that_differ_split_rows_and_tables_need_cells(tmp_path: Path) -
     assert rows.loc["Eager [precision=tf32]", "resnet18 μ (s)"] == "0.300"
     assert rows.loc["Eager [precision=bf16]", "resnet18 μ (s)"] == "0.200"
     assert len(rows) == 2  # resnet18 at timm's tiny preset is not the report's resnet18
+
+
+def test_a_table_without_our_cells_shows_the_published_rows(tmp_path: Path) -> None:
+    write_cell(tmp_path, "e", "eager", step_ms=[16.0], model="gpt", size="small", arch="gpt-6x6x384")
+    tables = {t.name: t for t in seminar_tables(cell_metrics(load_sweep(tmp_path, warn=None)), with_reference=True)}
+    table3 = tables["seminar_table3"].text
+    assert list(table3[""]) == ["Eager", "TorchScript", "Inductor"]
+    assert set(table3["resnet18 μ (s)"]) == {"not in sweep"} and set(table3["resnet18 published μ"]) == {
+        "0.299", "0.144", "0.403"}

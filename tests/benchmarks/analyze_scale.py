@@ -61,6 +61,14 @@ def write_sweep(root: Path, cells: int, steps: int, seed: int = 0) -> None:
     write_manifest(root, listed)
 
 
+def cpu_model() -> str:
+    """The CPU's name from /proc/cpuinfo (Linux), else the architecture."""
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+             if line.startswith("model name")] if cpuinfo.exists() else []
+    return names[0] if names else platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=1000)
@@ -84,7 +92,7 @@ def main() -> None:
     print(f"{analysis.count_line()}; {len(analysis.data.steps):,} step rows")
     print(f"analysis (read, statistics, bootstrap, all tables, report tables): {tables_s:.2f} s")
     print(f"report with figures (PNG + SVG): {plots_s:.2f} s")
-    print(f"machine: {os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, "
+    print(f"machine: {os.cpu_count()} CPU cores ({cpu_model()}), load average {os.getloadavg()[0]:.1f}, "
           f"Python {platform.python_version()}")
     if args.dir is None:
         shutil.rmtree(root)
