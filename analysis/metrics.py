@@ -71,6 +71,12 @@ def varying_axes(frame: pd.DataFrame, axes: list[str]) -> list[str]:
     return [axis for axis in axes if frame[axis].map(axis_text).nunique() > 1]
 
 
+def axis_rows(frame: pd.DataFrame, axes: list[str]) -> list[list[object]]:
+    """Each row's values of `axes`, one list per row also when `axes` is empty (where pandas 2's
+    itertuples yields no rows at all)."""
+    return frame[axes].to_numpy(dtype=object).tolist()
+
+
 def _cell_codes(cell_ids: pd.Series, cells: pd.DataFrame) -> np.ndarray:
     """Position in `cells` of each id (-1 for ids it lacks)."""
     return pd.Categorical(cell_ids, categories=cells["cell_id"]).codes.astype(np.int64)

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from analysis.collect import NO_RESULT, UNREADABLE
-from analysis.metrics import SAME_WORKLOAD, axis_text, backend_labels, varying_axes
+from analysis.metrics import SAME_WORKLOAD, axis_rows, axis_text, backend_labels, varying_axes
 
 FIGSIZE = (10.0, 6.0)  # inches
 DPI = 100  # PNG pixels per inch: 1000 x 600
@@ -46,7 +46,7 @@ def workload_labels(metrics: pd.DataFrame) -> pd.Series:
     names = [" ".join(filter(None, (axis_text(arch if model == "timm" else model), axis_text(size))))
              for model, arch, size in zip(metrics["model"], metrics["arch"], metrics["size"])]
     settings = [" ".join(f"{SETTING_PREFIXES.get(a, '')}{axis_text(v)}" for a, v in zip(varying, values)
-                         if axis_text(v)) for values in metrics[varying].itertuples(index=False)]
+                         if axis_text(v)) for values in axis_rows(metrics, varying)]
     return pd.Series([f"{n}\n{s}" if s else n for n, s in zip(names, settings)], index=metrics.index)
 
 
@@ -142,7 +142,7 @@ def step_time_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         _empty(axes[0], "no steps recorded")
     colors, labels = _colors(metrics), backend_labels(metrics)
     drawn = steps[steps["cell_id"].isin(set(metrics["cell_id"][workloads.isin(shown)]))]
-    by_cell = dict(tuple(drawn.sort_values("step").groupby("cell_id", sort=False)))
+    by_cell = dict(tuple(drawn.sort_values("step").groupby("cell_id", sort=False, observed=True)))
     legend = {}
     for ax, workload in zip(axes, shown):
         for i in np.flatnonzero((workloads == workload).to_numpy()):

@@ -15,7 +15,7 @@ from importlib import resources
 
 import pandas as pd
 
-from analysis.metrics import axis_text, representatives, varying_axes
+from analysis.metrics import axis_rows, axis_text, representatives, varying_axes
 from analysis.render import Table, fmt_change, is_null
 
 REFERENCES = {"seminar": "seminar_2024.csv"}
@@ -97,7 +97,7 @@ def _rows(ours: pd.DataFrame, published: pd.DataFrame, table: int, with_referenc
     modes = ["" if default_mode(m) else m for m in ours["compile_mode"]]  # "": a null would not match itself
     keys = ours.assign(_mode=modes, _variant=[
         ", ".join(filter(None, [mode, *(f"{a}={axis_text(v)}" for a, v in zip(varying, values))]))
-        for mode, values in zip(modes, ours[varying].itertuples(index=False))])
+        for mode, values in zip(modes, axis_rows(ours, varying))])
     order = list(dict.fromkeys(published["backend"]))
     rows: dict[tuple, dict[str, pd.Series]] = {}
     for _, cell in representatives(keys, ["backend", "_mode", "_variant", "_seminar"]).iterrows():

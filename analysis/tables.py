@@ -100,7 +100,7 @@ def status_table(metrics: pd.DataFrame) -> Table:
     """Cells counted by status, per backend and in all."""
     counts = pd.crosstab(backend_labels(metrics), metrics["status"])
     counts = counts[ordered_statuses(counts.columns)]
-    counts.loc["all"] = counts.sum()
+    counts = pd.concat([counts, counts.sum().to_frame("all").T])  # (.loc["all"] fails on pandas 2 when empty)
     counts["cells"] = counts.sum(axis=1)
     data = counts.rename_axis(index="backend", columns=None).reset_index()
     return Table("status", "Cells by status", data, data.astype(str))
