@@ -2,13 +2,23 @@
 
     compilebench sweep [OVERRIDES...] [--dry-run]     # cluster=local runs the cells here; a Slurm
                                                       # cluster (cluster=grete) submits job arrays
-    compilebench status SWEEP_DIR                     # each cell's state: results, then squeue/sacct
+    compilebench sweep [OVERRIDES...] --wait          # Slurm: then follow the jobs (cells per state
+                                                      # every few seconds) and print the status table
+    compilebench status SWEEP_DIR [--retry-failed]    # each cell's state: results, then squeue/sacct;
+                                                      # then run the failed and unfinished cells again
     compilebench analyze SWEEP_DIR [--format markdown|latex|csv] [--reference seminar] [--no-plots]
 
-Exit codes: 0 success (for Slurm: submitted); 1 a cell failed (local sweep), an sbatch failed after
-earlier arrays were submitted (Slurm), not every cell completed (status), or nothing to analyse
-(analyze); 2 bad input (a bad override, cluster profile, partition or GPU type; for status, a
-directory that is not a sweep), reported in one line on stderr before anything runs or is submitted.
+`--wait` changes nothing for a local sweep, which runs in the foreground anyway; Ctrl-C stops
+the waiting, not the jobs. `--retry-failed` runs again only cells that neither completed nor
+have a job in the queue (failed, oom, timeout, cancelled, not_compiled, lost, not run), through
+the sweep's own executor: Slurm job arrays as `sweep` submits them, or a local run here.
+
+Exit codes: 0 success (for Slurm: submitted; with --wait: every cell completed; with
+--retry-failed: resubmitted, or nothing to retry); 1 a cell failed (local sweep or local retry),
+an sbatch failed after earlier arrays were submitted (Slurm), not every cell completed (status,
+sweep --wait), or nothing to analyse (analyze); 2 bad input (a bad override, cluster profile,
+partition or GPU type; for status, a directory that is not a sweep), reported in one line on
+stderr before anything runs or is submitted; 130 Ctrl-C (for --wait: the jobs keep running).
 """
 
 from __future__ import annotations
@@ -16,7 +26,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # the modules behind them import Hydra and torch: only the commands that need them do
+    from orchestrator.grid import Grid
+    from orchestrator.slurm import SlurmPlan
+    from orchestrator.status import CellStatus
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -36,9 +51,15 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra override, e.g. backend=eager,inductor")
     sweep.add_argument("--dry-run", action="store_true",
                        help="print the grid and (Slurm) write the sbatch scripts it would submit; run or submit nothing")
+    sweep.add_argument("--wait", action="store_true",
+                       help="(Slurm) after submitting, follow the jobs until no cell is queued, then print the status "
+                       "table; exit 0 only if every cell completed. A local sweep runs in the foreground anyway")
 
     status = commands.add_parser("status", help="show each cell's state (exit 0 only when all completed)")
     status.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
+    status.add_argument("--retry-failed", action="store_true",
+                        help="then run again the cells that failed or are unfinished and not queued (Slurm: submit "
+                        "them; local: run them here); exit 0 when that succeeded")
 
     analyze = commands.add_parser(
         "analyze", help="tables, figures and a report page of a sweep directory",
@@ -61,7 +82,9 @@ def _error(message: str) -> int:
     return EXIT_USAGE
 
 
-def cmd_sweep(overrides: Sequence[str], dry_run: bool) -> int:
+def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False) -> int:
+    if dry_run and wait:
+        return _error("--wait and --dry-run exclude each other: a dry run submits nothing to wait for")
     # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.
     from analysis.collect import read_cell
     from analysis.tables import render_markdown, summarize, to_markdown
@@ -74,7 +97,7 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool) -> int:
     except GridError as exc:
         return _error(str(exc))
     if grid.executor == "slurm":
-        return sweep_slurm(grid, dry_run)
+        return sweep_slurm(grid, dry_run, wait)
     if grid.executor != "local":
         return _error(f"unknown executor {grid.executor!r} (cluster={grid.cluster.get('name')}); use local or slurm")
 
@@ -98,11 +121,12 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def sweep_slurm(grid, dry_run: bool) -> int:
-    """Submit the grid's cells as job arrays (or only write the scripts: --dry-run); returns once submitted."""
+def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False) -> int:
+    """Submit the grid's cells as job arrays (or only write the scripts: --dry-run); returns once
+    submitted, or with `wait` once no cell is queued any more."""
     from analysis.tables import render_markdown
     from orchestrator.profile import ProfileError
-    from orchestrator.slurm import SBATCH_DIR, SubmitError, grid_rows, plan, submit, write_dry_run
+    from orchestrator.slurm import SBATCH_DIR, grid_rows, plan, write_dry_run
     from orchestrator.sweep_dir import prepare
 
     try:
@@ -125,22 +149,48 @@ def sweep_slurm(grid, dry_run: bool) -> int:
           flush=True)
     if not the_plan.arrays:
         print(f"nothing to submit: {skipped} cell(s) completed or still queued")
-        return EXIT_OK
+        return follow_sweep(grid.sweep_dir) if wait else EXIT_OK
     prepare(grid)
+    code = submit_plan(the_plan)
+    if code != EXIT_OK:
+        return code
+    print(f"{cells} cell(s) submitted in {len(the_plan.arrays)} job array(s), {skipped} not submitted (completed or "
+          f"queued); job ids in {grid.sweep_dir}/manifest.parquet, scripts in {scripts}/")
+    return follow_sweep(grid.sweep_dir) if wait else EXIT_OK
+
+
+def submit_plan(the_plan: SlurmPlan) -> int:
+    """Submit a Slurm plan's arrays; on an sbatch failure say what was submitted before it."""
+    from orchestrator.slurm import SubmitError, submit
+
     try:
         submit(the_plan)
     except SubmitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if exc.submitted:
-            print(f"{exc.submitted} array(s) were submitted before; their job ids are in {grid.sweep_dir}/manifest.parquet",
-                  file=sys.stderr)
+            print(f"{exc.submitted} array(s) were submitted before; their job ids are in "
+                  f"{the_plan.grid.sweep_dir}/manifest.parquet", file=sys.stderr)
         return EXIT_FAILED if exc.submitted else EXIT_USAGE
-    print(f"{cells} cell(s) submitted in {len(the_plan.arrays)} job array(s), {skipped} not submitted (completed or "
-          f"queued); job ids in {grid.sweep_dir}/manifest.parquet, scripts in {scripts}/")
     return EXIT_OK
 
 
-def cmd_status(sweep_dir: Path) -> int:
+def follow_sweep(sweep_dir: Path) -> int:
+    """--wait: the cells per state every few seconds until none is queued, then the status table.
+    Ctrl-C stops the waiting, not the jobs."""
+    from orchestrator.status import all_completed, follow, render
+
+    print("waiting for the jobs (Ctrl-C stops waiting, not the jobs)", flush=True)
+    try:
+        rows = follow(sweep_dir)
+    except KeyboardInterrupt:
+        print(f"\nstopped waiting; the jobs keep running. Check them with: compilebench status {sweep_dir}",
+              file=sys.stderr)
+        return 130
+    print(render(rows))
+    return EXIT_OK if all_completed(rows) else EXIT_FAILED
+
+
+def cmd_status(sweep_dir: Path, retry_failed: bool = False) -> int:
     from orchestrator.status import NotASweep, all_completed, render, sweep_status
 
     try:
@@ -148,7 +198,45 @@ def cmd_status(sweep_dir: Path) -> int:
     except NotASweep as exc:
         return _error(str(exc))
     print(render(rows))
+    if retry_failed:
+        return retry(sweep_dir, rows)
     return EXIT_OK if all_completed(rows) else EXIT_FAILED
+
+
+def retry(sweep_dir: Path, rows: Sequence[CellStatus]) -> int:
+    """--retry-failed: run again the cells that did not complete and are not queued, through the
+    sweep's own executor (Slurm: job arrays, job ids into the manifest; local: here, in turn)."""
+    from orchestrator.grid import Grid
+    from orchestrator.local import run_grid
+    from orchestrator.profile import ProfileError
+    from orchestrator.slurm import plan
+    from orchestrator.status import count_states, to_retry
+    from orchestrator.sweep_dir import SweepDirError, read_grid
+
+    todo = to_retry(rows)
+    if not todo:
+        print("\nnothing to retry: every cell completed or is queued")
+        return EXIT_OK
+    wanted = {row.cell_id for row in todo}
+    try:
+        grid = read_grid(sweep_dir)
+        if grid.executor not in ("local", "slurm"):
+            raise SweepDirError(f"unknown executor {grid.executor!r} in {sweep_dir}; use local or slurm")
+        the_plan = plan(grid, only=wanted) if grid.executor == "slurm" else None
+    except (SweepDirError, ProfileError) as exc:
+        return _error(str(exc))
+    print(f"\nretrying {len(todo)} cell(s): {count_states(todo)}", flush=True)
+    if the_plan is None:
+        outcomes = run_grid(Grid([c for c in grid.cells if c.cell_id in wanted], grid.sweep_dir, grid.cluster))
+        failed = sum(not o.ok for o in outcomes)
+        print(f"{len(outcomes) - failed} completed, {failed} failed again")
+        return EXIT_FAILED if failed else EXIT_OK
+    code = submit_plan(the_plan)
+    if code == EXIT_OK:
+        resubmitted = sum(len(array.cells) for array in the_plan.arrays)
+        print(f"{resubmitted} cell(s) resubmitted, job ids in {grid.sweep_dir}/manifest.parquet; "
+              f"follow them with: compilebench status {sweep_dir}")
+    return code
 
 
 def cmd_analyze(sweep_dir: Path, fmt: str, reference: str | None = None, plots: bool = True) -> int:
@@ -183,15 +271,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         unknown = [a for a in extra if a.startswith("-")]
         if unknown:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-        try:
-            return cmd_sweep([*args.overrides, *extra], args.dry_run)
-        except KeyboardInterrupt:  # the running cell got the same SIGINT and records its own state
-            print("\ninterrupted", file=sys.stderr)
-            return 130
-    if extra:
+    elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    if args.command == "status":
-        return cmd_status(args.sweep_dir)
+    try:
+        if args.command == "sweep":
+            return cmd_sweep([*args.overrides, *extra], args.dry_run, args.wait)
+        if args.command == "status":
+            return cmd_status(args.sweep_dir, args.retry_failed)
+    except KeyboardInterrupt:  # a running local cell got the same SIGINT and records its own state
+        print("\ninterrupted", file=sys.stderr)
+        return 130
     return cmd_analyze(args.sweep_dir, args.format, args.reference, args.plots)
 
 

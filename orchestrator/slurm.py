@@ -26,7 +26,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterator, Sequence, TextIO, TypeVar
+from typing import Any, Callable, Collection, Hashable, Iterator, Sequence, TextIO, TypeVar
 
 from orchestrator.grid import Cell, Grid
 from orchestrator.profile import ProfileError, Resources, SlurmProfile, load_profile, resources_for
@@ -139,14 +139,18 @@ def check_partitions(resources: dict[str, Resources]) -> None:
                            f"(sinfo lists: {', '.join(sorted(existing))})")
 
 
-def plan(grid: Grid, query_cluster: bool = True) -> SlurmPlan:
+def plan(grid: Grid, query_cluster: bool = True, only: Collection[str] | None = None) -> SlurmPlan:
     """Check the profile (and, with query_cluster, the partitions and the queue) and group the
-    cells left to run into arrays; writes nothing (`prepare` before `submit` does)."""
+    cells left to run into arrays; writes nothing (`prepare` before `submit` does). With `only`,
+    the other cells are not submitted either (`status --retry-failed`)."""
     profile, resources, params = check_grid(grid)
     if query_cluster:
         check_partitions(resources)
     job_ids = recorded_job_ids(grid.sweep_dir)
     skipped = cells_to_skip(grid, job_ids, query_cluster)
+    if only is not None:  # a cell completed or queued keeps that reason
+        wanted = set(only)
+        skipped = {**{c.cell_id: "not selected" for c in grid.cells if c.cell_id not in wanted}, **skipped}
     todo = [cell for cell in grid.cells if cell.cell_id not in skipped]
     groups = group_arrays(todo, lambda cell: resources[cell.cell_id], profile.max_array_size)
     arrays = [JobArray(i, res, cells, params[res]) for i, (res, cells) in enumerate(groups)]

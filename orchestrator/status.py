@@ -1,4 +1,5 @@
-"""`compilebench status SWEEP_DIR`: the state of every cell of a sweep, from its files and Slurm.
+"""`compilebench status SWEEP_DIR`: the state of every cell of a sweep, from its files and Slurm;
+the cells `--retry-failed` runs again, and following a sweep until it ends (`sweep --wait`).
 
 A cell's state comes from its result first: the status of the attempt that counts in
 `run.parquet` (completed, failed, oom, timeout, cancelled, not_compiled). A cell without a
@@ -6,10 +7,12 @@ result (or with a failed one whose newer job is in the queue again) takes its st
 scheduler, for the job id that `manifest.parquet` records: `squeue` for the jobs the controller
 still knows (pending, running, and those that ended a few minutes ago), then `sacct` for the
 others where accounting exists. A job that neither knows and that left no result is `lost`
-(e.g. a node died, or the controller forgot it); a cell without a job id and without a result
-is `not run` (a --dry-run, or a local sweep that has not reached it); `unknown` when the
-scheduler could not be asked. Every scheduler call has a short timeout, and a `sacct` that is
-missing or reports accounting storage disabled is simply not used: `status` never hangs.
+(e.g. a node died, or the controller forgot it; also an array task cancelled while it still
+pended together with other tasks of its array: Slurm 22.05 keeps no record of it, in squeue or
+sacct); a cell without a job id and without a result is `not run` (a --dry-run, or a local
+sweep that has not reached it); `unknown` when the scheduler could not be asked. Every
+scheduler call has a short timeout, and a `sacct` that is missing or reports accounting storage
+disabled is simply not used: `status` never hangs.
 """
 
 from __future__ import annotations
@@ -17,16 +20,22 @@ from __future__ import annotations
 import getpass
 import re
 import subprocess
+import sys
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TextIO
 
 from analysis.collect import CELLS_DIR, cell_dirs, read_cell_config, read_parquet
 from orchestrator.sweep_dir import MANIFEST_FILE, MANIFEST_SCHEMA, cell_dir, last_status
 
 #: Seconds a scheduler query may take; a query that takes longer is treated as unanswered.
 QUERY_TIMEOUT_S = 10
+#: Seconds between two looks at a sweep that `sweep --wait` follows.
+WAIT_INTERVAL_S = 5.0
+#: How long `--wait` goes on following while squeue does not answer (cells `unknown`).
+UNANSWERED_LIMIT_S = 120.0
 #: Longest error shown in the table (its first line only).
 ERROR_WIDTH = 60
 COLUMNS = ("cell_id", "model", "size", "backend", "precision", "job_id", "state", "attempts", "error")
@@ -43,6 +52,8 @@ SLURM_STATES = {
     "COMPLETED": "lost",  # the job ended well but the cell wrote no result
 }
 ACTIVE = ("pending", "running")
+#: Cells that `status --retry-failed` runs again: no result that counts and no job in the queue.
+RETRY = ("failed", "oom", "timeout", "cancelled", "not_compiled", "lost", "not run")
 #: Order of the states in the count line; states not listed come after, by name.
 ORDER = ("completed", "running", "pending", "failed", "oom", "timeout", "cancelled", "not_compiled", "lost",
          "unknown", "not run")
@@ -104,14 +115,20 @@ def expand_job_ids(job_id: str) -> list[str]:
 
 def parse_states(text: str) -> dict[str, str]:
     """`JOBID|STATE` lines (squeue -o '%i|%T', sacct -P -o JobID,State) -> {job id: Slurm state};
-    `CANCELLED by 0` counts as CANCELLED, and a later line of a job (a requeue) wins."""
-    states: dict[str, str] = {}
+    `CANCELLED by 0` counts as CANCELLED, and a later line of a job (a requeue) wins.
+
+    A task's own line wins over a line for a range of tasks: sacct keeps the range of an array's
+    pending record as it was at submission, so after tasks 0 and 1 started and task 2 was
+    cancelled it prints `12_0|COMPLETED`, `12_1|FAILED` and `12_[0-2]|CANCELLED`."""
+    own: dict[str, str] = {}
+    ranged: dict[str, str] = {}
     for line in text.splitlines():
         job_id, _, state = line.strip().partition("|")
         if job_id and state:
-            for one in expand_job_ids(job_id):
-                states[one] = state.split()[0].rstrip("+")
-    return states
+            ids = expand_job_ids(job_id)
+            for one in ids:
+                (own if ids == [job_id] else ranged)[one] = state.split()[0].rstrip("+")
+    return {**ranged, **own}
 
 
 def scheduler_states(job_ids: Sequence[str]) -> dict[str, str] | None:
@@ -191,17 +208,67 @@ def sweep_status(sweep_dir: Path) -> list[CellStatus]:
     return list(rows.values())
 
 
+def count_states(rows: Sequence[CellStatus]) -> str:
+    """The cells counted by state, e.g. `3 completed, 1 running, 4 pending` ('none' for no cells)."""
+    counts = Counter(row.state for row in rows)
+    rank = lambda state: (ORDER.index(state) if state in ORDER else len(ORDER), state)  # noqa: E731
+    return ", ".join(f"{counts[state]} {state}" for state in sorted(counts, key=rank)) or "none"
+
+
 def render(rows: Sequence[CellStatus]) -> str:
     """The status table (Markdown) and a last line counting the cells by state."""
     from analysis.tables import render_markdown
 
-    counts = Counter(row.state for row in rows)
-    rank = lambda state: (ORDER.index(state) if state in ORDER else len(ORDER), state)  # noqa: E731
-    summary = ", ".join(f"{counts[state]} {state}" for state in sorted(counts, key=rank))
     table = render_markdown([asdict(row) for row in rows], COLUMNS)
-    return f"{table}\n\n{len(rows)} cell(s): {summary or 'none'}"
+    return f"{table}\n\n{len(rows)} cell(s): {count_states(rows)}"
 
 
 def all_completed(rows: Sequence[CellStatus]) -> bool:
     """Whether there are cells and every one of them completed."""
     return bool(rows) and all(row.state == "completed" for row in rows)
+
+
+def to_retry(rows: Sequence[CellStatus]) -> list[CellStatus]:
+    """The cells that did not complete and have no job in the queue (states in RETRY)."""
+    return [row for row in rows if row.state in RETRY]
+
+
+def _elapsed(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def follow(sweep_dir: Path, out: TextIO = sys.stdout, interval_s: float = WAIT_INTERVAL_S) -> list[CellStatus]:
+    """Look at the sweep every `interval_s` seconds until no cell is pending or running, showing
+    the cells per state (`[12s] 3 completed, 1 running`): rewritten in place on a terminal, one
+    line per look otherwise (a log file). Returns the last look's rows.
+
+    A squeue that stops answering turns queued cells `unknown`; they are waited for, but for at
+    most UNANSWERED_LIMIT_S in a row, so that --wait cannot hang on a broken scheduler.
+    """
+    tty = out.isatty()
+    start = time.monotonic()
+    unanswered_since: float | None = None
+    while True:
+        rows = sweep_status(sweep_dir)
+        now = time.monotonic()
+        line = f"[{_elapsed(now - start)}] {count_states(rows)}"
+        print(f"\r{line}\x1b[K" if tty else line, end="" if tty else "\n", file=out, flush=True)
+        states = {row.state for row in rows}
+        if "unknown" not in states:
+            unanswered_since = None
+        elif unanswered_since is None:
+            unanswered_since = now
+        given_up = unanswered_since is not None and now - unanswered_since > UNANSWERED_LIMIT_S
+        if given_up or not states & {*ACTIVE, "unknown"}:
+            break
+        time.sleep(interval_s)
+    if tty:
+        print(file=out)  # end the line rewritten in place
+    if given_up:
+        print(f"squeue has not answered for {UNANSWERED_LIMIT_S:.0f} s: stopped waiting", file=out, flush=True)
+    return rows

@@ -1,4 +1,4 @@
-"""Lay a grid out in its sweep directory: one resolved config per cell and the manifest.
+"""Lay a grid out in its sweep directory (one resolved config per cell and the manifest), and read it back.
 
 Layout (DESIGN.md, "Sweep directory"): `SWEEP_DIR/manifest.parquet`,
 `SWEEP_DIR/cells/<cell_id>/config.yaml`, and the cell's `logs/`. Everything is written through
@@ -7,13 +7,15 @@ a temporary file and a rename, so a job reading its config never sees half of it
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import yaml
 
-from analysis.collect import CELLS_DIR, latest_run, read_parquet
+from analysis.collect import CELLS_DIR, cell_dirs, latest_run, read_cell_config, read_parquet
 from workloads.schema import (
     CONFIG_FILE, RUN_FILE, RUN_SCHEMA, atomic_output, table_from_rows, write_parquet_atomic,
 )
@@ -40,6 +42,10 @@ MANIFEST_SCHEMA = pa.schema(
         ("job_id", pa.string()),  # scheduler job id; null when run locally
     ]
 )
+
+
+class SweepDirError(ValueError):
+    """A sweep directory that cannot be read back into its grid; the message is one line."""
 
 
 def cell_dir(sweep_dir: Path, cell_id: str) -> Path:
@@ -96,6 +102,37 @@ def prepare(grid: Grid) -> dict[str, str]:
         write_cell_config(grid.sweep_dir, cell)
     write_manifest(grid, job_ids)
     return job_ids
+
+
+def read_grid(sweep_dir: Path) -> Grid:
+    """The grid that `prepare` laid out, read back from the files: the manifest's cells (then
+    cells found only on disk), each with its config.yaml and the overrides the manifest
+    recorded, and the cluster of those configs. Reading, not expanding the overrides again,
+    keeps the cells what they were even if conf/ changed since. Raises SweepDirError."""
+    from orchestrator.grid import Cell, Grid  # imports Hydra and torch: only where a grid is rebuilt
+
+    sweep_dir = Path(os.path.abspath(sweep_dir))  # as expand() gives it: sbatch scripts name it
+    manifest = read_parquet(sweep_dir / MANIFEST_FILE, MANIFEST_SCHEMA)
+    recorded = {} if manifest is None else dict(zip(manifest["cell_id"], manifest["overrides"]))
+    cell_ids = list(recorded) + [d.name for d in cell_dirs(sweep_dir) if d.name not in recorded]
+    cells, clusters = [], {}
+    for cell_id in cell_ids:
+        config = read_cell_config(cell_dir(sweep_dir, cell_id), warn=None)
+        text = recorded.get(cell_id)
+        # The manifest joins the overrides with spaces; splitting on single spaces gives the same text back.
+        cell = Cell(cell_id, tuple(text.split(" ")) if isinstance(text, str) and text else (), config)
+        try:
+            cell.axes  # noqa: B018  (raises for a config without model, backend or precision names)
+        except (KeyError, TypeError, AttributeError):
+            raise SweepDirError(f"cell {cell_id}: no usable config in {config_path(sweep_dir, cell_id)}") from None
+        cells.append(cell)
+        clusters.setdefault(json.dumps(config.get("cluster"), sort_keys=True), cell_id)
+    if len(clusters) > 1:
+        first, other = list(clusters.values())[:2]
+        raise SweepDirError(f"cells {first} and {other} of {sweep_dir} have different cluster settings; "
+                            "run `compilebench sweep` with the sweep's overrides instead")
+    cluster = json.loads(next(iter(clusters))) if clusters else None
+    return Grid(cells=cells, sweep_dir=sweep_dir, cluster=cluster or {})
 
 
 def last_status(directory: Path) -> tuple[int, str | None, str | None]:

@@ -1,13 +1,20 @@
-"""`compilebench status SWEEP_DIR`: cell states from the result files, then squeue/sacct.
+"""`compilebench status SWEEP_DIR [--retry-failed]` and `sweep --wait`: cell states from the
+result files, then squeue/sacct; running the failed cells again; following a sweep to its end.
 
-Without Slurm: a real local sweep (one cell completes, one fails) and a directory that is no
-sweep. With the tests' real local Slurm (no accounting): a submitted sweep is pending or
-running, then completed; a job id the scheduler never knew is `lost`."""
+Without Slurm: a real local sweep (one cell completes, one fails, then only that one runs again)
+and a directory that is no sweep. With the tests' real local Slurm, no accounting: a submitted
+sweep is pending or running, then completed; a job id the scheduler never knew is `lost`;
+`--wait` follows a sweep to its end and Ctrl-C leaves its jobs running. With accounting: a job
+that failed before its cell wrote a result and one cancelled before it ran, seen through sacct
+alone, and `--retry-failed` resubmitting just those two."""
 
 from __future__ import annotations
 
 import os
+import pty
 import re
+import select
+import signal
 import subprocess
 import sys
 import time
@@ -46,6 +53,9 @@ def test_job_id_and_state_parsing() -> None:
     assert expand_job_ids("12_4") == ["12_4"] and expand_job_ids("13") == ["13"]
     assert parse_states("12_[0-1]|PENDING\n13|CANCELLED by 0\n14_0|RUNNING\n14_0|COMPLETED\n") == {
         "12_0": "PENDING", "12_1": "PENDING", "13": "CANCELLED", "14_0": "COMPLETED"}
+    # sacct after tasks 0 and 1 of an array ran and task 2 was cancelled while pending (seen on Slurm 22.05)
+    assert parse_states("15_0|COMPLETED\n15_1|FAILED\n15_[0-2%3]|CANCELLED by 0\n") == {
+        "15_0": "COMPLETED", "15_1": "FAILED", "15_2": "CANCELLED"}
 
 
 def test_local_sweep_completed_and_failed(tmp_path: Path) -> None:
@@ -65,14 +75,31 @@ def test_local_sweep_completed_and_failed(tmp_path: Path) -> None:
         ("gpt", "tiny", "eager", "fp32")}
     assert result.stdout.rstrip().splitlines()[-1] == "2 cell(s): 1 completed, 1 failed"
 
+    # The cause goes away (the token file is long enough now): only the failed cell runs again.
+    np.random.default_rng(0).integers(0, 50, size=5000).astype(np.uint16).tofile(short_bin)
+    retried = cli(tmp_path, "status", "sw", "--retry-failed")
+    assert retried.returncode == 0, retried.stdout + retried.stderr
+    assert "retrying 1 cell(s): 1 failed" in retried.stdout
+    assert re.search(r"^\[1/1\] gpt/tiny/eager/fp32 \(\w+\) \.\.\. completed in", retried.stdout, flags=re.M)
+    attempts = {cell: len(pd.read_parquet(tmp_path / "sw" / "cells" / cell / "run.parquet")) for cell in rows}
+    assert attempts == {cell: 1 if row["state"] == "completed" else 2 for cell, row in rows.items()}
+    assert cli(tmp_path, "status", "sw").returncode == 0
+
 
 @pytest.mark.parametrize("make", [lambda p: p, lambda p: p / "missing"])
-def test_not_a_sweep_exits_2_with_one_line(tmp_path: Path, make) -> None:
+@pytest.mark.parametrize("retry", [[], ["--retry-failed"]])
+def test_not_a_sweep_exits_2_with_one_line(tmp_path: Path, make, retry: list[str]) -> None:
     (tmp_path / "something.txt").write_text("x")
-    result = cli(tmp_path, "status", str(make(tmp_path)))
+    result = cli(tmp_path, "status", str(make(tmp_path)), *retry)
     assert result.returncode == 2 and result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1
     assert result.stderr.startswith("error: not a sweep directory: ")
+
+
+def test_wait_and_dry_run_exclude_each_other(tmp_path: Path) -> None:
+    result = cli(tmp_path, "sweep", "cluster=test_slurm", "--dry-run", "--wait", "hydra.sweep.dir=sw")
+    assert result.returncode == 2 and result.stdout == "" and not any(tmp_path.iterdir())
+    assert result.stderr.strip() == "error: --wait and --dry-run exclude each other: a dry run submits nothing to wait for"
 
 
 # --- through the real single-node Slurm (no accounting) --------------------------------------
@@ -125,3 +152,142 @@ def test_status_of_a_slurm_sweep(slurm_cluster: LocalSlurm, tmp_path: Path) -> N
     (row,) = table(result.stdout).values()
     assert (row["job_id"], row["state"]) == ("999999", "lost")
     assert re.search(r"1 cell\(s\): 1 lost$", result.stdout.rstrip())
+
+
+def progress_lines(text: str) -> list[str]:
+    """The lines `--wait` printed while following, e.g. `[5s] 1 running`."""
+    return re.findall(r"^\[\d+(?:s|m\d\ds)\] .+$", text, flags=re.M)
+
+
+def cli_on_terminal(cwd: Path, *args: str, env: dict[str, str]) -> tuple[int, str]:
+    """The command line with its stdout on a pseudo-terminal (as in an interactive shell): exit
+    code and everything it wrote there."""
+    master, slave = pty.openpty()
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **env}
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, env=environment,
+                            stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    output = b""
+    end = time.monotonic() + JOB_TIMEOUT_S
+    while time.monotonic() < end:
+        if select.select([master], [], [], 1)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the process closed its side
+                chunk = b""
+            if not chunk:
+                break
+            output += chunk
+    os.close(master)
+    return proc.wait(timeout=60), output.decode()
+
+
+def test_wait_follows_the_sweep_and_ctrl_c_leaves_the_jobs(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    """No accounting (sacct refuses): `--wait` still ends. Ctrl-C stops the waiting, not the job;
+    running the sweep again with --wait submits nothing and follows the same job to its end."""
+    env = slurm_cluster.env()
+    args = ["sweep", "cluster=test_slurm", *TINY, "hydra.sweep.dir=sw", "--wait"]
+    log = tmp_path / "wait.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=tmp_path, stdout=out,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **env})
+        end = time.monotonic() + 120
+        while not progress_lines(log.read_text()):
+            assert proc.poll() is None and time.monotonic() < end, log.read_text()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert f"stopped waiting; the jobs keep running. Check them with: compilebench status {tmp_path / 'sw'}" in stderr
+    (job_id,) = pd.read_parquet(tmp_path / "sw" / "manifest.parquet")["job_id"]
+    assert job_id in slurm_cluster.run("squeue", "-h", "-o", "%i").stdout.split()  # not cancelled
+
+    code, shown = cli_on_terminal(tmp_path, *args, env=env)
+    assert code == 0, shown
+    assert "nothing to submit: 1 cell(s) completed or still queued" in shown
+    # On a terminal the count is one line rewritten in place (carriage return, erase to its end).
+    counts = re.findall(r"\r\[\d+s\] ([^\r\n]*?)\x1b\[K", shown)
+    assert counts and counts[-1] == "1 completed" and set(counts[:-1]) <= {"1 pending", "1 running"}, shown
+    assert shown.rstrip().endswith("1 cell(s): 1 completed")
+    assert pd.read_parquet(tmp_path / "sw" / "manifest.parquet")["job_id"].tolist() == [job_id]
+
+
+# --- through the real single-node Slurm with accounting ---------------------------------------
+
+
+def manifest_jobs(sweep: Path) -> dict[str, str]:
+    """{cell_id: job_id} of the sweep's manifest, in its order."""
+    manifest = pd.read_parquet(sweep / "manifest.parquet")
+    return dict(zip(manifest["cell_id"], manifest["job_id"]))
+
+
+def wait_for_states(cwd: Path, env: dict[str, str], expected: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Poll `status` until every cell has its expected state (sacct learns of a job's end a
+    moment after it ended); returns the table."""
+    end = time.monotonic() + JOB_TIMEOUT_S
+    while True:
+        result = cli(cwd, "status", "sw", env=env, timeout=60)
+        assert result.stderr == "", result.stderr
+        rows = table(result.stdout)
+        if {cell: row["state"] for cell, row in rows.items()} == expected:
+            return rows
+        if time.monotonic() > end:
+            pytest.fail(f"states after {JOB_TIMEOUT_S} s, expected {expected}:\n{result.stdout}")
+        time.sleep(1)
+
+
+def test_sacct_states_and_retry_failed(slurm_cluster_accounting: LocalSlurm, tmp_path: Path) -> None:
+    """Three cells submitted on hold: one runs and completes, one fails before its workload could
+    write a result (its config is gone), one is cancelled before it ran. `status` tells them apart
+    through sacct; `--retry-failed` resubmits the two, and only them, with the sweep's profile."""
+    cluster = slurm_cluster_accounting
+    env = cluster.env()
+    args = ["sweep", "cluster=test_slurm", *TINY, "seed=1,2,3", "+cluster.sbatch_extra.hold=true", "hydra.sweep.dir=sw"]
+    submitted = cli(tmp_path, *args, env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    first_jobs = manifest_jobs(tmp_path / "sw")
+    done, broken, cancelled = first_jobs
+    config = tmp_path / "sw" / "cells" / broken / "config.yaml"
+    config_text = config.read_text()
+    config.unlink()
+    # Released first: that splits the two tasks off the array's pending record, and the task left
+    # in it, cancelled then, keeps a record of its own (cancelled while it still shared the record,
+    # it would leave none, in squeue or sacct: `lost`).
+    cluster.run("scontrol", "release", f"{first_jobs[done]},{first_jobs[broken]}")
+    cluster.run("scancel", first_jobs[cancelled])
+
+    expected = {done: "completed", broken: "failed", cancelled: "cancelled"}
+    rows = wait_for_states(tmp_path, env, expected)
+    # squeue run for another user lists none of these jobs: what status sees once the controller
+    # has forgotten them (MinJobAge, 5 minutes here), so the states below come from sacct alone.
+    rows_from_sacct = wait_for_states(tmp_path, {**env, "USER": "nobody", "LOGNAME": "nobody"}, expected)
+    for view in (rows, rows_from_sacct):
+        assert (view[broken]["error"], view[broken]["attempts"]) == ("job FAILED, no result (see logs/)", "0")
+        assert (view[cancelled]["error"], view[cancelled]["attempts"]) == ("job CANCELLED, no result (see logs/)", "0")
+        assert (view[done]["job_id"], view[done]["attempts"]) == (first_jobs[done], "1")
+
+    config.write_text(config_text)  # the cause goes away
+    retried = cli(tmp_path, "status", "sw", "--retry-failed", env=env)
+    assert retried.returncode == 0, retried.stdout + retried.stderr
+    assert "retrying 2 cell(s): 1 failed, 1 cancelled" in retried.stdout
+    jobs = manifest_jobs(tmp_path / "sw")
+    assert jobs[done] == first_jobs[done] and jobs[broken] != first_jobs[broken] != jobs[cancelled]
+    array = jobs[broken].split("_")[0]
+    assert sorted([jobs[broken], jobs[cancelled]]) == [f"{array}_0", f"{array}_1"]  # one array of two
+    assert f"submitted {array}_[0-1]: 2 cell(s) on grete:shared" in retried.stdout
+    assert "Reason=JobHeldUser" in cluster.run("scontrol", "show", "job", jobs[broken]).stdout  # the sweep's profile
+
+    again = cli(tmp_path, "status", "sw", "--retry-failed", env=env)  # queued now: not submitted twice
+    assert again.returncode == 0 and "nothing to retry: every cell completed or is queued" in again.stdout
+    assert manifest_jobs(tmp_path / "sw") == jobs
+
+    cluster.run("scontrol", "release", array)
+    waited = cli(tmp_path, *args, "--wait", env=env)  # the same sweep: nothing to submit, then follow it
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    assert "nothing to submit: 3 cell(s) completed or still queued" in waited.stdout
+    lines = progress_lines(waited.stdout)
+    assert lines and lines[-1].endswith("] 3 completed"), waited.stdout
+    assert waited.stdout.rstrip().endswith("3 cell(s): 3 completed")
+    attempts = {cell: len(pd.read_parquet(tmp_path / "sw" / "cells" / cell / "run.parquet")) for cell in jobs}
+    assert attempts == {done: 1, broken: 1, cancelled: 1}  # the completed cell never ran again
+    assert cli(tmp_path, "status", "sw", env=env).returncode == 0
