@@ -1,1 +1,1 @@
-"""Read a sweep directory (files only) and summarise it as tables."""
+"""Read a sweep directory (files only) into per-cell metrics, tables, figures and a report page."""

@@ -205,21 +205,24 @@ def _read_manifest(path: Path, problems: _Problems) -> dict[str, dict[str, Any]]
     return {row.pop("cell_id"): row for row in table.to_pylist()}
 
 
-def _without_result(directories: Sequence[Path], runs: pd.DataFrame, manifest: Mapping[str, Mapping[str, Any]],
-                    problems: _Problems, warn: TextIO | None) -> pd.DataFrame:
+def _without_result(directories: Sequence[Path], runs: pd.DataFrame, unreadable: set[Path],
+                    manifest: Mapping[str, Mapping[str, Any]], problems: _Problems,
+                    warn: TextIO | None) -> pd.DataFrame:
     """Rows for the cells that have no readable run row: axes from config.yaml, else the manifest."""
     rows = []
     for directory in directories:
         if directory.name in runs.index:
             continue
-        unreadable = (directory / RUN_FILE).is_file()  # its error is reported already
+        path = directory / RUN_FILE
         if not directory.is_dir():
             problems.add(directory, "in the manifest, no cell directory")
-        elif not unreadable:
-            problems.add(directory / RUN_FILE, "no result yet")
+        elif path.is_file() and path not in unreadable:
+            problems.add(path, "no rows")
+        elif not path.is_file():
+            problems.add(path, "no result yet")
         axes = axes_from_config(read_cell_config(directory, warn)) if directory.is_dir() else {}
         known = {**manifest.get(directory.name, {}), **{k: v for k, v in axes.items() if v is not None}}
-        rows.append({**known, "cell_id": directory.name, "status": UNREADABLE if unreadable else NO_RESULT})
+        rows.append({**known, "cell_id": directory.name, "status": UNREADABLE if path in unreadable else NO_RESULT})
     return pd.DataFrame(rows, columns=RUN_READ_SCHEMA.names)
 
 
@@ -249,7 +252,7 @@ def load_cells(directories: Sequence[Path], warn: TextIO | None = STDERR,
     for path, exc in bad:
         problems.add(path, f"cannot read ({exc})")
     runs = counting_attempts(table.to_pandas()).set_index("cell_id", drop=False)
-    missing = _without_result(directories, runs, manifest or {}, problems, warn)
+    missing = _without_result(directories, runs, {path for path, _ in bad}, manifest or {}, problems, warn)
     cells = runs.reset_index(drop=True) if missing.empty else pd.concat([runs, missing], ignore_index=True)
     return SweepData(cells, _counting_steps(directories, runs, problems), list(problems))
 

@@ -18,7 +18,7 @@ from analysis.collect import NO_RESULT, STDERR, UNREADABLE, SweepData, load_swee
 from analysis.metrics import cell_metrics
 from analysis.render import RENDERERS, Table, csv, latex, markdown
 from analysis.seminar import seminar_tables
-from analysis.tables import ordered_statuses, sweep_tables
+from analysis.tables import SUMMARY, ordered_statuses, sweep_tables
 
 REPORT_DIR = "report"
 TABLES_DIR = "tables"
@@ -60,7 +60,7 @@ def render_tables(analysis: Analysis, fmt: str) -> str:
     """The tables as one text: Markdown or LaTeX, one after another; CSV: the per-cell table only
     (one CSV is one table; report/tables/ has each table as its own CSV)."""
     if fmt == "csv":
-        return csv(analysis.tables[0])
+        return csv(next(table for table in analysis.tables if table.name == SUMMARY))
     return "\n\n".join(RENDERERS[fmt](table) for table in analysis.tables) + "\n"
 
 

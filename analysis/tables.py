@@ -21,6 +21,8 @@ from workloads.schema import STATUSES
 
 #: Status columns in this order; a cell with a status not listed still counts in `cells`.
 STATUS_ORDER = [*STATUSES, NO_RESULT, UNREADABLE]
+#: Name of the per-cell table (its file stem in report/tables/).
+SUMMARY = "summary"
 #: Longest error text shown in a table (its first line).
 ERROR_WIDTH = 60
 
@@ -87,7 +89,7 @@ def summary_table(metrics: pd.DataFrame) -> Table:
     note = ("Measured steps only (warm-up excluded). Speedup: eager median step / own median step of the same "
             "workload, 95% bootstrap interval. Loss Δ: largest relative loss difference to eager at equal steps. "
             "Data wait: share of step time spent waiting for batches.")
-    return Table("summary", "Cells", metrics, text, note)
+    return Table(SUMMARY, "Cells", metrics, text, note)
 
 
 def _mean_std_percent(mean: object, std: object) -> str:

@@ -21,6 +21,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "model": "gpt", "size": "tiny", "precision": "bf16", "data_source": "synthetic", "seed": 1337,
     "batch_size": 8, "grad_accum": 1, "items_per_step": ITEMS, "device": "cpu",
 }  # fmt: skip
+H100 = {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3"}
 
 
 def write_cell(
@@ -69,9 +70,6 @@ def write_manifest(sweep: Path, cells: Sequence[dict[str, Any]]) -> Path:
     rows = [{"executor": "local", **{k: v for k, v in cell.items() if k in MANIFEST_SCHEMA.names}} for cell in cells]
     write_parquet_atomic(table_from_rows(rows, MANIFEST_SCHEMA), path)
     return path
-
-
-H100 = {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3"}
 
 
 def write_seminar_sweep(root: Path) -> Path:

@@ -51,6 +51,13 @@ def test_broken_files_are_reported_with_their_path_and_the_rest_analysed(tmp_pat
     assert found[str(tmp_path / "manifest.parquet")].startswith("no manifest")
 
 
+def test_a_run_file_without_rows_is_no_result(tmp_path: Path) -> None:
+    path = write_cell(tmp_path, "e", "eager", step_ms=[10.0]) / "run.parquet"
+    write_parquet_atomic(RUN_SCHEMA.empty_table(), path)
+    rows, found, _ = problems(tmp_path)
+    assert rows["e"]["status"] == NO_RESULT and found[str(path)] == "no rows"
+
+
 def test_manifest_cells_without_a_directory_are_listed(tmp_path: Path) -> None:
     write_cell(tmp_path, "done", "eager", step_ms=[10.0])
     write_manifest(tmp_path, [{"cell_id": "done", "model": "gpt", "size": "tiny", "backend": "eager"},
