@@ -89,7 +89,7 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False) -> in
     from analysis.collect import read_cell
     from analysis.tables import render_markdown, summarize, to_markdown
     from orchestrator.grid import GridError, expand
-    from orchestrator.local import run_grid
+    from orchestrator.local import run_grid, why_not_local
     from orchestrator.sweep_dir import cell_dir, prepare
 
     try:
@@ -100,6 +100,8 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False) -> in
         return sweep_slurm(grid, dry_run, wait)
     if grid.executor != "local":
         return _error(f"unknown executor {grid.executor!r} (cluster={grid.cluster.get('name')}); use local or slurm")
+    if problem := why_not_local(grid):
+        return _error(problem)
 
     if dry_run:
         rows = grid.rows()
@@ -210,12 +212,12 @@ def retry(sweep_dir: Path, rows: Sequence[CellStatus]) -> int:
     from orchestrator.local import run_grid
     from orchestrator.profile import ProfileError
     from orchestrator.slurm import plan
-    from orchestrator.status import count_states, to_retry
+    from orchestrator.status import RETRY, count_states, to_retry
     from orchestrator.sweep_dir import SweepDirError, read_grid
 
     todo = to_retry(rows)
     if not todo:
-        print("\nnothing to retry: every cell completed or is queued")
+        print(f"\nnothing to retry: no cell is {', '.join(RETRY[:-1])} or {RETRY[-1]}")
         return EXIT_OK
     wanted = {row.cell_id for row in todo}
     try:
