@@ -4,7 +4,7 @@ the orchestrator's manifest schema), then times the analysis (read every file, p
 with bootstrap intervals, all tables including the seminar comparison, the report's tables written)
 and, separately, the figures.
 
-    PYTHONPATH=. python3 tests/benchmarks/analyze_scale.py [--cells 1000] [--steps 1000] [--dir DIR]
+    PYTHONPATH=. python3 tests/benchmarks/analyze_scale.py [--cells 1000] [--steps 1000] [--dir DIR] [--no-plots]
 
 The grid: gpt and resnet at five sizes x four precisions x five batch sizes = 200 workloads, each
 under eager, inductor, inductor max-autotune, aot_eager and cudagraphs; one cell in 50 failed, one
@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--dir", type=Path, default=None, help="sweep directory (default: a temporary one)")
+    parser.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True, help="time the figures too")
     args = parser.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="analyze_scale."))
     if not (root / "manifest.parquet").exists():
@@ -86,14 +87,14 @@ def main() -> None:
     render_tables(analysis, "markdown")
     write_report(analysis, with_plots=False)
     tables_s = time.perf_counter() - start
-    start = time.perf_counter()
-    write_report(analysis, with_plots=True)
-    plots_s = time.perf_counter() - start
     print(f"{analysis.count_line()}; {len(analysis.data.steps):,} step rows")
     print(f"analysis (read, statistics, bootstrap, all tables, report tables): {tables_s:.2f} s")
-    print(f"report with figures (PNG + SVG): {plots_s:.2f} s")
-    print(f"machine: {os.cpu_count()} CPU cores ({cpu_model()}), load average {os.getloadavg()[0]:.1f}, "
-          f"Python {platform.python_version()}")
+    if args.plots:
+        start = time.perf_counter()
+        write_report(analysis, with_plots=True)
+        print(f"report with figures (PNG + SVG): {time.perf_counter() - start:.2f} s")
+    print(f"machine: {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPU cores ({cpu_model()}), load average "
+          f"{os.getloadavg()[0]:.1f}, Python {platform.python_version()}")
     if args.dir is None:
         shutil.rmtree(root)
 
