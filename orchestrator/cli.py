@@ -2,6 +2,7 @@
 
     compilebench sweep [OVERRIDES...] [--dry-run]     # cluster=local runs the cells here; a Slurm
                                                       # cluster (cluster=grete) submits job arrays
+    compilebench sweep [OVERRIDES...] --smoke         # every cell here first, tiny, 2+1 steps (SWEEP_DIR/smoke)
     compilebench sweep [OVERRIDES...] --wait          # Slurm: then follow the jobs (cells per state
                                                       # every few seconds) and print the status table
     compilebench status SWEEP_DIR [--retry-failed]    # each cell's state: results, then squeue/sacct;
@@ -51,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra override, e.g. backend=eager,inductor")
     sweep.add_argument("--dry-run", action="store_true",
                        help="print the grid and (Slurm) write the sbatch scripts it would submit; run or submit nothing")
+    sweep.add_argument("--smoke", action="store_true",
+                       help="run every cell here first, at the tiny size for 2+1 steps (sizes collapse into one), "
+                       "into SWEEP_DIR/smoke: catches failures before spending an allocation; submits nothing")
     sweep.add_argument("--wait", action="store_true",
                        help="(Slurm) after submitting, follow the jobs until no cell is queued, then print the status "
                        "table; exit 0 only if every cell completed. A local sweep runs in the foreground anyway")
@@ -82,9 +86,11 @@ def _error(message: str) -> int:
     return EXIT_USAGE
 
 
-def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False) -> int:
+def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke: bool = False) -> int:
     if dry_run and wait:
         return _error("--wait and --dry-run exclude each other: a dry run submits nothing to wait for")
+    if smoke and wait:
+        return _error("--smoke runs here and submits nothing to wait for")
     # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.
     from analysis.collect import read_cell
     from analysis.tables import render_markdown, summarize, to_markdown
@@ -93,7 +99,7 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False) -> in
     from orchestrator.sweep_dir import cell_dir, prepare
 
     try:
-        grid = expand(overrides)
+        grid = smoke_of(overrides) if smoke else expand(overrides)
     except GridError as exc:
         return _error(str(exc))
     if grid.executor == "slurm":
@@ -121,6 +127,24 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False) -> in
     skipped = sum(o.status == "skipped" for o in outcomes)
     print(f"\n{done} completed, {skipped} already completed, {len(failed)} failed; results in {grid.sweep_dir}")
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def smoke_of(overrides: Sequence[str]) -> Grid:
+    """--smoke: the sweep's grid checked as for submission (Slurm: its profile too), then its
+    smoke grid, which the local executor runs."""
+    from orchestrator.grid import GridError, smoke_grid
+    from orchestrator.profile import ProfileError
+    from orchestrator.slurm import check_grid
+
+    full, smoke = smoke_grid(overrides)
+    if full.executor == "slurm":
+        try:
+            check_grid(full)
+        except ProfileError as exc:
+            raise GridError(str(exc)) from exc
+    print(f"smoke: the sweep's {len(full.cells)} cell(s) as {len(smoke.cells)} tiny cell(s) of 2+1 steps here",
+          flush=True)
+    return smoke
 
 
 def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False) -> int:
@@ -277,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         if args.command == "sweep":
-            return cmd_sweep([*args.overrides, *extra], args.dry_run, args.wait)
+            return cmd_sweep([*args.overrides, *extra], args.dry_run, args.wait, args.smoke)
         if args.command == "status":
             return cmd_status(args.sweep_dir, args.retry_failed)
     except KeyboardInterrupt:  # a running local cell got the same SIGINT and records its own state

@@ -14,7 +14,7 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -299,19 +299,19 @@ def expand(overrides: Sequence[str], config_dir: Path = CONF_DIR) -> Grid:
 
 
 #: What `sweep --smoke` appends to the user's overrides (a later override of a key wins, also over
-#: an experiment's sweeper params): every cell at the tiny size for a couple of steps, on this
-#: machine, whatever device it has. Sizes collapse into one cell; everything else stays swept.
-SMOKE_OVERRIDES = ("size=tiny", "steps=2", "warmup_steps=1", "batch_size=null", "grad_accum=null", "device=auto",
-                   "cluster=local")
+#: an experiment's sweeper params): every cell at the tiny size for a couple of steps, on whatever
+#: device this machine has. Sizes collapse into one cell; everything else stays swept.
+SMOKE_OVERRIDES = ("size=tiny", "steps=2", "warmup_steps=1", "batch_size=null", "grad_accum=null", "device=auto")
 SMOKE_DIR = "smoke"
 
 
 def smoke_grid(overrides: Sequence[str]) -> tuple[Grid, Grid]:
-    """(the sweep's grid, its smoke grid in SWEEP_DIR/smoke); the sweep's grid is expanded first,
-    so that its bad input fails exactly as it would when submitted."""
+    """(the sweep's grid, its smoke grid in SWEEP_DIR/smoke, run by the local executor); the
+    sweep's grid is expanded first, so that its bad input fails exactly as it would when submitted.
+    The cluster stays as chosen (not `cluster=local`): overrides of its keys must still apply."""
     full = expand(overrides)
     smoke = expand([*overrides, *SMOKE_OVERRIDES, f"hydra.sweep.dir={full.sweep_dir / SMOKE_DIR}"])
-    return full, smoke
+    return full, replace(smoke, cluster={**smoke.cluster, "executor": "local"})
 
 
 def _sweep_dir(master: DictConfig, overrides: Sequence[str]) -> Path:

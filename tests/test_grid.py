@@ -233,3 +233,18 @@ def test_cli_sweep_runs_every_cell_and_skips_completed(tmp_path: Path) -> None:
     assert "[2/2] gpt/tiny/eager" in second.stdout and "already completed" in second.stdout
     attempts = {len(pd.read_parquet(f)) for f in (tmp_path / "sw").glob("cells/*/run.parquet")}
     assert attempts == {1, 2}  # the failed cell ran again, the completed one did not
+
+
+def test_cli_smoke_runs_every_cell_tiny_here(tmp_path: Path) -> None:
+    args = ["sweep", "cluster=grete", "size=small,medium", "backend=eager,aot_eager", "precision=fp32",
+            "hydra.sweep.dir=sw", "--smoke"]
+    result = run_cli(args, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "smoke: the sweep's 4 cell(s) as 2 tiny cell(s)" in result.stdout
+    runs = pd.concat(pd.read_parquet(p) for p in (tmp_path / "sw" / "smoke").glob("cells/*/run.parquet"))
+    assert sorted(runs["backend"]) == ["aot_eager", "eager"]
+    assert set(runs["status"]) == {"completed"} and set(runs["size"]) == {"tiny"} and set(runs["measured_steps"]) == {2}
+    assert not (tmp_path / "sw" / "cells").exists()  # the sweep itself was neither run nor submitted
+    bad = run_cli(["sweep", "cluster=grete", "cluster.partition=nope", "hydra.sweep.dir=sw2", "--smoke"], tmp_path)
+    assert bad.returncode == 2 and "unknown partition 'nope'" in bad.stderr and not (tmp_path / "sw2").exists()
+
