@@ -96,11 +96,12 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
     from analysis.tables import render_markdown, summarize, to_markdown
     from orchestrator.grid import GridError, expand
     from orchestrator.local import run_grid, why_not_local
-    from orchestrator.sweep_dir import cell_dir, prepare
+    from orchestrator.sweep_dir import SweepDirError, cell_dir, check_sweep_dir, prepare
 
     try:
         grid = smoke_of(overrides) if smoke else expand(overrides)
-    except GridError as exc:
+        check_sweep_dir(grid.sweep_dir.parent if smoke else grid.sweep_dir)
+    except (GridError, SweepDirError) as exc:
         return _error(str(exc))
     if grid.executor == "slurm":
         return sweep_slurm(grid, dry_run, wait)

@@ -48,6 +48,27 @@ class SweepDirError(ValueError):
     """A sweep directory that cannot be read back into its grid; the message is one line."""
 
 
+#: What a sweep directory may hold at its top level (SBATCH_DIR of orchestrator/slurm.py, submitit's
+#: folder, the smoke sweep, analysis' report); anything else means it is somebody else's directory.
+SWEEP_ENTRIES = frozenset({MANIFEST_FILE, CELLS_DIR, "sbatch", "submitit", "smoke", "report"})
+
+
+def check_sweep_dir(sweep_dir: Path) -> None:
+    """SweepDirError unless `sweep_dir` is new, empty, or a sweep directory (a sweep writes
+    cells/, a manifest and scripts into it, and never into a home or data directory by mistake)."""
+    path = Path(sweep_dir)
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise SweepDirError(f"hydra.sweep.dir={path} is a file, not a directory")
+    # Hidden names are left alone: ours are temporary files of atomic writes (.manifest.parquet.*.tmp).
+    foreign = sorted(e.name for e in path.iterdir() if e.name not in SWEEP_ENTRIES and not e.name.startswith("."))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise SweepDirError(f"hydra.sweep.dir={path} is not a compilebench sweep directory (it holds {shown}); "
+                            "choose a new or empty directory")
+
+
 def cell_dir(sweep_dir: Path, cell_id: str) -> Path:
     return Path(sweep_dir) / CELLS_DIR / cell_id
 

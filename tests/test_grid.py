@@ -48,6 +48,15 @@ def test_conf_has_every_group() -> None:
     assert {"model", "size", "backend", "precision", "cluster", "experiment"} <= groups
 
 
+def test_slurm_profiles_have_the_same_keys() -> None:
+    """So that every `cluster.KEY=value` override works whichever Slurm profile is chosen."""
+    import yaml
+
+    profiles = {p.stem: yaml.safe_load(p.read_text()) for p in CONF_DIR.glob("cluster/*.yaml")}
+    slurm = {name: set(keys) for name, keys in profiles.items() if keys.get("executor") == "slurm"}
+    assert len(slurm) >= 2 and all(keys == slurm["grete"] for keys in slurm.values()), slurm
+
+
 def test_defaults_alone_are_one_cell() -> None:
     grid = expand([])
     assert len(grid.cells) == 1
