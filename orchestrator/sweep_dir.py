@@ -7,10 +7,12 @@ a temporary file and a rename, so a job reading its config never sees half of it
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pyarrow as pa
 import yaml
@@ -24,6 +26,7 @@ if TYPE_CHECKING:  # grid imports Hydra and the workloads (torch): a Slurm task 
     from orchestrator.grid import Cell, Grid
 
 MANIFEST_FILE = "manifest.parquet"
+MANIFEST_LOCK = ".manifest.lock"
 LOGS_DIR = "logs"
 #: libyaml's emitter where PyYAML was built with it (the same YAML, ~20x faster than the
 #: pure-Python one, which dominated a 10,000-cell dry-run).
@@ -99,10 +102,29 @@ def manifest_rows(grid: Grid, job_ids: dict[str, str] | None = None) -> list[dic
     ]
 
 
+@contextlib.contextmanager
+def manifest_lock(sweep_dir: Path) -> Iterator[None]:
+    """Hold the sweep directory's manifest lock (flock on SWEEP_DIR/.manifest.lock) for a
+    read-merge-write of the manifest: two sweeps of one directory at once keep each other's rows."""
+    Path(sweep_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(sweep_dir) / MANIFEST_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+        yield
+
+
 def write_manifest(grid: Grid, job_ids: dict[str, str] | None = None) -> Path:
-    """(Re)write SWEEP_DIR/manifest.parquet for this grid, one row per cell in grid order."""
+    """Write this grid's rows (in grid order) into SWEEP_DIR/manifest.parquet; the rows of other
+    cells already there (an earlier sweep of another grid into this directory, or one running
+    now) are kept after them."""
     path = Path(grid.sweep_dir) / MANIFEST_FILE
-    write_parquet_atomic(table_from_rows(manifest_rows(grid, job_ids), MANIFEST_SCHEMA), path)
+    rows = manifest_rows(grid, job_ids)
+    ours = {row["cell_id"] for row in rows}
+    with manifest_lock(grid.sweep_dir):
+        old = read_parquet(path, MANIFEST_SCHEMA)
+        if old is not None:
+            old = old.astype(object).where(old.notna(), None)  # pandas' NaN back to null
+            rows += [row for row in old.to_dict("records") if row["cell_id"] not in ours]
+        write_parquet_atomic(table_from_rows(rows, MANIFEST_SCHEMA), path)
     return path
 
 
