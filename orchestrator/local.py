@@ -4,6 +4,10 @@ Each cell is its own `python -m workloads.run CONFIG` process, exactly what a Sl
 so a crash, an OOM or a stuck compile in one cell cannot take the sweep (or the next cell's
 measurements, through a warm dynamo cache) with it. Every cell is attempted even when some
 fail; the caller turns the outcomes into the exit code.
+
+A distributed cell (several processes) is not for this executor: it starts one process per
+cell and is no launcher; Slurm starts a distributed cell's processes, one task each, and each
+task runs `run_cell` for its rank (orchestrator/slurm_job.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from orchestrator.sweep_dir import LOGS_DIR, cell_dir, config_path, is_completed, last_status
+from workloads.config import distributed_section
 
 if TYPE_CHECKING:  # grid imports Hydra and torch; run_cell in a Slurm task needs neither
     from orchestrator.grid import Cell, Grid
@@ -59,33 +64,53 @@ def _last_line(path: Path, limit: int = 65536) -> str:
     return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
-def run_cell(sweep_dir: Path, cell: Cell | str) -> Outcome:
-    """Run one cell (a Cell or its id) in a subprocess; its stdout/stderr go to the cell's logs/."""
+def why_not_local(grid: Grid) -> str | None:
+    """Why the local executor cannot run this grid (cells of several processes), or None."""
+    many = [cell.cell_id for cell in grid.cells if distributed_section(cell.config).world_size > 1]
+    if not many:
+        return None
+    return (f"{len(many)} cell(s) train as several processes (distributed.nodes x tasks_per_node > 1, e.g. "
+            f"{many[0]}); the local executor runs one process per cell: use a Slurm cluster profile")
+
+
+def log_paths(logs: Path, rank: int = 0) -> tuple[Path, Path]:
+    """stdout and stderr of a cell's process: `stdout.log`/`stderr.log` for rank 0 (every
+    single-process cell), `stdout.rank<N>.log`/`stderr.rank<N>.log` for rank N of a distributed cell."""
+    suffix = f".rank{rank}" if rank else ""
+    return logs / f"stdout{suffix}.log", logs / f"stderr{suffix}.log"
+
+
+def run_cell(sweep_dir: Path, cell: Cell | str, rank: int = 0) -> Outcome:
+    """Run one cell (a Cell or its id) in a subprocess — in a distributed cell, this task's rank
+    of it; its stdout/stderr go to the cell's logs/ (see `log_paths`)."""
     cell_id = cell if isinstance(cell, str) else cell.cell_id
     directory = cell_dir(sweep_dir, cell_id)
     logs = directory / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)
     attempts_before = last_status(directory)[0]
     command = [sys.executable, "-m", "workloads.run", str(config_path(sweep_dir, cell_id))]
+    stdout_log, stderr_log = log_paths(logs, rank)
     start = time.perf_counter()
-    with open(logs / "stdout.log", "ab") as out, open(logs / "stderr.log", "ab") as err:
+    with open(stdout_log, "ab") as out, open(stderr_log, "ab") as err:
         code = subprocess.call(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=_child_env())
     seconds = time.perf_counter() - start
     if code == 0:
-        if is_completed(directory):
+        # Rank 0 writes the results, and may not have yet: another rank goes by its exit code.
+        if rank > 0 or is_completed(directory):
             return Outcome(cell_id, "completed", seconds)
         # Trust the file, not the exit code: a re-run skips only what run.parquet says is done.
         return Outcome(cell_id, "failed", seconds, "exit 0 but run.parquet has no completed attempt")
 
-    # The workload records why in run.parquet (oom, not_compiled, ...) unless it died before.
-    attempts, status, error = last_status(directory)
+    # The workload records why in run.parquet (oom, not_compiled, ...) unless it died before;
+    # only rank 0 records, so another rank's reason is its own last words.
+    attempts, status, error = last_status(directory) if rank == 0 else (attempts_before, None, None)
     wrote_attempt = attempts > attempts_before
     status = status if wrote_attempt and status and status != "completed" else "failed"
     if wrote_attempt and isinstance(error, str) and error.strip():
         reason = error.strip().splitlines()[0]  # the workload's own one-line reason
     else:
-        reason = _last_line(logs / "stderr.log") or "(no output)"  # e.g. the exception of a traceback
-    return Outcome(cell_id, status, seconds, f"exit {code}: {reason} [{logs / 'stderr.log'}]")
+        reason = _last_line(stderr_log) or "(no output)"  # e.g. the exception of a traceback
+    return Outcome(cell_id, status, seconds, f"exit {code}: {reason} [{stderr_log}]")
 
 
 def run_grid(grid: Grid, out: TextIO = sys.stdout) -> list[Outcome]:

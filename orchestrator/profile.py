@@ -6,6 +6,11 @@ documented in conf/cluster/grete.yaml. A cell's resources follow from the profil
 model: the GPU type is `cluster.gpu_type` when set, else `cluster.gpu_type_by_model[<model>]`,
 else `cluster.gpu_type_by_model.default`; the partition is `cluster.partition` when set, else
 `cluster.partitions[<gpu type>]`. Bad values raise ProfileError with a one-line message.
+
+A cell trains as `distributed.nodes × distributed.tasks_per_node` processes, one Slurm task each
+(workloads/distributed.py). `cluster.gpus` is what each task gets, so a node's request is
+`tasks_per_node × gpus` GPUs (`--gres` counts per node), `tasks_per_node` × the per-task memory,
+and every task `cpus_per_gpu × gpus` CPUs.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from workloads.config import DistributedConfig, distributed_section
 
 #: Compile-cache policies: one directory for the whole sweep (warm compiles), or a fresh one per job.
 COMPILE_CACHES = ("shared", "per_job")
@@ -59,18 +66,27 @@ class Resources:
     partition: str
     gpu_type: str
     gpus: int
+    """GPUs per node."""
     cpus: int | None
+    """CPUs per task."""
     mem_gb: float | None
+    """Memory per node."""
     time_min: int
+    nodes: int = 1
+    tasks_per_node: int = 1
 
     @property
     def gres(self) -> str | None:
         return f"gpu:{self.gpu_type}:{self.gpus}" if self.gpus else None
 
+    @property
+    def tasks(self) -> int:
+        return self.nodes * self.tasks_per_node
+
     def describe(self) -> dict[str, Any]:
-        """The columns the dry-run grid shows."""
-        return {"partition": self.partition, "gres": self.gres or "-", "cpus": self.cpus,
-                "mem": f"{self.mem_gb:g}G" if self.mem_gb else None, "time": f"{self.time_min} min"}
+        """The columns the dry-run grid shows (gres and mem per node, cpus per task)."""
+        return {"partition": self.partition, "tasks": f"{self.nodes}x{self.tasks_per_node}", "gres": self.gres or "-",
+                "cpus": self.cpus, "mem": f"{self.mem_gb:g}G" if self.mem_gb else None, "time": f"{self.time_min} min"}
 
 
 def _fail(profile: str, message: str) -> ProfileError:
@@ -145,15 +161,26 @@ def gpu_type_for(profile: SlurmProfile, model: str) -> str:
     return gpu_type
 
 
-def resources_for(profile: SlurmProfile, model: str) -> Resources:
-    """The resources of one cell of `model` on this profile."""
+def resources_for(profile: SlurmProfile, model: str, layout: DistributedConfig = DistributedConfig()) -> Resources:
+    """The resources of one cell of `model`, trained by `layout`'s processes, on this profile."""
     gpu_type = gpu_type_for(profile, model)
-    per_gpu = max(profile.gpus, 1)  # a CPU-only request (gpus: 0) still gets one GPU's share
+    gpus_per_node = profile.gpus * layout.tasks_per_node
+    if profile.gpus_per_node and gpus_per_node > profile.gpus_per_node:
+        raise _fail(profile.name, f"a cell of distributed.tasks_per_node={layout.tasks_per_node} asks for "
+                                  f"{gpus_per_node} GPUs per node; a node has {profile.gpus_per_node} (gpus_per_node)")
+    per_task = max(profile.gpus, 1)  # a CPU-only request (gpus: 0) still gets one GPU's share
     return Resources(
         partition=profile.partition or profile.partitions[gpu_type],
         gpu_type=gpu_type,
-        gpus=profile.gpus,
-        cpus=profile.cpus_per_gpu * per_gpu if profile.cpus_per_gpu else None,
-        mem_gb=profile.mem_per_gpu_gb * per_gpu if profile.mem_per_gpu_gb else None,
+        gpus=gpus_per_node,
+        cpus=profile.cpus_per_gpu * per_task if profile.cpus_per_gpu else None,
+        mem_gb=profile.mem_per_gpu_gb * per_task * layout.tasks_per_node if profile.mem_per_gpu_gb else None,
         time_min=int(profile.time_min),  # checked positive by load_profile
+        nodes=layout.nodes,
+        tasks_per_node=layout.tasks_per_node,
     )
+
+
+def cell_resources(profile: SlurmProfile, config: Mapping[str, Any]) -> Resources:
+    """The resources of a cell from its resolved config (its model and `distributed` section)."""
+    return resources_for(profile, config["model"]["name"], distributed_section(config))

@@ -110,10 +110,19 @@ def slurm_parameters(profile: SlurmProfile, resources: Resources, sweep_dir: Pat
     }
     if resources.gres:
         params["gres"] = resources.gres
+    srun_args = []
+    if resources.tasks > 1:  # a distributed cell: submitit's srun starts one task per process
+        params["nodes"] = resources.nodes
+        params["ntasks_per_node"] = resources.tasks_per_node
+        # A rank that dies leaves the others blocked in a collective (NCCL: until its timeout);
+        # Slurm ends the step instead, and rank 0 records what it saw.
+        srun_args.append("--kill-on-bad-exit=1")
     if resources.cpus:
         params["cpus_per_task"] = resources.cpus
         # The step must get the job's CPUs too: srun of Slurm 22.05+ no longer reads SLURM_CPUS_PER_TASK.
-        params["srun_args"] = [f"--cpus-per-task={resources.cpus}"]
+        srun_args.append(f"--cpus-per-task={resources.cpus}")
+    if srun_args:
+        params["srun_args"] = srun_args
     if resources.mem_gb:
         params["mem"] = _convert_mem(resources.mem_gb)
     for key in ("account", "qos"):

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Hashable, Iterator, Sequence, TextIO, TypeVar
 
 from orchestrator.grid import Cell, Grid
-from orchestrator.profile import ProfileError, Resources, SlurmProfile, load_profile, resources_for
+from orchestrator.profile import ProfileError, Resources, SlurmProfile, cell_resources, load_profile
 from orchestrator.sbatch import CACHE_VARIABLES, make_executor, script_text, slurm_parameters
 from orchestrator.sweep_dir import cell_dir, is_completed, recorded_job_ids, write_manifest
 
@@ -94,7 +94,7 @@ def check_grid(grid: Grid) -> tuple[SlurmProfile, dict[str, Resources], dict[Res
     """Profile, per-cell resources and per-resources sbatch parameters; raises ProfileError
     before anything is written."""
     profile = load_profile(grid.cluster)
-    resources = {cell.cell_id: resources_for(profile, cell.axes["model"]) for cell in grid.cells}
+    resources = {cell.cell_id: cell_resources(profile, cell.config) for cell in grid.cells}
     params = {res: slurm_parameters(profile, res, grid.sweep_dir) for res in dict.fromkeys(resources.values())}
     return profile, resources, params
 

@@ -8,6 +8,15 @@ compile-cache variables the task saw (to check that nothing leaked in from the s
 
 A cell that does not complete raises CellFailed, so that the Slurm job ends FAILED and submitit's
 `job.result()` raises; the cell's own status (oom, not_compiled, ...) is in its run.parquet.
+
+A distributed cell's job has one task per process (`--ntasks-per-node`, `--nodes`); submitit's
+srun runs this function in each. Before the workload starts, the task exports torch's env://
+variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR = the job's first node, MASTER_PORT drawn
+from the job id) through submitit's TorchDistributedEnvironment, and the workload joins the
+group from them. Rank N > 0 logs to `stdout.rankN.log`/`stderr.rankN.log` and
+`slurm-<job>.rankN.*`; rank 0 keeps the single-process names and alone writes the results.
+CUDA_VISIBLE_DEVICES is left as Slurm set it (the job's GPUs): the workload trains on the
+LOCAL_RANK-th of them, which stays right where Slurm does not renumber devices per job.
 """
 
 from __future__ import annotations
@@ -16,11 +25,12 @@ import os
 import signal
 from pathlib import Path
 
-from orchestrator.local import Outcome, run_cell
+from orchestrator.local import Outcome, log_paths, run_cell
 from orchestrator.sweep_dir import LOGS_DIR, cell_dir, is_completed
 
 #: Variables written to logs/slurm-<job>.env: names starting with these, or equal to them.
-ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SUBMITIT_", "TORCHINDUCTOR_", "TRITON_")
+ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SUBMITIT_", "TORCHINDUCTOR_", "TRITON_", "MASTER_", "RANK",
+                "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
 
 class CellFailed(RuntimeError):
@@ -39,12 +49,22 @@ def record_job(logs: Path) -> str:
 
     environment = submitit.JobEnvironment()
     job_id = environment.job_id  # "<array job>_<task>" in an array, "<job>" for a lone job
+    name = f"slurm-{job_id}" + (f".rank{environment.global_rank}" if environment.global_rank else "")
     paths = environment.paths
-    _link(paths.stdout, logs / f"slurm-{job_id}.out")
-    _link(paths.stderr, logs / f"slurm-{job_id}.err")
+    _link(paths.stdout, logs / f"{name}.out")
+    _link(paths.stderr, logs / f"{name}.err")
     names = sorted(k for k in os.environ if k.startswith(ENV_PREFIXES))
-    (logs / f"slurm-{job_id}.env").write_text("".join(f"{k}={os.environ[k]}\n" for k in names))
+    (logs / f"{name}.env").write_text("".join(f"{k}={os.environ[k]}\n" for k in names))
     return job_id
+
+
+def export_torch_distributed() -> int:
+    """Export this task's torch.distributed env:// variables from the Slurm job; returns its rank."""
+    from submitit.helpers import TorchDistributedEnvironment
+
+    # CUDA_VISIBLE_DEVICES stays Slurm's (see the module docstring); overwrite: the job's own
+    # values, whatever the submitting environment passed on.
+    return TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True).rank
 
 
 def run_cell_job(sweep_dir: str, cell_id: str) -> Outcome:
@@ -56,12 +76,14 @@ def run_cell_job(sweep_dir: str, cell_id: str) -> Outcome:
     directory = cell_dir(Path(sweep_dir), cell_id)
     logs = directory / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)
+    rank = export_torch_distributed()
     job_id = record_job(logs)
     if is_completed(directory):
         print(f"cell {cell_id}: completed by an earlier job; nothing to do")
         return Outcome(cell_id, "skipped")
-    print(f"cell {cell_id}: running in job {job_id}; its output: {logs}/stdout.log, stderr.log", flush=True)
-    outcome = run_cell(Path(sweep_dir), cell_id)
+    stdout_log, stderr_log = log_paths(logs, rank)
+    print(f"cell {cell_id}: running in job {job_id}; its output: {stdout_log}, {stderr_log}", flush=True)
+    outcome = run_cell(Path(sweep_dir), cell_id, rank)
     print(f"cell {cell_id}: {outcome.status} in {outcome.seconds:.1f} s {outcome.message}".rstrip(), flush=True)
     if not outcome.ok:
         raise CellFailed(f"cell {cell_id} {outcome.status}: {outcome.message}")

@@ -195,13 +195,13 @@ def test_dry_run_grid_and_golden_scripts(capsys, no_slurm_here, tmp_path: Path) 
     assert code == 0, err
     header = [c.strip() for c in out.splitlines()[0].strip("|").split("|")]
     assert header == ["cell_id", "model", "size", "backend", "compile_mode", "precision",
-                      "partition", "gres", "cpus", "mem", "time", "array", "state"]
+                      "partition", "tasks", "gres", "cpus", "mem", "time", "array", "state"]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()[2:6]}
     cells = expand(["cluster=grete", "model=gpt,resnet", "backend=eager,inductor"]).cells
     assert sorted(rows) == sorted(c.cell_id for c in cells)
     for cell_id, model in ((c.cell_id, c.axes["model"]) for c in cells):
         gpu, partition, array = ("A100", "grete:shared", "0") if model == "gpt" else ("H100", "grete-h100", "1")
-        assert rows[cell_id][6:] == [partition, f"gpu:{gpu}:1", "16", "120G", "60 min", array, "submit"]
+        assert rows[cell_id][6:] == [partition, "1x1", f"gpu:{gpu}:1", "16", "120G", "60 min", array, "submit"]
     assert "4 cell(s): 4 in 2 job array(s)" in out and "nothing submitted (--dry-run)" in out
     scripts = sorted((sweep / "sbatch").iterdir())
     assert [p.name for p in scripts] == ["dryrun-00.sh", "dryrun-01.sh"]

@@ -98,22 +98,26 @@ def check_backend(cfg: BackendConfig) -> None:
 
 
 def apply_backend(module: nn.Module, cfg: BackendConfig, example_inputs: tuple[torch.Tensor, ...],
-                  autocast: Callable[..., AbstractContextManager], on_cuda: bool) -> CompiledRun:
+                  autocast: Callable[..., AbstractContextManager], on_cuda: bool,
+                  wrap: Callable[[nn.Module], nn.Module] = lambda m: m) -> CompiledRun:
     """Prepare `module` for training under backend `cfg`.
 
     `example_inputs` are one real batch's model inputs (torchscript traces with them);
     `autocast(cache_enabled=...)` makes the precision context the training step runs under.
+    `wrap` (DDP for a distributed cell) goes around the module as it is trained: around the
+    traced module, around the regionally compiled one, and inside whole-model torch.compile,
+    which is then given the wrapper (how DDP and torch.compile are meant to be combined).
     """
     check_backend(cfg)
     if cfg.name == "eager":
-        return CompiledRun(module, uses_dynamo=False, marks_cudagraph_steps=False, setup_time_s=0.0)
+        return CompiledRun(wrap(module), uses_dynamo=False, marks_cudagraph_steps=False, setup_time_s=0.0)
     if cfg.name == "torchscript":
         start = time.perf_counter()
         # Traced under the training precision (autocast casts become part of the graph);
         # cache_enabled=False keeps autocast's weight-cast cache out of the trace.
         with autocast(cache_enabled=False):
             traced = torch.jit.trace(module, example_inputs, check_trace=False)
-        return CompiledRun(traced, uses_dynamo=False, marks_cudagraph_steps=False,
+        return CompiledRun(wrap(traced), uses_dynamo=False, marks_cudagraph_steps=False,
                            setup_time_s=time.perf_counter() - start)
     marks = on_cuda and wants_cudagraphs(cfg)
     kwargs = _compile_kwargs(cfg)
@@ -123,8 +127,8 @@ def apply_backend(module: nn.Module, cfg: BackendConfig, example_inputs: tuple[t
             raise ConfigError(f"regional compilation: no repeated blocks found in {type(module).__name__}")
         for block in blocks:
             block.compile(**kwargs)  # in place: the module tree and its state_dict keys stay as they are
-        return CompiledRun(module, uses_dynamo=True, marks_cudagraph_steps=marks, setup_time_s=0.0)
-    return CompiledRun(torch.compile(module, **kwargs), uses_dynamo=True, marks_cudagraph_steps=marks,
+        return CompiledRun(wrap(module), uses_dynamo=True, marks_cudagraph_steps=marks, setup_time_s=0.0)
+    return CompiledRun(torch.compile(wrap(module), **kwargs), uses_dynamo=True, marks_cudagraph_steps=marks,
                        setup_time_s=0.0)
 
 

@@ -24,6 +24,7 @@ import yaml
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DATA_SOURCES = ("synthetic", "text", "bin", "imagefolder")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+DIST_BACKENDS = ("auto", "nccl", "gloo")
 
 
 class ConfigError(ValueError):
@@ -90,6 +91,28 @@ class OptimConfig:
 
 
 @dataclass
+class DistributedConfig:
+    """How many processes train the cell together (data parallel, DDP). The launcher — Slurm, one
+    task per process — starts them; see workloads/distributed.py."""
+
+    nodes: int = 1
+    """Nodes of the cell's Slurm job."""
+    tasks_per_node: int = 1
+    """Training processes (Slurm tasks) per node: one per GPU with CUDA, or CPU processes (gloo).
+    Above one process in all, the model trains under DistributedDataParallel; `batch_size` and
+    `grad_accum` stay per process, so the global batch grows with the processes (weak scaling)."""
+    backend: str = "auto"
+    """torch.distributed backend: auto (nccl on CUDA, gloo on the CPU), nccl or gloo."""
+    bucket_cap_mb: float | None = None
+    """DDP's gradient bucket size in MiB; null = DDP's default (25). Compiled backends split
+    their graphs at bucket boundaries (dynamo's DDPOptimizer), so this sets how many pieces."""
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+
+@dataclass
 class CellConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     size: str = "tiny"
@@ -98,6 +121,7 @@ class CellConfig:
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     seed: int = 1337
     """Seeds torch (model init, synthetic data, batch sampling)."""
     steps: int = 20
@@ -144,6 +168,20 @@ class CellConfig:
             raise ConfigError("compiled backends need warmup_steps >= 1: compilation must not be measured")
         if self.backend.compile_optimizer and self.precision.name == "fp16":
             raise ConfigError("backend.compile_optimizer with fp16: GradScaler calls the optimizer itself")
+        self._validate_distributed()
+
+    def _validate_distributed(self) -> None:
+        dist = self.distributed
+        for key in ("nodes", "tasks_per_node"):
+            if getattr(dist, key) < 1:
+                raise ConfigError(f"distributed.{key} must be >= 1, got {getattr(dist, key)}")
+        if dist.backend not in DIST_BACKENDS:
+            raise ConfigError(f"distributed.backend must be one of {DIST_BACKENDS}, got {dist.backend!r}")
+        if dist.backend == "nccl" and self.device == "cpu":
+            raise ConfigError("distributed.backend=nccl needs GPUs; device=cpu trains with gloo")
+        # DDP's first bucket holds 1 MiB, and dynamo's DDPOptimizer refuses a smaller cap than that.
+        if dist.bucket_cap_mb is not None and dist.bucket_cap_mb < 1:
+            raise ConfigError(f"distributed.bucket_cap_mb must be >= 1 (DDP's first bucket), got {dist.bucket_cap_mb}")
 
 
 #: Top-level keys that belong to the orchestrator; a workload ignores them.
@@ -216,6 +254,11 @@ def cell_config_from_dict(values: Mapping[str, Any]) -> CellConfig:
     return cfg
 
 
+def distributed_section(config: Mapping[str, Any]) -> DistributedConfig:
+    """The `distributed` section of a resolved cell config (the defaults where it has none)."""
+    return DistributedConfig(**(config.get("distributed") or {}))
+
+
 def load_cell_config(path: str | Path) -> CellConfig:
     """Read a resolved `config.yaml` written by the orchestrator (or by hand)."""
     with open(path) as fh:
@@ -249,5 +292,9 @@ def config_digest(cfg: CellConfig | Mapping[str, Any]) -> str:
     """A stable 12-hex-digit id of a resolved config (the `cell_id` field itself excluded)."""
     values = cell_config_to_dict(cfg) if isinstance(cfg, CellConfig) else dict(cfg)
     values.pop("cell_id", None)
+    # Cells of one process keep the ids they had before the `distributed` section existed, so
+    # that re-running an older sweep still finds its completed cells.
+    if values.get("distributed") == cell_config_to_dict(DistributedConfig()):
+        del values["distributed"]
     blob = json.dumps(values, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:12]

@@ -4,6 +4,12 @@ Two files per cell directory: `steps.parquet` (one row per training step, every 
 `run.parquet` (one row per attempt: status, summary, environment). Both are rewritten whole
 through a temporary file and `os.replace`, so a reader sees either the old or the new file,
 never half of one. Bump SCHEMA_VERSION when a column changes meaning or disappears.
+
+Version 2 added the distributed cells (DDP over several processes, workloads/recorder.py): one
+steps row per step still, its step time the slowest rank's, `items`/`items_per_step`/
+`flops_per_step` over all ranks, and the `rank_*` list columns (one entry per rank, in rank
+order); in run.parquet `world_size`, `nodes`, `dist_backend` and `ddp_graph_splits`. Cells of one
+process have world_size 1 and one-entry lists. Files of version 1 read with nulls there.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 STEPS_FILE = "steps.parquet"
 RUN_FILE = "run.parquet"
@@ -36,9 +42,11 @@ STEPS_SCHEMA = pa.schema(
         ("step_time_ms", pa.float64()),  # device synchronised at both boundaries
         ("data_time_ms", pa.float64()),  # host time spent waiting for batches inside the step
         ("loss", pa.float64()),
-        ("items", pa.int64()),  # tokens (gpt) or images (vision) processed in the step
+        ("items", pa.int64()),  # tokens (gpt) or images (vision) processed in the step, all ranks
         ("tflops", pa.float64()),  # achieved model TFLOP/s; null where FLOPs are unknown
-        ("mfu", pa.float64()),  # fraction of peak (0..1); null where no peak is known
+        ("mfu", pa.float64()),  # fraction of peak (0..1) of all ranks' devices; null where no peak is known
+        ("rank_step_time_ms", pa.list_(pa.float64())),  # each rank's own step time; step_time_ms is their max
+        ("rank_data_time_ms", pa.list_(pa.float64())),  # each rank's wait for batches; data_time_ms is their max
     ]
 )
 
@@ -80,7 +88,15 @@ RUN_SCHEMA = pa.schema(
         ("graph_break_count", pa.int64()),
         ("recompile_count", pa.int64()),
         ("cudagraph_skips", pa.int64()),  # graphs that ran without the CUDA graphs asked for
-        ("peak_mem_bytes", pa.int64()),
+        ("peak_mem_bytes", pa.int64()),  # the largest of the ranks'
+        ("world_size", pa.int64()),  # processes that trained the cell together (DDP above 1)
+        ("nodes", pa.int64()),
+        ("dist_backend", pa.string()),  # nccl | gloo; null for one process
+        ("ddp_graph_splits", pa.int64()),  # extra graphs from DDPOptimizer's cuts at gradient buckets
+        ("rank_hostname", pa.list_(pa.string())),
+        ("rank_median_step_ms", pa.list_(pa.float64())),  # each rank's median measured step
+        ("rank_compile_time_s", pa.list_(pa.float64())),  # compile_time_s from each rank's own steps
+        ("rank_peak_mem_bytes", pa.list_(pa.int64())),
         ("torch_version", pa.string()),
         ("triton_version", pa.string()),
         ("cuda_version", pa.string()),

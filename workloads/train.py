@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 
 import torch
 import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
 
 from workloads.precision import Precision
 
@@ -39,7 +40,7 @@ class TrainStep:
     def __init__(self, module: nn.Module, loss_fn: LossFn, optimizer: torch.optim.Optimizer,
                  batches: Iterator[Batch], precision: Precision, device: torch.device,
                  grad_accum: int, grad_clip: float, marks_cudagraph_steps: bool,
-                 optimizer_step: Callable[[], None] | None = None):
+                 optimizer_step: Callable[[], None] | None = None, ddp: DistributedDataParallel | None = None):
         self.module = module
         self.loss_fn = loss_fn
         self.optimizer = optimizer
@@ -50,6 +51,8 @@ class TrainStep:
         self.grad_accum = grad_accum
         self.grad_clip = grad_clip
         self.marks_cudagraph_steps = marks_cudagraph_steps
+        self.ddp = ddp
+        """The DDP wrapper inside `module` of a distributed cell, whose gradient sync is switched."""
         self.scaler = precision.make_scaler(device.type)
         self.params = [p for p in module.parameters() if p.requires_grad]
         # Under CUDA graph trees a backward's gradients are outputs in the graph pool. With
@@ -65,7 +68,11 @@ class TrainStep:
     def __call__(self) -> tuple[torch.Tensor, float]:
         data_s = 0.0
         loss_sum = torch.zeros((), device=self.device)
-        for _ in range(self.grad_accum):
+        for micro_step in range(self.grad_accum):
+            if self.ddp is not None:
+                # As nanoGPT: all-reduce the gradients in the last micro-step's backward only; the
+                # flag is read in DDP's forward, which runs eagerly also around a compiled module.
+                self.ddp.require_backward_grad_sync = micro_step == self.grad_accum - 1
             t0 = time.perf_counter()
             x, y = next(self.batches)
             data_s += time.perf_counter() - t0

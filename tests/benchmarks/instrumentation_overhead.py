@@ -12,7 +12,8 @@ import statistics
 import time
 
 from workloads.config import cell_config_from_dict
-from workloads.run import CellRecorder, prepare_cell
+from workloads.recorder import CellRecorder
+from workloads.run import prepare_cell
 from workloads.train import run_steps, synchronize
 
 CASES = {

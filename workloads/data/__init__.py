@@ -28,9 +28,10 @@ def check_data_source(cfg: CellConfig, kind: str) -> None:
                           f"(reads {kind}); use one of {SOURCES_BY_KIND[kind]}")
 
 
-def _data_generator(cfg: CellConfig) -> torch.Generator:
-    # Separate stream from model init, so data is identical whatever the model consumed.
-    return torch.Generator().manual_seed(cfg.seed + 1)
+def _data_generator(cfg: CellConfig, rank: int) -> torch.Generator:
+    # Separate stream from model init, so data is identical whatever the model consumed; each
+    # rank of a distributed cell draws its own samples (rank 0 those of a single process).
+    return torch.Generator().manual_seed(cfg.seed + 1 + rank)
 
 
 def load_token_source(cfg: CellConfig) -> tuple[np.ndarray | None, int | None]:
@@ -45,9 +46,10 @@ def load_token_source(cfg: CellConfig) -> tuple[np.ndarray | None, int | None]:
 
 def make_batches(cfg: CellConfig, kind: str, batch_size: int, sample_shape: tuple[int, ...],
                  num_classes: int, device: torch.device,
-                 tokens: np.ndarray | None = None) -> Iterator[Batch]:
-    """Endless batches of the configured source, already on `device`."""
-    generator = _data_generator(cfg)
+                 tokens: np.ndarray | None = None, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
+    """Endless batches of the configured source, already on `device`; with several ranks, this
+    rank's share (its own random samples, or its DistributedSampler part of an image folder)."""
+    generator = _data_generator(cfg, rank)
     if kind == "tokens":
         (block_size,) = sample_shape
         if tokens is not None:
@@ -55,6 +57,6 @@ def make_batches(cfg: CellConfig, kind: str, batch_size: int, sample_shape: tupl
         return synthetic_token_batches(batch_size, block_size, num_classes, device, generator)
     if cfg.data.source == "imagefolder":
         return imagefolder_batches(cfg.data.path, batch_size, sample_shape, device, cfg.data.workers,
-                                   cfg.seed, cfg.model.channels_last)
+                                   cfg.seed, cfg.model.channels_last, world_size)
     return synthetic_image_batches(batch_size, sample_shape, num_classes, device, generator,
                                    cfg.model.channels_last)

@@ -37,13 +37,16 @@ def synthetic_image_batches(batch_size: int, sample_shape: tuple[int, ...], num_
 
 def imagefolder_batches(root: str | Path, batch_size: int, sample_shape: tuple[int, ...],
                         device: torch.device, workers: int, seed: int,
-                        channels_last: bool) -> Iterator[Batch]:
-    """Endless training batches from `root/<class>/<image>` through timm's loader."""
+                        channels_last: bool, world_size: int = 1) -> Iterator[Batch]:
+    """Endless training batches from `root/<class>/<image>` through timm's loader; with
+    world_size > 1, this rank's part of every epoch (timm's DistributedSampler, in the joined
+    process group)."""
     from timm.data import create_dataset, create_loader  # here: sweep expansion imports this module
 
     dataset = create_dataset("", root=str(root), is_training=True, seed=seed)
-    if len(dataset) < batch_size:
-        raise ValueError(f"{root}: {len(dataset)} images, fewer than one batch of {batch_size}")
+    if len(dataset) < batch_size * world_size:  # else an epoch has no full batch, and never ends
+        raise ValueError(f"{root}: {len(dataset)} images, fewer than one batch of {batch_size} "
+                         f"for each of {world_size} rank(s)")
     on_gpu = device.type == "cuda"
     loader = create_loader(
         dataset,
@@ -55,6 +58,7 @@ def imagefolder_batches(root: str | Path, batch_size: int, sample_shape: tuple[i
         use_prefetcher=on_gpu,
         device=device,
         persistent_workers=workers > 0,
+        distributed=world_size > 1,
     )
 
     def epochs() -> Iterator[Batch]:

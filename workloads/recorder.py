@@ -1,0 +1,158 @@
+"""What a cell records: every rank's own steps, merged on rank 0 into the cell's Parquet rows.
+
+Each rank times its steps on its own device clock (`StepRecord`s). A cell of one process is the
+one-rank case of the same merge, so its rows are what a single process measures. With several
+ranks (DDP), rank 0 gathers every rank's `RankReport` after the measured loop and writes one
+steps.parquet row per step:
+
+    step_time_ms   the slowest rank's: DDP's gradient all-reduce makes every rank wait for the
+                   slowest, so a global step has ended only when that rank's has
+    data_time_ms   the longest wait for batches of any rank
+    loss           the mean over ranks: each rank trains on its own samples, and the mean is the
+                   loss of the global batch
+    items, tflops, mfu   of the global batch: all ranks' items and FLOPs, over all ranks' peaks
+    rank_step_time_ms, rank_data_time_ms   each rank's own values, in rank order
+
+The run row's summary (median step, throughput, MFU, compile time) is computed from the merged
+steps; `rank_*` columns keep each rank's median step, compile time, peak memory and host. When
+a distributed cell fails, rank 0 does not gather (a collective would wait forever for a rank
+that died): its rows are then rank 0's own steps.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from workloads.schema import RUN_FILE, RUN_SCHEMA, SCHEMA_VERSION, STEPS_FILE, STEPS_SCHEMA, append_rows_atomic
+from workloads.train import StepRecord
+
+
+@dataclass
+class RankReport:
+    """What one rank contributes to the cell's record (sent to rank 0 by pickling)."""
+
+    rank: int
+    hostname: str
+    steps: list[StepRecord]
+    peak_mem_bytes: int | None
+
+
+@dataclass
+class MergedStep:
+    """One step of the cell over all ranks (see the module docstring)."""
+
+    step: int
+    phase: str
+    step_time_ms: float
+    data_time_ms: float
+    loss: float
+    rank_step_time_ms: list[float]
+    rank_data_time_ms: list[float]
+
+
+def merge_steps(reports: Sequence[RankReport]) -> list[MergedStep]:
+    """The steps every rank finished, each merged over the ranks (reports in any order)."""
+    ordered = sorted(reports, key=lambda report: report.rank)
+    merged = []
+    for per_rank in zip(*(report.steps for report in ordered)):  # a rank that stopped early ends it
+        step, phase = per_rank[0].step, per_rank[0].phase
+        if any((s.step, s.phase) != (step, phase) for s in per_rank):
+            raise ValueError(f"ranks disagree on step {step}: {[(s.step, s.phase) for s in per_rank]}")
+        times = [s.step_time_ms for s in per_rank]
+        waits = [s.data_time_ms for s in per_rank]
+        merged.append(MergedStep(step, phase, max(times), max(waits), statistics.fmean(s.loss for s in per_rank),
+                                 times, waits))
+    return merged
+
+
+def compile_time_s(warmup_ms: Sequence[float], measured_ms: Sequence[float], setup_time_s: float) -> float | None:
+    """Setup (ahead-of-time work such as TorchScript tracing) plus the warm-up steps' excess over
+    the median measured step: compilation, autotuning, graph recording. None without measured steps."""
+    if not measured_ms:
+        return None
+    median = statistics.median(measured_ms)
+    return setup_time_s + sum(max(0.0, t - median) for t in warmup_ms) / 1e3
+
+
+def _phase_times(steps: Sequence[StepRecord | MergedStep], phase: str) -> list[float]:
+    return [s.step_time_ms for s in steps if s.phase == phase]
+
+
+class CellRecorder:
+    """Collects this rank's step records and the run row of one attempt; `summarise` merges the
+    ranks' reports into the step rows and the summary columns."""
+
+    def __init__(self, cell_id: str, attempt: int, world_size: int = 1):
+        self.cell_id, self.attempt, self.world_size = cell_id, attempt, world_size
+        self.records: list[StepRecord] = []
+        self.steps: list[dict[str, Any]] = []
+        self.run: dict[str, Any] = {"cell_id": cell_id, "attempt": attempt, "world_size": world_size,
+                                    "schema_version": SCHEMA_VERSION}
+        self.items_per_step: int | None = None
+        """Items (tokens, images) of one optimizer step over all ranks."""
+        self.flops_per_step: float | None = None
+        """Training FLOPs of one optimizer step over all ranks."""
+        self.peak: float | None = None
+        """Peak TFLOP/s of one device; MFU divides by world_size of them."""
+
+    def on_step(self, rec: StepRecord) -> None:
+        self.records.append(rec)
+
+    def report(self, rank: int, peak_mem_bytes: int | None) -> RankReport:
+        """This rank's contribution, to be gathered by rank 0."""
+        return RankReport(rank, socket.gethostname(), list(self.records), peak_mem_bytes)
+
+    def summarise(self, reports: Sequence[RankReport], compiles: bool, setup_time_s: float) -> None:
+        """Step rows and summary columns from the ranks' reports. A backend that compiles gets a
+        compile time (see `compile_time_s`), the cell's from the merged steps and one per rank;
+        eager has none (its warm-up excess is in first_step_ms)."""
+        reports = sorted(reports, key=lambda report: report.rank)
+        merged = merge_steps(reports)
+        self.steps = [self._row(step) for step in merged]
+        per_rank = [(_phase_times(r.steps, "warmup"), _phase_times(r.steps, "measure")) for r in reports]
+        memory = [r.peak_mem_bytes for r in reports]
+        self.run.update(
+            rank_hostname=[r.hostname for r in reports],
+            rank_peak_mem_bytes=memory,
+            peak_mem_bytes=max((m for m in memory if m is not None), default=None),
+            rank_median_step_ms=[statistics.median(measured) if measured else None for _, measured in per_rank],
+            rank_compile_time_s=[compile_time_s(*times, setup_time_s) for times in per_rank] if compiles else None,
+        )
+        measured = _phase_times(merged, "measure")
+        if not measured:
+            return
+        median = statistics.median(measured)
+        self.run.update(
+            measured_steps=len(measured),
+            median_step_ms=median,
+            mean_step_ms=statistics.fmean(measured),
+            std_step_ms=statistics.stdev(measured) if len(measured) > 1 else 0.0,
+            items_per_s=self.items_per_step / (median / 1e3),
+            mfu=self._mfu(median),
+            first_step_ms=merged[0].step_time_ms,
+            compile_time_s=compile_time_s(_phase_times(merged, "warmup"), measured, setup_time_s) if compiles else None,
+        )
+
+    def _mfu(self, step_time_ms: float) -> float | None:
+        if not (self.flops_per_step and self.peak and step_time_ms > 0):
+            return None
+        return self.flops_per_step / (step_time_ms / 1e3) / 1e12 / (self.peak * self.world_size)
+
+    def _row(self, step: MergedStep) -> dict[str, Any]:
+        seconds = step.step_time_ms / 1e3
+        return {
+            "cell_id": self.cell_id, "attempt": self.attempt, "step": step.step, "phase": step.phase,
+            "step_time_ms": step.step_time_ms, "data_time_ms": step.data_time_ms, "loss": step.loss,
+            "items": self.items_per_step,
+            "tflops": self.flops_per_step / seconds / 1e12 if self.flops_per_step and seconds > 0 else None,
+            "mfu": self._mfu(step.step_time_ms),
+            "rank_step_time_ms": step.rank_step_time_ms, "rank_data_time_ms": step.rank_data_time_ms,
+        }
+
+    def write(self, cell_dir: Path) -> None:
+        append_rows_atomic(cell_dir / STEPS_FILE, self.steps, STEPS_SCHEMA)
+        append_rows_atomic(cell_dir / RUN_FILE, [self.run], RUN_SCHEMA)
