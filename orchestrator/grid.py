@@ -300,8 +300,10 @@ def expand(overrides: Sequence[str], config_dir: Path = CONF_DIR) -> Grid:
 
 #: What `sweep --smoke` appends to the user's overrides (a later override of a key wins, also over
 #: an experiment's sweeper params): every cell at the tiny size for a couple of steps, on whatever
-#: device this machine has. Sizes collapse into one cell; everything else stays swept.
-SMOKE_OVERRIDES = ("size=tiny", "steps=2", "warmup_steps=1", "batch_size=null", "grad_accum=null", "device=auto")
+#: device this machine has, as one process (a distributed cell needs its Slurm tasks). Sizes and
+#: process counts collapse into one cell; everything else stays swept.
+SMOKE_OVERRIDES = ("size=tiny", "steps=2", "warmup_steps=1", "batch_size=null", "grad_accum=null", "device=auto",
+                   "distributed.nodes=1", "distributed.tasks_per_node=1")
 SMOKE_DIR = "smoke"
 
 

@@ -110,11 +110,11 @@ def test_identical_cells_collapse() -> None:
 
 
 def test_smoke_grid_is_every_cell_tiny_and_local(tmp_path: Path) -> None:
-    overrides = ["+experiment=seminar_llm", "cluster=grete", f"hydra.sweep.dir={tmp_path}"]
+    overrides = ["+experiment=seminar_llm", "cluster=grete", "distributed.tasks_per_node=1,2", f"hydra.sweep.dir={tmp_path}"]
     full, smoke = smoke_grid(overrides)
-    assert len(full.cells) == 6 and full.executor == "slurm"
+    assert len(full.cells) == 12 and full.executor == "slurm"
     assert smoke.sweep_dir == tmp_path / "smoke" and smoke.executor == "local"
-    # small and medium collapse into tiny; the backends stay swept
+    # small and medium collapse into tiny, 1 and 2 processes into one; the backends stay swept
     assert sorted(c.label for c in smoke.cells) == sorted(f"gpt/tiny/{b}/bf16" for b in ("eager", "cudagraphs", "inductor"))
     assert all((c.config["steps"], c.config["warmup_steps"], c.config["device"]) == (2, 1, "auto") for c in smoke.cells)
     with pytest.raises(GridError, match="Could not find 'backend/nope'"):
