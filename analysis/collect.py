@@ -30,7 +30,10 @@ RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
     "cell_id", "attempt", "status", "error", "model", "arch", "size", "backend", "compile_mode", "precision",
     "data_source", "seed", "batch_size", "grad_accum", "items_per_step", "measured_steps", "median_step_ms",
     "mean_step_ms", "std_step_ms", "items_per_s", "mfu", "device", "gpu_name", "compile_time_s", "first_step_ms",
-    "graph_count", "graph_break_count", "recompile_count", "peak_mem_bytes")])
+    "graph_count", "graph_break_count", "recompile_count", "peak_mem_bytes", "world_size", "nodes", "dist_backend",
+    "ddp_graph_splits", "rank_median_step_ms")])
+#: What a run row of schema version 1 (before distributed cells) lacks: it ran one process on one node.
+SINGLE_PROCESS = {"world_size": 1, "nodes": 1}
 STEPS_READ_SCHEMA = pa.schema([STEPS_SCHEMA.field(name) for name in (
     "cell_id", "attempt", "step", "phase", "step_time_ms", "data_time_ms", "loss", "mfu")])
 MANIFEST_FILE = "manifest.parquet"
@@ -132,12 +135,14 @@ def axes_from_config(config: Mapping[str, Any]) -> dict[str, Any]:
         value = config.get(key)
         return value.get(name) if isinstance(value, Mapping) else None
 
+    # A one-process cell's config has no `distributed` section (so that its id stays what it was).
+    nodes, per_node = (sub("distributed", key) or 1 for key in ("nodes", "tasks_per_node"))
     return {
         "model": sub("model", "name"), "arch": sub("model", "arch"), "size": config.get("size"),
         "backend": sub("backend", "name"), "compile_mode": sub("backend", "mode"),
         "precision": sub("precision", "name"), "batch_size": config.get("batch_size"),
         "grad_accum": config.get("grad_accum"), "data_source": sub("data", "source"),
-        "seed": config.get("seed"),
+        "seed": config.get("seed"), "world_size": nodes * per_node, "nodes": nodes,
     }  # fmt: skip
 
 
@@ -251,7 +256,7 @@ def load_cells(directories: Sequence[Path], warn: TextIO | None = STDERR,
     table, bad = read_tables([d / RUN_FILE for d in directories if (d / RUN_FILE).is_file()], RUN_READ_SCHEMA)
     for path, exc in bad:
         problems.add(path, f"cannot read ({exc})")
-    runs = counting_attempts(table.to_pandas()).set_index("cell_id", drop=False)
+    runs = counting_attempts(table.to_pandas().fillna(SINGLE_PROCESS)).set_index("cell_id", drop=False)
     missing = _without_result(directories, runs, {path for path, _ in bad}, manifest or {}, problems, warn)
     cells = runs.reset_index(drop=True) if missing.empty else pd.concat([runs, missing], ignore_index=True)
     return SweepData(cells, _counting_steps(directories, runs, problems), list(problems))

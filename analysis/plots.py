@@ -16,8 +16,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from analysis.collect import NO_RESULT, UNREADABLE
-from analysis.metrics import SAME_WORKLOAD, axis_rows, axis_text, backend_labels, varying_axes
+from analysis.metrics import DISTRIBUTED_AXES, SAME_WORKLOAD, backend_labels, workload_labels
+from analysis.scaling import scaling_cells
 
 FIGSIZE = (10.0, 6.0)  # inches
 DPI = 100  # PNG pixels per inch: 1000 x 600
@@ -27,27 +27,12 @@ FORMATS = ("png", "svg")
 MAX_PANELS = 12
 MAX_GROUPS = 40
 NO_RESULT_COLOR = "tab:red"
-#: How a workload setting reads in a label: `b128` for batch 128; precision, data source and
-#: device are recognisable by their values alone.
-SETTING_PREFIXES = {"batch_size": "b", "grad_accum": "accum ", "seed": "seed "}
 
 
 def _colors(metrics: pd.DataFrame) -> dict[str, tuple]:
     """One color per backend label, the same in every figure."""
     palette = [f"C{i}" for i in range(10)]
     return {label: palette[i % len(palette)] for i, label in enumerate(sorted(set(backend_labels(metrics))))}
-
-
-def workload_labels(metrics: pd.DataFrame) -> pd.Series:
-    """`gpt small`, `resnet small\nfp32 b128`: model (or timm arch) and size, and on a second line
-    the workload settings that differ between the sweep's cells with a result."""
-    with_result = metrics[~metrics["status"].isin([NO_RESULT, UNREADABLE])]
-    varying = varying_axes(with_result, [a for a in SAME_WORKLOAD if a not in ("model", "arch", "size")])
-    names = [" ".join(filter(None, (axis_text(arch if model == "timm" else model), axis_text(size))))
-             for model, arch, size in zip(metrics["model"], metrics["arch"], metrics["size"])]
-    settings = [" ".join(f"{SETTING_PREFIXES.get(a, '')}{axis_text(v)}" for a, v in zip(varying, values)
-                         if axis_text(v)) for values in axis_rows(metrics, varying)]
-    return pd.Series([f"{n}\n{s}" if s else n for n, s in zip(names, settings)], index=metrics.index)
 
 
 def _figure(title: str) -> tuple[Figure, Axes]:
@@ -59,7 +44,9 @@ def _figure(title: str) -> tuple[Figure, Axes]:
 
 def _whiskers(value: pd.Series, low: pd.Series, high: pd.Series) -> np.ndarray:
     """Error-bar lengths below and above each value (none where the interval is unknown)."""
-    return np.vstack([value - low.fillna(value), high.fillna(value) - value])
+    # A percentile interval need not hold its point estimate, and rounding can put a point
+    # estimate a hair outside a zero-width one: matplotlib refuses negative lengths.
+    return np.clip(np.vstack([value - low.fillna(value), high.fillna(value) - value]), 0, None)
 
 
 def _empty(ax: Axes, message: str) -> None:
@@ -214,12 +201,53 @@ def data_wait_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     return fig
 
 
+def scaling_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
+    """Per workload and backend against the processes: scaling efficiency (throughput over N times
+    the 1-process cell's) and speedup over eager at the same processes, with 95% intervals."""
+    fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+    efficiency_ax, eager_ax = fig.subplots(1, 2)
+    cells = scaling_cells(metrics)
+    workloads = workload_labels(cells, [a for a in SAME_WORKLOAD if a not in DISTRIBUTED_AXES]).str.replace("\n", " ")
+    shown, left_out = _first(workloads, MAX_PANELS)
+    fig.suptitle("Scaling over processes, 95% bootstrap intervals" + left_out)
+    if not shown:
+        _empty(efficiency_ax, "no multi-process cells")
+        eager_ax.set_visible(False)
+        return fig
+    colors, labels = _colors(metrics), backend_labels(cells)
+    processes = cells["world_size"].astype(float)
+    markers = dict(zip(shown, "osD^v<>pPX*h"))
+    for (workload, label), series in cells.groupby([workloads, labels], sort=False):
+        if workload not in markers:
+            continue
+        x, style = processes[series.index], dict(color=colors[label], marker=markers[workload], capsize=2)
+        value, low, high = (100 * series[f"scaling_efficiency{end}"] for end in ("", "_low", "_high"))
+        efficiency_ax.errorbar(x, value, yerr=_whiskers(value, low, high), **style)
+        if label != "eager":
+            eager_ax.errorbar(x, series["speedup"], yerr=_whiskers(
+                series["speedup"], series["speedup_low"], series["speedup_high"]), **style)
+    ticks = sorted(set(processes.dropna()))
+    panels = ((efficiency_ax, "Scaling efficiency (100% = linear)", "items/s over N x 1 process (%)", 100.0),
+              (eager_ax, "Compiled over eager at the same processes", "speedup over eager", 1.0))
+    for ax, title, ylabel, even in panels:
+        ax.axhline(even, color="0.3", linewidth=1, linestyle="--")
+        ax.set_title(title, fontsize="medium")
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.set_xlabel("processes")
+        ax.set_ylabel(ylabel)
+    handles = [Line2D([], [], color=colors[label], label=label) for label in sorted(set(labels))]
+    handles += [Line2D([], [], color="0.3", marker=marker, linestyle="", label=w) for w, marker in markers.items()]
+    fig.legend(handles=handles, loc="outside right upper", fontsize="small")
+    return fig
+
+
 FIGURES: dict[str, Callable[[pd.DataFrame, pd.DataFrame], Figure]] = {
     "speedup": speedup_figure,
     "step_times": step_time_figure,
     "mfu": mfu_figure,
     "compile_vs_speedup": compile_speedup_figure,
     "data_wait": data_wait_figure,
+    "scaling": scaling_figure,
 }
 
 

@@ -48,6 +48,19 @@ def fmt_percent(fraction: Any, digits: int = 1) -> str:
     return "" if is_null(fraction) else f"{100 * float(fraction):.{digits}f}%"
 
 
+def fmt_count(value: Any) -> str:
+    """A whole number ('' for null)."""
+    return "" if is_null(value) else str(int(value))
+
+
+def fmt_percent_interval(fraction: Any, low: Any = None, high: Any = None) -> str:
+    """`97.4% [97.1, 97.5]`, or `97.4%` without an interval."""
+    if is_null(fraction):
+        return ""
+    interval = "" if is_null(low) or is_null(high) else f" [{100 * float(low):.1f}, {100 * float(high):.1f}]"
+    return f"{fmt_percent(fraction)}{interval}"
+
+
 def fmt_change(fraction: Any) -> str:
     """A relative change with its sign: +12.3%, -4.0%."""
     return "" if is_null(fraction) else f"{100 * float(fraction):+.1f}%"

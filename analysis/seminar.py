@@ -65,7 +65,7 @@ BACKEND_NAMES = {"eager": "Eager", "cudagraphs": "Cudagraphs", "inductor": "Indu
 _MEASURED_EAGER = "the published row measured eager: the report's code never used torch.compile's result"
 PUBLISHED_CAVEATS = {(1, "cudagraphs"): _MEASURED_EAGER, (2, "cudagraphs"): _MEASURED_EAGER}
 #: Settings that split a backend's row when they differ between the table's cells.
-VARIANT_AXES = ["precision", "batch_size", "grad_accum", "data_source", "gpu_name"]
+VARIANT_AXES = ["precision", "batch_size", "grad_accum", "data_source", "gpu_name", "world_size", "nodes"]
 
 
 def seminar_models(metrics: pd.DataFrame) -> pd.Series:

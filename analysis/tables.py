@@ -1,4 +1,5 @@
-"""The sweep's own tables: every cell, cells counted by status, geometric-mean speedups.
+"""The sweep's own tables: every cell, cells counted by status, geometric-mean speedups, and
+scaling over processes (analysis/scaling.py) where the sweep has multi-process cells.
 
 `summarize`, `sweep_summary`, `to_markdown` and `to_csv` are what `compilebench sweep` prints at
 its end and what scripts use; `sweep_tables` is the set `compilebench analyze` renders.
@@ -14,8 +15,9 @@ import pandas as pd
 from analysis.collect import NO_RESULT, STDERR, UNREADABLE, SweepData, load_sweep
 from analysis.metrics import backend_labels, cell_metrics
 from analysis.render import (
-    Table, first_line, fmt_number, fmt_percent, fmt_speedup, is_null, render_markdown,
+    Table, first_line, fmt_count, fmt_number, fmt_percent, fmt_speedup, is_null, render_markdown,
 )
+from analysis.scaling import multi_process, scaling_table
 from analysis.stats import geometric_mean
 from workloads.schema import STATUSES
 
@@ -47,10 +49,6 @@ def _gib(value: object) -> str:
     return "" if is_null(value) else f"{float(value) / 2**30:.2f}"
 
 
-def _count(value: object) -> str:
-    return "" if is_null(value) else str(int(value))
-
-
 def _range(low: object, high: object) -> str:
     return "" if is_null(low) else f"{fmt_number(low)}–{fmt_number(high)}"
 
@@ -64,9 +62,11 @@ def summary_table(metrics: pd.DataFrame) -> Table:
         "size": metrics["size"].fillna(""),
         "backend": backend_labels(metrics),
         "precision": metrics["precision"].fillna(""),
-        "batch": metrics["batch_size"].map(_count),
+        "batch": metrics["batch_size"].map(fmt_count),
+        "procs": metrics["world_size"].map(fmt_count),
+        "nodes": metrics["nodes"].map(fmt_count),
         "status": metrics["status"],
-        "steps": metrics["measured_steps"].map(_count),
+        "steps": metrics["measured_steps"].map(fmt_count),
         "median ms": metrics["median_step_ms"].map(fmt_number),
         "mean ms": metrics["mean_step_ms"].map(fmt_number),
         "std ms": metrics["std_step_ms"].map(fmt_number),
@@ -78,9 +78,9 @@ def summary_table(metrics: pd.DataFrame) -> Table:
         "compile s": metrics["compile_time_s"].map(fmt_number),
         "peak GiB": metrics["peak_mem_bytes"].map(_gib),
         "mem vs eager": metrics["peak_mem_ratio"].map(fmt_number),
-        "graphs": metrics["graph_count"].map(_count),
-        "breaks": metrics["graph_break_count"].map(_count),
-        "recompiles": metrics["recompile_count"].map(_count),
+        "graphs": metrics["graph_count"].map(fmt_count),
+        "breaks": metrics["graph_break_count"].map(fmt_count),
+        "recompiles": metrics["recompile_count"].map(fmt_count),
         "loss Δ vs eager": metrics["loss_max_rel_diff"].map(fmt_number),
         "data wait": metrics["data_wait_share"].map(fmt_percent),
         "error": [first_line(e, ERROR_WIDTH) if s != "completed" else "" for s, e in
@@ -128,8 +128,12 @@ def geomean_table(metrics: pd.DataFrame) -> Table:
 
 
 def sweep_tables(metrics: pd.DataFrame) -> list[Table]:
-    """The tables of every sweep: cells, status counts, geometric means."""
-    return [summary_table(metrics), status_table(metrics), geomean_table(metrics)]
+    """The tables of every sweep: cells, status counts, geometric means; scaling over processes
+    where the sweep has multi-process cells."""
+    tables = [summary_table(metrics), status_table(metrics), geomean_table(metrics)]
+    if multi_process(metrics).any():
+        tables.append(scaling_table(metrics))
+    return tables
 
 
 def to_markdown(metrics: pd.DataFrame) -> str:

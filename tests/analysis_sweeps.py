@@ -1,6 +1,8 @@
 """Sweep directories for the analysis tests and benchmark, written as a sweep leaves them: each
 cell's config.yaml, run.parquet and steps.parquet through the workloads' own writer
-(workloads.schema.append_rows_atomic), and manifest.parquet through the orchestrator's schema."""
+(workloads.schema.append_rows_atomic; for cells of several processes workloads.recorder, which
+merges the ranks' steps as a distributed cell does), and manifest.parquet through the
+orchestrator's schema."""
 
 from __future__ import annotations
 
@@ -10,7 +12,11 @@ from typing import Any, Sequence
 import yaml
 
 from orchestrator.sweep_dir import MANIFEST_FILE, MANIFEST_SCHEMA
-from workloads.schema import RUN_SCHEMA, STEPS_SCHEMA, append_rows_atomic, table_from_rows, write_parquet_atomic
+from workloads.recorder import CellRecorder, RankReport
+from workloads.schema import (
+    RUN_SCHEMA, STEPS_SCHEMA, append_rows_atomic, next_attempt, table_from_rows, write_parquet_atomic,
+)
+from workloads.train import StepRecord
 
 #: Items (tokens or images) per step of every test cell.
 ITEMS = 1000
@@ -19,7 +25,7 @@ WARMUP_MS = (5000.0, 900.0)
 
 RUN_DEFAULTS: dict[str, Any] = {
     "model": "gpt", "size": "tiny", "precision": "bf16", "data_source": "synthetic", "seed": 1337,
-    "batch_size": 8, "grad_accum": 1, "items_per_step": ITEMS, "device": "cpu",
+    "batch_size": 8, "grad_accum": 1, "items_per_step": ITEMS, "device": "cpu", "world_size": 1, "nodes": 1,
 }  # fmt: skip
 H100 = {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3"}
 
@@ -45,10 +51,7 @@ def write_cell(
     row = {**RUN_DEFAULTS, "cell_id": cell_id, "attempt": attempt, "status": status, "backend": backend,
            "graph_count": None if backend == "eager" else 1, "graph_break_count": None if backend == "eager" else 0,
            "compile_time_s": None if backend == "eager" else 3.5, **run}
-    config = {"model": {"name": row["model"], "arch": None}, "size": row["size"], "seed": row["seed"],
-              "backend": {"name": backend, "mode": row.get("compile_mode")}, "precision": {"name": row["precision"]},
-              "data": {"source": row["data_source"]}, "batch_size": None, "grad_accum": None}
-    (directory / "config.yaml").write_text(yaml.safe_dump(config))
+    _write_config(directory, row)
     append_rows_atomic(directory / "run.parquet", [row], RUN_SCHEMA)
     if step_ms is not None:
         times = [*warmup_ms, *step_ms]
@@ -62,6 +65,42 @@ def write_cell(
         ]  # fmt: skip
         append_rows_atomic(directory / "steps.parquet", steps, STEPS_SCHEMA)
     return directory
+
+
+def write_ranks_cell(sweep: Path, cell_id: str, backend: str, rank_step_ms: Sequence[Sequence[float]],
+                     nodes: int = 1, **run: Any) -> Path:
+    """A completed cell of one process per entry of `rank_step_ms` (rank r's measured step times,
+    after WARMUP_MS on every rank) on `nodes` nodes, recorded as the workload records it: rank 0
+    merges the ranks' steps (workloads.recorder). ITEMS items per process and step."""
+    directory = Path(sweep) / "cells" / cell_id
+    world_size, compiles = len(rank_step_ms), backend != "eager"
+    recorder = CellRecorder(cell_id, next_attempt(directory), world_size)
+    recorder.items_per_step = ITEMS * world_size
+    recorder.run.update({
+        **RUN_DEFAULTS, "status": "completed", "backend": backend, "world_size": world_size, "nodes": nodes,
+        "items_per_step": recorder.items_per_step, "dist_backend": "gloo" if world_size > 1 else None,
+        "graph_count": 1 if compiles else None, "graph_break_count": 0 if compiles else None, **run,
+    })  # fmt: skip
+    per_node = world_size // nodes
+    reports = [RankReport(rank, f"node{rank // per_node}", [
+        StepRecord(step, phase, ms, 0.0, 4.0 - 0.01 * step) for step, (phase, ms) in
+        enumerate([("warmup", ms) for ms in WARMUP_MS] + [("measure", ms) for ms in times])], None)
+        for rank, times in enumerate(rank_step_ms)]
+    recorder.summarise(reports, compiles, setup_time_s=0.0)
+    directory.mkdir(parents=True, exist_ok=True)
+    # As the orchestrator writes it: a cell of one process has no `distributed` section.
+    _write_config(directory, recorder.run, {"nodes": nodes, "tasks_per_node": per_node} if world_size > 1 else None)
+    recorder.write(directory)
+    return directory
+
+
+def _write_config(directory: Path, row: dict[str, Any], distributed: dict[str, int] | None = None) -> None:
+    """The cell's config.yaml, as far as analysis reads it (cells without a result)."""
+    config = {"model": {"name": row["model"], "arch": None}, "size": row["size"], "seed": row["seed"],
+              "backend": {"name": row["backend"], "mode": row.get("compile_mode")},
+              "precision": {"name": row["precision"]}, "data": {"source": row["data_source"]}, "batch_size": None,
+              "grad_accum": None, **({"distributed": distributed} if distributed else {})}
+    (directory / "config.yaml").write_text(yaml.safe_dump(config))
 
 
 def write_manifest(sweep: Path, cells: Sequence[dict[str, Any]]) -> Path:

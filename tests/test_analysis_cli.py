@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from analysis.metrics import CELL_COLUMNS
+from analysis.plots import FIGURES
 from orchestrator.cli import main
 from tests.analysis_sweeps import write_cell, write_seminar_sweep
 
@@ -47,7 +48,8 @@ def test_markdown_tables_and_report_page(tmp_path: Path, capsys: pytest.CaptureF
     assert f"report: {index}" in err and "12 cells: 10 completed, 1 failed, 1 not_compiled" in err
     page = index.read_text()
     links = re.findall(r"\]\(([^)]+)\)", page)
-    assert sum(link.endswith(".png") for link in links) == 5 and sum(link.endswith(".csv") for link in links) == 6
+    assert sum(link.endswith(".png") for link in links) == len(FIGURES)
+    assert sum(link.endswith(".csv") for link in links) == 6  # no scaling table: every cell ran one process
     for link in links:
         assert (index.parent / link).is_file(), link
 
