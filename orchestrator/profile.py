@@ -49,6 +49,7 @@ class SlurmProfile:
     qos: str | None = None
     max_array_size: int = 1000
     array_parallelism: int = 64
+    max_requeue: int = 1
     compile_cache: str = "per_job"
     sbatch_template: str = "default"
     modules: list[str] = field(default_factory=list)
@@ -128,8 +129,10 @@ def load_profile(cluster: Mapping[str, Any]) -> SlurmProfile:
         _positive(name, getattr(profile, key), key)
     _positive(name, profile.time_min, "time_min (required for Slurm: minutes per job)", optional=False)
     _positive(name, profile.mem_per_gpu_gb, "mem_per_gpu_gb", integer=False)
-    if isinstance(profile.gpus, bool) or not isinstance(profile.gpus, int) or profile.gpus < 0:
-        raise _fail(name, f"gpus must be an integer >= 0, got {profile.gpus!r}")
+    for key in ("gpus", "max_requeue"):
+        value = getattr(profile, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _fail(name, f"{key} must be an integer >= 0, got {value!r}")
     if profile.gpus_per_node and profile.gpus > profile.gpus_per_node:
         raise _fail(name, f"gpus={profile.gpus} is more than a node has (gpus_per_node={profile.gpus_per_node})")
     if profile.compile_cache not in COMPILE_CACHES:

@@ -150,9 +150,12 @@ class RenderOnlyExecutor(SlurmExecutor):
         raise RuntimeError("RenderOnlyExecutor does not submit")
 
 
-def make_executor(sweep_dir: Path, params: Mapping[str, Any], render_only: bool = False) -> SlurmExecutor:
+def make_executor(sweep_dir: Path, params: Mapping[str, Any], render_only: bool = False,
+                  max_requeue: int = 0) -> SlurmExecutor:
+    """submitit's executor of the sweep; `max_requeue` = how often a job stopped at its time limit
+    is requeued (submitit's max_num_timeout: the job's USR2 handler counts down)."""
     cls = RenderOnlyExecutor if render_only else SlurmExecutor
-    executor = cls(folder=Path(sweep_dir) / SUBMITIT_DIR, max_num_timeout=0)
+    executor = cls(folder=Path(sweep_dir) / SUBMITIT_DIR, max_num_timeout=max_requeue)
     executor.update_parameters(**params)
     return executor
 

@@ -3,7 +3,7 @@
 Cells that ask for the same resources (partition, GPU type and count, CPUs, memory, time limit;
 see orchestrator/profile.py) share one job array, split so that no array has more than the
 profile's `max_array_size` tasks and throttled to `array_parallelism` running tasks (`%N`).
-Each task runs `orchestrator.slurm_job.run_cell_job`, i.e. `python -m workloads.run CONFIG` of
+Each task runs `orchestrator.slurm_job.CellJob`, i.e. `python -m workloads.run CONFIG` of
 its cell. Cells completed earlier, or whose recorded job is still in the queue, are not submitted.
 
 `sweep()` returns once the arrays are submitted: job ids go to manifest.parquet
@@ -206,17 +206,17 @@ def submit_array(plan: SlurmPlan, array: JobArray) -> list[str]:
     """Submit one array (one sbatch call) and return the job id of each of its cells."""
     from submitit.core.utils import FailedJobError, FailedSubmissionError
 
-    from orchestrator.slurm_job import run_cell_job
+    from orchestrator.slurm_job import CellJob
 
     sweep_dir = Path(plan.grid.sweep_dir)
     try:
-        executor = make_executor(sweep_dir, array.params)
+        executor = make_executor(sweep_dir, array.params, max_requeue=plan.profile.max_requeue)
     except RuntimeError as exc:  # submitit: 'Could not detect "srun"'
         raise SubmitError(f"cannot submit to Slurm from here: {exc} (--dry-run plans without Slurm)") from None
     cell_ids = [cell.cell_id for cell in array.cells]
     with clean_submission_env():
         try:
-            jobs = executor.map_array(run_cell_job, [str(sweep_dir)] * len(cell_ids), cell_ids)
+            jobs = executor.map_array(CellJob(), [str(sweep_dir)] * len(cell_ids), cell_ids)
         except (FailedJobError, FailedSubmissionError, OSError) as exc:
             raise SubmitError(f"sbatch refused array {array.index} ({array.resources.partition}): {_one_line(exc)}") from None
     submitted = Path(jobs[0].paths.submission_file)

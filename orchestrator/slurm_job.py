@@ -1,4 +1,4 @@
-"""What one Slurm array task runs: `run_cell_job(sweep_dir, cell_id)`, called by submitit in the job.
+"""What one Slurm array task runs: `CellJob()(sweep_dir, cell_id)`, called by submitit in the job.
 
 It runs the cell exactly as the local executor does (`python -m workloads.run CONFIG` in a
 subprocess, stdout/stderr appended to `cells/<id>/logs/stdout.log` and `stderr.log`), and makes the
@@ -21,16 +21,24 @@ LOCAL_RANK-th of them, which stays right where Slurm does not renumber devices p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
 from pathlib import Path
+from typing import Any
 
 from orchestrator.local import Outcome, log_paths, run_cell
-from orchestrator.sweep_dir import LOGS_DIR, cell_dir, is_completed
+from orchestrator.sweep_dir import LOGS_DIR, cell_dir, is_completed, last_status
 
 #: Variables written to logs/slurm-<job>.env: names starting with these, or equal to them.
 ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SUBMITIT_", "TORCHINDUCTOR_", "TRITON_", "MASTER_", "RANK",
                 "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+#: Seconds a task waits, on SIGUSR2, for the cell's process to record its `timeout` (Slurm sends
+#: USR2 90 s before the limit, and may send it up to 60 s early).
+RECORD_WAIT_S = 60
 
 
 class CellFailed(RuntimeError):
@@ -67,12 +75,54 @@ def export_torch_distributed() -> int:
     return TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True).rank
 
 
+class CellJob:
+    """What a task runs (submitit pickles it): `CellJob()(sweep_dir, cell_id)` runs the cell.
+
+    Time limits: submitit asks Slurm for SIGUSR2 shortly before a job's limit (`--signal=USR2@90`),
+    which Slurm sends to every process of the job step: the cell's process records `timeout` and
+    stops (workloads/run.py), and submitit's handler in this task calls `checkpoint`, which waits
+    for that record and hands submitit the same call again, so that submitit requeues the job —
+    the next attempt of the cell — as long as the profile's `max_requeue` (submitit's
+    max_num_timeout, counted down per requeue) allows; then the job ends with the cell's `timeout`.
+    """
+
+    def __init__(self) -> None:
+        self._started: tuple[Path, int] | None = None  # the cell's directory, attempts before this job's
+
+    def __call__(self, sweep_dir: str, cell_id: str) -> Outcome:
+        directory = cell_dir(Path(sweep_dir), cell_id)
+        self._started = (directory, last_status(directory)[0])
+        return run_cell_job(sweep_dir, cell_id)
+
+    def checkpoint(self, sweep_dir: str, cell_id: str) -> Any:
+        """Called by submitit on SIGUSR2 in rank 0's task: let the cell record its `timeout`
+        (forwarding the signal in case Slurm's did not reach it), then requeue the same call."""
+        from submitit.helpers import DelayedSubmission
+
+        for pid in _children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGUSR2)
+        if self._started is not None:
+            directory, attempts = self._started
+            deadline = time.monotonic() + RECORD_WAIT_S
+            while last_status(directory)[0] <= attempts and _children() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        return DelayedSubmission(CellJob(), sweep_dir, cell_id)
+
+
+def _children() -> list[int]:
+    """Pids of this process's live children (the cell's process), from /proc."""
+    me, found = str(os.getpid()), []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if fields[1] == me and fields[0] != "Z":
+                found.append(int(stat.parent.name))
+    return found
+
+
 def run_cell_job(sweep_dir: str, cell_id: str) -> Outcome:
     """Run one cell in a Slurm job (skipping it if an earlier job completed it)."""
-    # Slurm's --signal=USR2 (submitit asks for it 90 s before the time limit, for checkpointing)
-    # would kill the cell's process without a record; ignored here, the child inherits SIG_IGN
-    # and still gets SIGTERM at the limit, which the workload records as its status.
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     directory = cell_dir(Path(sweep_dir), cell_id)
     logs = directory / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)

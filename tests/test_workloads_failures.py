@@ -5,6 +5,7 @@ code that is 0 only for `completed` (2 for a config that cannot be read)."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -148,20 +149,26 @@ def wait_for_mapping(pid: int, path: Path, timeout: float = 120) -> None:
     raise AssertionError(f"process {pid} did not map {path} within {timeout} s")
 
 
+def signal_and_wait(proc: subprocess.Popen, sig: signal.Signals, after_s: float) -> tuple[str, str]:
+    """Send `sig` to the running cell process after `after_s` seconds; its stdout and stderr."""
+    try:
+        time.sleep(after_s)
+        proc.send_signal(sig)
+        return proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def test_sigterm_is_a_cancelled_row_with_the_steps_so_far(tmp_path, workloads_cli_start, tiny_config,
                                                           token_bin_file):
     """scancel and the time limit send SIGTERM: the cell records what it did and exits non-zero."""
     config = tiny_config("gpt", steps=10**6, data={"source": "bin", "path": str(token_bin_file)})
     proc, cell = workloads_cli_start(config, tmp_path / "cell")
-    try:
-        wait_for_mapping(proc.pid, token_bin_file)  # the .bin is memory-mapped when the run starts
-        time.sleep(3)  # steps of the tiny GPT take milliseconds
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    wait_for_mapping(proc.pid, token_bin_file)  # the .bin is memory-mapped when the run starts
+    # steps of the tiny GPT take milliseconds, on a loaded 2-core machine tens of them
+    stdout, stderr = signal_and_wait(proc, signal.SIGTERM, after_s=8)
     assert proc.returncode == 1, stderr[-3000:]
     assert stdout.strip().endswith(": cancelled")
     cell.assert_exact_schemas()
@@ -172,3 +179,16 @@ def test_sigterm_is_a_cancelled_row_with_the_steps_so_far(tmp_path, workloads_cl
     assert len(steps) >= config["warmup_steps"] + 1
     assert [s["step"] for s in steps] == list(range(len(steps)))
     assert runs[0]["measured_steps"] == len(steps) - config["warmup_steps"]
+
+
+def test_time_limit_warning_while_starting_is_a_timeout_row(tmp_path, workloads_cli_start, tiny_config):
+    """Slurm's USR2 ahead of the time limit may come while the process still imports torch: it is
+    remembered then and recorded as `timeout` (not the silent death USR2's default action is)."""
+    config = tiny_config("gpt", steps=10**6)
+    proc, cell = workloads_cli_start(config, tmp_path / "cell")
+    stdout, stderr = signal_and_wait(proc, signal.SIGUSR2, after_s=0.5)  # Python is up, torch still importing
+    assert proc.returncode == 1, stderr[-3000:]
+    runs = cell.runs
+    assert [r["status"] for r in runs] == ["timeout"] and "SIGUSR2" in runs[0]["error"]
+    assert cell.steps == []
+

@@ -4,9 +4,10 @@ Builds data, model, optimizer and precision context; applies the backend; runs w
 measured steps; writes `steps.parquet` and `run.parquet` into the cell directory. A distributed
 cell runs this in each of its processes (workloads/distributed.py): every rank trains and
 measures, and rank 0 gathers the ranks' steps and alone writes the files (workloads/recorder.py).
-Whatever happens after the config is read — an exception, CUDA OOM, a compile error, SIGTERM, or a
-backend that compiled nothing — a run row with the status and error text is written, and the
-process exits non-zero unless the status is `completed` (so Slurm marks the job failed).
+Whatever happens after the config is read — an exception, CUDA OOM, a compile error, SIGTERM
+(`cancelled`), SIGUSR2 ahead of the time limit (`timeout`), or a backend that compiled nothing —
+a run row with the status and error text is written, and the process exits non-zero unless the
+status is `completed` (so Slurm marks the job failed).
 """
 
 from __future__ import annotations
@@ -21,8 +22,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch.utils.flop_counter import FlopCounterMode
+#: Signals that reach `python -m workloads.run` while it still imports torch (seconds): remembered
+#: here and raised by run_cell once it can record them, so that a scancel (TERM) or the time
+#: limit's warning (USR2) that comes early still becomes the cell's status instead of killing it.
+_EARLY_SIGNALS: list[int] = []
+if __name__ == "__main__":
+    for _signum in (signal.SIGTERM, signal.SIGUSR2):
+        signal.signal(_signum, lambda signum, frame: _EARLY_SIGNALS.append(signum))
+
+import torch  # noqa: E402  (after the early handlers: this import takes seconds)
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from workloads import backends, distributed
 from workloads.config import CellConfig, ConfigError, config_digest, load_cell_config
@@ -40,9 +49,20 @@ class CellInterrupted(Exception):
     """Raised in the cell's process when Slurm (scancel, time limit) sends SIGTERM."""
 
 
+class CellTimedOut(CellInterrupted):
+    """Raised in the cell's process on SIGUSR2: the job's time limit is near (submitit asks Slurm
+    for USR2 shortly before it, `--signal=USR2@90`), or the job is being preempted."""
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise CellInterrupted("received SIGTERM (scancel, the time limit, or, in a distributed cell, Slurm "
                           "ending the job step because another rank failed: see that rank's log)")
+
+
+def _on_sigusr2(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # once: the job's task forwards the same signal
+    raise CellTimedOut("received SIGUSR2: the job's time limit is near (or it is preempted); "
+                       "stopped before Slurm kills it")
 
 
 def is_out_of_memory(err: BaseException | None) -> bool:
@@ -207,20 +227,25 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path) -> str:
         data_source=cfg.data.source, seed=cfg.seed, warmup_steps=cfg.warmup_steps,
         nodes=cfg.distributed.nodes, started_at=_now(),
     )
-    previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous_handlers = {sig: signal.signal(sig, handler)
+                         for sig, handler in ((signal.SIGTERM, _on_sigterm), (signal.SIGUSR2, _on_sigusr2))}
     ranks = Ranks()
     try:
+        if _EARLY_SIGNALS:  # came while the process started: record it now, as if it came now
+            signum = _EARLY_SIGNALS.pop(0)
+            (_on_sigusr2 if signum == signal.SIGUSR2 else _on_sigterm)(signum, None)
         ranks = distributed.join(cfg.distributed, resolve_device(cfg.device).type)
         rec.run["dist_backend"] = ranks.backend
         status = _train(cfg, rec, ranks)
     except CellInterrupted as err:
-        status, rec.run["error"] = "cancelled", str(err)
+        status, rec.run["error"] = "timeout" if isinstance(err, CellTimedOut) else "cancelled", str(err)
     except Exception as err:  # a failed cell is a result to record, whatever the cause
         status = "oom" if is_out_of_memory(err) else "failed"
         rec.run["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()
         traceback.print_exc()
     finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
         distributed.leave(ranks)
     rec.run.update(status=status, finished_at=_now())
     if writes:

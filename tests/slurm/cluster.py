@@ -267,6 +267,20 @@ class LocalSlurm:
             time.sleep(0.05)
         self._started_pids.append(pid)
 
+    def restart(self, daemon: str, sig: signal.Signals = signal.SIGTERM, down_s: float = 0) -> None:
+        """Stop `slurmd` or `slurmctld` with `sig` (SIGKILL: as if it crashed), leave it down for
+        `down_s` seconds, start it again and wait for the node to be up. Jobs keep running meanwhile
+        (their slurmstepd are separate processes); the controller recovers its state from disk."""
+        pid_path = self.root / "run" / f"{daemon}.pid"
+        pid = _read_pid(pid_path)
+        if pid is not None and _alive(pid):
+            self._terminate([pid], timeout=30, signals=(sig, signal.SIGKILL))
+        if pid in self._started_pids:
+            self._started_pids.remove(pid)
+        time.sleep(down_s)
+        self._daemon(daemon, f"{daemon}.pid")
+        self._wait_idle(time.monotonic() + 120)
+
     def _start_munged(self, deadline: float) -> None:
         root = self.root
         self._daemon("munged", "munged.pid", f"--key-file={root}/munge/munge.key",

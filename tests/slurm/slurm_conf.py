@@ -44,7 +44,8 @@ def slurm_conf(node: NodeSpec, accounting: bool) -> str:
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={node.munge_socket}",
+        # cred_expire also holds a requeued job back (default 120 s): short here, tests requeue.
+        f"AuthInfo=socket={node.munge_socket},cred_expire=10",
         f"StateSaveLocation={root}/state",
         f"SlurmdSpoolDir={root}/spool",
         f"SlurmctldPidFile={root}/run/slurmctld.pid",

@@ -1,0 +1,116 @@
+"""Faults on the tests' real local Slurm, each ending with every cell's final state recorded, the
+other cells' results intact, and the sweep brought to completion without re-running finished cells.
+
+- the time limit: Slurm's warning signal (USR2, which submitit asks for before the limit; sent
+  here with `scancel -s USR2`, as Slurm does at limit - 90 s) makes the cell record `timeout`;
+  with `cluster.max_requeue=1` submitit requeues the job and the next attempt completes, with
+  `max_requeue=0` the job ends and `status --retry-failed` runs the cell again;
+- a running task cancelled with `scancel` records `cancelled`, and is retried;
+- slurmd killed (as if it crashed) and restarted, slurmctld restarted, while cells run: they
+  complete once, without and with accounting.
+Exceptions and out-of-memory cells record `failed`/`oom` the same way (tests/test_workloads_failures.py,
+tests/test_status.py); corrupt and half-written files are the analysis tests' part.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.slurm.cluster import LocalSlurm
+from tests.slurm.fixtures import *  # noqa: F401,F403  (the clusters and their guard)
+from tests.slurm.fixtures import SlurmClusters
+from tests.test_status import cli, table
+
+#: A tiny cell that trains for some seconds on a CPU: long enough to be hit while it runs.
+LONG = ["cluster=test_slurm", "model=gpt", "size=tiny", "precision=fp32", "device=cpu", "backend=eager",
+        "warmup_steps=1", "steps=300"]
+#: Seconds after a cell's process started by which Python is up and its early signal handlers are
+#: set (it then imports torch for seconds: signals in that time are remembered and recorded).
+SETTLE_S = 1.0
+
+
+def manifest_jobs(sweep: Path) -> dict[str, str]:
+    manifest = pd.read_parquet(sweep / "manifest.parquet")
+    return dict(zip(manifest["cell_id"], manifest["job_id"]))
+
+
+def attempts(sweep: Path) -> dict[str, list[str]]:
+    """cell_id -> the statuses of its attempts, in order."""
+    found = {}
+    for path in sweep.glob("cells/*/run.parquet"):
+        runs = pd.read_parquet(path).sort_values("attempt")
+        found[path.parent.name] = list(runs["status"])
+    return found
+
+
+def wait_started(sweep: Path, cell_ids: list[str], timeout: float = 180) -> None:
+    """Until each cell's process has started in its job (its stdout.log is opened just before)."""
+    end = time.monotonic() + timeout
+    while not all((sweep / "cells" / cell / "logs" / "stdout.log").exists() for cell in cell_ids):
+        assert time.monotonic() < end, f"cells {cell_ids} did not start within {timeout} s"
+        time.sleep(0.2)
+    time.sleep(SETTLE_S)
+
+
+def submit(cluster: LocalSlurm, cwd: Path, *overrides: str) -> dict[str, str]:
+    submitted = cli(cwd, "sweep", *LONG, *overrides, "hydra.sweep.dir=sw", env=cluster.env())
+    assert submitted.returncode == 0, submitted.stderr
+    return manifest_jobs(cwd / "sw")
+
+
+def wait_sweep(cluster: LocalSlurm, cwd: Path, *overrides: str) -> str:
+    """The same sweep again with --wait: submits only what is neither done nor queued, follows to the end."""
+    waited = cli(cwd, "sweep", *LONG, *overrides, "hydra.sweep.dir=sw", "--wait", env=cluster.env(), timeout=600)
+    assert waited.returncode == 0, waited.stdout + waited.stderr + cluster.logs()
+    return waited.stdout
+
+
+def test_time_limit_requeues_the_job(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    (cell_id, job_id), = submit(slurm_cluster, tmp_path, "cluster.max_requeue=1").items()
+    wait_started(tmp_path / "sw", [cell_id])
+    slurm_cluster.run("scancel", "-s", "USR2", job_id)
+    wait_sweep(slurm_cluster, tmp_path, "cluster.max_requeue=1")
+    assert attempts(tmp_path / "sw") == {cell_id: ["timeout", "completed"]}
+    runs = pd.read_parquet(tmp_path / "sw" / "cells" / cell_id / "run.parquet").sort_values("attempt")
+    first, second = runs.iloc[0], runs.iloc[1]
+    assert "SIGUSR2" in first["error"] and second["slurm_job_id"] == job_id  # the same job, requeued
+    assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", job_id).stdout
+
+
+def test_timeout_and_scancel_then_retry_failed(slurm_cluster_accounting: LocalSlurm, tmp_path: Path) -> None:
+    cluster = slurm_cluster_accounting
+    jobs = submit(cluster, tmp_path, "cluster.max_requeue=0", "seed=1,2,3")
+    (timed_out, to_job), (cancelled, cancel_job), (untouched, _) = jobs.items()
+    wait_started(tmp_path / "sw", [timed_out, cancelled])
+    cluster.run("scancel", "-s", "USR2", to_job)
+    cluster.run("scancel", cancel_job)
+    end = time.monotonic() + 300
+    while True:  # each fault becomes its cell's recorded state; the third cell runs on
+        shown = table(cli(tmp_path, "status", "sw", env=cluster.env()).stdout)
+        states = {cell: shown[cell]["state"] for cell in jobs}
+        if states == {timed_out: "timeout", cancelled: "cancelled", untouched: "completed"}:
+            break
+        assert time.monotonic() < end, states
+        time.sleep(1)
+    retried = cli(tmp_path, "status", "sw", "--retry-failed", env=cluster.env())
+    assert retried.returncode == 0 and "2 cell(s) resubmitted" in retried.stdout, retried.stdout + retried.stderr
+    wait_sweep(cluster, tmp_path, "cluster.max_requeue=0", "seed=1,2,3")
+    assert attempts(tmp_path / "sw") == {timed_out: ["timeout", "completed"], cancelled: ["cancelled", "completed"],
+                                         untouched: ["completed"]}
+
+
+@pytest.mark.parametrize("accounting", [False, True], ids=["no-accounting", "accounting"])
+def test_daemons_restarted_while_cells_run(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
+    cluster = slurm_clusters.get(accounting)
+    jobs = submit(cluster, tmp_path, "seed=1,2")
+    wait_started(tmp_path / "sw", list(jobs))
+    cluster.restart("slurmd", signal.SIGKILL, down_s=3)  # as if it crashed; job steps run on
+    cluster.restart("slurmctld")  # recovers the queue from its state directory
+    wait_sweep(cluster, tmp_path, "seed=1,2")
+    assert attempts(tmp_path / "sw") == {cell: ["completed"] for cell in jobs}  # each ran exactly once
+    assert manifest_jobs(tmp_path / "sw") == jobs  # nothing was submitted again
