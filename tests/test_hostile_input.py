@@ -41,6 +41,8 @@ def hostile_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "negative batch": (["batch_size=-8"], "batch_size must be positive"),
         "wrong type": (["seed=abc"], "seed must be int"),
         "missing data path": (["data.source=text", f"data.path={tmp / 'no_such_file.txt'}"], "does not exist"),
+        "a directory as a text file": (["data.source=text", f"data.path={tmp}"], "needs a file as data.path"),
+        "negative data workers": (["data.workers=-2"], "data.workers must be >= 0"),
         "model name with a shell command": ([f"model.name='x; {touch}'"], "unknown model 'x; touch"),
         "backend name with a shell command": ([f"backend.name='$({touch})'"], "unknown backend '$(touch"),
         "size with a shell command": ([f"size='`{touch}`'"], "Could not find 'size/`touch"),

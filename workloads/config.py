@@ -155,8 +155,17 @@ class CellConfig:
             raise ConfigError(f"data.source must be one of {DATA_SOURCES}, got {self.data.source!r}")
         if self.data.source != "synthetic" and not self.data.path:
             raise ConfigError(f"data.source={self.data.source} needs data.path")
-        if self.data.path and self.data.source != "synthetic" and not Path(self.data.path).exists():
-            raise ConfigError(f"data.path does not exist: {self.data.path}")
+        if self.data.path and self.data.source != "synthetic":
+            path = Path(self.data.path)
+            if not path.exists():
+                raise ConfigError(f"data.path does not exist: {self.data.path}")
+            # text and bin are one file each, an image folder is a directory of class folders
+            wants_dir = self.data.source == "imagefolder"
+            if path.is_dir() != wants_dir:
+                raise ConfigError(f"data.source={self.data.source} needs a {'directory' if wants_dir else 'file'}"
+                                  f" as data.path, got {self.data.path}")
+        if self.data.workers < 0:
+            raise ConfigError(f"data.workers must be >= 0, got {self.data.workers}")
         if self.device not in ("auto", "cuda", "cpu"):
             raise ConfigError(f"device must be auto, cuda or cpu, got {self.device!r}")
         mode = self.backend.mode
