@@ -8,8 +8,9 @@ other cells' results intact, and the sweep brought to completion without re-runn
 - a running task cancelled with `scancel` records `cancelled`, and is retried;
 - slurmd killed (as if it crashed) and restarted, slurmctld restarted, while cells run: they
   complete once, without and with accounting.
-Exceptions and out-of-memory cells record `failed`/`oom` the same way (tests/test_workloads_failures.py,
-tests/test_status.py); corrupt and half-written files are the analysis tests' part.
+- a cell that raises and one out of memory record `failed`/`oom`; with the cause fixed,
+  `status --retry-failed` runs exactly those two again.
+Corrupt and half-written files are the analysis tests' part (tests/test_analysis_collect.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import signal
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -25,6 +27,7 @@ from tests.slurm.cluster import LocalSlurm
 from tests.slurm.fixtures import *  # noqa: F401,F403  (the clusters and their guard)
 from tests.slurm.fixtures import SlurmClusters
 from tests.test_status import cli, table
+from tests.test_workloads_failures import always_overcommits
 
 #: A tiny cell that trains for some seconds on a CPU: long enough to be hit while it runs.
 LONG = ["cluster=test_slurm", "model=gpt", "size=tiny", "precision=fp32", "device=cpu", "backend=eager",
@@ -114,3 +117,27 @@ def test_daemons_restarted_while_cells_run(slurm_clusters: SlurmClusters, accoun
     wait_sweep(cluster, tmp_path, "seed=1,2")
     assert attempts(tmp_path / "sw") == {cell: ["completed"] for cell in jobs}  # each ran exactly once
     assert manifest_jobs(tmp_path / "sw") == jobs  # nothing was submitted again
+
+
+@pytest.mark.skipif(always_overcommits(), reason="vm.overcommit_memory=1: the OOM killer, not the allocator, would answer")
+def test_exception_and_out_of_memory_cells(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    """Three sweeps into one directory: a cell whose data is too short (it raises), one far too big
+    (out of memory), one that completes; then the data is fixed and only the two are run again."""
+    data = tmp_path / "tokens.bin"
+    np.arange(10, dtype=np.uint16).tofile(data)  # shorter than one block: the workload raises
+    base = [*LONG[:-1], "steps=2"]
+    for overrides in (["data.source=bin", f"data.path={data}"], ["batch_size=10000000000"], ["seed=5"]):
+        submitted = cli(tmp_path, "sweep", *base, *overrides, "hydra.sweep.dir=sw", env=slurm_cluster.env())
+        assert submitted.returncode == 0, submitted.stderr
+    assert len(manifest_jobs(tmp_path / "sw")) == 3  # three sweeps, one manifest holding all their cells
+    waited = cli(tmp_path, "sweep", *base, "seed=5", "hydra.sweep.dir=sw", "--wait", env=slurm_cluster.env(),
+                 timeout=600)
+    assert waited.returncode == 1  # the sweep directory holds two cells that did not complete
+    states = {row["state"]: cell for cell, row in table(waited.stdout).items()}
+    assert set(states) == {"failed", "oom", "completed"}, waited.stdout
+    (np.arange(5000) % 10).astype(np.uint16).tofile(data)  # fixed (same 10 symbols); the configs stay as they were
+    retried = cli(tmp_path, "status", "sw", "--retry-failed", env=slurm_cluster.env())
+    assert retried.returncode == 0 and "2 cell(s) resubmitted" in retried.stdout, retried.stdout + retried.stderr
+    cli(tmp_path, "sweep", *base, "seed=5", "hydra.sweep.dir=sw", "--wait", env=slurm_cluster.env(), timeout=600)
+    assert attempts(tmp_path / "sw") == {states["failed"]: ["failed", "completed"], states["oom"]: ["oom", "oom"],
+                                         states["completed"]: ["completed"]}
