@@ -69,6 +69,20 @@ def test_local_executor_refuses_a_distributed_cell(capsys, tmp_path: Path, monke
     assert not (tmp_path / "sw").exists()
 
 
+def test_two_task_vision_cell_through_slurm(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    """The vision workload under DDP too: a tiny timm ResNet, two gloo ranks, compiled (aot_eager)."""
+    sweep = tmp_path / "sw"
+    result = cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", "model=resnet", "size=tiny", "precision=fp32",
+                 "device=cpu", "steps=2", "warmup_steps=1", "backend=aot_eager", TWO_TASKS, "hydra.sweep.dir=sw")
+    assert result.returncode == 0, result.stderr
+    (cell_id, job_id), = pd.read_parquet(sweep / "manifest.parquet")[["cell_id", "job_id"]].itertuples(index=False)
+    wait_until_done(slurm_cluster, {job_id}, [sweep / "cells" / cell_id])
+    run = pd.read_parquet(sweep / "cells" / cell_id / "run.parquet").iloc[-1]
+    assert run["status"] == "completed", run["error"]
+    assert (run["world_size"], run["dist_backend"], run["model"]) == (2, "gloo", "resnet")
+    assert run["items_per_step"] == 2 * run["batch_size"] and run["graph_count"] >= 1
+
+
 def test_two_task_cells_through_slurm(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     """Two cells (eager, aot_eager) of two gloo processes each: one Slurm job array, each task a
     rank; rank 0 writes one steps row per step with both ranks' times, and the run row has both
