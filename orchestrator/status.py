@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from analysis.collect import CELLS_DIR, cell_dirs, read_cell_config, read_parquet
+from analysis.collect import CELLS_DIR, axes_from_config, cell_dirs, read_cell_config, read_parquet
 from orchestrator.sweep_dir import MANIFEST_FILE, MANIFEST_SCHEMA, cell_dir, last_status
 
 #: Seconds a scheduler query may take; a query that takes longer is treated as unanswered.
@@ -156,10 +156,8 @@ def _manifest_rows(sweep_dir: Path) -> list[dict[str, Any]]:
 
 def _axes_from_config(directory: Path) -> dict[str, Any]:
     """Axes of a cell that the manifest lacks, from its config.yaml."""
-    config = read_cell_config(directory)
-    name = lambda value: value.get("name") if isinstance(value, dict) else value  # noqa: E731
-    return {"model": name(config.get("model")), "size": config.get("size"), "backend": name(config.get("backend")),
-            "precision": name(config.get("precision"))}
+    axes = axes_from_config(read_cell_config(directory))
+    return {key: axes[key] for key in ("model", "size", "backend", "precision")}
 
 
 def _from_result(row: CellStatus, directory: Path) -> None:

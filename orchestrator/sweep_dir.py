@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import pyarrow as pa
 import yaml
 
-from analysis.collect import CELLS_DIR, cell_dirs, latest_run, read_cell_config, read_parquet
+from analysis.collect import CELLS_DIR, MANIFEST_FILE, cell_dirs, latest_run, read_cell_config, read_parquet
 from workloads.schema import (
     CONFIG_FILE, RUN_FILE, RUN_SCHEMA, atomic_output, table_from_rows, write_parquet_atomic,
 )
@@ -25,7 +25,6 @@ from workloads.schema import (
 if TYPE_CHECKING:  # grid imports Hydra and the workloads (torch): a Slurm task needs neither
     from orchestrator.grid import Cell, Grid
 
-MANIFEST_FILE = "manifest.parquet"
 MANIFEST_LOCK = ".manifest.lock"
 LOGS_DIR = "logs"
 #: libyaml's emitter where PyYAML was built with it (the same YAML, ~20x faster than the
