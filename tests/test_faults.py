@@ -7,10 +7,11 @@ other cells' results intact, and the sweep brought to completion without re-runn
   `max_requeue=0` the job ends and `status --retry-failed` runs the cell again;
 - a running task cancelled with `scancel` records `cancelled`, and is retried;
 - slurmd killed (as if it crashed) and restarted, slurmctld restarted, while cells run: they
-  complete once, without and with accounting.
+  complete once;
 - a cell that raises and one out of memory record `failed`/`oom`; with the cause fixed,
   `status --retry-failed` runs exactly those two again.
-Corrupt and half-written files are the analysis tests' part (tests/test_analysis_collect.py).
+every fault on both clusters, without and with accounting (slurmdbd). Corrupt and half-written
+files are the analysis tests' part (tests/test_analysis_collect.py).
 """
 
 from __future__ import annotations
@@ -73,7 +74,9 @@ def wait_sweep(cluster: LocalSlurm, cwd: Path, *overrides: str) -> str:
     return waited.stdout
 
 
-def test_time_limit_requeues_the_job(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+@pytest.mark.parametrize("accounting", [False, True], ids=["no-accounting", "accounting"])
+def test_time_limit_requeues_the_job(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
+    slurm_cluster = slurm_clusters.get(accounting)
     (cell_id, job_id), = submit(slurm_cluster, tmp_path, "cluster.max_requeue=1").items()
     wait_started(tmp_path / "sw", [cell_id])
     slurm_cluster.run("scancel", "-s", "USR2", job_id)
@@ -85,8 +88,9 @@ def test_time_limit_requeues_the_job(slurm_cluster: LocalSlurm, tmp_path: Path) 
     assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", job_id).stdout
 
 
-def test_timeout_and_scancel_then_retry_failed(slurm_cluster_accounting: LocalSlurm, tmp_path: Path) -> None:
-    cluster = slurm_cluster_accounting
+@pytest.mark.parametrize("accounting", [False, True], ids=["no-accounting", "accounting"])
+def test_timeout_and_scancel_then_retry_failed(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
+    cluster = slurm_clusters.get(accounting)
     jobs = submit(cluster, tmp_path, "cluster.max_requeue=0", "seed=1,2,3")
     (timed_out, to_job), (cancelled, cancel_job), (untouched, _) = jobs.items()
     wait_started(tmp_path / "sw", [timed_out, cancelled])
@@ -120,9 +124,11 @@ def test_daemons_restarted_while_cells_run(slurm_clusters: SlurmClusters, accoun
 
 
 @pytest.mark.skipif(always_overcommits(), reason="vm.overcommit_memory=1: the OOM killer, not the allocator, would answer")
-def test_exception_and_out_of_memory_cells(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+@pytest.mark.parametrize("accounting", [False, True], ids=["no-accounting", "accounting"])
+def test_exception_and_out_of_memory_cells(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
     """Three sweeps into one directory: a cell whose data is too short (it raises), one far too big
     (out of memory), one that completes; then the data is fixed and only the two are run again."""
+    slurm_cluster = slurm_clusters.get(accounting)
     data = tmp_path / "tokens.bin"
     np.arange(10, dtype=np.uint16).tofile(data)  # shorter than one block: the workload raises
     base = [*LONG[:-1], "steps=2"]
