@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.test_status import REPO_ROOT, cli
+
 TINY = ["model=gpt", "size=tiny", "backend=eager", "precision=fp32", "device=cpu", "warmup_steps=1"]
 
 
@@ -43,8 +44,7 @@ def test_two_sweeps_into_one_directory_at_once(tmp_path: Path) -> None:
     assert len(manifest) == 4 and manifest["cell_id"].is_unique  # neither sweep dropped the other's rows
     assert sorted(runs["cell_id"]) == sorted(manifest["cell_id"]) and set(runs["status"]) == {"completed"}
     assert len(runs) == 4  # one attempt each: no cell ran twice
-    status = subprocess.run([sys.executable, "-m", "orchestrator.cli", "status", "sw"], cwd=tmp_path,
-                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    status = cli(tmp_path, "status", "sw")
     assert status.returncode == 0 and status.stdout.rstrip().endswith("4 cell(s): 4 completed"), status.stdout
 
 
@@ -53,9 +53,7 @@ def test_analyze_while_cells_are_writing(tmp_path: Path) -> None:
     seen: list[tuple[int, str]] = []
     while sweep.poll() is None:
         if (tmp_path / "sw" / "manifest.parquet").exists():
-            analysis = subprocess.run([sys.executable, "-m", "orchestrator.cli", "analyze", "sw", "--format", "csv",
-                                       "--no-plots"], cwd=tmp_path, capture_output=True, text=True,
-                                      env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+            analysis = cli(tmp_path, "analyze", "sw", "--format", "csv", "--no-plots")
             # 1 while no cell has a result yet; never a crash, never a half-read file
             assert analysis.returncode in (0, 1) and "Traceback" not in analysis.stderr, analysis.stderr
             seen.append((analysis.returncode, analysis.stdout))

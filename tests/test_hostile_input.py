@@ -8,9 +8,7 @@ that a `touch` in such a value would create must never appear.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,14 +16,9 @@ import pytest
 from orchestrator.cli import main
 from tests.slurm.cluster import LocalSlurm
 from tests.slurm.fixtures import *  # noqa: F401,F403  (slurm_cluster and its guard)
+from tests.test_status import cli
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 MARKER = "PWNED"
-
-
-def compilebench(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}, timeout=300)
 
 
 def hostile_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
@@ -79,10 +72,10 @@ def test_a_directory_that_is_not_a_sweep_is_not_written_into(tmp_path: Path) -> 
     home = tmp_path / "home"
     home.mkdir()
     (home / "thesis.tex").write_text("years of work")
-    result = compilebench("sweep", f"hydra.sweep.dir={home}", cwd=tmp_path)
+    result = cli(tmp_path, "sweep", f"hydra.sweep.dir={home}")
     assert_refused(result, "is not a compilebench sweep directory (it holds thesis.tex)")
-    assert_refused(compilebench("status", str(home), cwd=tmp_path), "not a sweep directory")
-    analyzed = compilebench("analyze", str(home), cwd=tmp_path)  # 1: a directory without cells, no report
+    assert_refused(cli(tmp_path, "status", str(home)), "not a sweep directory")
+    analyzed = cli(tmp_path, "analyze", str(home))  # 1: a directory without cells, no report
     assert analyzed.returncode == 1 and len(analyzed.stderr.strip().splitlines()) == 1, analyzed.stderr
     assert sorted(p.name for p in home.iterdir()) == ["thesis.tex"]
 
@@ -93,8 +86,7 @@ def test_nothing_reaches_the_real_queue(slurm_cluster: LocalSlurm, tmp_path: Pat
     for name in ("unknown group value", "zero steps", "model name with a shell command",
                  "partition not in the profile", "GPU type not in the profile"):
         overrides, message = cases[name]
-        result = compilebench("sweep", "cluster=test_slurm", *overrides, "hydra.sweep.dir=sw", cwd=tmp_path,
-                              env=slurm_cluster.env())
+        result = cli(tmp_path, "sweep", "cluster=test_slurm", *overrides, "hydra.sweep.dir=sw", env=slurm_cluster.env())
         assert_refused(result, message)
     assert slurm_cluster.run("squeue", "-h", "-o", "%i").stdout.split() == before
     assert not (tmp_path / "sw").exists() and not (tmp_path / MARKER).exists()
