@@ -222,11 +222,11 @@ class LocalSlurm:
 
     def _placeholder_gpus(self) -> dict[str, list[str]]:
         files: dict[str, list[str]] = {}
-        for gpu_type, count in PLACEHOLDER_GPUS.items():
-            for _ in range(count):
-                path = self.root / "dev" / f"fakegpu{sum(map(len, files.values()))}"
-                path.touch()
-                files.setdefault(gpu_type, []).append(str(path))
+        types = [gpu_type for gpu_type, count in PLACEHOLDER_GPUS.items() for _ in range(count)]
+        for index, gpu_type in enumerate(types):
+            path = self.root / "dev" / f"fakegpu{index}"
+            path.touch()
+            files.setdefault(gpu_type, []).append(str(path))
         return files
 
     def _db_password(self) -> str:
