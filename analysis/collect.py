@@ -11,48 +11,35 @@ shared filesystem a half-finished sweep is normal, and one broken cell should no
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, TextIO
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.dataset as ds
-import yaml
 
-from workloads.schema import CONFIG_FILE, RUN_FILE, RUN_SCHEMA, STEPS_FILE, STEPS_SCHEMA
+from workloads.schema import RUN_SCHEMA, STEPS_SCHEMA
+from workloads.sweep_dir import (
+    MANIFEST_FILE, RUN_FILE, STDERR, STEPS_FILE, cell_dir, cell_dirs, counting_attempts, read_cell_config,
+    read_tables, replicate_attempts,
+)
+from workloads.vocabulary import AXES, CONFIG_AXES, COMPLETED, NO_RESULT, UNREADABLE, axes_from_config
 
-CELLS_DIR = "cells"
-#: The columns analysis reads of each file (a run row has 50: decoding the environment columns
-#: would cost a third of the time in a large sweep, and no table shows them).
+#: The columns analysis reads of each file (a run row has over 50: decoding the environment
+#: columns would cost a third of the time in a large sweep, and no table shows them).
 RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
-    "cell_id", "attempt", "status", "error", "model", "arch", "size", "backend", "compile_mode", "precision",
-    "data_source", "seed", "batch_size", "grad_accum", "items_per_step", "measured_steps", "median_step_ms",
-    "mean_step_ms", "std_step_ms", "items_per_s", "mfu", "device", "gpu_name", "compile_time_s", "first_step_ms",
-    "graph_count", "graph_break_count", "recompile_count", "peak_mem_bytes", "world_size", "nodes", "dist_backend",
+    "cell_id", "attempt", "repeat", "status", "error", *(axis.name for axis in AXES), "items_per_step", "measured_steps",
+    "median_step_ms", "mean_step_ms", "std_step_ms", "items_per_s", "mfu", "e2e_items_per_s", "e2e_mfu",
+    "compile_time_s", "first_step_ms", "graph_count", "graph_break_count", "recompile_count", "peak_mem_bytes",
     "ddp_graph_splits", "rank_median_step_ms")])
 #: What a run row of schema version 1 (before distributed cells) lacks: it ran one process on one node.
 SINGLE_PROCESS = {"world_size": 1, "nodes": 1}
 STEPS_READ_SCHEMA = pa.schema([STEPS_SCHEMA.field(name) for name in (
     "cell_id", "attempt", "step", "phase", "step_time_ms", "data_time_ms", "loss", "mfu")])
-MANIFEST_FILE = "manifest.parquet"
-#: Statuses of cells that have no readable result (besides the workload's STATUSES).
-NO_RESULT, UNREADABLE = "no_result", "unreadable"
-#: libyaml's parser where PyYAML has it; configs are read only for cells without a result.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _Stderr:
-    """sys.stderr as it is when written to (a default argument would keep the one of import time,
-    which a test's capture or a redirection may have replaced since)."""
-
-    def write(self, text: str) -> int:
-        return sys.stderr.write(text)
-
-
-#: Where warnings go unless told otherwise (`warn=None`: nowhere).
-STDERR: TextIO = _Stderr()  # type: ignore[assignment]
+#: The column `load_cells` adds to the steps: the replicate of the attempt a step belongs to.
+REPEAT = "repeat"
+#: The manifest's axis columns, read for cells without a result.
+MANIFEST_AXES_SCHEMA = pa.schema([RUN_SCHEMA.field("cell_id"), *(RUN_SCHEMA.field(a.name) for a in CONFIG_AXES)])
 
 
 @dataclass(frozen=True)
@@ -79,100 +66,22 @@ class _Problems(list):
             print(f"warning: {message}: {path}", file=self.warn)
 
 
-def read_tables(paths: Sequence[Path], schema: pa.Schema) -> tuple[pa.Table, list[tuple[Path, Exception]]]:
-    """The files as one table of `schema` (columns a file lacks come back null, columns `schema`
-    lacks are not read), and the files that could not be read, with their error."""
-    if not paths:
-        return schema.empty_table(), []
-    scan = lambda files: ds.dataset([str(p) for p in files], schema=schema, format="parquet").to_table()  # noqa: E731
-    try:
-        return scan(paths), []
-    except Exception:  # pyarrow raises several types for truncated or garbage files
-        pass
-    tables, bad = [], []
-    for path in paths:  # one bad file fails the whole scan: find it, keep the others
-        try:
-            tables.append(scan([path]))
-        except Exception as exc:
-            bad.append((Path(path), exc))
-    return (pa.concat_tables(tables) if tables else schema.empty_table()), bad
-
-
-def read_parquet(path: Path, schema: pa.Schema, warn: TextIO | None = STDERR) -> pd.DataFrame | None:
-    """The file as a DataFrame of `schema`'s columns; None (and a line on `warn`) if unreadable.
-
-    Missing files give None silently: the caller knows whether absence is expected.
-    Columns added to the schema after the file was written come back as nulls.
-    """
-    if not Path(path).exists():
-        return None
-    table, bad = read_tables([path], schema)
-    for bad_path, exc in bad:
-        if warn is not None:
-            print(f"warning: cannot read {bad_path}: {exc}", file=warn)
-        return None
-    return table.to_pandas()
-
-
-def read_cell_config(cell_dir: Path, warn: TextIO | None = STDERR) -> dict[str, Any]:
-    """The cell's config.yaml as a dict ({} if absent or unreadable)."""
-    path = Path(cell_dir) / CONFIG_FILE
-    if not path.exists():
-        return {}
-    try:
-        values = yaml.load(path.read_text(), Loader=_YAML_LOADER)
-    except (OSError, yaml.YAMLError) as exc:
-        if warn is not None:
-            print(f"warning: cannot read {path}: {exc}", file=warn)
-        return {}
-    return values if isinstance(values, dict) else {}
-
-
-def axes_from_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The run-row axes of a cell known only by its config.yaml (not run yet, or unreadable)."""
-
-    def sub(key: str, name: str) -> Any:
-        value = config.get(key)
-        return value.get(name) if isinstance(value, Mapping) else None
-
-    # A one-process cell's config has no `distributed` section (so that its id stays what it was).
-    nodes, per_node = (sub("distributed", key) or 1 for key in ("nodes", "tasks_per_node"))
-    return {
-        "model": sub("model", "name"), "arch": sub("model", "arch"), "size": config.get("size"),
-        "backend": sub("backend", "name"), "compile_mode": sub("backend", "mode"),
-        "precision": sub("precision", "name"), "batch_size": config.get("batch_size"),
-        "grad_accum": config.get("grad_accum"), "data_source": sub("data", "source"),
-        "seed": config.get("seed"), "world_size": nodes * per_node, "nodes": nodes,
-    }  # fmt: skip
-
-
-def counting_attempts(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per cell_id: the attempt that speaks for the cell, i.e. the last completed one,
-    else the last one."""
-    ranked = runs.assign(_completed=runs["status"] == "completed")
-    ranked = ranked.sort_values(["cell_id", "_completed", "attempt"], kind="stable")
-    return ranked.drop_duplicates("cell_id", keep="last").drop(columns="_completed")
-
-
-def latest_run(runs: pd.DataFrame | None) -> pd.Series | None:
-    """The attempt that speaks for a cell (its runs only): see `counting_attempts`."""
-    if runs is None or runs.empty:
-        return None
-    return counting_attempts(runs).iloc[0]
-
-
 @dataclass
 class SweepData:
     """A sweep (or part of one) as frames.
 
-    `cells`: one row per cell with RUN_READ_SCHEMA's columns, from the attempt that counts; a
-    cell without a readable result has its axes (from config.yaml, else the manifest) and status
-    `no_result` or `unreadable`. `steps`: STEPS_READ_SCHEMA's columns of exactly those attempts.
+    `cells`: one row per cell with RUN_READ_SCHEMA's columns, from the attempt that counts, and
+    `replicates`, how many of its replicates completed; a cell without a readable result has its
+    axes (from config.yaml, else the manifest) and status `no_result` or `unreadable`.
+    `replicates`: RUN_READ_SCHEMA's rows of the attempt that counts for each replicate of each
+    cell (workloads.sweep_dir.replicate_attempts). `steps`: STEPS_READ_SCHEMA's columns and
+    `repeat`, of the attempts that count: every completed replicate's, and the cell's own.
     """
 
     cells: pd.DataFrame
     steps: pd.DataFrame
     problems: list[Problem] = field(default_factory=list)
+    replicates: pd.DataFrame = field(default_factory=lambda: RUN_READ_SCHEMA.empty_table().to_pandas())
 
     @classmethod
     def concat(cls, parts: Iterable[SweepData]) -> SweepData:
@@ -180,7 +89,8 @@ class SweepData:
         parts = list(parts)
         return cls(_concat([p.cells for p in parts], RUN_READ_SCHEMA),
                    _concat([p.steps for p in parts], STEPS_READ_SCHEMA),
-                   [problem for part in parts for problem in part.problems])
+                   [problem for part in parts for problem in part.problems],
+                   _concat([p.replicates for p in parts], RUN_READ_SCHEMA))
 
 
 def _concat(frames: list[pd.DataFrame], schema: pa.Schema) -> pd.DataFrame:
@@ -189,22 +99,9 @@ def _concat(frames: list[pd.DataFrame], schema: pa.Schema) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else schema.empty_table().to_pandas()
 
 
-def cell_dirs(sweep_dir: Path) -> list[Path]:
-    """The cell directories of a sweep, sorted by name (= cell id)."""
-    root = Path(sweep_dir) / CELLS_DIR
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if p.is_dir())
-
-
-#: The columns of manifest.parquet (orchestrator/sweep_dir.py writes it) that are run-row axes.
-_MANIFEST_SCHEMA = pa.schema([f for f in RUN_SCHEMA if f.name in ("cell_id", "model", "size", "backend",
-                                                                   "compile_mode", "precision")])
-
-
 def _read_manifest(path: Path, problems: _Problems) -> dict[str, dict[str, Any]]:
     """{cell_id: axes} of manifest.parquet; {} when it is unreadable."""
-    table, bad = read_tables([path], _MANIFEST_SCHEMA)
+    table, bad = read_tables([path], MANIFEST_AXES_SCHEMA)
     for bad_path, exc in bad:
         problems.add(bad_path, f"cannot read ({exc})")
     return {row.pop("cell_id"): row for row in table.to_pylist()}
@@ -231,21 +128,31 @@ def _without_result(directories: Sequence[Path], runs: pd.DataFrame, unreadable:
     return pd.DataFrame(rows, columns=RUN_READ_SCHEMA.names)
 
 
-def _counting_steps(directories: Sequence[Path], runs: pd.DataFrame, problems: _Problems) -> pd.DataFrame:
-    """The steps of each cell's attempt that counts (not those of its other attempts)."""
+def _counting_steps(directories: Sequence[Path], runs: pd.DataFrame, replicates: pd.DataFrame,
+                    problems: _Problems) -> pd.DataFrame:
+    """The steps of the attempts that count: each completed replicate's and each cell's own (not
+    those of other attempts), with the replicate they belong to."""
     paths = []
     for directory in directories:
         path = directory / STEPS_FILE
         if path.is_file():
             paths.append(path)
-        elif directory.name in runs.index and runs.at[directory.name, "status"] == "completed":
+        elif directory.name in runs.index and runs.at[directory.name, "status"] == COMPLETED:
             problems.add(path, "completed cell without steps")
     table, bad = read_tables(paths, STEPS_READ_SCHEMA)
     for path, exc in bad:
         problems.add(path, f"cannot read ({exc})")
     steps = table.to_pandas(strings_to_categorical=True)  # a million rows name a thousand cells
-    counting = steps["cell_id"].map(runs["attempt"]).to_numpy(float)
-    return steps[counting == steps["attempt"].to_numpy()].reset_index(drop=True)
+    done = replicates[replicates["status"] == COMPLETED]
+    counting = pd.concat([done[["cell_id", "attempt", "repeat"]],
+                          runs[["cell_id", "attempt"]].assign(repeat=runs["repeat"].fillna(0))], ignore_index=True)
+    counting = counting.drop_duplicates(["cell_id", "attempt"]).astype({"attempt": "int64", "repeat": "int64"})
+    key = pd.MultiIndex.from_arrays([steps["cell_id"].astype(str), steps["attempt"].astype("int64")])
+    repeat = pd.Series(counting["repeat"].to_numpy(), index=pd.MultiIndex.from_frame(counting[["cell_id", "attempt"]]))
+    found = key.isin(repeat.index)
+    steps = steps[found].reset_index(drop=True)
+    steps[REPEAT] = repeat.reindex(key[found]).to_numpy()
+    return steps
 
 
 def load_cells(directories: Sequence[Path], warn: TextIO | None = STDERR,
@@ -256,10 +163,15 @@ def load_cells(directories: Sequence[Path], warn: TextIO | None = STDERR,
     table, bad = read_tables([d / RUN_FILE for d in directories if (d / RUN_FILE).is_file()], RUN_READ_SCHEMA)
     for path, exc in bad:
         problems.add(path, f"cannot read ({exc})")
-    runs = counting_attempts(table.to_pandas().fillna(SINGLE_PROCESS)).set_index("cell_id", drop=False)
+    every = table.to_pandas().fillna(SINGLE_PROCESS)
+    replicates = replicate_attempts(every)
+    runs = counting_attempts(every).set_index("cell_id", drop=False)
+    runs["replicates"] = (replicates["status"] == COMPLETED).groupby(replicates["cell_id"]).sum() \
+        .reindex(runs.index).fillna(0).astype("int64")
     missing = _without_result(directories, runs, {path for path, _ in bad}, manifest or {}, problems, warn)
     cells = runs.reset_index(drop=True) if missing.empty else pd.concat([runs, missing], ignore_index=True)
-    return SweepData(cells, _counting_steps(directories, runs, problems), list(problems))
+    steps = _counting_steps(directories, runs, replicates, problems)
+    return SweepData(cells, steps, list(problems), replicates.reset_index(drop=True))
 
 
 def read_cell(cell_dir: Path, warn: TextIO | None = STDERR) -> SweepData:
@@ -280,4 +192,4 @@ def load_sweep(sweep_dir: Path, warn: TextIO | None = STDERR) -> SweepData:
         if on_disk:
             problems.add(manifest_path, "no manifest (cells found in cells/ only)")
     ids = sorted(set(on_disk) | set(manifest))
-    return load_cells([sweep_dir / CELLS_DIR / cell_id for cell_id in ids], warn, manifest, problems)
+    return load_cells([cell_dir(sweep_dir, cell_id) for cell_id in ids], warn, manifest, problems)

@@ -1,22 +1,41 @@
 """Per-cell metrics of a sweep: one row per cell, numbers over its measured steps.
 
-Step statistics come from the measured steps (`phase == "measure"`) of the attempt that counts,
+Step statistics come from the measured steps (`phase == "measure"`) of the attempts that count,
 so warm-up and compilation never leak into them; compile time is the workload's own
 `compile_time_s`. Only `completed` cells get numbers: a failed or `not_compiled` cell stays in
 the frame with its status, but what it measured is not a result (a `not_compiled` cell ran
 eagerly while claiming a compiled backend).
 
+A cell may have been run as several replicates (`repeats`, one process each): they are one cell,
+one row. Its median step is the median of the replicates' median steps (analysis.stats.
+ReplicateSamples: each run counts once, however many steps it measured); mean, std, percentiles,
+MFU and the data-wait share pool the steps of all replicates. `replicate_spread` is the coefficient
+of variation of the replicates' medians, and `unstable` marks replicates that disagree beyond their
+own intervals (`ReplicateSamples.unstable`, by more than 1% or the equivalence margin). With one
+replicate every number is what it was before replicates.
+
+End-to-end throughput: measured steps tile the measured span (their boundaries are consecutive
+device events, or host clocks on CPU, waits for data included), so a replicate's end-to-end
+items/s is items per step x steps / the sum of its step times, i.e. at its mean step, and the
+cell's is the median over its replicates (as for the median step: each run counts once).
+`e2e_mfu` is MFU over the span likewise (the step-time-weighted mean of the steps' MFU).
+
 Comparisons are against the eager cell of the same workload (SAME_WORKLOAD equal, only the
-backend differs): speedup = eager median step / own median step, with a 95% bootstrap interval
-from resampling both cells' measured steps; peak-memory ratio; the largest relative difference of
-the loss at equal steps (same seed: compiled training should follow eager's curve; dropout and
-low precision make it differ a little).
+backend differs): speedup = eager median step / own median step, and e2e_speedup = own end-to-end
+items/s / eager's, each with a 95% two-level bootstrap interval (replicates, then steps; with one
+replicate the one-level bootstrap of the steps); peak-memory ratio; the largest relative
+difference of the loss at equal steps (same seed: compiled training should follow eager's curve;
+dropout and low precision make it differ a little). A cell whose data-wait share exceeds a
+threshold is `data_bound`: its median step hides the waits, so its verdict (faster, slower, no
+difference, undecided: analysis.stats.equivalence_verdict, with an optional margin of practical
+equivalence) rests on the end-to-end interval, as it does when its baseline is data-bound.
 
 Scaling is against the 1-process cell of the same workload and backend (SCALING_WORKLOAD equal,
 only the processes differ): scaling speedup = own items/s / its items/s (global items: with the
 per-process batch fixed, N processes train N times the items per step), with the interval of the
-same bootstrap; scaling efficiency = scaling speedup / processes (1 for perfect scaling). Rank
-imbalance = slowest rank's median step / fastest rank's - 1, from the run row's per-rank medians.
+same two-level bootstrap; scaling efficiency = scaling speedup / processes (1 for perfect
+scaling). Rank imbalance = slowest rank's median step / fastest rank's - 1, from the run row's
+per-rank medians.
 """
 
 from __future__ import annotations
@@ -26,54 +45,72 @@ import hashlib
 import numpy as np
 import pandas as pd
 
-from analysis.collect import NO_RESULT, UNREADABLE, SweepData
-from analysis.render import is_null
-from analysis.stats import SortedSamples, group_mean_std, group_ratio_of_sums, percentile_interval
+from analysis.collect import REPEAT, SweepData
+from analysis.render import fmt_speedup, is_null
+from analysis.stats import (
+    ReplicateSamples, SortedSamples, equivalence_verdict, group_mean_std, group_moments, group_ratio_of_sums,
+    hierarchical_means, median_over_replicates, ratio_interval, subset_cells,
+)
+from workloads.vocabulary import (
+    COMPLETED, HARDWARE, NO_RESULT, PROCESSES, TREATMENT, UNREADABLE, WORKLOAD, backend_label, names,
+)
 
 #: How many processes trained a cell, and where (`batch_size` and `grad_accum` are per process).
-DISTRIBUTED_AXES = ["world_size", "nodes", "dist_backend"]
-#: Cells compared with each other must agree on all of these; only the backend may differ.
-SAME_WORKLOAD = ["model", "arch", "size", "precision", "batch_size", "grad_accum", "data_source", "seed",
-                 "device", "gpu_name", *DISTRIBUTED_AXES]
+DISTRIBUTED_AXES = names(PROCESSES)
+#: Cells compared with each other must agree on all of these; only the treatment (backend) may differ.
+SAME_WORKLOAD = names(WORKLOAD, HARDWARE, PROCESSES)
 #: Cells of one scaling series agree on all of these; only the processes (and their nodes) differ.
-SCALING_WORKLOAD = [*(a for a in SAME_WORKLOAD if a not in DISTRIBUTED_AXES), "backend", "compile_mode"]
-#: What names a cell in tables and plots, besides its id.
-AXES = ["model", "arch", "size", "backend", "compile_mode", "precision", "batch_size", "grad_accum",
-        "data_source", "seed", "device", "gpu_name", *DISTRIBUTED_AXES]
+SCALING_WORKLOAD = names(WORKLOAD, HARDWARE, TREATMENT)
+#: What names a cell in tables and plots, besides its id: every axis.
+AXES = names()
 METRIC_COLUMNS = [
-    "status", "error", "measured_steps", "mean_step_ms", "std_step_ms", "median_step_ms", "p5_step_ms",
-    "p95_step_ms", "items_per_s", "mfu_mean", "mfu_std", "speedup", "speedup_low", "speedup_high",
-    "baseline_cell_id", "compile_time_s", "first_step_ms", "peak_mem_bytes", "peak_mem_ratio", "graph_count",
-    "graph_break_count", "recompile_count", "loss_max_rel_diff", "data_wait_share", "items_per_step",
+    "status", "error", "replicates", "measured_steps", "mean_step_ms", "std_step_ms", "median_step_ms",
+    "p5_step_ms", "p95_step_ms", "replicate_spread", "unstable", "items_per_s", "e2e_items_per_s", "mfu_mean",
+    "mfu_std", "e2e_mfu", "speedup", "speedup_low", "speedup_high", "e2e_speedup", "e2e_speedup_low",
+    "e2e_speedup_high", "data_bound", "verdict", "verdict_basis", "baseline_cell_id", "compile_time_s",
+    "first_step_ms", "peak_mem_bytes", "peak_mem_ratio", "graph_count", "graph_break_count", "recompile_count",
+    "loss_max_rel_diff", "data_wait_share", "items_per_step",
     "scaling_baseline_cell_id", "scaling_speedup", "scaling_speedup_low", "scaling_speedup_high",
     "scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high", "ddp_graph_splits", "rank_imbalance",
 ]  # fmt: skip
 CELL_COLUMNS = ["cell_id", *AXES, *METRIC_COLUMNS]
-COUNT_COLUMNS = ["measured_steps", "graph_count", "graph_break_count", "recompile_count", "peak_mem_bytes",
-                 "batch_size", "grad_accum", "seed", "world_size", "nodes", "items_per_step", "ddp_graph_splits"]
+COUNT_COLUMNS = ["replicates", "measured_steps", "graph_count", "graph_break_count", "recompile_count",
+                 "peak_mem_bytes", "batch_size", "grad_accum", "seed", "world_size", "nodes", "items_per_step",
+                 "ddp_graph_splits"]
 #: Our step statistics that the workload's run row summarises too (our name: its column): what a
 #: completed cell whose steps file is missing or unreadable still has.
 RUN_SUMMARY = {"measured_steps": "measured_steps", "mean_step_ms": "mean_step_ms", "std_step_ms": "std_step_ms",
-               "median_step_ms": "median_step_ms", "items_per_s": "items_per_s", "mfu_mean": "mfu"}
+               "median_step_ms": "median_step_ms", "items_per_s": "items_per_s", "mfu_mean": "mfu",
+               "e2e_items_per_s": "e2e_items_per_s", "e2e_mfu": "e2e_mfu"}
 #: How a workload setting reads in a label: `b128` for batch 128, `procs 2` for two processes;
 #: precision, data source, device and the process group's backend are recognisable by their values.
 SETTING_PREFIXES = {"batch_size": "b", "grad_accum": "accum ", "seed": "seed ", "world_size": "procs ",
                     "nodes": "nodes "}
 SIZE_ORDER = {"tiny": 0, "small": 1, "medium": 2, "large": 3, "xl": 4}
 #: Bootstrap resamples of each cell's measured steps, and the seed that, with the cell's id, seeds
-#: its generator: a cell gets the same interval in every analysis, alone or in any sweep.
+#: its generators: a cell gets the same interval in every analysis, alone or in any sweep.
 RESAMPLES, SEED = 1000, 0
-
-
-def backend_label(backend: object, mode: object) -> str:
-    """`inductor`, `inductor (max-autotune)`: the backend with its mode where it is not the default."""
-    backend = backend if isinstance(backend, str) else "?"
-    return f"{backend} ({mode})" if isinstance(mode, str) and mode != "default" else backend
+#: The generators of one cell: the median's draws (speedup and scaling intervals; as before
+#: replicates, so single-run intervals are unchanged), the replicates' own intervals (`unstable`)
+#: and the mean's draws (end-to-end intervals), each its own stream.
+_MEDIAN, _UNSTABLE, _MEAN = (), (1,), (2,)
+#: Above this share of step time spent waiting for data a cell is data-bound (`--data-bound`).
+DATA_BOUND = 0.10
+#: The margin of practical equivalence of verdicts (`--equivalence`): none by default.
+EQUIVALENCE = 0.0
+#: The least gap between replicates' intervals, relative, that makes a cell `unstable` (or the
+#: equivalence margin, if larger). With thousands of steps a replicate's own interval is ~0.1%
+#: wide: on the H100 every cell's processes differed by more than that (docs/gpu-results.md), which
+#: is what replicates are for; `unstable` is for disagreements that could change a verdict.
+UNSTABLE_TOLERANCE = 0.01
+#: What a verdict rests on: the median-step speedup's interval, or the end-to-end one.
+MEDIAN_BASIS, E2E_BASIS = "median step", "end-to-end"
 
 
 def backend_labels(metrics: pd.DataFrame) -> pd.Series:
-    """`backend_label` of every cell."""
-    return pd.Series([backend_label(b, m) for b, m in zip(metrics["backend"], metrics["compile_mode"])],
+    """The backend label (workloads.vocabulary.backend_label) of every cell."""
+    treatments = names(TREATMENT)
+    return pd.Series([backend_label(dict(zip(treatments, values))) for values in axis_rows(metrics, treatments)],
                      index=metrics.index, dtype=object)
 
 
@@ -114,7 +151,7 @@ def representatives(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """The cell that speaks for each combination of `by` where several share one: a completed one
     first, then the one with most measured steps (other step counts of the same workload), then
     the first by id."""
-    ranked = frame.assign(_done=frame["status"] == "completed", _steps=frame["measured_steps"].fillna(0))
+    ranked = frame.assign(_done=frame["status"] == COMPLETED, _steps=frame["measured_steps"].fillna(0))
     ranked = ranked.sort_values(["_done", "_steps", "cell_id"], ascending=[False, False, True], kind="stable")
     return ranked.drop_duplicates(by).drop(columns=["_done", "_steps"])
 
@@ -123,48 +160,91 @@ def _references(cells: pd.DataFrame, by: list[str], candidates: pd.Series) -> np
     """Position in `cells` of each cell's reference (-1: none): the representative of the completed
     `candidates` (a mask) with a median step among the cells that agree with it on `by`."""
     workload = cells.groupby(by, dropna=False, sort=False).ngroup().to_numpy()
-    chosen = cells[candidates & (cells["status"] == "completed") & cells["median_step_ms"].notna()]
+    chosen = cells[candidates & (cells["status"] == COMPLETED) & cells["median_step_ms"].notna()]
     first = representatives(chosen.assign(_workload=workload[chosen.index]), ["_workload"])
     by_workload = np.full(workload.max() + 1 if len(workload) else 0, -1)
     by_workload[first["_workload"].to_numpy()] = first.index.to_numpy()
     return by_workload[workload]
 
 
-def _step_stats(cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray) -> SortedSamples:
-    """Fill the step statistics of completed cells; returns their sorted measured step times."""
+def _step_stats(cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray) -> ReplicateSamples:
+    """Fill the step statistics of completed cells; returns their measured step times by replicate."""
     n = len(cells)
-    done = (cells["status"] == "completed").to_numpy()
+    done = (cells["status"] == COMPLETED).to_numpy()
     measured = (steps["phase"] == "measure").to_numpy() & (code >= 0)
     measured[measured] = done[code[measured]]
     group = code[measured]
     times = steps["step_time_ms"].to_numpy(float)[measured]
-    samples = SortedSamples.from_groups(group, times, n)
+    replicas = ReplicateSamples.from_steps(group, _repeats(steps)[measured], times, n)
+    samples = SortedSamples.from_groups(group, times, n)  # all replicates' steps pooled, for the percentiles
     count, mean, std = group_mean_std(group, times, n)
-    _, mfu_mean, mfu_std = group_mean_std(group, steps["mfu"].to_numpy(float)[measured], n)
+    mfu = steps["mfu"].to_numpy(float)[measured]
+    _, mfu_mean, mfu_std = group_mean_std(group, mfu, n)
+    # MFU x step time is FLOPs per step / peak, the same for every step of a cell: over the span,
+    # MFU is that / the mean step, as end-to-end items/s is items per step / the mean step.
+    _, flops_over_peak, _ = group_mean_std(group, mfu * times, n)
+    replicate_mean, _ = group_moments(replicas.steps)
+    steps_per_ms = median_over_replicates(replicas, 1 / replicate_mean)
+    items = cells["items_per_step"].to_numpy(float)
     has = count > 0
-    median = samples.quantile(0.5)
+    median = replicas.medians()
     stats = {
         "measured_steps": count, "mean_step_ms": mean, "std_step_ms": std, "median_step_ms": median,
         "p5_step_ms": samples.quantile(0.05), "p95_step_ms": samples.quantile(0.95),
         # At the median step, as the workload's own run row, so the two never disagree.
-        "items_per_s": cells["items_per_step"].to_numpy(float) / (median / 1e3),
-        "mfu_mean": mfu_mean, "mfu_std": mfu_std,
+        "items_per_s": items / (median / 1e3),
+        "e2e_items_per_s": items * steps_per_ms * 1e3,
+        "mfu_mean": mfu_mean, "mfu_std": mfu_std, "e2e_mfu": flops_over_peak * steps_per_ms,
         "data_wait_share": group_ratio_of_sums(group, steps["data_time_ms"].to_numpy(float)[measured], times, n),
     }  # fmt: skip
     for column, values in stats.items():
         fallback = cells[RUN_SUMMARY[column]].to_numpy(float) if column in RUN_SUMMARY else np.nan
         cells[column] = np.where(done & has, values, np.where(done, fallback, np.nan))
-    return samples
+    # Without steps, a run row without end-to-end columns (schema version 2) still has its mean step.
+    e2e = cells["e2e_items_per_s"].to_numpy(float)
+    cells["e2e_items_per_s"] = np.where(done & ~has & np.isnan(e2e),
+                                        items / (cells["mean_step_ms"].to_numpy(float) / 1e3), e2e)
+    counted = pd.to_numeric(cells["replicates"], errors="coerce").to_numpy(float) if "replicates" in cells \
+        else np.ones(n)
+    cells["replicates"] = np.where(done & has, replicas.replicates, np.where(done, np.fmax(counted, 1), 0))
+    return replicas
+
+
+def _repeats(steps: pd.DataFrame) -> np.ndarray:
+    """The replicate of each step row: 0 where the frame has none (written before replicates)."""
+    if REPEAT not in steps.columns:
+        return np.zeros(len(steps), np.int64)
+    return steps[REPEAT].fillna(0).to_numpy(np.int64)
+
+
+def _generators(cells: pd.DataFrame, which: np.ndarray, seed: int,
+                stream: tuple = _MEDIAN) -> list[np.random.Generator]:
+    """The generators of these cells (positions) for one purpose, seeded by the seed and the cell's id."""
+    return [np.random.default_rng([seed, _stable_hash(cell_id), *stream]) for cell_id in cells["cell_id"].iloc[which]]
+
+
+def _stability(cells: pd.DataFrame, replicas: ReplicateSamples, resamples: int, seed: int, tolerance: float) -> None:
+    """`replicate_spread` and `unstable` of the cells with two replicates or more."""
+    several = np.flatnonzero(replicas.replicates > 1)
+    spread, unstable = np.full(len(cells), np.nan), np.zeros(len(cells), bool)
+    if len(several):
+        sub = subset_cells(replicas, several)
+        unstable[several], spread[several] = sub.unstable(resamples, _generators(cells, several, seed, _UNSTABLE),
+                                                          tolerance=tolerance)
+    cells["replicate_spread"], cells["unstable"] = spread, unstable
 
 
 def _loss_max_rel_diff(cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray, baseline: np.ndarray) -> None:
-    """Largest |loss - eager loss| / |eager loss| over the steps (warm-up included) both recorded."""
-    done = (cells["status"] == "completed").to_numpy()
+    """Largest |loss - eager loss| / |eager loss| over the steps (warm-up included) both recorded, of
+    every replicate of the cell against the eager cell's first replicate."""
+    done = (cells["status"] == COMPLETED).to_numpy()
     known = (code >= 0) & steps["loss"].notna().to_numpy()
     rows = pd.DataFrame({"cell": code[known], "step": steps["step"].to_numpy()[known],
-                         "loss": steps["loss"].to_numpy(float)[known]})
+                         "loss": steps["loss"].to_numpy(float)[known], "repeat": _repeats(steps)[known]})
     rows["base"] = baseline[rows["cell"]]
-    reference = rows.loc[rows["cell"] == rows["base"], ["base", "step", "loss"]].rename(columns={"loss": "ref"})
+    own = rows[rows["cell"] == rows["base"]]
+    first = own["repeat"] == own.groupby("base")["repeat"].transform("min")
+    reference = own.loc[first, ["base", "step", "loss"]].rename(columns={"loss": "ref"})
     compared = rows[(rows["base"] >= 0) & (rows["cell"] != rows["base"]) & done[rows["cell"]]]
     joined = compared.merge(reference, on=["base", "step"])
     relative = (joined["loss"] - joined["ref"]).abs() / joined["ref"].abs()
@@ -175,31 +255,94 @@ def _loss_max_rel_diff(cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarra
 
 def _against(cells: pd.DataFrame, reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(whether a completed cell has a reference, the reference's position or 0 where it has none)."""
-    has = (reference >= 0) & (cells["status"] == "completed").to_numpy()
+    has = (reference >= 0) & (cells["status"] == COMPLETED).to_numpy()
     return has, np.where(has, reference, 0)
 
 
-def _comparisons(cells: pd.DataFrame, samples: SortedSamples, baseline: np.ndarray,
-                 resamples: int, seed: int) -> None:
-    """Speedup with its bootstrap interval and the peak-memory ratio against the eager baseline."""
+class _Draws:
+    """Bootstrap draws of the cells that intervals need, each cell's from its own generator, so that
+    they are the same whichever interval asks for them, and in any sweep."""
+
+    def __init__(self, cells: pd.DataFrame, replicas: ReplicateSamples, resamples: int, seed: int):
+        self.cells, self.replicas, self.resamples, self.seed = cells, replicas, resamples, seed
+        self._rows: dict[str, dict[int, np.ndarray]] = {"median": {}, "rate": {}}
+
+    def get(self, kind: str, which: np.ndarray) -> np.ndarray:
+        """(len(which), resamples): two-level bootstrap draws of these cells' median step (`median`),
+        or of their median over replicates of steps per ms, end-to-end (`rate`)."""
+        rows = self._rows[kind]
+        missing = np.array(sorted(set(which.tolist()) - set(rows)), dtype=np.int64)
+        if len(missing):
+            sub = subset_cells(self.replicas, missing)
+            if kind == "median":
+                draws = sub.hierarchical_medians(self.resamples, _generators(self.cells, missing, self.seed))
+            else:
+                draws = hierarchical_means(sub, self.resamples, _generators(self.cells, missing, self.seed, _MEAN),
+                                           reciprocal=True)
+            rows.update(zip(missing.tolist(), draws))
+        return np.array([rows[i] for i in which.tolist()], dtype=float).reshape(len(which), self.resamples)
+
+
+def _ratio_interval(draws: _Draws, kind: str, base: np.ndarray, has_base: np.ndarray,
+                    invert: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """95% interval of (the `kind` statistic of the cell at `base`) / (own) — own / base's where not
+    `invert` — for each cell where `has_base`: exactly 1 against itself, NaN where either has no steps."""
+    n = len(base)
+    low, high = np.full(n, np.nan), np.full(n, np.nan)
+    itself = has_base & (base == np.arange(n))
+    low[itself] = high[itself] = 1.0  # the baseline against itself: exactly 1, no spread
+    counts = draws.replicas.replicates
+    boot = np.flatnonzero(has_base & ~itself & (counts > 0) & (counts[base] > 0))
+    if len(boot):
+        own, reference = draws.get(kind, boot), draws.get(kind, base[boot])
+        low[boot], high[boot] = ratio_interval(reference, own) if invert else ratio_interval(own, reference)
+    return low, high
+
+
+def _comparisons(cells: pd.DataFrame, draws: _Draws, baseline: np.ndarray) -> np.ndarray:
+    """Speedups (median step, end-to-end) with their bootstrap intervals and the peak-memory ratio
+    against the eager baseline; returns each cell's baseline position (-1: none)."""
     has_base, base = _against(cells, baseline)
     median = cells["median_step_ms"].to_numpy(float)
     cells["speedup"] = np.where(has_base, median[base] / median, np.nan)
-    cells["speedup_low"], cells["speedup_high"] = _median_ratio_interval(cells, samples, base, has_base,
-                                                                         resamples, seed)
+    cells["speedup_low"], cells["speedup_high"] = _ratio_interval(draws, "median", base, has_base)
+    # End-to-end: own items/s over the baseline's; the draws are of steps per ms, times items per step.
+    e2e, items = cells["e2e_items_per_s"].to_numpy(float), cells["items_per_step"].to_numpy(float)
+    cells["e2e_speedup"] = np.where(has_base, e2e / e2e[base], np.nan)
+    low, high = _ratio_interval(draws, "rate", base, has_base, invert=False)
+    scale = np.where(base == np.arange(len(base)), 1.0, items / items[base])
+    cells["e2e_speedup_low"], cells["e2e_speedup_high"] = low * scale, high * scale
     memory = cells["peak_mem_bytes"].to_numpy(float)
     cells["peak_mem_ratio"] = np.where(has_base, memory / memory[base], np.nan)
     cells["baseline_cell_id"] = np.where(has_base, cells["cell_id"].to_numpy(object)[base], None)
+    return np.where(has_base, base, -1)
 
 
-def _scaling(cells: pd.DataFrame, samples: SortedSamples, resamples: int, seed: int) -> None:
+def _verdicts(cells: pd.DataFrame, base: np.ndarray, data_bound: float, equivalence: float) -> None:
+    """`data_bound`, and each compared cell's verdict with what it rests on: the end-to-end interval
+    where the cell or its baseline is data-bound, else the median step's. The baseline itself and
+    cells without an interval have none."""
+    share = cells["data_wait_share"].to_numpy(float)
+    bound = (cells["status"] == COMPLETED).to_numpy() & (np.nan_to_num(share, nan=0.0) > data_bound)
+    cells["data_bound"] = bound
+    compared = (base >= 0) & (base != np.arange(len(cells)))
+    e2e = compared & (bound | bound[np.maximum(base, 0)])
+    low = np.where(e2e, cells["e2e_speedup_low"], cells["speedup_low"]).astype(float)
+    high = np.where(e2e, cells["e2e_speedup_high"], cells["speedup_high"]).astype(float)
+    verdict = equivalence_verdict(low, high, equivalence)
+    verdict[~compared] = None
+    cells["verdict"] = verdict
+    cells["verdict_basis"] = np.where(pd.isna(verdict), None, np.where(e2e, E2E_BASIS, MEDIAN_BASIS))
+
+
+def _scaling(cells: pd.DataFrame, draws: _Draws) -> None:
     """Scaling speedup and efficiency against the 1-process cell, with bootstrap intervals."""
     one_process = _references(cells, SCALING_WORKLOAD, cells["world_size"] == 1)
     has_base, base = _against(cells, one_process)
     throughput = cells["items_per_s"].to_numpy(float)
     # Throughput ratio = ratio of global items per step x ratio of median steps (the bootstrapped part).
     items = cells["items_per_step"].to_numpy(float)
-    low, high = _median_ratio_interval(cells, samples, base, has_base, resamples, seed)
+    low, high = _ratio_interval(draws, "median", base, has_base)
     speedup = {"": np.where(has_base, throughput / throughput[base], np.nan),
                "_low": low * items / items[base], "_high": high * items / items[base]}
     for suffix, values in speedup.items():
@@ -208,33 +351,13 @@ def _scaling(cells: pd.DataFrame, samples: SortedSamples, resamples: int, seed: 
     cells["scaling_baseline_cell_id"] = np.where(has_base, cells["cell_id"].to_numpy(object)[base], None)
 
 
-def _median_ratio_interval(cells: pd.DataFrame, samples: SortedSamples, base: np.ndarray, has_base: np.ndarray,
-                           resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """95% bootstrap interval of (median step of the cell at `base`) / (own median step) for each
-    cell where `has_base`: exactly 1 against itself, NaN where either cell has no steps."""
-    n = len(cells)
-    low, high = np.full(n, np.nan), np.full(n, np.nan)
-    itself = has_base & (base == np.arange(n))
-    low[itself] = high[itself] = 1.0  # the baseline against itself: exactly 1, no spread
-    boot = has_base & ~itself & (samples.count > 0) & (samples.count[base] > 0)
-    if boot.any():
-        involved = np.unique(np.concatenate([np.flatnonzero(boot), base[boot]]))
-        subset = SortedSamples(samples.values, samples.start[involved], samples.count[involved])
-        rngs = [np.random.default_rng([seed, _stable_hash(cell_id)]) for cell_id in cells["cell_id"].iloc[involved]]
-        medians = subset.bootstrap_medians(resamples, rngs)
-        row = np.full(n, -1)
-        row[involved] = np.arange(len(involved))
-        low[boot], high[boot] = percentile_interval(medians[row[base[boot]]] / medians[row[boot]])
-    return low, high
-
-
 def _rank_imbalance(cells: pd.DataFrame) -> np.ndarray:
     """Slowest rank's median step / fastest rank's - 1 of each completed cell with two ranks or more."""
     imbalance = np.full(len(cells), np.nan)
     for i, (status, medians) in enumerate(zip(cells["status"], cells["rank_median_step_ms"])):
         known = np.asarray(medians if isinstance(medians, (list, np.ndarray)) else [], dtype=float)
         known = known[~np.isnan(known)]
-        if status == "completed" and len(known) > 1:
+        if status == COMPLETED and len(known) > 1:
             imbalance[i] = known.max() / known.min() - 1
     return imbalance
 
@@ -254,17 +377,43 @@ def sort_cells(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.loc[order.index].reset_index(drop=True)
 
 
-def cell_metrics(data: SweepData, resamples: int = RESAMPLES, seed: int = SEED) -> pd.DataFrame:
-    """One row per cell (CELL_COLUMNS), ordered by `sort_cells`."""
+def cell_metrics(data: SweepData, resamples: int = RESAMPLES, seed: int = SEED, equivalence: float = EQUIVALENCE,
+                 data_bound: float = DATA_BOUND) -> pd.DataFrame:
+    """One row per cell (CELL_COLUMNS), ordered by `sort_cells`. `equivalence`: the margin of practical
+    equivalence of the verdicts, also the tolerance of `unstable` where above UNSTABLE_TOLERANCE; `data_bound`: the data-wait share
+    above which a cell is data-bound."""
+    if not 0 <= equivalence < 1 or not 0 <= data_bound <= 1:
+        raise ValueError(f"equivalence must lie in [0, 1) and data_bound in [0, 1], not {equivalence} and {data_bound}")
     cells = data.cells.reset_index(drop=True).copy()
     if cells.empty:
         return pd.DataFrame(columns=CELL_COLUMNS)
     code = _cell_codes(data.steps["cell_id"], cells)
-    samples = _step_stats(cells, data.steps, code)
+    replicas = _step_stats(cells, data.steps, code)
+    _stability(cells, replicas, resamples, seed, max(equivalence, UNSTABLE_TOLERANCE))
+    draws = _Draws(cells, replicas, resamples, seed)
     baseline = _references(cells, SAME_WORKLOAD, cells["backend"] == "eager")
-    _comparisons(cells, samples, baseline, resamples, seed)
+    base = _comparisons(cells, draws, baseline)
+    _verdicts(cells, base, data_bound, equivalence)
     _loss_max_rel_diff(cells, data.steps, code, baseline)
-    _scaling(cells, samples, resamples, seed)
+    _scaling(cells, draws)
     cells["rank_imbalance"] = _rank_imbalance(cells)
     cells[COUNT_COLUMNS] = cells[COUNT_COLUMNS].apply(pd.to_numeric, errors="coerce").astype("Int64")
     return sort_cells(cells[CELL_COLUMNS])
+
+
+def verdict_reasons(metrics: pd.DataFrame, digits: int = 2) -> pd.Series:
+    """Why a verdict rests on end-to-end throughput: `data-bound (94% waiting for data): end-to-end
+    1.03x [0.97, 1.10]` (`eager cell data-bound (...)` where it is the baseline that waits); '' for
+    the others."""
+    share = metrics.drop_duplicates("cell_id").set_index("cell_id")["data_wait_share"]
+    reasons = []
+    for row in metrics[["verdict_basis", "data_bound", "data_wait_share", "baseline_cell_id", "e2e_speedup",
+                        "e2e_speedup_low", "e2e_speedup_high"]].to_dict("records"):
+        if row["verdict_basis"] != E2E_BASIS:
+            reasons.append("")
+            continue
+        whose, fraction = ("", row["data_wait_share"]) if row["data_bound"] else (
+            "eager cell ", share.get(row["baseline_cell_id"], np.nan))
+        speedup = fmt_speedup(row["e2e_speedup"], row["e2e_speedup_low"], row["e2e_speedup_high"], digits)
+        reasons.append(f"{whose}data-bound ({100 * float(fraction):.0f}% waiting for data): end-to-end {speedup}")
+    return pd.Series(reasons, index=metrics.index, dtype=object)

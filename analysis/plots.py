@@ -16,8 +16,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from analysis.collect import REPEAT
 from analysis.metrics import DISTRIBUTED_AXES, SAME_WORKLOAD, backend_labels, workload_labels
 from analysis.scaling import scaling_cells
+from workloads.vocabulary import COMPLETED
 
 FIGSIZE = (10.0, 6.0)  # inches
 DPI = 100  # PNG pixels per inch: 1000 x 600
@@ -92,7 +94,7 @@ def _grouped_bars(ax: Axes, metrics: pd.DataFrame, value: pd.Series, low: pd.Ser
 
 def speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     """Speedup over eager with its 95% interval, per workload and backend."""
-    fig, ax = _figure("Speedup over eager (median step), 95% bootstrap interval")
+    fig, ax = _figure("Speedup over eager (median step), 95% bootstrap interval over runs, then steps")
     compiled = metrics[metrics["backend"] != "eager"]
     if compiled.empty:
         _empty(ax, "no compiled cells")
@@ -116,7 +118,8 @@ def mfu_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
 
 
 def step_time_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
-    """Step time over the steps of each cell (log scale), warm-up shaded: compilation is its spike."""
+    """Step time over the steps of each cell (log scale), one line per replicate, warm-up shaded:
+    compilation is its spike."""
     workloads = workload_labels(metrics)
     shown, left_out = _first(workloads[metrics["cell_id"].isin(set(steps["cell_id"].unique()))], MAX_PANELS)
     title = "Step time over steps (warm-up shaded)" + left_out
@@ -137,8 +140,10 @@ def step_time_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
             mine = by_cell.get(cell["cell_id"])
             if mine is None:
                 continue
-            style = "-" if cell["status"] == "completed" else ":"
-            ax.plot(mine["step"], mine["step_time_ms"], color=colors[label], linewidth=1, linestyle=style)
+            style = "-" if cell["status"] == COMPLETED else ":"
+            runs = mine.groupby(REPEAT, sort=True) if REPEAT in mine.columns else [(0, mine)]
+            for _, run in runs:  # one line per replicate: each run starts again at step 0
+                ax.plot(run["step"], run["step_time_ms"], color=colors[label], linewidth=1, linestyle=style)
             legend.setdefault(label, Line2D([], [], color=colors[label], label=label))
             if style != "-":
                 legend.setdefault("", Line2D([], [], color="0.3", linestyle=style, label="not completed"))
@@ -209,7 +214,7 @@ def scaling_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     cells = scaling_cells(metrics)
     workloads = workload_labels(cells, [a for a in SAME_WORKLOAD if a not in DISTRIBUTED_AXES]).str.replace("\n", " ")
     shown, left_out = _first(workloads, MAX_PANELS)
-    fig.suptitle("Scaling over processes, 95% bootstrap intervals" + left_out)
+    fig.suptitle("Scaling over processes, 95% bootstrap intervals over runs, then steps" + left_out)
     if not shown:
         _empty(efficiency_ax, "no multi-process cells")
         eager_ax.set_visible(False)

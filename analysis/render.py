@@ -74,12 +74,6 @@ def fmt_speedup(value: Any, low: Any = None, high: Any = None, digits: int = 2) 
     return f"{float(value):.{digits}f}x{interval}"
 
 
-def first_line(text: Any, width: int) -> str:
-    """The first non-empty line of `text`, cut to `width` characters ('' for no text)."""
-    line = next((line.strip() for line in text.splitlines() if line.strip()), "") if isinstance(text, str) else ""
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
 def _fmt_plain(value: Any) -> str:
     if is_null(value):
         return ""

@@ -14,13 +14,14 @@ from typing import TextIO
 import pandas as pd
 
 from analysis.claims import claims_table
-from analysis.collect import NO_RESULT, STDERR, UNREADABLE, SweepData, load_sweep
-from analysis.metrics import cell_metrics
+from analysis.collect import SweepData, load_sweep
+from workloads.sweep_dir import REPORT_DIR, STDERR
+from workloads.vocabulary import NO_RESULT, UNREADABLE
+from analysis.metrics import DATA_BOUND, EQUIVALENCE, cell_metrics
 from analysis.render import RENDERERS, Table, csv, latex, markdown
 from analysis.seminar import seminar_tables
 from analysis.tables import SUMMARY, ordered_statuses, sweep_tables
 
-REPORT_DIR = "report"
 TABLES_DIR = "tables"
 PLOTS_DIR = "plots"
 
@@ -45,14 +46,18 @@ class Analysis:
         return f"{len(self.metrics)} cells: " + ", ".join(f"{counts[s]} {s}" for s in ordered_statuses(counts))
 
 
-def analyze(sweep_dir: Path, reference: str | None = None, warn: TextIO | None = STDERR) -> Analysis:
+def analyze(sweep_dir: Path, reference: str | None = None, warn: TextIO | None = STDERR,
+            equivalence: float = EQUIVALENCE, data_bound: float = DATA_BOUND) -> Analysis:
     """Read the sweep and build its tables: the sweep's own, the seminar layouts it has cells for,
-    and with `reference="seminar"` every seminar table beside the published values and the claims."""
+    and with `reference="seminar"` every seminar table beside the published values and the claims.
+    `equivalence`: the margin of practical equivalence of the verdicts (0: none); `data_bound`: the
+    share of step time waiting for data above which a cell's verdict rests on end-to-end throughput."""
     data = load_sweep(Path(sweep_dir), warn)
-    metrics = cell_metrics(data)
-    tables = sweep_tables(metrics) + seminar_tables(metrics, with_reference=reference is not None)
+    metrics = cell_metrics(data, equivalence=equivalence, data_bound=data_bound)
+    tables = [*sweep_tables(metrics, equivalence, data_bound),
+              *seminar_tables(metrics, with_reference=reference is not None)]
     if reference is not None:
-        tables.append(claims_table(metrics))
+        tables.append(claims_table(metrics, margin=equivalence))
     return Analysis(Path(sweep_dir), data, metrics, tables)
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 
 from analysis.metrics import axis_rows, axis_text, representatives, varying_axes
 from analysis.render import Table, fmt_change, is_null
+from workloads.vocabulary import COMPLETED
 
 REFERENCES = {"seminar": "seminar_2024.csv"}
 
@@ -126,7 +127,7 @@ def seminar_table(metrics: pd.DataFrame, reference: pd.DataFrame, table: int, wi
         line = {"": row["label"]}
         for model in models:
             cell = row["cells"].get(model)
-            done = cell is not None and cell["status"] == "completed"
+            done = cell is not None and cell["status"] == COMPLETED
             mean = float(cell[mean_column]) * scale if done and not is_null(cell[mean_column]) else None
             std = float(cell[std_column]) * scale if done and not is_null(cell[std_column]) else None
             status = "not in sweep" if cell is None else cell["status"]

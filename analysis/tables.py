@@ -12,27 +12,28 @@ from typing import Iterable, TextIO
 
 import pandas as pd
 
-from analysis.collect import NO_RESULT, STDERR, UNREADABLE, SweepData, load_sweep
-from analysis.metrics import backend_labels, cell_metrics
+from analysis.collect import SweepData, load_sweep, read_cell
+from analysis.metrics import (
+    DATA_BOUND, EQUIVALENCE, axis_text, backend_labels, cell_metrics, varying_axes, verdict_reasons,
+)
 from analysis.render import (
-    Table, first_line, fmt_count, fmt_number, fmt_percent, fmt_speedup, is_null, render_markdown,
+    Table, fmt_count, fmt_number, fmt_percent, fmt_speedup, is_null, render_markdown,
 )
 from analysis.scaling import multi_process, scaling_table
 from analysis.stats import geometric_mean
-from workloads.schema import STATUSES
+from workloads.sweep_dir import STDERR
+from workloads.vocabulary import (
+    AXIS, CELL_STATES, COMPLETED, HARDWARE, PROCESSES, WORKLOAD, names, short_error,
+)
 
-#: Status columns in this order; a cell with a status not listed still counts in `cells`.
-STATUS_ORDER = [*STATUSES, NO_RESULT, UNREADABLE]
 #: Name of the per-cell table (its file stem in report/tables/).
 SUMMARY = "summary"
-#: Longest error text shown in a table (its first line).
-ERROR_WIDTH = 60
 
 
 def ordered_statuses(statuses: Iterable[str]) -> list[str]:
-    """The distinct statuses in STATUS_ORDER, unknown ones after them by name."""
+    """The distinct statuses in the vocabulary's order (CELL_STATES), unknown ones after them by name."""
     distinct = set(statuses)
-    return [s for s in STATUS_ORDER if s in distinct] + sorted(distinct - set(STATUS_ORDER))
+    return [s for s in CELL_STATES if s in distinct] + sorted(distinct - set(CELL_STATES))
 
 
 def summarize(parts: Iterable[SweepData]) -> pd.DataFrame:
@@ -53,8 +54,15 @@ def _range(low: object, high: object) -> str:
     return "" if is_null(low) else f"{fmt_number(low)}–{fmt_number(high)}"
 
 
-def summary_table(metrics: pd.DataFrame) -> Table:
-    """Every cell, one row each; failed, not_compiled and result-less cells marked by status."""
+#: The axes the per-cell table always has a column for (treatments are in the backend label).
+_NAMED = ("model", "arch", "size", "precision", "batch_size", "world_size", "nodes")
+
+
+def summary_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE, data_bound: float = DATA_BOUND) -> Table:
+    """Every cell, one row each; failed, not_compiled and result-less cells marked by status. Besides
+    the columns below, every other axis whose value differs between the cells (seed, data, GPU, ...).
+    `equivalence` and `data_bound` are what the metrics were computed with (for the note)."""
+    others = [axis for axis in varying_axes(metrics, names(WORKLOAD, HARDWARE, PROCESSES)) if axis not in _NAMED]
     text = pd.DataFrame({
         "cell": metrics["cell_id"],
         "model": metrics["model"].fillna(""),
@@ -65,16 +73,23 @@ def summary_table(metrics: pd.DataFrame) -> Table:
         "batch": metrics["batch_size"].map(fmt_count),
         "procs": metrics["world_size"].map(fmt_count),
         "nodes": metrics["nodes"].map(fmt_count),
+        **{AXIS[axis].header: metrics[axis].map(axis_text) for axis in others},
         "status": metrics["status"],
+        "runs": [_runs(*v) for v in zip(metrics["status"], metrics["replicates"], metrics["replicate_spread"],
+                                        metrics["unstable"])],
         "steps": metrics["measured_steps"].map(fmt_count),
         "median ms": metrics["median_step_ms"].map(fmt_number),
         "mean ms": metrics["mean_step_ms"].map(fmt_number),
         "std ms": metrics["std_step_ms"].map(fmt_number),
         "p5–p95 ms": [_range(lo, hi) for lo, hi in zip(metrics["p5_step_ms"], metrics["p95_step_ms"])],
         "items/s": metrics["items_per_s"].map(fmt_number),
+        "e2e items/s": metrics["e2e_items_per_s"].map(fmt_number),
         "MFU": [_mean_std_percent(m, s) for m, s in zip(metrics["mfu_mean"], metrics["mfu_std"])],
         "speedup [95% CI]": [fmt_speedup(*v) for v in
                              zip(metrics["speedup"], metrics["speedup_low"], metrics["speedup_high"])],
+        "e2e speedup [95% CI]": [fmt_speedup(*v) for v in
+                                 zip(metrics["e2e_speedup"], metrics["e2e_speedup_low"], metrics["e2e_speedup_high"])],
+        "verdict": verdict_texts(metrics),
         "compile s": metrics["compile_time_s"].map(fmt_number),
         "peak GiB": metrics["peak_mem_bytes"].map(_gib),
         "mem vs eager": metrics["peak_mem_ratio"].map(fmt_number),
@@ -83,13 +98,50 @@ def summary_table(metrics: pd.DataFrame) -> Table:
         "recompiles": metrics["recompile_count"].map(fmt_count),
         "loss Δ vs eager": metrics["loss_max_rel_diff"].map(fmt_number),
         "data wait": metrics["data_wait_share"].map(fmt_percent),
-        "error": [first_line(e, ERROR_WIDTH) if s != "completed" else "" for s, e in
+        "error": [short_error(e) if s != COMPLETED else "" for s, e in
                   zip(metrics["status"], metrics["error"])],
     })  # fmt: skip
-    note = ("Measured steps only (warm-up excluded). Speedup: eager median step / own median step of the same "
-            "workload, 95% bootstrap interval. Loss Δ: largest relative loss difference to eager at equal steps. "
-            "Data wait: share of step time spent waiting for batches.")
+    margin = f"within ±{fmt_percent(equivalence)} of 1" if equivalence else "exactly 1 (no margin: --equivalence)"
+    note = ("Measured steps only (warm-up excluded). Runs: replicates of the cell (one process each), ± the "
+            "coefficient of variation of their median steps, `unstable` where they disagree beyond their own 95% "
+            "intervals by more than 1%. Median ms: median of the runs' median steps; mean, std, p5–p95, MFU and data wait over the "
+            "steps of all runs. Items/s at the median step; e2e items/s over the measured span (items / the sum "
+            "of step times, waits for data included: at the mean step), median over runs. Speedup: eager median "
+            "step / own median step of the same workload; e2e speedup: own e2e items/s / eager's; 95% bootstrap "
+            "intervals over runs, then steps (with one run, over its steps only: run-to-run noise not covered). "
+            f"Verdict from the speedup's interval: faster or slower where it excludes 1, no difference where it "
+            f"lies {margin}, else undecided; from the e2e interval for data-bound cells (more than "
+            f"{fmt_percent(data_bound, digits=0)} of step time waiting for data) and against data-bound eager "
+            "cells. Loss Δ: largest relative loss difference to eager at equal steps. Data wait: share of step "
+            "time spent waiting for batches.")
     return Table(SUMMARY, "Cells", metrics, text, note)
+
+
+def _runs(status: object, replicates: object, spread: object, unstable: object) -> str:
+    """`1`, `3 ±4.1%`, `3 ±4.1% unstable`: a completed cell's replicates, their spread, whether they disagree."""
+    if status != COMPLETED or is_null(replicates):
+        return ""
+    parts = [fmt_count(replicates)]
+    if not is_null(spread):
+        parts.append(f"±{fmt_percent(spread)}")
+    if not is_null(unstable) and bool(unstable):
+        parts.append("unstable")
+    return " ".join(parts)
+
+
+def verdict_texts(metrics: pd.DataFrame) -> pd.Series:
+    """Each cell's verdict as the per-cell table shows it: `faster`, `baseline` for the eager cell the
+    others are compared with, and for a verdict on end-to-end throughput why: `undecided — data-bound
+    (94% waiting for data): end-to-end 1.03x [0.62, 1.71]`."""
+    reasons = verdict_reasons(metrics)
+    texts = []
+    for verdict, reason, cell, baseline in zip(metrics["verdict"], reasons, metrics["cell_id"],
+                                               metrics["baseline_cell_id"]):
+        if is_null(verdict):
+            texts.append("baseline" if cell == baseline else "")
+        else:
+            texts.append(f"{verdict} — {reason}" if reason else str(verdict))
+    return pd.Series(texts, index=metrics.index, dtype=object)
 
 
 def _mean_std_percent(mean: object, std: object) -> str:
@@ -127,13 +179,21 @@ def geomean_table(metrics: pd.DataFrame) -> Table:
     return Table("geomean", "Geometric-mean speedup over eager", data, text, note)
 
 
-def sweep_tables(metrics: pd.DataFrame) -> list[Table]:
+def sweep_tables(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE,
+                 data_bound: float = DATA_BOUND) -> list[Table]:
     """The tables of every sweep: cells, status counts, geometric means; scaling over processes
-    where the sweep has multi-process cells."""
-    tables = [summary_table(metrics), status_table(metrics), geomean_table(metrics)]
+    where the sweep has multi-process cells. `equivalence` and `data_bound`: what the metrics were
+    computed with."""
+    tables = [summary_table(metrics, equivalence, data_bound), status_table(metrics), geomean_table(metrics)]
     if multi_process(metrics).any():
         tables.append(scaling_table(metrics))
     return tables
+
+
+def cells_markdown(cell_dirs: Iterable[Path]) -> str:
+    """The per-cell table of these cell directories as Markdown: what `compilebench sweep` prints
+    of the cells it ran."""
+    return to_markdown(summarize(read_cell(directory) for directory in cell_dirs))
 
 
 def to_markdown(metrics: pd.DataFrame) -> str:

@@ -8,6 +8,7 @@
     compilebench status SWEEP_DIR [--retry-failed]    # each cell's state: results, then squeue/sacct;
                                                       # then run the failed and unfinished cells again
     compilebench analyze SWEEP_DIR [--format markdown|latex|csv] [--reference seminar] [--no-plots]
+                         [--equivalence MARGIN] [--data-bound FRACTION]
 
 `--wait` changes nothing for a local sweep, which runs in the foreground anyway; Ctrl-C stops
 the waiting, not the jobs. `--retry-failed` runs again only cells that neither completed nor
@@ -78,7 +79,30 @@ def _parser() -> argparse.ArgumentParser:
                          help="put the seminar report's published values beside ours and check its claims")
     analyze.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
                          help="write the figures (PNG and SVG) into SWEEP_DIR/report/plots/ (default: yes)")
+    analyze.add_argument("--equivalence", type=_fraction(below_one=True), default=None, metavar="MARGIN",
+                         help="margin of practical equivalence, e.g. 0.02: a speedup whose 95%% interval lies within "
+                         "1 ± MARGIN is 'no difference' (not faster, slower or a disagreement with a claim), and "
+                         "replicates are unstable only where they disagree by more (default: 0, no margin)")
+    analyze.add_argument("--data-bound", type=_fraction(below_one=False), default=None, metavar="FRACTION",
+                         help="a cell that spends more than this share of its step time waiting for data is "
+                         "data-bound: its verdicts rest on end-to-end throughput, not the median step "
+                         "(default: 0.10)")
     return parser
+
+
+def _fraction(below_one: bool):
+    """An argparse type: a number in [0, 1) (`below_one`) or [0, 1]."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not (0 <= value < 1 if below_one else 0 <= value <= 1):
+            raise argparse.ArgumentTypeError(f"{text} is not a fraction in [0, 1{')' if below_one else ']'}")
+        return value
+
+    return parse
 
 
 def _error(message: str) -> int:
@@ -92,11 +116,12 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
     if smoke and wait:
         return _error("--smoke runs here and submits nothing to wait for")
     # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.
-    from analysis.collect import read_cell
-    from analysis.tables import render_markdown, summarize, to_markdown
+    from analysis.tables import cells_markdown, render_markdown
     from orchestrator.grid import GridError, expand
-    from orchestrator.local import run_grid, why_not_local
-    from orchestrator.sweep_dir import SweepDirError, cell_dir, check_sweep_dir, prepare
+    from orchestrator.grid_files import prepare
+    from orchestrator.local import SKIPPED, run_grid, why_not_local
+    from workloads.sweep_dir import SweepDirError, cell_dir, check_sweep_dir
+    from workloads.vocabulary import COMPLETED
 
     try:
         grid = smoke_of(overrides) if smoke else expand(overrides)
@@ -120,12 +145,11 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
     print(f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} (executor {grid.executor})", flush=True)
     outcomes = run_grid(grid)
     sys.stdout.flush()  # reading may warn on stderr; keep it after the progress lines
-    summary = summarize(read_cell(cell_dir(grid.sweep_dir, cell.cell_id)) for cell in grid.cells)
     print()
-    print(to_markdown(summary))
+    print(cells_markdown([cell_dir(grid.sweep_dir, cell.cell_id) for cell in grid.cells]))
     failed = [o for o in outcomes if not o.ok]
-    done = sum(o.status == "completed" for o in outcomes)
-    skipped = sum(o.status == "skipped" for o in outcomes)
+    done = sum(o.status == COMPLETED for o in outcomes)
+    skipped = sum(o.status == SKIPPED for o in outcomes)
     print(f"\n{done} completed, {skipped} already completed, {len(failed)} failed; results in {grid.sweep_dir}")
     return EXIT_FAILED if failed else EXIT_OK
 
@@ -153,14 +177,15 @@ def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False) -> int:
     submitted, or with `wait` once no cell is queued any more."""
     from analysis.tables import render_markdown
     from orchestrator.profile import ProfileError
-    from orchestrator.slurm import SBATCH_DIR, grid_rows, plan, write_dry_run
-    from orchestrator.sweep_dir import prepare
+    from orchestrator.slurm import grid_rows, plan, write_dry_run
+    from workloads.sweep_dir import SBATCH_DIR
+    from orchestrator.grid_files import prepare
 
     try:
         the_plan = plan(grid)
     except ProfileError as exc:
         return _error(str(exc))
-    cells = sum(len(array.cells) for array in the_plan.arrays)
+    cells = sum(len(array.tasks) for array in the_plan.arrays)
     skipped = len(the_plan.skipped)
     scripts = grid.sweep_dir / SBATCH_DIR
     if dry_run:
@@ -238,7 +263,8 @@ def retry(sweep_dir: Path, rows: Sequence[CellStatus]) -> int:
     from orchestrator.profile import ProfileError
     from orchestrator.slurm import plan
     from orchestrator.status import RETRY, count_states, to_retry
-    from orchestrator.sweep_dir import SweepDirError, read_grid
+    from orchestrator.grid_files import read_grid
+    from workloads.sweep_dir import SweepDirError
 
     todo = to_retry(rows)
     if not todo:
@@ -260,18 +286,21 @@ def retry(sweep_dir: Path, rows: Sequence[CellStatus]) -> int:
         return EXIT_FAILED if failed else EXIT_OK
     code = submit_plan(the_plan)
     if code == EXIT_OK:
-        resubmitted = sum(len(array.cells) for array in the_plan.arrays)
+        resubmitted = sum(len(array.tasks) for array in the_plan.arrays)
         print(f"{resubmitted} cell(s) resubmitted, job ids in {grid.sweep_dir}/manifest.parquet; "
               f"follow them with: compilebench status {sweep_dir}")
     return code
 
 
-def cmd_analyze(sweep_dir: Path, fmt: str, reference: str | None = None, plots: bool = True) -> int:
+def cmd_analyze(sweep_dir: Path, fmt: str, reference: str | None = None, plots: bool = True,
+                equivalence: float | None = None, data_bound: float | None = None) -> int:
+    from analysis.metrics import DATA_BOUND, EQUIVALENCE
     from analysis.report import analyze, render_tables, write_report
 
     if not sweep_dir.is_dir():
         return _error(f"not a directory: {sweep_dir}")
-    result = analyze(sweep_dir, reference)
+    result = analyze(sweep_dir, reference, equivalence=EQUIVALENCE if equivalence is None else equivalence,
+                     data_bound=DATA_BOUND if data_bound is None else data_bound)
     if result.metrics.empty:
         print(f"no cells in {sweep_dir} (expected {sweep_dir}/cells/<cell_id>/ or a manifest.parquet listing them)",
               file=sys.stderr)
@@ -308,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # a running local cell got the same SIGINT and records its own state
         print("\ninterrupted", file=sys.stderr)
         return 130
-    return cmd_analyze(args.sweep_dir, args.format, args.reference, args.plots)
+    return cmd_analyze(args.sweep_dir, args.format, args.reference, args.plots, args.equivalence, args.data_bound)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hydra import initialize_config_dir
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
-from hydra._internal.config_repository import CachingConfigRepository
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra._internal.defaults_list import create_defaults_list
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
@@ -31,8 +27,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from orchestrator.errors import one_line
+from orchestrator.private_apis import apply_overrides, compose_groups, group_exists, split_sweep
 from workloads.config import ConfigError, cell_config_from_dict, config_digest
 from workloads.run import check_cell
+from workloads.sweep_dir import SMOKE_DIR
+from workloads.vocabulary import AXES, axes_from_config, backend_label, shown_axes
 
 #: The Hydra config groups of the project (conf/), next to this package.
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -41,9 +41,6 @@ CONFIG_NAME = "config"
 #: Hydra's stock `hydra.sweep.dir` (hydra/conf/hydra/output/default.yaml). When the sweep
 #: dir is still this, nobody chose one, and we use `sweeps/<timestamp>` instead.
 HYDRA_DEFAULT_SWEEP_DIR = "multirun/${now:%Y-%m-%d}/${now:%H-%M-%S}"
-
-#: The axes every cell is described by (manifest columns, progress lines, tables).
-AXES = ("model", "size", "backend", "compile_mode", "precision")
 
 
 class GridError(Exception):
@@ -63,14 +60,8 @@ class Cell:
 
     @property
     def axes(self) -> dict[str, Any]:
-        cfg = self.config
-        return {
-            "model": cfg["model"]["name"],
-            "size": cfg["size"],
-            "backend": cfg["backend"]["name"],
-            "compile_mode": cfg["backend"].get("mode"),
-            "precision": cfg["precision"]["name"],
-        }
+        """The cell's value of every axis its config gives (workloads/vocabulary.py)."""
+        return axes_from_config(self.config)
 
     def override_values(self) -> dict[str, str]:
         """The cell's overrides as {key: value}, `+`/`++`/`~` prefixes dropped."""
@@ -78,11 +69,15 @@ class Cell:
         return {key.lstrip("+~"): value for key, _, value in pairs}
 
     @property
+    def repeats(self) -> int:
+        """How many replicates of the cell a sweep runs (config key `repeats`)."""
+        return int(self.config.get("repeats") or 1)
+
+    @property
     def label(self) -> str:
-        """Short human name, e.g. `gpt/tiny/inductor/fp32` (mode appended when not default)."""
+        """Short human name, e.g. `gpt/tiny/inductor (max-autotune)/fp32`."""
         a = self.axes
-        backend = a["backend"] if a["compile_mode"] in (None, "default") else f"{a['backend']}:{a['compile_mode']}"
-        return f"{a['model']}/{a['size']}/{backend}/{a['precision']}"
+        return f"{a['model']}/{a['size']}/{backend_label(a)}/{a['precision']}"
 
 
 @dataclass
@@ -97,20 +92,28 @@ class Grid:
     def executor(self) -> str:
         return str(self.cluster.get("executor", "local"))
 
+    def replicates(self) -> list[tuple[Cell, int]]:
+        """Every (cell, repeat) to run, in run order: replicate 0 of every cell in grid order, then
+        replicate 1, ... so that the backends of a workload alternate (eager, inductor, eager,
+        inductor) and a drift of the machine over the sweep does not favour one of them."""
+        rounds = max((cell.repeats for cell in self.cells), default=0)
+        return [(cell, repeat) for repeat in range(rounds) for cell in self.cells if repeat < cell.repeats]
+
     def swept_keys(self) -> list[str]:
         """Override keys whose value differs between cells and that are not an axis already."""
         values: dict[str, set[str]] = {}
         for cell in self.cells:
             for key, value in cell.override_values().items():
                 values.setdefault(key, set()).add(value)
-        return [k for k, v in values.items() if len(v) > 1 and k not in ("model", "size", "backend", "precision")]
+        return [k for k, v in values.items() if len(v) > 1 and not any(axis.set_by(k) for axis in AXES)]
 
     def rows(self) -> list[dict[str, Any]]:
-        """One dict per cell: cell_id, the axes, and every other swept key (for printing the grid)."""
-        extra = self.swept_keys()
-        return [
-            {"cell_id": c.cell_id, **c.axes, **{k: c.override_values().get(k) for k in extra}} for c in self.cells
-        ]
+        """One dict per cell for printing the grid: cell_id, the axes (`shown_axes`), and every
+        other swept key."""
+        axes = [cell.axes for cell in self.cells]
+        shown, extra = shown_axes(axes), self.swept_keys()
+        return [{"cell_id": cell.cell_id, **{name: values[name] for name in shown},
+                 **{key: cell.override_values().get(key) for key in extra}} for cell, values in zip(self.cells, axes)]
 
 
 def cell_id_of(values: Mapping[str, Any]) -> str:
@@ -122,29 +125,6 @@ def cell_id_of(values: Mapping[str, Any]) -> str:
     file without one.
     """
     return config_digest(cell_config_from_dict(values))
-
-
-def one_line(exc: BaseException) -> str:
-    """Hydra/OmegaConf messages span several lines (options, search path); make them one."""
-    text = str(exc)
-    if isinstance(exc, OverrideParseException):
-        text = f"cannot parse override '{exc.override}': {exc.message}"
-    elif isinstance(exc, OmegaConfBaseException) and getattr(exc, "full_key", None):
-        text = f"{text.splitlines()[0]} (at {exc.full_key})"
-    text = text.split("Config search path:")[0]  # the search path only repeats conf/
-    # OmegaConf appends `full_key: ...`, `object_type=...` lines that repeat what the first says.
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not _OMEGACONF_TRAILER.match(line.strip())]
-    if not lines:
-        return type(exc).__name__
-    head, rest = lines[0], lines[1:]
-    for i, line in enumerate(rest):
-        if line.startswith("Available options in"):
-            options = ", ".join(rest[i + 1 :])
-            return f"{head} ({line.rstrip(':').lower()}: {options})"
-    return " ".join([head, *rest])
-
-
-_OMEGACONF_TRAILER = re.compile(r"^(full_key|object_type|reference_type|key|value)[:=]")
 
 
 def _default_sweep_dir() -> Path:
@@ -199,7 +179,7 @@ class _Composer:
         values = self._fast_apply(composed, plain)
         if values is None:
             cfg = copy.deepcopy(composed.config)
-            ConfigLoaderImpl._apply_overrides_to_config(plain, cfg)
+            apply_overrides(plain, cfg)
             values = self._to_dict(cfg, overrides)
         return _checked(values, overrides)
 
@@ -208,9 +188,7 @@ class _Composer:
         if line not in self._parsed:
             override = self._parser.parse_override(line)
             # Hydra's own split (defaults_list.Overrides): a group key with a non-dict value selects a config.
-            is_group = not isinstance(override.value(), dict) and self._loader.repository.group_exists(
-                override.key_or_group
-            )
+            is_group = not isinstance(override.value(), dict) and group_exists(self._loader, override.key_or_group)
             self._parsed[line] = (override, is_group)
         return self._parsed[line]
 
@@ -219,10 +197,7 @@ class _Composer:
             # Hydra's own composition (ConfigLoaderImpl._load_configuration_impl) without Hydra's
             # node: composing Hydra's ~10 own configs was two thirds of the time, and a cell
             # drops that node anyway (its interpolations only resolve inside a Hydra job).
-            repo = CachingConfigRepository(self._loader.repository)
-            defaults = create_defaults_list(repo=repo, config_name=CONFIG_NAME, prepend_hydra=False, skip_missing=False,
-                                            overrides_list=[self._parse(line)[0] for line in groups])
-            cfg = self._loader._compose_config_from_defaults_list(defaults=defaults.defaults, repo=repo)
+            cfg = compose_groups(self._loader, CONFIG_NAME, [self._parse(line)[0] for line in groups])
             OmegaConf.set_struct(cfg, True)  # as Hydra: a plain override of a missing key is an error
             OmegaConf.copy_cache(from_config=self._master, to_config=cfg)  # as load_sweep_config
             with open_dict(cfg):
@@ -277,7 +252,7 @@ def expand(overrides: Sequence[str], config_dir: Path = CONF_DIR) -> Grid:
             arguments = [f"{k}={v}" for k, v in params.items()]
             arguments += list(OmegaConf.to_container(master.hydra.overrides.task, resolve=False))
             parsed = OverridesParser.create(config_loader=loader).parse_overrides(arguments)
-            batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
+            batches = split_sweep(parsed)
 
             composer = _Composer(loader, master)
             cells: dict[str, Cell] = {}
@@ -302,9 +277,9 @@ def expand(overrides: Sequence[str], config_dir: Path = CONF_DIR) -> Grid:
 #: an experiment's sweeper params): every cell at the tiny size for a couple of steps, on whatever
 #: device this machine has, as one process (a distributed cell needs its Slurm tasks). Sizes and
 #: process counts collapse into one cell; everything else stays swept.
-SMOKE_OVERRIDES = ("size=tiny", "steps=2", "warmup_steps=1", "batch_size=null", "grad_accum=null", "device=auto",
-                   "distributed.nodes=1", "distributed.tasks_per_node=1")
-SMOKE_DIR = "smoke"
+SMOKE_OVERRIDES = ("size=tiny", "steps=2", "warmup_steps=1", "measure.min_seconds=0", "measure.rel_ci=null",
+                   "batch_size=null", "grad_accum=null", "device=auto", "distributed.nodes=1",
+                   "distributed.tasks_per_node=1")
 
 
 def smoke_grid(overrides: Sequence[str]) -> tuple[Grid, Grid]:

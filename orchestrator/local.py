@@ -20,12 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from orchestrator.sweep_dir import LOGS_DIR, cell_dir, config_path, is_completed, last_status
+from workloads.sweep_dir import LOGS_DIR, cell_dir, config_path, missing_repeats, newest_attempt
 from workloads.config import distributed_section
+from workloads.vocabulary import COMPLETED
 
 if TYPE_CHECKING:  # grid imports Hydra and torch; run_cell in a Slurm task needs neither
     from orchestrator.grid import Cell, Grid
 
+#: An Outcome's status for a cell that an earlier run completed (not run again).
+SKIPPED = "skipped"
 #: The repository root, so `workloads` imports in the child even without `pip install -e`.
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +45,7 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("completed", "skipped")
+        return self.status in (COMPLETED, SKIPPED)
 
 
 def _child_env() -> dict[str, str]:
@@ -80,15 +83,15 @@ def log_paths(logs: Path, rank: int = 0) -> tuple[Path, Path]:
     return logs / f"stdout{suffix}.log", logs / f"stderr{suffix}.log"
 
 
-def run_cell(sweep_dir: Path, cell: Cell | str, rank: int = 0) -> Outcome:
-    """Run one cell (a Cell or its id) in a subprocess — in a distributed cell, this task's rank
-    of it; its stdout/stderr go to the cell's logs/ (see `log_paths`)."""
+def run_cell(sweep_dir: Path, cell: Cell | str, rank: int = 0, repeat: int = 0) -> Outcome:
+    """Run replicate `repeat` of one cell (a Cell or its id) in a subprocess — in a distributed
+    cell, this task's rank of it; its stdout/stderr go to the cell's logs/ (see `log_paths`)."""
     cell_id = cell if isinstance(cell, str) else cell.cell_id
     directory = cell_dir(sweep_dir, cell_id)
     logs = directory / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)
-    attempts_before = last_status(directory)[0]
-    command = [sys.executable, "-m", "workloads.run", str(config_path(sweep_dir, cell_id))]
+    attempts_before = newest_attempt(directory)[0]
+    command = [sys.executable, "-m", "workloads.run", str(config_path(sweep_dir, cell_id)), "--repeat", str(repeat)]
     stdout_log, stderr_log = log_paths(logs, rank)
     start = time.perf_counter()
     with open(stdout_log, "ab") as out, open(stderr_log, "ab") as err:
@@ -96,16 +99,16 @@ def run_cell(sweep_dir: Path, cell: Cell | str, rank: int = 0) -> Outcome:
     seconds = time.perf_counter() - start
     if code == 0:
         # Rank 0 writes the results, and may not have yet: another rank goes by its exit code.
-        if rank > 0 or is_completed(directory):
-            return Outcome(cell_id, "completed", seconds)
+        if rank > 0 or repeat not in missing_repeats(directory, repeat + 1):
+            return Outcome(cell_id, COMPLETED, seconds)
         # Trust the file, not the exit code: a re-run skips only what run.parquet says is done.
         return Outcome(cell_id, "failed", seconds, "exit 0 but run.parquet has no completed attempt")
 
     # The workload records why in run.parquet (oom, not_compiled, ...) unless it died before;
     # only rank 0 records, so another rank's reason is its own last words.
-    attempts, status, error = last_status(directory) if rank == 0 else (attempts_before, None, None)
+    attempts, status, error = newest_attempt(directory) if rank == 0 else (attempts_before, None, None)
     wrote_attempt = attempts > attempts_before
-    status = status if wrote_attempt and status and status != "completed" else "failed"
+    status = status if wrote_attempt and status and status != COMPLETED else "failed"
     if wrote_attempt and isinstance(error, str) and error.strip():
         reason = error.strip().splitlines()[0]  # the workload's own one-line reason
     else:
@@ -114,16 +117,18 @@ def run_cell(sweep_dir: Path, cell: Cell | str, rank: int = 0) -> Outcome:
 
 
 def run_grid(grid: Grid, out: TextIO = sys.stdout) -> list[Outcome]:
-    """Run every cell not completed before, printing one progress line per cell."""
+    """Run every replicate of every cell not completed before, in `Grid.replicates` order,
+    printing one progress line each."""
     outcomes = []
-    total = len(grid.cells)
-    for index, cell in enumerate(grid.cells, start=1):
-        print(f"[{index}/{total}] {cell.label} ({cell.cell_id}) ... ", end="", file=out, flush=True)
-        if is_completed(cell_dir(grid.sweep_dir, cell.cell_id)):
-            outcome = Outcome(cell.cell_id, "skipped")
+    todo = grid.replicates()
+    for index, (cell, repeat) in enumerate(todo, start=1):
+        run = f" run {repeat + 1}/{cell.repeats}" if cell.repeats > 1 else ""
+        print(f"[{index}/{len(todo)}] {cell.label}{run} ({cell.cell_id}) ... ", end="", file=out, flush=True)
+        if repeat not in missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), cell.repeats):
+            outcome = Outcome(cell.cell_id, SKIPPED)
             print("already completed", file=out, flush=True)
         else:
-            outcome = run_cell(grid.sweep_dir, cell)
+            outcome = run_cell(grid.sweep_dir, cell, repeat=repeat)
             detail = f": {outcome.message}" if outcome.message else ""
             print(f"{outcome.status} in {outcome.seconds:.1f} s{detail}", file=out, flush=True)
         outcomes.append(outcome)

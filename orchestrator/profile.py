@@ -1,11 +1,12 @@
 """A Slurm cluster profile (conf/cluster/*.yaml) read and checked, and the resources each cell asks for.
 
-The profile is the composed `cluster` node of a sweep; every field but `name`, `executor` and
-`partitions` has a default here, so a profile names only what its site needs. Fields are
-documented in conf/cluster/grete.yaml. A cell's resources follow from the profile and the cell's
-model: the GPU type is `cluster.gpu_type` when set, else `cluster.gpu_type_by_model[<model>]`,
-else `cluster.gpu_type_by_model.default`; the partition is `cluster.partition` when set, else
-`cluster.partitions[<gpu type>]`. Bad values raise ProfileError with a one-line message.
+The profile is the composed `cluster` node of a sweep; every field but `name` and `partitions`
+has a default here, the same as in conf/cluster_base.yaml (the base every profile inherits, which
+documents the fields), so a profile names only what its site needs. A cell's resources follow
+from the profile and the cell's model: the GPU type is `cluster.gpu_type` when set, else
+`cluster.gpu_type_by_model[<model>]`, else `cluster.gpu_type_by_model.default`; the partition is
+`cluster.partition` when set, else `cluster.partitions[<gpu type>]`. Bad values raise
+ProfileError with a one-line message.
 
 A cell trains as `distributed.nodes × distributed.tasks_per_node` processes, one Slurm task each
 (workloads/distributed.py). `cluster.gpus` is what each task gets, so a node's request is
@@ -48,7 +49,7 @@ class SlurmProfile:
     account: str | None = None
     qos: str | None = None
     max_array_size: int = 1000
-    array_parallelism: int = 64
+    array_parallelism: int = 16
     max_requeue: int = 1
     compile_cache: str = "per_job"
     sbatch_template: str = "default"

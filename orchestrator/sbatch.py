@@ -19,15 +19,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from submitit import SlurmExecutor
-from submitit.slurm.slurm import _convert_mem
 
+from orchestrator.private_apis import RenderOnlyExecutor, convert_mem, submission_script_text
 from orchestrator.profile import ProfileError, Resources, SlurmProfile
+from workloads.sweep_dir import COMPILE_CACHE_DIR, SUBMITIT_DIR
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "sbatch_templates"
 TEMPLATE_SUFFIX = ".sh.tmpl"
-#: submitit's own files (pickles, its logs, the submitted scripts) under SWEEP_DIR.
-SUBMITIT_DIR = "submitit"
-COMPILE_CACHE_DIR = "compile_cache"
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 JOB_NAME = "compilebench"
 
@@ -124,7 +122,7 @@ def slurm_parameters(profile: SlurmProfile, resources: Resources, sweep_dir: Pat
     if srun_args:
         params["srun_args"] = srun_args
     if resources.mem_gb:
-        params["mem"] = _convert_mem(resources.mem_gb)
+        params["mem"] = convert_mem(resources.mem_gb)
     for key in ("account", "qos"):
         if getattr(profile, key):
             params[key] = getattr(profile, key)
@@ -136,18 +134,6 @@ def slurm_parameters(profile: SlurmProfile, resources: Resources, sweep_dir: Pat
             str(k): v if v is True else str(v) for k, v in profile.sbatch_extra.items() if v is not None and v is not False
         }
     return params
-
-
-class RenderOnlyExecutor(SlurmExecutor):
-    """A SlurmExecutor that can be built where Slurm is not installed and never submits: it
-    renders the script text of a dry run through the same submitit code a submission uses."""
-
-    @classmethod
-    def affinity(cls) -> int:
-        return 2  # SlurmExecutor refuses to exist without `srun` on PATH
-
-    def _submit_command(self, command: str) -> Any:
-        raise RuntimeError("RenderOnlyExecutor does not submit")
 
 
 def make_executor(sweep_dir: Path, params: Mapping[str, Any], render_only: bool = False,
@@ -164,6 +150,4 @@ def script_text(sweep_dir: Path, params: Mapping[str, Any], count: int) -> str:
     """The sbatch script submitit submits for `count` calls of these parameters: a job array
     (`--array=0-N%P`) when count > 1, a plain job for one call, as `SlurmExecutor` does."""
     executor = make_executor(sweep_dir, params, render_only=True)
-    if count > 1:  # what SlurmExecutor._internal_process_submissions sets on its array executor
-        executor.parameters["map_count"] = count
-    return executor._make_submission_file_text(executor._submitit_command_str, uid="")
+    return submission_script_text(executor, count)

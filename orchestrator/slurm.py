@@ -20,26 +20,24 @@ to talk to. `sbatch` exports the rest of the environment to the job as usual.
 from __future__ import annotations
 
 import contextlib
-import getpass
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, Hashable, Iterator, Sequence, TextIO, TypeVar
 
+from orchestrator.errors import one_line
 from orchestrator.grid import Cell, Grid
+from orchestrator.grid_files import record_grid
+from orchestrator.private_apis import SUBMISSION_ERRORS
 from orchestrator.profile import ProfileError, Resources, SlurmProfile, cell_resources, load_profile
 from orchestrator.sbatch import CACHE_VARIABLES, make_executor, script_text, slurm_parameters
-from orchestrator.sweep_dir import cell_dir, is_completed, recorded_job_ids, write_manifest
+from orchestrator.scheduler import partitions, queued_jobs
+from workloads.sweep_dir import SBATCH_DIR, cell_dir, is_completed, missing_repeats, recorded_job_ids
 
-SBATCH_DIR = "sbatch"
 DRY_RUN_PREFIX = "dryrun-"
 #: Client settings that must survive the clean environment: they say where the cluster is.
 KEEP_VARIABLES = ("SLURM_CONF",)
-#: sinfo/squeue answer in well under a second; with a SLURM_CONF that names no file they retry
-#: for 60 s. The checks they serve are skipped when they do not answer in time.
-QUERY_TIMEOUT_S = 15
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
@@ -54,11 +52,12 @@ class SubmitError(RuntimeError):
 
 @dataclass
 class JobArray:
-    """One sbatch submission: cells that share resources, at most max_array_size of them."""
+    """One sbatch submission: replicates of cells that share resources, at most max_array_size."""
 
     index: int
     resources: Resources
-    cells: list[Cell]
+    tasks: list[tuple[Cell, int]]
+    """(cell, repeat) of each array task, in task order."""
     params: dict[str, Any]
 
     @property
@@ -99,39 +98,23 @@ def check_grid(grid: Grid) -> tuple[SlurmProfile, dict[str, Resources], dict[Res
     return profile, resources, params
 
 
-def _query(*command: str) -> set[str] | None:
-    """The words a Slurm query prints (`squeue -h -o %i`), or None when it cannot answer."""
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return set(out.stdout.split()) if out.returncode == 0 else None
-
-
-def queued_jobs() -> set[str] | None:
-    """Ids (`123_4`, `125`) of this user's jobs in the queue, or None when squeue cannot tell."""
-    return _query("squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i")
-
-
 def cells_to_skip(grid: Grid, job_ids: dict[str, str], check_queue: bool = True) -> dict[str, str]:
-    """Cells not to submit again: completed ones, and ones whose recorded job is still queued."""
-    skipped = {c.cell_id: "completed" for c in grid.cells if is_completed(cell_dir(grid.sweep_dir, c.cell_id))}
+    """Cells not to submit again: completed ones (every replicate), and ones with a recorded job
+    still queued (the manifest's job_id lists one job per replicate submitted, space-separated)."""
+    skipped = {c.cell_id: "completed" for c in grid.cells
+               if is_completed(cell_dir(grid.sweep_dir, c.cell_id), c.repeats)}
     pending = {cid: jid for cid, jid in job_ids.items() if cid not in skipped}
     queue = queued_jobs() if pending and check_queue else set()
-    for cell_id, job_id in pending.items():
-        if queue and job_id in queue:
-            skipped[cell_id] = f"queued as {job_id}"
+    for cell_id, jobs in pending.items():
+        queued = [job for job in jobs.split() if queue and job in queue]
+        if queued:
+            skipped[cell_id] = f"queued as {' '.join(queued)}"
     return skipped
-
-
-def cluster_partitions() -> set[str] | None:
-    """The partitions `sinfo` lists, or None when there is no Slurm to ask."""
-    return _query("sinfo", "-h", "-o", "%R")
 
 
 def check_partitions(resources: dict[str, Resources]) -> None:
     """ProfileError for a partition the cluster does not have (when sinfo answers at all)."""
-    existing = cluster_partitions()
+    existing = partitions()
     if existing is None:
         return
     for partition in sorted({res.partition for res in resources.values()} - existing):
@@ -151,15 +134,17 @@ def plan(grid: Grid, query_cluster: bool = True, only: Collection[str] | None = 
     if only is not None:  # a cell completed or queued keeps that reason
         wanted = set(only)
         skipped = {**{c.cell_id: "not selected" for c in grid.cells if c.cell_id not in wanted}, **skipped}
-    todo = [cell for cell in grid.cells if cell.cell_id not in skipped]
-    groups = group_arrays(todo, lambda cell: resources[cell.cell_id], profile.max_array_size)
-    arrays = [JobArray(i, res, cells, params[res]) for i, (res, cells) in enumerate(groups)]
+    missing = {cell.cell_id: set(missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), cell.repeats))
+               for cell in grid.cells if cell.cell_id not in skipped}
+    todo = [(cell, repeat) for cell, repeat in grid.replicates() if repeat in missing.get(cell.cell_id, ())]
+    groups = group_arrays(todo, lambda task: resources[task[0].cell_id], profile.max_array_size)
+    arrays = [JobArray(i, res, tasks, params[res]) for i, (res, tasks) in enumerate(groups)]
     return SlurmPlan(grid, profile, resources, skipped, arrays, job_ids)
 
 
 def grid_rows(plan: SlurmPlan) -> list[dict[str, Any]]:
     """The dry-run grid: one row per cell, its axes, resources, array and what happens to it."""
-    array_of = {cell.cell_id: array.index for array in plan.arrays for cell in array.cells}
+    array_of = {cell.cell_id: array.index for array in plan.arrays for cell, _ in array.tasks}
     return [
         {**row, **plan.resources[row["cell_id"]].describe(), "array": array_of.get(row["cell_id"]),
          "state": plan.skipped.get(row["cell_id"], "submit")}
@@ -176,7 +161,7 @@ def write_dry_run(plan: SlurmPlan) -> list[Path]:
     paths = []
     for array in plan.arrays:
         path = directory / array.dry_run_name
-        path.write_text(script_text(plan.grid.sweep_dir, array.params, len(array.cells)))
+        path.write_text(script_text(plan.grid.sweep_dir, array.params, len(array.tasks)))
         paths.append(path)
     return paths
 
@@ -197,15 +182,8 @@ def clean_submission_env() -> Iterator[None]:
                 os.environ.pop(name, None)
 
 
-def _one_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return next((line for line in lines if "error" in line.lower()), lines[0] if lines else type(exc).__name__)
-
-
 def submit_array(plan: SlurmPlan, array: JobArray) -> list[str]:
-    """Submit one array (one sbatch call) and return the job id of each of its cells."""
-    from submitit.core.utils import FailedJobError, FailedSubmissionError
-
+    """Submit one array (one sbatch call) and return the job id of each of its tasks."""
     from orchestrator.slurm_job import CellJob
 
     sweep_dir = Path(plan.grid.sweep_dir)
@@ -213,12 +191,13 @@ def submit_array(plan: SlurmPlan, array: JobArray) -> list[str]:
         executor = make_executor(sweep_dir, array.params, max_requeue=plan.profile.max_requeue)
     except RuntimeError as exc:  # submitit: 'Could not detect "srun"'
         raise SubmitError(f"cannot submit to Slurm from here: {exc} (--dry-run plans without Slurm)") from None
-    cell_ids = [cell.cell_id for cell in array.cells]
+    cell_ids = [cell.cell_id for cell, _ in array.tasks]
+    repeats = [repeat for _, repeat in array.tasks]
     with clean_submission_env():
         try:
-            jobs = executor.map_array(CellJob(), [str(sweep_dir)] * len(cell_ids), cell_ids)
-        except (FailedJobError, FailedSubmissionError, OSError) as exc:
-            raise SubmitError(f"sbatch refused array {array.index} ({array.resources.partition}): {_one_line(exc)}") from None
+            jobs = executor.map_array(CellJob(), [str(sweep_dir)] * len(cell_ids), cell_ids, repeats)
+        except (*SUBMISSION_ERRORS, OSError) as exc:
+            raise SubmitError(f"sbatch refused array {array.index} ({array.resources.partition}): {one_line(exc)}") from None
     submitted = Path(jobs[0].paths.submission_file)
     base_id = jobs[0].job_id.split("_")[0]
     (sweep_dir / SBATCH_DIR).mkdir(parents=True, exist_ok=True)
@@ -239,13 +218,16 @@ def submit(plan: SlurmPlan, out: TextIO = sys.stdout) -> dict[str, str]:
     """Submit every array of the plan; the manifest is rewritten after each, so the job ids of
     what was submitted are kept even when a later sbatch fails (SubmitError is raised then)."""
     job_ids = dict(plan.job_ids)
+    ours: dict[str, list[str]] = {}  # the jobs of each cell's replicates submitted now (maybe in two arrays)
     for done, array in enumerate(plan.arrays):
         try:
             ids = submit_array(plan, array)
         except SubmitError as exc:
             exc.submitted = done
             raise
-        job_ids.update(zip((cell.cell_id for cell in array.cells), ids))
-        write_manifest(plan.grid, job_ids)
+        for (cell, _), job_id in zip(array.tasks, ids):
+            ours.setdefault(cell.cell_id, []).append(job_id)
+        job_ids.update({cell_id: " ".join(jobs) for cell_id, jobs in ours.items()})
+        record_grid(plan.grid, job_ids)
         print(f"submitted {_describe(array, ids)}", file=out, flush=True)
     return job_ids

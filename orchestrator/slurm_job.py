@@ -1,4 +1,4 @@
-"""What one Slurm array task runs: `CellJob()(sweep_dir, cell_id)`, called by submitit in the job.
+"""What one Slurm array task runs: `CellJob()(sweep_dir, cell_id, repeat)`, called by submitit in the job.
 
 It runs the cell exactly as the local executor does (`python -m workloads.run CONFIG` in a
 subprocess, stdout/stderr appended to `cells/<id>/logs/stdout.log` and `stderr.log`), and makes the
@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.local import Outcome, log_paths, run_cell
-from orchestrator.sweep_dir import LOGS_DIR, cell_dir, is_completed, last_status
+from orchestrator.local import SKIPPED, Outcome, log_paths, run_cell
+from workloads.sweep_dir import LOGS_DIR, cell_dir, missing_repeats, newest_attempt
 
 #: Variables written to logs/slurm-<job>.env: names starting with these, or equal to them.
 ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SUBMITIT_", "TORCHINDUCTOR_", "TRITON_", "MASTER_", "RANK",
@@ -89,12 +89,12 @@ class CellJob:
     def __init__(self) -> None:
         self._started: tuple[Path, int] | None = None  # the cell's directory, attempts before this job's
 
-    def __call__(self, sweep_dir: str, cell_id: str) -> Outcome:
+    def __call__(self, sweep_dir: str, cell_id: str, repeat: int = 0) -> Outcome:
         directory = cell_dir(Path(sweep_dir), cell_id)
-        self._started = (directory, last_status(directory)[0])
-        return run_cell_job(sweep_dir, cell_id)
+        self._started = (directory, newest_attempt(directory)[0])
+        return run_cell_job(sweep_dir, cell_id, repeat)
 
-    def checkpoint(self, sweep_dir: str, cell_id: str) -> Any:
+    def checkpoint(self, sweep_dir: str, cell_id: str, repeat: int = 0) -> Any:
         """Called by submitit on SIGUSR2 in rank 0's task: let the cell record its `timeout`
         (forwarding the signal in case Slurm's did not reach it), then requeue the same call."""
         from submitit.helpers import DelayedSubmission
@@ -105,9 +105,9 @@ class CellJob:
         if self._started is not None:
             directory, attempts = self._started
             deadline = time.monotonic() + RECORD_WAIT_S
-            while last_status(directory)[0] <= attempts and _children() and time.monotonic() < deadline:
+            while newest_attempt(directory)[0] <= attempts and _children() and time.monotonic() < deadline:
                 time.sleep(0.2)
-        return DelayedSubmission(CellJob(), sweep_dir, cell_id)
+        return DelayedSubmission(CellJob(), sweep_dir, cell_id, repeat)
 
 
 def _children() -> list[int]:
@@ -121,19 +121,19 @@ def _children() -> list[int]:
     return found
 
 
-def run_cell_job(sweep_dir: str, cell_id: str) -> Outcome:
-    """Run one cell in a Slurm job (skipping it if an earlier job completed it)."""
+def run_cell_job(sweep_dir: str, cell_id: str, repeat: int = 0) -> Outcome:
+    """Run replicate `repeat` of one cell in a Slurm job (skipping it if an earlier job completed it)."""
     directory = cell_dir(Path(sweep_dir), cell_id)
     logs = directory / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)
     rank = export_torch_distributed()
     job_id = record_job(logs)
-    if is_completed(directory):
-        print(f"cell {cell_id}: completed by an earlier job; nothing to do")
-        return Outcome(cell_id, "skipped")
+    if repeat not in missing_repeats(directory, repeat + 1):
+        print(f"cell {cell_id} (replicate {repeat}): completed by an earlier job; nothing to do")
+        return Outcome(cell_id, SKIPPED)
     stdout_log, stderr_log = log_paths(logs, rank)
     print(f"cell {cell_id}: running in job {job_id}; its output: {stdout_log}, {stderr_log}", flush=True)
-    outcome = run_cell(Path(sweep_dir), cell_id, rank)
+    outcome = run_cell(Path(sweep_dir), cell_id, rank, repeat)
     print(f"cell {cell_id}: {outcome.status} in {outcome.seconds:.1f} s {outcome.message}".rstrip(), flush=True)
     if not outcome.ok:
         raise CellFailed(f"cell {cell_id} {outcome.status}: {outcome.message}")

@@ -17,46 +17,26 @@ disabled is simply not used: `status` never hangs.
 
 from __future__ import annotations
 
-import getpass
-import re
-import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from analysis.collect import CELLS_DIR, axes_from_config, cell_dirs, read_cell_config, read_parquet
-from orchestrator.sweep_dir import MANIFEST_FILE, MANIFEST_SCHEMA, cell_dir, last_status
+from orchestrator.scheduler import SLURM_STATES, job_states
+from workloads.sweep_dir import cell_dir, cell_dirs, is_sweep_dir, last_status, read_cell_config, read_manifest
+from workloads.vocabulary import (
+    CELL_STATES, COMPLETED, LOST, NOT_RUN, QUEUED, STATUSES, UNKNOWN, axes_from_config, config_value, short_error,
+    shown_axes,
+)
 
-#: Seconds a scheduler query may take; a query that takes longer is treated as unanswered.
-QUERY_TIMEOUT_S = 10
 #: Seconds between two looks at a sweep that `sweep --wait` follows.
 WAIT_INTERVAL_S = 5.0
 #: How long `--wait` goes on following while squeue does not answer (cells `unknown`).
 UNANSWERED_LIMIT_S = 120.0
-#: Longest error shown in the table (its first line only).
-ERROR_WIDTH = 60
-COLUMNS = ("cell_id", "model", "size", "backend", "precision", "job_id", "state", "attempts", "error")
-
-#: Slurm job states (squeue %T, sacct State) -> cell state.
-SLURM_STATES = {
-    "PENDING": "pending", "REQUEUED": "pending", "REQUEUE_FED": "pending", "REQUEUE_HOLD": "pending",
-    "CONFIGURING": "pending", "RESV_DEL_HOLD": "pending",
-    "RUNNING": "running", "COMPLETING": "running", "STAGE_OUT": "running", "SIGNALING": "running",
-    "SUSPENDED": "running", "STOPPED": "running", "RESIZING": "running",
-    "TIMEOUT": "timeout", "DEADLINE": "timeout", "CANCELLED": "cancelled", "OUT_OF_MEMORY": "oom",
-    "FAILED": "failed", "NODE_FAIL": "failed", "BOOT_FAIL": "failed", "PREEMPTED": "failed",
-    "SPECIAL_EXIT": "failed", "REVOKED": "failed",
-    "COMPLETED": "lost",  # the job ended well but the cell wrote no result
-}
-ACTIVE = ("pending", "running")
 #: Cells that `status --retry-failed` runs again: no result that counts and no job in the queue.
-RETRY = ("failed", "oom", "timeout", "cancelled", "not_compiled", "lost", "not run")
-#: Order of the states in the count line; states not listed come after, by name.
-ORDER = ("completed", "running", "pending", "failed", "oom", "timeout", "cancelled", "not_compiled", "lost",
-         "unknown", "not run")
+RETRY = (*STATUSES[1:], LOST, NOT_RUN)
 
 
 class NotASweep(ValueError):
@@ -68,148 +48,73 @@ class CellStatus:
     """One row of the status table."""
 
     cell_id: str
-    model: str | None = None
-    size: str | None = None
-    backend: str | None = None
-    precision: str | None = None
+    axes: dict[str, Any] = field(default_factory=dict)
+    """The cell's axes (workloads/vocabulary.py), from the manifest or its config.yaml."""
     job_id: str | None = None
-    state: str = "not run"
+    state: str = NOT_RUN
     attempts: int = 0
     error: str | None = None
 
 
-def short_error(error: Any, width: int = ERROR_WIDTH) -> str | None:
-    """The first non-empty line of an error, cut to `width` characters (None for no error)."""
-    if not isinstance(error, str):
-        return None
-    line = next((line.strip() for line in error.splitlines() if line.strip()), "")
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
-def _run(*command: str) -> str | None:
-    """stdout of a scheduler query, or None when it is missing, fails or takes too long."""
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S,
-                             stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout if out.returncode == 0 else None
-
-
-def expand_job_ids(job_id: str) -> list[str]:
-    """Array records as sacct prints them for tasks not started yet: `12_[0-3,5%2]` ->
-    `12_0 ... 12_3, 12_5`; any other id as it is."""
-    match = re.fullmatch(r"(\d+)_\[([^\]]*)\]", job_id)
-    if not match:
-        return [job_id]
-    base, ranges = match.group(1), match.group(2).split("%")[0]
-    ids = []
-    try:
-        for part in filter(None, ranges.split(",")):
-            first, _, last = part.partition("-")
-            ids += [f"{base}_{i}" for i in range(int(first), int(last or first) + 1)]
-    except ValueError:  # a form this parser does not know (a step): keep the record as it is
-        return [job_id]
-    return ids
-
-
-def parse_states(text: str) -> dict[str, str]:
-    """`JOBID|STATE` lines (squeue -o '%i|%T', sacct -P -o JobID,State) -> {job id: Slurm state};
-    `CANCELLED by 0` counts as CANCELLED, and a later line of a job (a requeue) wins.
-
-    A task's own line wins over a line for a range of tasks: sacct keeps the range of an array's
-    pending record as it was at submission, so after tasks 0 and 1 started and task 2 was
-    cancelled it prints `12_0|COMPLETED`, `12_1|FAILED` and `12_[0-2]|CANCELLED`."""
-    own: dict[str, str] = {}
-    ranged: dict[str, str] = {}
-    for line in text.splitlines():
-        job_id, _, state = line.strip().partition("|")
-        if job_id and state:
-            ids = expand_job_ids(job_id)
-            for one in ids:
-                (own if ids == [job_id] else ranged)[one] = state.split()[0].rstrip("+")
-    return {**ranged, **own}
-
-
-def scheduler_states(job_ids: Sequence[str]) -> dict[str, str] | None:
-    """Slurm state of each of these jobs that squeue or sacct knows; None when squeue cannot
-    be asked at all (then nothing can be said about the jobs)."""
-    if not job_ids:
-        return {}
-    queue = _run("squeue", "-h", "-r", "-t", "all", "-u", getpass.getuser(), "-o", "%i|%T")
-    states = parse_states(queue) if queue is not None else {}
-    missing = [job_id for job_id in job_ids if job_id not in states]
-    if missing:  # the controller has forgotten them: accounting, where it exists, remembers
-        arrays = sorted({job_id.split("_")[0] for job_id in missing})
-        accounting = _run("sacct", "-X", "-n", "-P", "-j", ",".join(arrays), "-o", "JobID,State")
-        if accounting is not None:
-            states.update({k: v for k, v in parse_states(accounting).items() if k not in states})
-        elif queue is None:
-            return None
-    return states
-
-
-def _manifest_rows(sweep_dir: Path) -> list[dict[str, Any]]:
-    manifest = read_parquet(sweep_dir / MANIFEST_FILE, MANIFEST_SCHEMA)
-    return [] if manifest is None else manifest.to_dict("records")
-
-
-def _axes_from_config(directory: Path) -> dict[str, Any]:
-    """Axes of a cell that the manifest lacks, from its config.yaml."""
-    axes = axes_from_config(read_cell_config(directory))
-    return {key: axes[key] for key in ("model", "size", "backend", "precision")}
-
-
 def _from_result(row: CellStatus, directory: Path) -> None:
-    row.attempts, status, error = last_status(directory)
+    repeats = config_value(read_cell_config(directory, warn=None), "repeats") or 1
+    row.attempts, status, error = last_status(directory, repeats)
     if status is not None:
-        row.state, row.error = status, short_error(error)
+        row.state, row.error = status, short_error(error) or None
 
 
 def sweep_status(sweep_dir: Path) -> list[CellStatus]:
     """One CellStatus per cell of the sweep (manifest order, then cells only on disk)."""
     sweep_dir = Path(sweep_dir)
-    if not (sweep_dir / MANIFEST_FILE).is_file() and not (sweep_dir / CELLS_DIR).is_dir():
-        raise NotASweep(f"not a sweep directory: {sweep_dir} (no {MANIFEST_FILE}, no {CELLS_DIR}/)")
+    if not is_sweep_dir(sweep_dir):
+        raise NotASweep(f"not a sweep directory: {sweep_dir} (no manifest.parquet, no cells/)")
     rows = {}
-    for entry in _manifest_rows(sweep_dir):
-        job_id = entry.get("job_id")
-        rows[entry["cell_id"]] = CellStatus(entry["cell_id"], entry.get("model"), entry.get("size"),
-                                            entry.get("backend"), entry.get("precision"),
-                                            job_id if isinstance(job_id, str) and job_id else None)
+    manifest = read_manifest(sweep_dir)
+    for entry in [] if manifest is None else manifest.astype(object).where(manifest.notna(), None).to_dict("records"):
+        job_id = entry.pop("job_id")
+        axes = {k: v for k, v in entry.items() if k not in ("cell_id", "overrides", "executor")}
+        rows[entry["cell_id"]] = CellStatus(entry["cell_id"], axes, job_id if isinstance(job_id, str) and job_id else None)
     for directory in cell_dirs(sweep_dir):
         if directory.name not in rows:
-            rows[directory.name] = CellStatus(directory.name, **_axes_from_config(directory))
+            rows[directory.name] = CellStatus(directory.name, axes_from_config(read_cell_config(directory)))
     for row in rows.values():
         _from_result(row, cell_dir(sweep_dir, row.cell_id))
 
-    ask = [row for row in rows.values() if row.job_id and row.state != "completed"]
-    states = scheduler_states([row.job_id for row in ask])
+    ask = [row for row in rows.values() if row.job_id and row.state != COMPLETED]
+    states = job_states([job for row in ask for job in row.job_id.split()])
     for row in ask:
-        slurm = None if states is None else states.get(row.job_id)
+        slurm = None if states is None else _job_state(row.job_id.split(), states)
         state = SLURM_STATES.get(slurm, slurm.lower()) if slurm else None
         if row.attempts:  # a result: only a newer job of the cell, queued or running, overrides it
-            if state in ACTIVE:
+            if state in QUEUED:
                 row.state = state
             continue
         _from_result(row, cell_dir(sweep_dir, row.cell_id))  # the job may have ended since
         if row.attempts:
             continue
         if states is None:
-            row.state, row.error = "unknown", "squeue did not answer"
+            row.state, row.error = UNKNOWN, "squeue did not answer"
         elif state is None:
-            row.state, row.error = "lost", "job unknown to squeue/sacct, no result"
+            row.state, row.error = LOST, "job unknown to squeue/sacct, no result"
         else:
             row.state = state
-            if state not in ACTIVE:
+            if state not in QUEUED:
                 row.error = f"job {slurm}, no result (see logs/)"
     return list(rows.values())
+
+
+def _job_state(job_ids: Sequence[str], states: dict[str, str]) -> str | None:
+    """The Slurm state that speaks for a cell's jobs (one per replicate): a running one, else a
+    pending one, else the last one's."""
+    known = [states[job] for job in job_ids if job in states]
+    by_cell_state = {SLURM_STATES.get(state): state for state in known}
+    return by_cell_state.get("running") or by_cell_state.get("pending") or (known[-1] if known else None)
 
 
 def count_states(rows: Sequence[CellStatus]) -> str:
     """The cells counted by state, e.g. `3 completed, 1 running, 4 pending` ('none' for no cells)."""
     counts = Counter(row.state for row in rows)
-    rank = lambda state: (ORDER.index(state) if state in ORDER else len(ORDER), state)  # noqa: E731
+    rank = lambda state: (CELL_STATES.index(state) if state in CELL_STATES else len(CELL_STATES), state)  # noqa: E731
     return ", ".join(f"{counts[state]} {state}" for state in sorted(counts, key=rank)) or "none"
 
 
@@ -217,13 +122,16 @@ def render(rows: Sequence[CellStatus]) -> str:
     """The status table (Markdown) and a last line counting the cells by state."""
     from analysis.tables import render_markdown
 
-    table = render_markdown([asdict(row) for row in rows], COLUMNS)
+    shown = shown_axes([row.axes for row in rows])
+    table = render_markdown([{"cell_id": row.cell_id, **{a: row.axes.get(a) for a in shown}, "job_id": row.job_id,
+                              "state": row.state, "attempts": row.attempts, "error": row.error} for row in rows],
+                            ["cell_id", *shown, "job_id", "state", "attempts", "error"])
     return f"{table}\n\n{len(rows)} cell(s): {count_states(rows)}"
 
 
 def all_completed(rows: Sequence[CellStatus]) -> bool:
     """Whether there are cells and every one of them completed."""
-    return bool(rows) and all(row.state == "completed" for row in rows)
+    return bool(rows) and all(row.state == COMPLETED for row in rows)
 
 
 def to_retry(rows: Sequence[CellStatus]) -> list[CellStatus]:
@@ -257,12 +165,12 @@ def follow(sweep_dir: Path, out: TextIO = sys.stdout, interval_s: float = WAIT_I
         line = f"[{_elapsed(now - start)}] {count_states(rows)}"
         print(f"\r{line}\x1b[K" if tty else line, end="" if tty else "\n", file=out, flush=True)
         states = {row.state for row in rows}
-        if "unknown" not in states:
+        if UNKNOWN not in states:
             unanswered_since = None
         elif unanswered_since is None:
             unanswered_since = now
         given_up = unanswered_since is not None and now - unanswered_since > UNANSWERED_LIMIT_S
-        if given_up or not states & {*ACTIVE, "unknown"}:
+        if given_up or not states & {*QUEUED, UNKNOWN}:
             break
         time.sleep(interval_s)
     if tty:

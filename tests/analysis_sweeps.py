@@ -11,11 +11,11 @@ from typing import Any, Sequence
 
 import yaml
 
-from orchestrator.sweep_dir import MANIFEST_FILE, MANIFEST_SCHEMA
 from workloads.recorder import CellRecorder, RankReport
 from workloads.schema import (
-    RUN_SCHEMA, STEPS_SCHEMA, append_rows_atomic, next_attempt, table_from_rows, write_parquet_atomic,
+    MANIFEST_SCHEMA, RUN_SCHEMA, STEPS_SCHEMA, append_rows_atomic, table_from_rows, write_parquet_atomic,
 )
+from workloads.sweep_dir import MANIFEST_FILE, next_attempt
 from workloads.train import StepRecord
 
 #: Items (tokens or images) per step of every test cell.
@@ -41,15 +41,18 @@ def write_cell(
     loss: Sequence[float] | None = None,
     mfu: Sequence[float] | None = None,
     warmup_ms: Sequence[float] = WARMUP_MS,
+    repeat: int | None = None,
     **run: Any,
 ) -> Path:
     """A cell directory with one more attempt; `step_ms` are the measured steps' times (None: no
     steps file, as a cell that failed while building). `data_ms`, `loss` and `mfu` cover the
-    warm-up steps and then the measured ones."""
+    warm-up steps and then the measured ones. `repeat`: the replicate the attempt ran (None: the
+    column left null, as in files written before replicates)."""
     directory = Path(sweep) / "cells" / cell_id
     directory.mkdir(parents=True, exist_ok=True)
-    row = {**RUN_DEFAULTS, "cell_id": cell_id, "attempt": attempt, "status": status, "backend": backend,
-           "graph_count": None if backend == "eager" else 1, "graph_break_count": None if backend == "eager" else 0,
+    row = {**RUN_DEFAULTS, "cell_id": cell_id, "attempt": attempt, "repeat": repeat, "status": status,
+           "backend": backend, "graph_count": None if backend == "eager" else 1,
+           "graph_break_count": None if backend == "eager" else 0,
            "compile_time_s": None if backend == "eager" else 3.5, **run}
     _write_config(directory, row)
     append_rows_atomic(directory / "run.parquet", [row], RUN_SCHEMA)
@@ -64,6 +67,19 @@ def write_cell(
             enumerate(zip(phases, times, column(data_ms), column(loss), column(mfu)))
         ]  # fmt: skip
         append_rows_atomic(directory / "steps.parquet", steps, STEPS_SCHEMA)
+    return directory
+
+
+def write_replicates(sweep: Path, cell_id: str, backend: str, replicate_step_ms: Sequence[Sequence[float]],
+                     replicate_data_ms: Sequence[Sequence[float] | None] | None = None, **run: Any) -> Path:
+    """A cell run as len(replicate_step_ms) replicates (`repeats`), one attempt each in turn as the
+    orchestrator runs them: attempt r + 1 ran replicate r with measured steps replicate_step_ms[r]
+    (and waits for data replicate_data_ms[r], over the measured steps only: no wait in the warm-up)."""
+    waits = replicate_data_ms or [None] * len(replicate_step_ms)
+    for repeat, (step_ms, data_ms) in enumerate(zip(replicate_step_ms, waits)):
+        data = None if data_ms is None else [0.0] * len(WARMUP_MS) + list(data_ms)
+        directory = write_cell(sweep, cell_id, backend, step_ms=step_ms, data_ms=data, attempt=repeat + 1,
+                               repeat=repeat, **run)
     return directory
 
 

@@ -1,4 +1,7 @@
-"""Shared fixtures of the workloads tests: real cells on the CPU, real data files, the real CLI.
+"""Fixtures shared by several test modules: real cells on the CPU, real data files, the real
+workload command line, a machine without Slurm. The local Slurm's fixtures come from the plugin
+tests/slurm/fixtures.py (`pytest_plugins` below); the helpers that test modules import are in
+tests/helpers.py. A fixture that one module alone uses stays in that module.
 
 Compiling is what costs time here (inductor builds C++ on the CPU), so a cell is run at most
 once per session: `tiny_cells.get(...)` runs `run_cell` the first time a configuration is
@@ -24,7 +27,11 @@ import pytest
 import yaml
 from PIL import Image
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO_ROOT
+
+#: The local Slurm's fixtures (`slurm_clusters`, `slurm_cluster`, `slurm_cluster_accounting`) and
+#: their autouse guard, for every test module.
+pytest_plugins = ["tests.slurm.fixtures"]
 
 #: What every test cell has unless it says otherwise: tiny, fp32 (so that backends can be
 #: compared number for number), a few steps on the CPU.
@@ -35,6 +42,7 @@ TINY_CELL: dict[str, Any] = {
     "steps": 6,
     "warmup_steps": 2,
     "seed": 1337,
+    "measure": {"min_seconds": 0.0},  # exactly `steps` measured steps
 }
 
 
@@ -162,6 +170,15 @@ def workloads_cli():
 def workloads_cli_start():
     """The `start_cli` helper, for tests that signal the running process."""
     return start_cli
+
+
+@pytest.fixture
+def no_slurm_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A machine without Slurm (a laptop), whatever this one has: no sinfo or squeue on PATH,
+    so the plan is the profile's alone. Runs in tmp_path."""
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "sinfo").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    monkeypatch.chdir(tmp_path)
 
 
 # --- data the tests make -------------------------------------------------------------------

@@ -17,10 +17,10 @@ from analysis.metrics import cell_metrics
 from analysis.render import markdown
 from analysis.seminar import SEMINAR_MODELS, load_reference, seminar_tables
 from tests.analysis_sweeps import H100, write_cell, write_seminar_sweep
+from tests.helpers import REPO_ROOT
 from workloads.config import cell_config_from_dict
 from workloads.models import build_model
 
-REPO = Path(__file__).resolve().parents[1]
 
 TABLE1_WITH_REFERENCE = """\
 ### Table 1: time per step (ms), μ and σ over measured steps
@@ -74,7 +74,8 @@ def test_seminar_models_are_what_our_presets_build(name: str) -> None:
     if name in nanogpt:
         assert (spec.batch_size, spec.grad_accum, spec.sample_shape) == nanogpt[name]
     experiment = "seminar_llm" if model.model == "gpt" else "seminar_cnn"
-    params = yaml.safe_load((REPO / "conf" / "experiment" / f"{experiment}.yaml").read_text())["hydra"]["sweeper"]["params"]
+    experiment_file = REPO_ROOT / "conf" / "experiment" / f"{experiment}.yaml"
+    params = yaml.safe_load(experiment_file.read_text())["hydra"]["sweeper"]["params"]
     assert params["model"] == model.model and model.size in params["size"].split(",")
 
 

@@ -8,23 +8,19 @@ the analysis reads whatever is complete at each moment without failing.
 from __future__ import annotations
 
 import io
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from tests.test_status import REPO_ROOT, cli
+from tests.helpers import cli, cli_popen
 
 TINY = ["model=gpt", "size=tiny", "backend=eager", "precision=fp32", "device=cpu", "warmup_steps=1"]
 
 
 def start(*args: str, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    return cli_popen(cwd, *args, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def finish(process: subprocess.Popen, timeout: float = 600) -> tuple[int, str, str]:

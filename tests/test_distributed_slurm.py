@@ -17,9 +17,8 @@ from orchestrator.cli import main
 from orchestrator.grid import expand
 from orchestrator.profile import ProfileError
 from orchestrator.slurm import check_grid
+from tests.helpers import BASH, TINY, slurm_cli, wait_until_done
 from tests.slurm.cluster import LocalSlurm
-from tests.slurm.fixtures import *  # noqa: F401,F403  (slurm_cluster and its guard)
-from tests.test_slurm_executor import BASH, TINY, cli, no_slurm_here, wait_until_done  # noqa: F401 (fixture)
 
 TWO_TASKS = "distributed.tasks_per_node=2"
 
@@ -72,8 +71,9 @@ def test_local_executor_refuses_a_distributed_cell(capsys, tmp_path: Path, monke
 def test_two_task_vision_cell_through_slurm(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     """The vision workload under DDP too: a tiny timm ResNet, two gloo ranks, compiled (aot_eager)."""
     sweep = tmp_path / "sw"
-    result = cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", "model=resnet", "size=tiny", "precision=fp32",
-                 "device=cpu", "steps=2", "warmup_steps=1", "backend=aot_eager", TWO_TASKS, "hydra.sweep.dir=sw")
+    result = slurm_cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", "model=resnet", "size=tiny",
+                       "precision=fp32", "device=cpu", "steps=2", "warmup_steps=1", "measure.min_seconds=0", "backend=aot_eager", TWO_TASKS,
+                       "hydra.sweep.dir=sw")
     assert result.returncode == 0, result.stderr
     (cell_id, job_id), = pd.read_parquet(sweep / "manifest.parquet")[["cell_id", "job_id"]].itertuples(index=False)
     wait_until_done(slurm_cluster, {job_id}, [sweep / "cells" / cell_id])
@@ -88,8 +88,8 @@ def test_two_task_cells_through_slurm(slurm_cluster: LocalSlurm, tmp_path: Path)
     rank; rank 0 writes one steps row per step with both ranks' times, and the run row has both
     ranks' medians, hosts and memory; the compiled cell counts DDP's graph breaks."""
     sweep = tmp_path / "sw"
-    result = cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY, "steps=3", "backend=eager,aot_eager",
-                 TWO_TASKS, "hydra.sweep.dir=sw")
+    result = slurm_cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY, "steps=3",
+                       "backend=eager,aot_eager", TWO_TASKS, "hydra.sweep.dir=sw")
     assert result.returncode == 0, result.stderr
     manifest = pd.read_parquet(sweep / "manifest.parquet")
     assert len({job_id.split("_")[0] for job_id in manifest["job_id"]}) == 1  # one array
@@ -129,8 +129,8 @@ def test_a_cell_failing_on_every_rank_fails_its_job(slurm_cluster: LocalSlurm, t
     workload's reason, rank 1's log has its own, and the Slurm job ends FAILED (no rank waits)."""
     short_bin = tmp_path / "short.bin"
     np.arange(10, dtype=np.uint16).tofile(short_bin)
-    result = cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY, "data.source=bin",
-                 f"data.path={short_bin}", TWO_TASKS, "hydra.sweep.dir=sw")
+    result = slurm_cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY, "data.source=bin",
+                       f"data.path={short_bin}", TWO_TASKS, "hydra.sweep.dir=sw")
     assert result.returncode == 0, result.stderr
     manifest = pd.read_parquet(tmp_path / "sw" / "manifest.parquet")
     (cell_id,), (job_id,) = manifest["cell_id"], manifest["job_id"]

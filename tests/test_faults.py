@@ -24,11 +24,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.helpers import always_overcommits, cli, manifest_jobs, table
 from tests.slurm.cluster import LocalSlurm
-from tests.slurm.fixtures import *  # noqa: F401,F403  (the clusters and their guard)
 from tests.slurm.fixtures import SlurmClusters
-from tests.test_status import cli, table
-from tests.test_workloads_failures import always_overcommits
 
 #: A tiny cell that trains for some seconds on a CPU: long enough to be hit while it runs.
 LONG = ["cluster=test_slurm", "model=gpt", "size=tiny", "precision=fp32", "device=cpu", "backend=eager",
@@ -36,11 +34,6 @@ LONG = ["cluster=test_slurm", "model=gpt", "size=tiny", "precision=fp32", "devic
 #: Seconds after a cell's process started by which Python is up and its early signal handlers are
 #: set (it then imports torch for seconds: signals in that time are remembered and recorded).
 SETTLE_S = 1.0
-
-
-def manifest_jobs(sweep: Path) -> dict[str, str]:
-    manifest = pd.read_parquet(sweep / "manifest.parquet")
-    return dict(zip(manifest["cell_id"], manifest["job_id"]))
 
 
 def attempts(sweep: Path) -> dict[str, list[str]]:
@@ -131,7 +124,7 @@ def test_exception_and_out_of_memory_cells(slurm_clusters: SlurmClusters, accoun
     slurm_cluster = slurm_clusters.get(accounting)
     data = tmp_path / "tokens.bin"
     np.arange(10, dtype=np.uint16).tofile(data)  # shorter than one block: the workload raises
-    base = [*LONG[:-1], "steps=2"]
+    base = [*LONG[:-1], "steps=2", "measure.min_seconds=0"]
     for overrides in (["data.source=bin", f"data.path={data}"], ["batch_size=10000000000"], ["seed=5"]):
         submitted = cli(tmp_path, "sweep", *base, *overrides, "hydra.sweep.dir=sw", env=slurm_cluster.env())
         assert submitted.returncode == 0, submitted.stderr

@@ -5,11 +5,8 @@ Fast: nothing here trains a model. The end-to-end sweep with real workloads is t
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +14,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.grid import CONF_DIR, GridError, cell_id_of, expand, smoke_grid
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import cli
 
 #: Config files that cannot stand alone: the extra overrides that make them a runnable cell.
 NEEDS = {"model/timm": ["model.arch=resnet18"]}
@@ -49,12 +45,13 @@ def test_conf_has_every_group() -> None:
 
 
 def test_slurm_profiles_have_the_same_keys() -> None:
-    """So that every `cluster.KEY=value` override works whichever Slurm profile is chosen."""
+    """So that every `cluster.KEY=value` override works whichever profile is chosen: each one
+    inherits conf/cluster_base.yaml (tests/test_cluster_profiles.py checks the values)."""
     import yaml
 
-    profiles = {p.stem: yaml.safe_load(p.read_text()) for p in CONF_DIR.glob("cluster/*.yaml")}
-    slurm = {name: set(keys) for name, keys in profiles.items() if keys.get("executor") == "slurm"}
-    assert len(slurm) >= 2 and all(keys == slurm["grete"] for keys in slurm.values()), slurm
+    base = set(yaml.safe_load((CONF_DIR / "cluster_base.yaml").read_text()))
+    composed = {p.stem: set(expand([f"cluster={p.stem}"]).cluster) for p in CONF_DIR.glob("cluster/*.yaml")}
+    assert len(composed) >= 3 and all(keys == base for keys in composed.values()), composed
 
 
 def test_defaults_alone_are_one_cell() -> None:
@@ -198,17 +195,9 @@ def test_cells_sharing_a_composition_stay_independent() -> None:
         assert {k: v for k, v in cell.config.items() if k != "cell_id"} == hydra_compose(overrides), overrides
 
 
-def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """The real command line, in a fresh process (the console script is `orchestrator.cli:main`)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, env=env, capture_output=True, text=True
-    )
-
-
 @pytest.mark.parametrize("override", ["backend=nope", "size=[", "nokey=1"])
 def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path, override: str) -> None:
-    result = run_cli(["sweep", override], cwd=tmp_path)
+    result = cli(tmp_path, "sweep", override)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
@@ -216,7 +205,7 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path, override: str) -> N
 
 
 def test_cli_dry_run_prints_the_grid_and_writes_nothing(tmp_path: Path) -> None:
-    result = run_cli(["sweep", "size=tiny,small", "--dry-run", "backend=eager,inductor", "hydra.sweep.dir=sw"], tmp_path)
+    result = cli(tmp_path, "sweep", "size=tiny,small", "--dry-run", "backend=eager,inductor", "hydra.sweep.dir=sw")
     assert result.returncode == 0, result.stderr
     printed = re.findall(r"^\| ([0-9a-f]{12}) \|", result.stdout, flags=re.M)
     assert sorted(printed) == sorted(c.cell_id for c in expand(["size=tiny,small", "backend=eager,inductor"]).cells)
@@ -230,15 +219,15 @@ def test_cli_sweep_runs_every_cell_and_skips_completed(tmp_path: Path) -> None:
     short_bin = tmp_path / "short.bin"
     np.arange(10, dtype=np.uint16).tofile(short_bin)
     args = ["sweep", "data.source=bin,synthetic", f"data.path={short_bin}", "precision=fp32", "device=cpu",
-            "steps=2", "warmup_steps=1", "hydra.sweep.dir=sw"]
+            "steps=2", "warmup_steps=1", "measure.min_seconds=0", "hydra.sweep.dir=sw"]
 
-    first = run_cli(args, tmp_path)
+    first = cli(tmp_path, *args)
     assert first.returncode == 1, first.stderr  # one cell failed, the other still ran
     assert re.search(r"\[1/2\] gpt/tiny/eager/\S+ \(\w+\) \.\.\. failed in [\d.]+ s: .*block_size", first.stdout)
     assert re.search(r"\[2/2\] gpt/tiny/eager/\S+ \(\w+\) \.\.\. completed in [\d.]+ s", first.stdout)
     assert "| completed" in first.stdout and "| failed" in first.stdout  # the summary table follows
 
-    second = run_cli(args, tmp_path)
+    second = cli(tmp_path, *args)
     assert "[2/2] gpt/tiny/eager" in second.stdout and "already completed" in second.stdout
     attempts = {len(pd.read_parquet(f)) for f in (tmp_path / "sw").glob("cells/*/run.parquet")}
     assert attempts == {1, 2}  # the failed cell ran again, the completed one did not
@@ -247,13 +236,13 @@ def test_cli_sweep_runs_every_cell_and_skips_completed(tmp_path: Path) -> None:
 def test_cli_smoke_runs_every_cell_tiny_here(tmp_path: Path) -> None:
     args = ["sweep", "cluster=grete", "size=small,medium", "backend=eager,aot_eager", "precision=fp32",
             "hydra.sweep.dir=sw", "--smoke"]
-    result = run_cli(args, tmp_path)
+    result = cli(tmp_path, *args)
     assert result.returncode == 0, result.stderr
     assert "smoke: the sweep's 4 cell(s) as 2 tiny cell(s)" in result.stdout
     runs = pd.concat(pd.read_parquet(p) for p in (tmp_path / "sw" / "smoke").glob("cells/*/run.parquet"))
     assert sorted(runs["backend"]) == ["aot_eager", "eager"]
     assert set(runs["status"]) == {"completed"} and set(runs["size"]) == {"tiny"} and set(runs["measured_steps"]) == {2}
     assert not (tmp_path / "sw" / "cells").exists()  # the sweep itself was neither run nor submitted
-    bad = run_cli(["sweep", "cluster=grete", "cluster.partition=nope", "hydra.sweep.dir=sw2", "--smoke"], tmp_path)
+    bad = cli(tmp_path, "sweep", "cluster=grete", "cluster.partition=nope", "hydra.sweep.dir=sw2", "--smoke")
     assert bad.returncode == 2 and "unknown partition 'nope'" in bad.stderr and not (tmp_path / "sw2").exists()
 

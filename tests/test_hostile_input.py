@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
+from tests.helpers import cli
 from tests.slurm.cluster import LocalSlurm
-from tests.slurm.fixtures import *  # noqa: F401,F403  (slurm_cluster and its guard)
-from tests.test_status import cli
 
 MARKER = "PWNED"
 

@@ -7,13 +7,12 @@ What later orchestrator tests rely on: the seminar-like partitions, typed GPU re
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import wait_until
 from tests.slurm.cluster import LocalSlurm
-from tests.slurm.fixtures import *  # noqa: F401,F403  (slurm_cluster, slurm_cluster_accounting, guard)
 from tests.slurm.fixtures import SlurmClusters
 
 #: Generous: another test session may keep both cores busy.
@@ -22,29 +21,23 @@ JOB_TIMEOUT = 120
 
 def wait_for_job(cluster: LocalSlurm, job_id: str, timeout: float = JOB_TIMEOUT) -> str:
     """Poll `scontrol show job` until the job has ended; returns its full description."""
-    end = time.monotonic() + timeout
-    while True:
-        shown = cluster.run("scontrol", "show", "job", job_id).stdout
-        state = shown.split("JobState=", 1)[1].split()[0]
-        if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
-            return shown
-        if time.monotonic() > end:
-            pytest.fail(f"job {job_id} still {state} after {timeout} s\n{shown}\n{cluster.logs()}")
-        time.sleep(0.2)
+    def state(shown: str) -> str:
+        return shown.split("JobState=", 1)[1].split()[0]
+
+    return wait_until(lambda: cluster.run("scontrol", "show", "job", job_id).stdout, timeout,
+                      lambda shown: f"job {job_id} still {state(shown)}\n{shown}\n{cluster.logs()}",
+                      done=lambda shown: state(shown) not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"),
+                      interval=0.2)
 
 
 def sacct_until(cluster: LocalSlurm, job_id: str, done, timeout: float = JOB_TIMEOUT) -> list[list[str]]:
     """`sacct -X -P` rows (JobID, State, Partition, AllocTRES) of a job, polled until `done(rows)`:
     a job's record reaches slurmdbd in parts, a moment after the job has ended."""
-    end = time.monotonic() + timeout
-    while True:
+    def rows() -> list[list[str]]:
         out = cluster.run("sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,Partition,AllocTRES").stdout
-        rows = [line.split("|") for line in out.splitlines() if line]
-        if done(rows):
-            return rows
-        if time.monotonic() > end:
-            pytest.fail(f"sacct -j {job_id} after {timeout} s: {rows}")
-        time.sleep(0.5)
+        return [line.split("|") for line in out.splitlines() if line]
+
+    return wait_until(rows, timeout, lambda last: f"sacct -j {job_id}: {last}", done=done)
 
 
 def sbatch(cluster: LocalSlurm, out_dir: Path, *args: str) -> str:
@@ -126,16 +119,21 @@ def test_stop_leaves_no_process(slurm_clusters: SlurmClusters, tmp_path: Path, a
     """Daemons and a job still running when the cluster stops: all of them end."""
     cluster = slurm_clusters.get(accounting)
     job_id = sbatch(cluster, tmp_path, "--wrap", "sleep 300")
-    end = time.monotonic() + JOB_TIMEOUT
-    while "JobState=RUNNING" not in cluster.run("scontrol", "show", "job", job_id).stdout:
-        assert time.monotonic() < end, f"job {job_id} never ran"
-        time.sleep(0.2)
-    time.sleep(0.5)  # the job script has started its sleep
-    pids = cluster.processes()
-    names = {pid: Path(f"/proc/{pid}/comm").read_text().strip() for pid in pids}
-    expected = {"munged", "slurmctld", "slurmd", "slurmstepd", "sleep"}
+    expected = {"munged", "slurmctld", "slurmd", "slurmstepd", "sleep"}  # sleep: the job script runs
     expected |= {"slurmdbd", "mariadbd", "mysqld_safe"} if accounting else set()
-    assert expected <= set(names.values()), names
+
+    def running() -> dict[int, str]:
+        names = {}
+        for pid in cluster.processes():
+            try:
+                names[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
+            except FileNotFoundError:  # ended since it was listed
+                pass
+        return names
+
+    names = wait_until(running, JOB_TIMEOUT, lambda last: f"job {job_id}: not all of {sorted(expected)} in {last}",
+                       done=lambda found: expected <= set(found.values()), interval=0.2)
+    pids = list(names)
     cluster.stop()
     alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()
              and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]

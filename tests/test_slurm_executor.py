@@ -1,7 +1,7 @@
 """The Slurm executor: cluster profiles, grouping cells into job arrays, the sbatch scripts that
 submitit renders (golden files), `sweep --dry-run`, and bad input refused before anything runs.
 
-The planning tests need no Slurm (the `no_slurm_here` fixture hides any cluster of the machine);
+The planning tests need no Slurm (conftest's `no_slurm_here` fixture hides any cluster of the machine);
 the end-to-end tests at the end run small sweeps of tiny CPU cells through the real single-node
 Slurm of tests/slurm/ (its session fixtures; skipped where it cannot start).
 """
@@ -12,10 +12,8 @@ import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,25 +24,12 @@ from orchestrator.cli import main
 from orchestrator.grid import expand
 from orchestrator.profile import ProfileError, load_profile, resources_for
 from orchestrator.slurm import check_grid, group_arrays
+from tests.helpers import BASH, REPO_ROOT, TINY, queue, slurm_cli, wait_until_done
 from tests.slurm.cluster import LocalSlurm
-from tests.slurm.fixtures import *  # noqa: F401,F403  (slurm_cluster and its guard)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 GOLDEN_DIR = Path(__file__).parent / "golden"
 #: Set to rewrite the golden files from what the code renders now (then review the diff).
 UPDATE_ENV = "COMPILEBENCH_UPDATE_GOLDEN"
-
-
-BASH = shutil.which("bash") or "/bin/bash"
-
-
-@pytest.fixture
-def no_slurm_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A machine without Slurm (a laptop), whatever this one has: no sinfo or squeue on PATH,
-    so the plan is the profile's alone. Runs in tmp_path."""
-    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "sinfo").exists()]
-    monkeypatch.setenv("PATH", os.pathsep.join(path))
-    monkeypatch.chdir(tmp_path)
 
 
 def sweep_cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
@@ -243,8 +228,6 @@ def test_big_sweep_splits_at_max_array_size(capsys, no_slurm_here, tmp_path: Pat
 
 # --- through the real single-node Slurm ------------------------------------------------------
 
-#: Tiny CPU cells: the test cluster's GPUs are placeholders (gres without devices).
-TINY = ["model=gpt", "size=tiny", "precision=fp32", "device=cpu", "steps=2", "warmup_steps=1"]
 #: What a shell inside an allocation (or a careless profile) would hand to sbatch and the jobs.
 LEAKY_ENV = {
     "SLURM_JOB_ID": "999999",
@@ -254,31 +237,6 @@ LEAKY_ENV = {
     "TORCHINDUCTOR_CACHE_DIR": "/leaked/inductor",
     "TRITON_CACHE_DIR": "/leaked/triton",
 }
-#: Generous: another test session may keep both cores busy; inductor compiles C++ on the CPU.
-JOB_TIMEOUT_S = 400
-
-
-def cli(cluster: LocalSlurm, cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """The real command line in a fresh process, talking to the test cluster."""
-    environment = {**os.environ, **cluster.env(), "PYTHONPATH": str(REPO_ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, env=environment,
-                          capture_output=True, text=True, timeout=300)
-
-
-def queue(cluster: LocalSlurm) -> set[str]:
-    return set(cluster.run("squeue", "-h", "-r", "-o", "%i").stdout.split())
-
-
-def wait_until_done(cluster: LocalSlurm, job_ids: set[str], cell_dirs: list[Path]) -> None:
-    """Poll the queue until none of the jobs is left, then every cell must have a result."""
-    end = time.monotonic() + JOB_TIMEOUT_S
-    while job_ids & queue(cluster):
-        if time.monotonic() > end:
-            pytest.fail(f"jobs {sorted(job_ids & queue(cluster))} still queued after {JOB_TIMEOUT_S} s\n{cluster.logs()}")
-        time.sleep(1)
-    missing = [d.name for d in cell_dirs if not (d / "run.parquet").exists()]
-    assert not missing, f"no run.parquet in {missing}: " + "".join(
-        p.read_text() for d in cell_dirs for p in d.glob("logs/slurm-*.err") if p.exists())
 
 
 def test_sweep_through_job_arrays(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
@@ -286,13 +244,13 @@ def test_sweep_through_job_arrays(slurm_cluster: LocalSlurm, tmp_path: Path) -> 
     sweep = tmp_path / "sw"
     before = queue(slurm_cluster)
 
-    planned = cli(slurm_cluster, tmp_path, *args, "--dry-run")
+    planned = slurm_cli(slurm_cluster, tmp_path, *args, "--dry-run")
     assert planned.returncode == 0, planned.stderr
     assert "4 cell(s): 4 in 1 job array(s)" in planned.stdout
     assert queue(slurm_cluster) == before and not (sweep / "submitit").exists()  # nothing submitted
     dry_script = (sweep / "sbatch" / "dryrun-00.sh").read_text()
 
-    submitted = cli(slurm_cluster, tmp_path, *args, env=LEAKY_ENV)
+    submitted = slurm_cli(slurm_cluster, tmp_path, *args, env=LEAKY_ENV)
     assert submitted.returncode == 0, submitted.stderr
     manifest = pd.read_parquet(sweep / "manifest.parquet")
     array_ids = {job_id.split("_")[0] for job_id in manifest["job_id"]}
@@ -307,7 +265,7 @@ def test_sweep_through_job_arrays(slurm_cluster: LocalSlurm, tmp_path: Path) -> 
     assert "Partition=grete:shared" in shown and "TresPerNode=gres:gpu:A100:1" in shown, shown
 
     # Re-running at once submits nothing: every cell is completed, or queued or running.
-    again = cli(slurm_cluster, tmp_path, *args)
+    again = slurm_cli(slurm_cluster, tmp_path, *args)
     assert again.returncode == 0 and "nothing to submit: 4 cell(s) completed or still queued" in again.stdout
 
     cell_dirs = [sweep / "cells" / cell_id for cell_id in manifest["cell_id"]]
@@ -329,7 +287,7 @@ def test_sweep_through_job_arrays(slurm_cluster: LocalSlurm, tmp_path: Path) -> 
         assert seen["TRITON_CACHE_DIR"] == str(cache.parent / "triton")
 
     # Re-running the finished sweep skips every cell and submits nothing.
-    final = cli(slurm_cluster, tmp_path, *args)
+    final = slurm_cli(slurm_cluster, tmp_path, *args)
     assert final.returncode == 0 and "nothing to submit: 4 cell(s) completed" in final.stdout
     assert queue(slurm_cluster) == before
     assert list(pd.read_parquet(sweep / "manifest.parquet")["job_id"]) == list(manifest["job_id"])
@@ -340,8 +298,8 @@ def test_lone_cell_on_h100_with_shared_compile_cache(slurm_cluster: LocalSlurm, 
     """One inductor cell: a plain job (no array), the H100 partition and gres by override, and a
     compile cache in the sweep directory that inductor really writes to."""
     sweep = tmp_path / "sw"
-    result = cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY, "backend=inductor",
-                 "cluster.gpu_type=H100", "++cluster.compile_cache=shared", "hydra.sweep.dir=sw")
+    result = slurm_cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY, "backend=inductor",
+                       "cluster.gpu_type=H100", "++cluster.compile_cache=shared", "hydra.sweep.dir=sw")
     assert result.returncode == 0, result.stderr
     (job_id,) = pd.read_parquet(sweep / "manifest.parquet")["job_id"]
     assert job_id.isdigit(), job_id
@@ -361,8 +319,8 @@ def test_lone_cell_on_h100_with_shared_compile_cache(slurm_cluster: LocalSlurm, 
 
 def test_partition_the_cluster_lacks_is_refused(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     before = queue(slurm_cluster)
-    result = cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY, "cluster.partitions.A100=gpu-a100",
-                 "hydra.sweep.dir=sw")
+    result = slurm_cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY,
+                       "cluster.partitions.A100=gpu-a100", "hydra.sweep.dir=sw")
     assert result.returncode == 2
     assert result.stderr.strip() == ("error: partition 'gpu-a100' does not exist on this cluster "
                                      "(sinfo lists: debug, grete-h100, grete:shared)")
@@ -377,7 +335,7 @@ def test_failed_cell_fails_its_job_and_is_resubmitted(slurm_cluster: LocalSlurm,
     args = ["sweep", "cluster=test_slurm", *TINY, "data.source=bin,synthetic", f"data.path={short_bin}",
             "hydra.sweep.dir=sw"]
     sweep = tmp_path / "sw"
-    first = cli(slurm_cluster, tmp_path, *args)
+    first = slurm_cli(slurm_cluster, tmp_path, *args)
     assert first.returncode == 0, first.stderr  # submitted; the failure comes later, in the job
     manifest = pd.read_parquet(sweep / "manifest.parquet")
     cell_dirs = [sweep / "cells" / cell_id for cell_id in manifest["cell_id"]]
@@ -390,7 +348,7 @@ def test_failed_cell_fails_its_job_and_is_resubmitted(slurm_cluster: LocalSlurm,
     assert "block_size" in (failed / "logs" / "stderr.log").read_text()  # the workload's own error
     assert "CellFailed" in (failed / "logs" / f"slurm-{failed_job}.err").read_text()
 
-    second = cli(slurm_cluster, tmp_path, *args)
+    second = slurm_cli(slurm_cluster, tmp_path, *args)
     assert second.returncode == 0, second.stderr
     assert "1 cell(s) submitted in 1 job array(s), 1 not submitted" in second.stdout
     resubmitted = pd.read_parquet(sweep / "manifest.parquet").set_index("cell_id")["job_id"]

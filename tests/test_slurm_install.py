@@ -16,7 +16,6 @@ import pytest
 
 from tests.slurm.cluster import LocalSlurm
 from tests.slurm.fixtures import REQUIRE_ENV, SlurmClusters, slurm_required
-from tests.slurm.fixtures import slurm_clusters  # noqa: F401  (the fixture)
 from tests.slurm.install import SlurmInstall
 
 UNPACK = Path(__file__).resolve().parent / "slurm" / "unpack_debs.sh"

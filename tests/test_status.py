@@ -16,7 +16,6 @@ import re
 import select
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,28 +23,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator import status as status_module
-from orchestrator.status import expand_job_ids, parse_states
+from orchestrator.scheduler import expand_job_ids, parse_states
+from tests.helpers import TINY, cli, cli_popen, manifest_jobs, table
 from tests.slurm.cluster import LocalSlurm
-from tests.slurm.fixtures import *  # noqa: F401,F403  (slurm_cluster and its guard)
+from workloads.vocabulary import ERROR_WIDTH
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-TINY = ["model=gpt", "size=tiny", "precision=fp32", "device=cpu", "steps=2", "warmup_steps=1", "backend=eager"]
+EAGER = [*TINY, "backend=eager"]
 JOB_TIMEOUT_S = 300
-
-
-def cli(cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, env=environment,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def table(stdout: str) -> dict[str, dict[str, str]]:
-    """The status table as {cell_id: {column: value}}."""
-    lines = [line for line in stdout.splitlines() if line.startswith("|")]
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split("|")))) for line in lines[2:]]
-    return {row["cell_id"]: row for row in rows}
 
 
 def test_job_id_and_state_parsing() -> None:
@@ -61,7 +45,7 @@ def test_job_id_and_state_parsing() -> None:
 def test_local_sweep_completed_and_failed(tmp_path: Path) -> None:
     short_bin = tmp_path / "short.bin"  # shorter than one block: that cell fails in the workload
     np.arange(10, dtype=np.uint16).tofile(short_bin)
-    swept = cli(tmp_path, "sweep", *TINY, "data.source=bin,synthetic", f"data.path={short_bin}", "hydra.sweep.dir=sw")
+    swept = cli(tmp_path, "sweep", *EAGER, "data.source=bin,synthetic", f"data.path={short_bin}", "hydra.sweep.dir=sw")
     assert swept.returncode == 1, swept.stderr
 
     result = cli(tmp_path, "status", "sw")
@@ -69,7 +53,7 @@ def test_local_sweep_completed_and_failed(tmp_path: Path) -> None:
     rows = table(result.stdout)
     assert sorted(row["state"] for row in rows.values()) == ["completed", "failed"]
     failed = next(row for row in rows.values() if row["state"] == "failed")
-    assert "block_size" in failed["error"] and len(failed["error"]) <= status_module.ERROR_WIDTH
+    assert "block_size" in failed["error"] and len(failed["error"]) <= ERROR_WIDTH
     assert all(row["attempts"] == "1" and row["job_id"] == "" for row in rows.values())
     assert {(row["model"], row["size"], row["backend"], row["precision"]) for row in rows.values()} == {
         ("gpt", "tiny", "eager", "fp32")}
@@ -108,8 +92,8 @@ def test_wait_and_dry_run_exclude_each_other(tmp_path: Path) -> None:
 
 def sweep_with_jobs(sweep: Path, job_ids: list[str]) -> Path:
     """A sweep directory of a manifest alone whose cells were submitted as `job_ids` (no results)."""
-    from orchestrator.sweep_dir import MANIFEST_FILE, MANIFEST_SCHEMA
-    from workloads.schema import table_from_rows, write_parquet_atomic
+    from workloads.schema import MANIFEST_SCHEMA, table_from_rows, write_parquet_atomic
+    from workloads.sweep_dir import MANIFEST_FILE
 
     sweep.mkdir(parents=True)
     rows = [{"cell_id": f"cell{i:08d}", "model": "gpt", "size": "tiny", "backend": "eager", "precision": "fp32",
@@ -120,7 +104,7 @@ def sweep_with_jobs(sweep: Path, job_ids: list[str]) -> Path:
 
 def test_status_of_a_slurm_sweep(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     env = slurm_cluster.env()
-    submitted = cli(tmp_path, "sweep", "cluster=test_slurm", *TINY, "seed=1,2", "hydra.sweep.dir=sw", env=env)
+    submitted = cli(tmp_path, "sweep", "cluster=test_slurm", *EAGER, "seed=1,2", "hydra.sweep.dir=sw", env=env)
     assert submitted.returncode == 0, submitted.stderr
     job_ids = set(pd.read_parquet(tmp_path / "sw" / "manifest.parquet")["job_id"])
 
@@ -164,9 +148,7 @@ def cli_on_terminal(cwd: Path, *args: str, env: dict[str, str]) -> tuple[int, st
     """The command line with its stdout on a pseudo-terminal (as in an interactive shell): exit
     code and everything it wrote there."""
     master, slave = pty.openpty()
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **env}
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, env=environment,
-                            stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    proc = cli_popen(cwd, *args, env=env, stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     os.close(slave)
     output = b""
     end = time.monotonic() + JOB_TIMEOUT_S
@@ -187,12 +169,10 @@ def test_wait_follows_the_sweep_and_ctrl_c_leaves_the_jobs(slurm_cluster: LocalS
     """No accounting (sacct refuses): `--wait` still ends. Ctrl-C stops the waiting, not the job;
     running the sweep again with --wait submits nothing and follows the same job to its end."""
     env = slurm_cluster.env()
-    args = ["sweep", "cluster=test_slurm", *TINY, "hydra.sweep.dir=sw", "--wait"]
+    args = ["sweep", "cluster=test_slurm", *EAGER, "hydra.sweep.dir=sw", "--wait"]
     log = tmp_path / "wait.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=tmp_path, stdout=out,
-                                stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **env})
+        proc = cli_popen(tmp_path, *args, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
         end = time.monotonic() + 120
         while not progress_lines(log.read_text()):
             assert proc.poll() is None and time.monotonic() < end, log.read_text()
@@ -217,12 +197,6 @@ def test_wait_follows_the_sweep_and_ctrl_c_leaves_the_jobs(slurm_cluster: LocalS
 # --- through the real single-node Slurm with accounting ---------------------------------------
 
 
-def manifest_jobs(sweep: Path) -> dict[str, str]:
-    """{cell_id: job_id} of the sweep's manifest, in its order."""
-    manifest = pd.read_parquet(sweep / "manifest.parquet")
-    return dict(zip(manifest["cell_id"], manifest["job_id"]))
-
-
 def wait_for_states(cwd: Path, env: dict[str, str], expected: dict[str, str]) -> dict[str, dict[str, str]]:
     """Poll `status` until every cell has its expected state (sacct learns of a job's end a
     moment after it ended); returns the table."""
@@ -244,7 +218,8 @@ def test_sacct_states_and_retry_failed(slurm_cluster_accounting: LocalSlurm, tmp
     through sacct; `--retry-failed` resubmits the two, and only them, with the sweep's profile."""
     cluster = slurm_cluster_accounting
     env = cluster.env()
-    args = ["sweep", "cluster=test_slurm", *TINY, "seed=1,2,3", "+cluster.sbatch_extra.hold=true", "hydra.sweep.dir=sw"]
+    args = ["sweep", "cluster=test_slurm", *EAGER, "seed=1,2,3", "+cluster.sbatch_extra.hold=true",
+            "hydra.sweep.dir=sw"]
     submitted = cli(tmp_path, *args, env=env)
     assert submitted.returncode == 0, submitted.stderr
     first_jobs = manifest_jobs(tmp_path / "sw")

@@ -15,7 +15,6 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ import timm
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from tests.helpers import REPO_ROOT
 from workloads.config import cell_config_from_dict, config_digest
 from workloads.models.gpt import GPT_SIZES
 from workloads.models.vision import VISION_SIZES
@@ -45,7 +45,6 @@ VARIANTS = [
 ]
 CELLS = MATRIX + VARIANTS
 SESSION_START = datetime.now(timezone.utc)
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def spec_id(spec: tuple) -> str:

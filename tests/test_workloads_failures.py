@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import always_overcommits
 from workloads.config import cell_config_from_dict, config_digest
 
 SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_PARTITION")
@@ -44,12 +45,6 @@ def test_exception_during_the_run_is_a_failed_row(tmp_path, workloads_cli, tiny_
     assert run["cell_id"] == config_digest(cell_config_from_dict(config))
     assert run["started_at"] <= run["finished_at"]
     assert cli.cell.steps == []
-
-
-def always_overcommits() -> bool:
-    """Linux overcommit mode 1 grants any allocation and kills the process that touches it."""
-    path = Path("/proc/sys/vm/overcommit_memory")
-    return path.exists() and path.read_text().strip() == "1"
 
 
 @pytest.mark.skipif(always_overcommits(), reason="vm.overcommit_memory=1: a huge allocation would succeed "

@@ -113,6 +113,30 @@ class DistributedConfig:
 
 
 @dataclass
+class MeasureConfig:
+    """When the measured loop stops (workloads/train.py `StopRule`, docs/measurement.md "How long
+    a cell measures"): after at least `steps` measured steps, at the first step at which the
+    measured time has reached `min_seconds` and, where `rel_ci` is set, the median step's 95%
+    interval is that narrow; beyond `steps`, never past `max_steps` steps nor `max_seconds` of
+    measured time. Measured time is the sum of the measured steps' times (the span from the first
+    measured step's start to the last one's end, device clock on CUDA)."""
+
+    min_seconds: float = 5.0
+    """Measure at least this long: a 10 ms step is measured for 500 steps, not 20 (0.2 s); a step
+    slower than min_seconds / steps (0.25 s) is measured `steps` times, as before."""
+    max_steps: int | None = 5000
+    """Cap on measured steps (a step under 1 ms stops here, and steps.parquet keeps at most this
+    many measured rows per attempt); a larger `steps` wins; null = no cap."""
+    max_seconds: float | None = 300.0
+    """Stop at the first step that reaches this much measured time once `steps` are done, targets
+    met or not: bounds a cell whose `rel_ci` is not reached (GPT-2 at seconds per step); null = no cap."""
+    rel_ci: float | None = None
+    """Precision target: also require the median step's distribution-free 95% interval (order
+    statistics at binomial ranks) to have a half-width <= rel_ci x the median (0.01 = ±1%); null =
+    no target. With min_seconds=0 it is a pure precision stop."""
+
+
+@dataclass
 class CellConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     size: str = "tiny"
@@ -122,10 +146,11 @@ class CellConfig:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
     seed: int = 1337
     """Seeds torch (model init, synthetic data, batch sampling)."""
     steps: int = 20
-    """Measured optimizer steps (after warm-up)."""
+    """The fewest measured optimizer steps (after warm-up); `measure` says when to stop beyond them."""
     warmup_steps: int = 5
     """Steps run before measurement; compilation happens here. Recorded with phase=warmup."""
     batch_size: int | None = None
@@ -138,6 +163,9 @@ class CellConfig:
     """Override the GPU peak used for MFU; null = looked up from the GPU name and precision."""
     cell_id: str | None = None
     """Stable id given by the orchestrator; null = derived from the config by `run_cell`."""
+    repeats: int = 1
+    """Replicates of the cell: each runs as its own process (its own array task on Slurm), the
+    backends of a workload alternating; analysis gives intervals over them. Not part of the id."""
 
     def validate(self) -> None:
         """Raise ConfigError for values that can never run, before any work starts."""
@@ -145,6 +173,8 @@ class CellConfig:
             raise ConfigError(f"steps must be positive, got {self.steps}")
         if self.warmup_steps < 0:
             raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.repeats < 1:
+            raise ConfigError(f"repeats must be >= 1, got {self.repeats}")
         for key in ("batch_size", "grad_accum"):
             value = getattr(self, key)
             if value is not None and value <= 0:
@@ -178,6 +208,23 @@ class CellConfig:
         if self.backend.compile_optimizer and self.precision.name == "fp16":
             raise ConfigError("backend.compile_optimizer with fp16: GradScaler calls the optimizer itself")
         self._validate_distributed()
+        self._validate_measure()
+
+    def _validate_measure(self) -> None:
+        m = self.measure
+        if m.min_seconds < 0:
+            raise ConfigError(f"measure.min_seconds must be >= 0, got {m.min_seconds}")
+        if m.max_steps is not None and m.max_steps < 1:
+            raise ConfigError(f"measure.max_steps must be >= 1 or null, got {m.max_steps}")
+        if m.max_seconds is not None and not m.max_seconds > 0:
+            raise ConfigError(f"measure.max_seconds must be > 0 or null, got {m.max_seconds}")
+        if m.max_seconds is not None and m.max_seconds < m.min_seconds:
+            raise ConfigError(f"measure.max_seconds ({m.max_seconds}) must be >= measure.min_seconds ({m.min_seconds})")
+        if m.rel_ci is not None and not 0 < m.rel_ci < 1:
+            raise ConfigError(f"measure.rel_ci must be between 0 and 1 (0.01 = ±1% of the median), got {m.rel_ci}")
+        if m.rel_ci is not None and m.max_steps is None and m.max_seconds is None:
+            raise ConfigError("measure.rel_ci needs measure.max_steps or measure.max_seconds: a precision that is "
+                              "never reached would measure forever")
 
     def _validate_distributed(self) -> None:
         dist = self.distributed
@@ -301,9 +348,13 @@ def config_digest(cfg: CellConfig | Mapping[str, Any]) -> str:
     """A stable 12-hex-digit id of a resolved config (the `cell_id` field itself excluded)."""
     values = cell_config_to_dict(cfg) if isinstance(cfg, CellConfig) else dict(cfg)
     values.pop("cell_id", None)
+    values.pop("repeats", None)  # more replicates of a cell are the same cell
     # Cells of one process keep the ids they had before the `distributed` section existed, so
     # that re-running an older sweep still finds its completed cells.
     if values.get("distributed") == cell_config_to_dict(DistributedConfig()):
         del values["distributed"]
+    # Likewise the `measure` section at its defaults: cells keep the ids they had before it existed.
+    if values.get("measure") == cell_config_to_dict(MeasureConfig()):
+        del values["measure"]
     blob = json.dumps(values, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:12]

@@ -14,9 +14,11 @@ steps.parquet row per step:
     rank_step_time_ms, rank_data_time_ms   each rank's own values, in rank order
 
 The run row's summary (median step, throughput, MFU, compile time) is computed from the merged
-steps; `rank_*` columns keep each rank's median step, compile time, peak memory and host. When
-a distributed cell fails, rank 0 does not gather (a collective would wait forever for a rank
-that died): its rows are then rank 0's own steps.
+steps, and so is the end-to-end one over the measured span: `measured_s` is the sum of the merged
+measured steps' times, `e2e_items_per_s` and `e2e_mfu` are all measured items and FLOPs over it,
+`data_wait_s` is the sum of the merged steps' waits for batches. `rank_*` columns keep each rank's
+median step, compile time, peak memory and host. When a distributed cell fails, rank 0 does not
+gather (a collective would wait forever for a rank that died): its rows are then rank 0's own steps.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from workloads.schema import RUN_FILE, RUN_SCHEMA, SCHEMA_VERSION, STEPS_FILE, STEPS_SCHEMA, append_rows_atomic
+from workloads.schema import RUN_SCHEMA, SCHEMA_VERSION, STEPS_SCHEMA, append_rows_atomic
+from workloads.sweep_dir import RUN_FILE, STEPS_FILE
 from workloads.train import StepRecord
 
 
@@ -135,7 +138,23 @@ class CellRecorder:
             mfu=self._mfu(median),
             first_step_ms=merged[0].step_time_ms,
             compile_time_s=compile_time_s(_phase_times(merged, "warmup"), measured, setup_time_s) if compiles else None,
+            **self._end_to_end(merged),
         )
+
+    def _end_to_end(self, merged: Sequence[MergedStep]) -> dict[str, Any]:
+        """Throughput and MFU over the whole measured span. The steps' boundaries follow one
+        another (workloads/train.py), so the span is the sum of the measured steps' times — of the
+        slowest rank's per step in a distributed cell — and the device's idle time waiting for data
+        or for the host is in it."""
+        steps = [step for step in merged if step.phase == "measure"]
+        measured_s = sum(step.step_time_ms for step in steps) / 1e3
+        mean_step_ms = measured_s * 1e3 / len(steps)
+        return {
+            "measured_s": measured_s,
+            "e2e_items_per_s": self.items_per_step * len(steps) / measured_s if measured_s > 0 else None,
+            "e2e_mfu": self._mfu(mean_step_ms),  # all measured FLOPs over measured_s
+            "data_wait_s": sum(step.data_time_ms for step in steps) / 1e3,
+        }
 
     def _mfu(self, step_time_ms: float) -> float | None:
         if not (self.flops_per_step and self.peak and step_time_ms > 0):

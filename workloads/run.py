@@ -33,16 +33,17 @@ if __name__ == "__main__":
 import torch  # noqa: E402  (after the early handlers: this import takes seconds)
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from workloads import backends, distributed
-from workloads.config import CellConfig, ConfigError, config_digest, load_cell_config
+from workloads import backends, distributed, provenance
+from workloads.config import CellConfig, ConfigError, cell_config_to_dict, config_digest, load_cell_config
 from workloads.data import check_data_source, load_token_source, make_batches
 from workloads.distributed import LaunchError, Ranks
 from workloads.environment import describe_environment, peak_tflops, resolve_device
 from workloads.models import ModelSpec, build_model, check_model
 from workloads.precision import PRECISIONS
 from workloads.recorder import CellRecorder
-from workloads.schema import next_attempt
+from workloads.sweep_dir import next_attempt
 from workloads.train import TrainStep, run_steps
+from workloads.vocabulary import COMPLETED, axes_from_config
 
 
 class CellInterrupted(Exception):
@@ -188,11 +189,15 @@ def _train(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
     cell = prepare_cell(cfg, rec, ranks)
     compiled, device = cell.compiled, cell.device
     finished = False
+    started = provenance.start(device)
     with distributed.count_ddp_splits() as ddp_buckets:
         try:
-            run_steps(cell.step, cfg.warmup_steps, cfg.steps, device, rec.on_step)
+            gather = (lambda value: distributed.gather(ranks, value)) if ranks.world_size > 1 else None
+            rec.run["stop_reason"] = run_steps(cell.step, cfg.warmup_steps, cfg.steps, device, rec.on_step,
+                                               cfg.measure, gather)
             finished = True
         finally:
+            rec.run.update(provenance.finish(device, started))  # rank 0's: its GPU, its host
             own = rec.report(ranks.rank, _peak_memory_bytes(device))
             # Gathering is a collective: only once this rank's loop finished, else rank 0 keeps
             # its own steps (a rank that died would never join, and the gather would wait forever).
@@ -209,24 +214,19 @@ def _train(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
                             f"{rec.run['cudagraph_skips']} graph(s) ran without them (CPU device or unsupported "
                             "ops: the job log names the reason)")
         return "not_compiled"
-    return "completed"
+    return COMPLETED
 
 
-def run_cell(cfg: CellConfig, cell_dir: str | Path) -> str:
-    """Run one attempt of a cell in this process and return its status; rank 0 (the process of a
-    single-process cell) writes the Parquet files into `cell_dir`."""
+def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
+    """Run one attempt of replicate `repeat` of a cell in this process and return its status;
+    rank 0 (the process of a single-process cell) writes the Parquet files into `cell_dir`."""
     cell_dir = Path(cell_dir)
     cell_id = cfg.cell_id or config_digest(cfg)
     writes = distributed.launched_ranks().is_main
     rec = CellRecorder(cell_id, next_attempt(cell_dir), cfg.distributed.world_size)
-    rec.run.update(
-        model=cfg.model.name, arch=cfg.model.arch, size=cfg.size, backend=cfg.backend.name,
-        compile_mode=cfg.backend.mode or ("default" if cfg.backend.name == "inductor" else None),
-        fullgraph=cfg.backend.fullgraph, regional=cfg.backend.regional,
-        compile_optimizer=cfg.backend.compile_optimizer, precision=cfg.precision.name,
-        data_source=cfg.data.source, seed=cfg.seed, warmup_steps=cfg.warmup_steps,
-        nodes=cfg.distributed.nodes, started_at=_now(),
-    )
+    # Every axis the config gives; prepare_cell records the resolved ones (batch, arch) over them.
+    rec.run.update(axes_from_config(cell_config_to_dict(cfg)), repeat=repeat, warmup_steps=cfg.warmup_steps,
+                   started_at=_now())
     previous_handlers = {sig: signal.signal(sig, handler)
                          for sig, handler in ((signal.SIGTERM, _on_sigterm), (signal.SIGUSR2, _on_sigusr2))}
     ranks = Ranks()
@@ -258,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("config", type=Path, help="resolved cell config (config.yaml)")
     parser.add_argument("--cell-dir", type=Path, default=None,
                         help="where to write the Parquet files (default: the config file's directory)")
+    parser.add_argument("--repeat", type=int, default=0, metavar="R",
+                        help="which replicate of the cell this run is (0 .. repeats-1; default 0)")
     args = parser.parse_args(argv)
     try:
         cfg = load_cell_config(args.config)
@@ -270,9 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchError as err:  # which rank this is decides who writes: nothing runs without it
         print(f"compilebench: cannot run cell {args.config}: {err}", file=sys.stderr)
         return 2
-    status = run_cell(cfg, args.cell_dir or args.config.parent)
+    if not 0 <= args.repeat < cfg.repeats:
+        print(f"compilebench: --repeat {args.repeat} outside 0..{cfg.repeats - 1} (repeats={cfg.repeats})", file=sys.stderr)
+        return 2
+    status = run_cell(cfg, args.cell_dir or args.config.parent, args.repeat)
     print(f"cell {cfg.cell_id or config_digest(cfg)}: {status}")
-    return 0 if status == "completed" else 1
+    return 0 if status == COMPLETED else 1
 
 
 if __name__ == "__main__":

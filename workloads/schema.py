@@ -1,9 +1,11 @@
-"""The Parquet contract between workloads (writers) and analysis (reader).
+"""The Parquet columns of a sweep directory, and how its files are written.
 
 Two files per cell directory: `steps.parquet` (one row per training step, every attempt) and
-`run.parquet` (one row per attempt: status, summary, environment). Both are rewritten whole
-through a temporary file and `os.replace`, so a reader sees either the old or the new file,
-never half of one. Bump SCHEMA_VERSION when a column changes meaning or disappears.
+`run.parquet` (one row per attempt: status, summary, environment); one `manifest.parquet` per
+sweep. Where they lie and how they are read is workloads/sweep_dir.py; the axis columns come from
+workloads/vocabulary.py. Files are rewritten whole through a temporary file and `os.replace`, so a
+reader sees either the old or the new file, never half of one. Bump SCHEMA_VERSION when a column
+changes meaning or disappears (adding a column needs no bump: readers fill it with nulls).
 
 Version 2 added the distributed cells (DDP over several processes, workloads/recorder.py): one
 steps row per step still, its step time the slowest rank's, `items`/`items_per_step`/
@@ -23,15 +25,14 @@ from typing import Any, BinaryIO, Iterable, Iterator, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workloads.provenance import PROVENANCE_FIELDS
+from workloads.vocabulary import AXES, CONFIG_AXES
+
 SCHEMA_VERSION = 2
 
-STEPS_FILE = "steps.parquet"
-RUN_FILE = "run.parquet"
-CONFIG_FILE = "config.yaml"
-
-#: Final states of an attempt. `not_compiled`: a compiled backend was asked for, nothing compiled.
-STATUSES = ("completed", "failed", "oom", "timeout", "cancelled", "not_compiled")
 PHASES = ("warmup", "measure")
+#: The axis columns (workloads/vocabulary.py), in run.parquet and the manifest alike.
+AXIS_FIELDS = [pa.field(axis.name, axis.type) for axis in AXES]
 
 STEPS_SCHEMA = pa.schema(
     [
@@ -54,21 +55,10 @@ RUN_SCHEMA = pa.schema(
     [
         ("cell_id", pa.string()),
         ("attempt", pa.int32()),
-        ("status", pa.string()),
+        ("repeat", pa.int32()),  # which replicate of the cell (0..repeats-1) this attempt ran; null before: 0
+        ("status", pa.string()),  # one of vocabulary.STATUSES
         ("error", pa.string()),
-        ("model", pa.string()),
-        ("arch", pa.string()),
-        ("size", pa.string()),
-        ("backend", pa.string()),
-        ("compile_mode", pa.string()),
-        ("fullgraph", pa.bool_()),
-        ("regional", pa.bool_()),
-        ("compile_optimizer", pa.bool_()),
-        ("precision", pa.string()),
-        ("data_source", pa.string()),
-        ("seed", pa.int64()),
-        ("batch_size", pa.int64()),
-        ("grad_accum", pa.int64()),
+        *AXIS_FIELDS,  # batch_size and grad_accum per process, as the workload resolved them
         ("items_per_step", pa.int64()),
         ("warmup_steps", pa.int64()),
         ("measured_steps", pa.int64()),
@@ -80,8 +70,11 @@ RUN_SCHEMA = pa.schema(
         ("std_step_ms", pa.float64()),
         ("items_per_s", pa.float64()),
         ("mfu", pa.float64()),
-        ("device", pa.string()),
-        ("gpu_name", pa.string()),
+        ("measured_s", pa.float64()),  # measured span = sum of measured step_time_ms (CUDA: device clock; CPU: host)
+        ("e2e_items_per_s", pa.float64()),  # items_per_step x measured_steps / measured_s
+        ("e2e_mfu", pa.float64()),  # mfu over measured_s: waits for data or for the host included
+        ("data_wait_s", pa.float64()),  # waiting for batches in the measured steps: sum of their data_time_ms
+        ("stop_reason", pa.string()),  # why measuring stopped: steps | min_seconds | rel_ci | max_steps | max_seconds
         ("compile_time_s", pa.float64()),
         ("first_step_ms", pa.float64()),
         ("graph_count", pa.int64()),
@@ -89,14 +82,12 @@ RUN_SCHEMA = pa.schema(
         ("recompile_count", pa.int64()),
         ("cudagraph_skips", pa.int64()),  # graphs that ran without the CUDA graphs asked for
         ("peak_mem_bytes", pa.int64()),  # the largest of the ranks'
-        ("world_size", pa.int64()),  # processes that trained the cell together (DDP above 1)
-        ("nodes", pa.int64()),
-        ("dist_backend", pa.string()),  # nccl | gloo; null for one process
         ("ddp_graph_splits", pa.int64()),  # extra graphs from DDPOptimizer's cuts at gradient buckets
         ("rank_hostname", pa.list_(pa.string())),
         ("rank_median_step_ms", pa.list_(pa.float64())),  # each rank's median measured step
         ("rank_compile_time_s", pa.list_(pa.float64())),  # compile_time_s from each rank's own steps
         ("rank_peak_mem_bytes", pa.list_(pa.int64())),
+        *PROVENANCE_FIELDS,  # what explains variance: CPU, affinity, threads, node, binding, GPU state
         ("torch_version", pa.string()),
         ("triton_version", pa.string()),
         ("cuda_version", pa.string()),
@@ -109,6 +100,17 @@ RUN_SCHEMA = pa.schema(
         ("finished_at", pa.timestamp("us", tz="UTC")),
         ("git_sha", pa.string()),
         ("schema_version", pa.int32()),
+    ]
+)
+
+#: manifest.parquet: one row per cell of the sweep (workloads/sweep_dir.py reads and writes it).
+MANIFEST_SCHEMA = pa.schema(
+    [
+        ("cell_id", pa.string()),
+        *(field for field in AXIS_FIELDS if field.name in {axis.name for axis in CONFIG_AXES}),
+        ("overrides", pa.string()),  # the cell's Hydra overrides, space-separated
+        ("executor", pa.string()),  # local | slurm
+        ("job_id", pa.string()),  # scheduler job id of the cell's last job; null when run locally
     ]
 )
 
@@ -158,11 +160,3 @@ def append_rows_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]], sche
         new = pa.concat_tables([old, new])
     write_parquet_atomic(new, path)
 
-
-def next_attempt(cell_dir: str | Path) -> int:
-    """The attempt number for a new run in `cell_dir`: one more than the last recorded."""
-    path = Path(cell_dir) / RUN_FILE
-    if not path.exists():
-        return 1
-    attempts = pq.read_table(path, columns=["attempt"]).column("attempt").to_pylist()
-    return max(attempts, default=0) + 1

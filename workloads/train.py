@@ -9,16 +9,21 @@ and it times the host's waits for batches separately.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import functools
+import math
+import statistics
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
+from workloads.config import MeasureConfig
 from workloads.precision import Precision
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -104,18 +109,209 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+# --- when to stop measuring ----------------------------------------------------------------
+
+#: Why the measured loop stopped (run.parquet `stop_reason`): the rule was met exactly at `steps`
+#: measured steps, or later when min_seconds or rel_ci was the last condition met; or a cap ended it.
+STOP_REASONS = ("steps", "min_seconds", "rel_ci", "max_steps", "max_seconds")
+
+#: Each tail of the median's 95% interval may miss it with at most this probability (1/40 = 2.5%).
+_CI_TAILS_PER_MISS = 40
+#: Up to this many steps the interval's ranks are exact binomial quantiles; above, the normal
+#: approximation with continuity correction (tests/test_measure.py checks that they meet there).
+_EXACT_RANKS_UP_TO = 400
+
+
+@functools.cache
+def median_interval_ranks(n: int) -> tuple[int, int] | None:
+    """1-based ranks (l, u) such that the order statistics x_(l) <= x_(u) of n steps cover their
+    distribution's median with probability >= 95%, whatever the distribution: the number of steps
+    below the median is Binomial(n, 1/2), so l is the largest rank with P(B <= l - 1) <= 2.5%, and
+    u = n + 1 - l. None below 6 steps, where even (x_(1), x_(n)) covers with less than 95%."""
+    if n <= _EXACT_RANKS_UP_TO:  # integers: 2**n * P(B = rank) and 2**n * P(B <= rank), exactly
+        term, below, rank = 1, 0, 0
+        while True:
+            below += term
+            if _CI_TAILS_PER_MISS * below > 2**n:
+                break
+            term = term * (n - rank) // (rank + 1)
+            rank += 1
+    else:  # at most one rank lower than the exact one: an interval as wide or one step wider
+        z = statistics.NormalDist().inv_cdf(1 - 1 / _CI_TAILS_PER_MISS)
+        rank = math.floor(n / 2 + 0.5 - z * math.sqrt(n) / 2)
+    return (rank, n + 1 - rank) if rank >= 1 else None
+
+
+def median_rel_halfwidth(sorted_s: Sequence[float]) -> float:
+    """Half the width of the median's 95% interval (`median_interval_ranks`) over the median, of
+    ascending step times; infinite where there are too few steps for one."""
+    n = len(sorted_s)
+    ranks = median_interval_ranks(n)
+    median = (sorted_s[(n - 1) // 2] + sorted_s[n // 2]) / 2 if n else 0.0
+    if ranks is None or median <= 0:
+        return math.inf
+    low, high = sorted_s[ranks[0] - 1], sorted_s[ranks[1] - 1]
+    return (high - low) / 2 / median
+
+
+class StopRule:
+    """The stop rule of `measure` (workloads/config.py MeasureConfig), fed one measured step time
+    at a time: O(1) per step, plus an insertion into a sorted list where `rel_ci` is set.
+
+    After n measured steps whose times add up to `elapsed` seconds, measuring goes on while
+    n < steps; then it stops when
+        elapsed >= min_seconds and (rel_ci is null or the median's 95% interval has a half-width
+        <= rel_ci x median)       -> `steps` if n == steps, else `rel_ci` where the time had been
+                                     reached before this step, else `min_seconds`;
+    otherwise when n >= max_steps -> `max_steps`;
+    otherwise when elapsed >= max_seconds -> `max_seconds`.
+    """
+
+    def __init__(self, steps: int, measure: MeasureConfig):
+        self.steps, self.measure = steps, measure
+        self.n = 0
+        self.elapsed_s = 0.0
+        self.sorted_s: list[float] = []
+        """The step times in ascending order, kept only where `rel_ci` needs them."""
+
+    def add(self, seconds: float) -> str | None:
+        """Count one more measured step; the reason to stop after it, or None to go on."""
+        m = self.measure
+        before = self.elapsed_s
+        self.n += 1
+        self.elapsed_s = before + seconds
+        if m.rel_ci is not None:
+            bisect.insort(self.sorted_s, seconds)
+        if self.n < self.steps:
+            return None
+        if self.elapsed_s >= m.min_seconds and (m.rel_ci is None or median_rel_halfwidth(self.sorted_s) <= m.rel_ci):
+            if self.n == self.steps:
+                return "steps"
+            return "rel_ci" if m.rel_ci is not None and before >= m.min_seconds else "min_seconds"
+        if m.max_steps is not None and self.n >= m.max_steps:
+            return "max_steps"
+        if m.max_seconds is not None and self.elapsed_s >= m.max_seconds:
+            return "max_seconds"
+        return None
+
+    def plan(self) -> tuple[int, str]:
+        """How many measured steps to run in all, and why, extrapolated from the steps so far (for
+        ranks that must agree on a count in advance): the count at which the mean step so far
+        reaches min_seconds, or at which the median's interval, narrowing as 1/sqrt(n), reaches
+        rel_ci, whichever is larger; capped as the rule caps. Call it once `steps` steps are in."""
+        m, n = self.measure, self.n
+        mean = self.elapsed_s / n if n else 0.0
+
+        def reaching(seconds: float) -> float:  # the count at which the mean step adds up to `seconds`
+            if seconds <= 0:
+                return 0
+            return math.ceil(seconds / mean) if mean > 0 else math.inf
+
+        fewest = max(n, self.steps)
+        count, reason = fewest, "steps"
+        if reaching(m.min_seconds) > count:
+            count, reason = reaching(m.min_seconds), "min_seconds"
+        if m.rel_ci is not None:
+            width = median_rel_halfwidth(self.sorted_s)
+            needed = math.ceil(n * (width / m.rel_ci) ** 2) if math.isfinite(width) else math.inf
+            if needed > count:
+                count, reason = needed, "rel_ci"
+        if m.max_seconds is not None and count > max(fewest, reaching(m.max_seconds)):
+            count, reason = max(fewest, reaching(m.max_seconds)), "max_seconds"
+        if m.max_steps is not None and count > max(fewest, m.max_steps):
+            count, reason = max(fewest, m.max_steps), "max_steps"
+        if math.isinf(count):  # no cap and no time measured (a clock that did not advance)
+            count, reason = fewest, "steps"
+        return int(count), reason
+
+
+def stop_reason(times_s: Sequence[float], steps: int, measure: MeasureConfig) -> str | None:
+    """Why measuring stops after these measured step times (seconds, in order), or None to go on:
+    `StopRule` fed them all, as the measured loop does one by one."""
+    rule = StopRule(steps, measure)
+    reason = None
+    for seconds in times_s:
+        reason = rule.add(seconds)
+    return reason
+
+
+def planned_steps(times_s: Sequence[float], steps: int, measure: MeasureConfig) -> tuple[int, str]:
+    """`StopRule.plan` after these measured step times: what the ranks of a distributed cell propose."""
+    rule = StopRule(steps, measure)
+    for seconds in times_s:
+        rule.add(seconds)
+    return rule.plan()
+
+
+class _Stopping:
+    """How many steps the measured loop launches in all (`limit`, warm-up included), updated from
+    the measured steps as they are reported; `reason` once it is decided.
+
+    One process applies the rule to each reported step and stops launching at the first step that
+    meets it (the steps already launched are still reported and kept). The ranks of a distributed
+    cell must all run the same number of steps (each step's all-reduce waits for every rank), and
+    their own clocks could meet the rule at different steps: once `steps` measured steps are
+    reported, each rank proposes a count (`StopRule.plan`), they gather the proposals — one
+    collective, at the same step on every rank — and all run the largest one.
+    """
+
+    def __init__(self, warmup_steps: int, steps: int, measure: MeasureConfig,
+                 gather: Callable[[Any], list[Any]] | None):
+        self.warmup_steps, self.gather = warmup_steps, gather
+        self.rule = StopRule(steps, measure)
+        cap = max(steps, measure.max_steps) if measure.max_steps is not None else math.inf
+        self.limit: float = warmup_steps + cap
+        self.reason: str | None = None
+
+    def measured(self, step_time_ms: float, launched: int) -> None:
+        """One more measured step was reported, `launched` steps having been started."""
+        if self.reason is not None:
+            return
+        reason = self.rule.add(step_time_ms / 1e3)
+        if self.gather is None:
+            if reason is not None:
+                self.reason, self.limit = reason, min(self.limit, launched)
+        elif self.rule.n == self.rule.steps:
+            count, self.reason = max(self.gather(self.rule.plan()), key=lambda proposal: proposal[0])
+            self.limit = max(self.warmup_steps + count, launched)
+
+
 def run_steps(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int, steps: int,
-              device: torch.device, on_step: Callable[[StepRecord], None]) -> None:
-    """Run warm-up then measured steps, reporting each through `on_step` once it has ended on
-    the device, so that a failure later in the run keeps the steps already measured."""
+              device: torch.device, on_step: Callable[[StepRecord], None], measure: MeasureConfig | None = None,
+              gather: Callable[[Any], list[Any]] | None = None) -> str:
+    """Run warm-up steps, then measured steps until `measure` says stop (`StopRule`; None: exactly
+    `steps`), reporting each step through `on_step` once it has ended on the device, so that a
+    failure later in the run keeps the steps already measured. `gather` (every rank's value, in
+    rank order: `workloads.distributed.gather` bound to the ranks) makes the ranks of a distributed
+    cell agree on the count; None for one process. Returns why measuring stopped (STOP_REASONS).
+
+    Step boundaries follow one another: a step's time runs from the previous step's end to its own,
+    so the measured steps' times add up to the measured span, the host's bookkeeping between steps
+    and the device's idle time included."""
+    if measure is None:
+        measure = MeasureConfig(min_seconds=0.0, max_steps=steps, max_seconds=None)
+    stopping = _Stopping(warmup_steps, steps, measure, gather)
     if device.type == "cuda":
-        _run_steps_cuda(step, warmup_steps, steps, on_step)
-        return
-    for i in range(warmup_steps + steps):  # CPU ops complete before they return: a host clock suffices
-        t0 = time.perf_counter()
+        _run_steps_cuda(step, warmup_steps, stopping, on_step)
+    else:
+        _run_steps_cpu(step, warmup_steps, stopping, on_step)
+    assert stopping.reason is not None
+    return stopping.reason
+
+
+def _run_steps_cpu(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int, stopping: _Stopping,
+                   on_step: Callable[[StepRecord], None]) -> None:
+    """CPU ops complete before they return: the host clock is the device clock."""
+    i = 0
+    start = time.perf_counter()
+    while i < stopping.limit:
         loss, data_s = step()
-        elapsed = time.perf_counter() - t0
-        on_step(StepRecord(i, _phase(i, warmup_steps), elapsed * 1e3, data_s * 1e3, loss.item()))
+        end = time.perf_counter()
+        rec = StepRecord(i, _phase(i, warmup_steps), (end - start) * 1e3, data_s * 1e3, loss.item())
+        start, i = end, i + 1
+        on_step(rec)
+        if rec.phase == "measure":
+            stopping.measured(rec.step_time_ms, i)
 
 
 #: How many queued steps the host may run ahead of the device while measuring (see below).
@@ -126,7 +322,7 @@ def _phase(i: int, warmup_steps: int) -> str:
     return "warmup" if i < warmup_steps else "measure"
 
 
-def _run_steps_cuda(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int, steps: int,
+def _run_steps_cuda(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int, stopping: _Stopping,
                     on_step: Callable[[StepRecord], None]) -> None:
     """Step boundaries are CUDA events recorded in the stream; a step's time is the device
     time between its two boundary events (GPU idle time waiting for the host included).
@@ -137,35 +333,44 @@ def _run_steps_cuda(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps
     jitter then stalls the GPU). So the host runs HOST_LEAD_STEPS steps ahead: it waits for
     the end event of step i only after queueing step i+HOST_LEAD_STEPS, and the loss reaches
     the host through a pinned buffer copied in stream order, never through a synchronising
-    `.item()`.
+    `.item()`. The stop rule sees steps once reported, so up to HOST_LEAD_STEPS more steps than
+    it asked for are measured (already launched, they are reported and kept).
     """
-    total = warmup_steps + steps
-    losses = torch.empty(total, dtype=torch.float32, pin_memory=True)
+    # A ring of loss slots: step i's slot is reused by step i + len(losses), launched only after
+    # step i was reported (at most HOST_LEAD_STEPS + 1 steps are pending at a time).
+    losses = torch.empty(HOST_LEAD_STEPS + 2, dtype=torch.float32, pin_memory=True)
     pending: deque[tuple[int, torch.cuda.Event, torch.cuda.Event, float]] = deque()
 
-    def report(i: int, start: torch.cuda.Event, end: torch.cuda.Event, data_s: float) -> None:
+    def report(i: int, start: torch.cuda.Event, end: torch.cuda.Event, data_s: float) -> StepRecord:
         end.synchronize()
-        on_step(StepRecord(i, _phase(i, warmup_steps), start.elapsed_time(end), data_s * 1e3,
-                           losses[i].item()))
+        rec = StepRecord(i, _phase(i, warmup_steps), start.elapsed_time(end), data_s * 1e3,
+                         losses[i % len(losses)].item())
+        on_step(rec)
+        return rec
 
     torch.cuda.synchronize()
     previous = torch.cuda.Event(enable_timing=True)
     previous.record()
+    launched = 0
     try:
-        for i in range(total):
-            loss, data_s = step()
-            losses[i].copy_(loss.detach().float(), non_blocking=True)
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            pending.append((i, previous, end, data_s))
-            previous = end
-            if len(pending) > HOST_LEAD_STEPS:
-                report(*pending.popleft())
+        while True:
+            if launched < stopping.limit:
+                loss, data_s = step()
+                losses[launched % len(losses)].copy_(loss.detach().float(), non_blocking=True)
+                end = torch.cuda.Event(enable_timing=True)
+                end.record()
+                pending.append((launched, previous, end, data_s))
+                previous, launched = end, launched + 1
+                if len(pending) <= HOST_LEAD_STEPS:
+                    continue
+            if not pending:
+                break
+            rec = report(*pending.popleft())
+            if rec.phase == "measure":
+                stopping.measured(rec.step_time_ms, launched)
     except BaseException:
         # Keep the steps that did finish; a sticky CUDA error fails this too: re-raise the first.
         with contextlib.suppress(Exception):
             while pending:
                 report(*pending.popleft())
         raise
-    while pending:
-        report(*pending.popleft())

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.status import ACTIVE, sweep_status
+from orchestrator.status import sweep_status
+from workloads.vocabulary import QUEUED
 from tests.slurm.cluster import LocalSlurm
 from tests.slurm.install import SlurmInstall
 
@@ -52,7 +53,7 @@ def follow(cluster: LocalSlurm, sweep_dir: Path, timeout_s: float, every_s: floa
             rows = sweep_status(sweep_dir)
             counts = pd.Series([row.state for row in rows]).value_counts().to_dict()
             print(f"[{time.monotonic() - began:4.0f} s] {counts}", flush=True)
-            if not any(state in ACTIVE for state in counts) or time.monotonic() - began > timeout_s:
+            if not any(state in QUEUED for state in counts) or time.monotonic() - began > timeout_s:
                 return
             time.sleep(every_s)
 

@@ -1,8 +1,7 @@
 """pytest fixtures for the local Slurm: `slurm_cluster` (no accounting), `slurm_cluster_accounting`.
 
-Use them from a test module with
-
-    from tests.slurm.fixtures import *  # noqa: F401,F403  (the fixtures and their guard)
+A pytest plugin: tests/conftest.py loads it (`pytest_plugins`), so every test module can ask for
+the fixtures by name, without importing them:
 
     def test_something(slurm_cluster):
         slurm_cluster.run("sbatch", "--wrap", "true")          # client commands, SLURM_CONF set
@@ -10,10 +9,11 @@ Use them from a test module with
             ...
 
 Both are session-scoped. Only one of the two clusters runs at a time: asking for the other
-variant stops the running one completely first, and the `_slurm_variant_running` guard (an
-autouse fixture, brought in by the star import) restarts the right one for a test whose
-fixture was stopped by an earlier test of the other variant (the state directory is kept,
-so finished jobs and accounting records survive a restart; stopping cancels unfinished jobs).
+variant stops the running one completely first, and the `_slurm_variant_running` guard
+restarts the right one for a test whose fixture was stopped by an earlier test of the other
+variant (the state directory is kept, so finished jobs and accounting records survive a
+restart; stopping cancels unfinished jobs). The guard is an autouse fixture: it runs before
+every test of the suite and, for one that asks for neither cluster fixture, does nothing.
 A module- or session-scoped fixture that needs a cluster should call `slurm_clusters.get(accounting)`
 itself: the guard runs per test, after such fixtures are set up.
 
@@ -32,8 +32,8 @@ import pytest
 
 from tests.slurm.cluster import LocalSlurm, missing_commands
 
-__all__ = ["slurm_clusters", "slurm_cluster", "slurm_cluster_accounting", "_slurm_variant_running",
-           "SlurmClusters", "REQUIRE_ENV"]
+#: What test modules may import; the fixtures come from the plugin, never from an import.
+__all__ = ["SlurmClusters", "REQUIRE_ENV", "slurm_required"]
 
 #: Set (to anything but "" or "0") to turn "no Slurm here" from a skip into an error.
 REQUIRE_ENV = "COMPILEBENCH_REQUIRE_SLURM"
@@ -117,7 +117,8 @@ def slurm_cluster_accounting(slurm_clusters: SlurmClusters) -> LocalSlurm:
 @pytest.fixture(autouse=True)
 def _slurm_variant_running(request: pytest.FixtureRequest) -> None:
     """Before a test that uses one of the clusters: make sure that one runs (it may have been
-    stopped for the other variant since its session fixture was set up)."""
+    stopped for the other variant since its session fixture was set up). Before any other test
+    (autouse: every test of the suite) it returns at once, starting nothing."""
     wanted = {variant for name, variant in _FIXTURE_VARIANT.items() if name in request.fixturenames}
     if not wanted:
         return

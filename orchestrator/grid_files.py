@@ -1,0 +1,81 @@
+"""A grid laid out in its sweep directory (each cell's resolved config and the manifest), and read back.
+
+Where the files lie and how they are read and written is workloads/sweep_dir.py; this module
+knows only what a Grid (orchestrator/grid.py) adds: the cells' overrides and the executor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workloads.sweep_dir import (
+    SweepDirError, cell_dir, cell_dirs, config_path, read_cell_config, read_manifest, recorded_job_ids,
+    write_cell_config, write_manifest,
+)
+
+if TYPE_CHECKING:  # grid imports Hydra and the workloads (torch): a Slurm task needs neither
+    from orchestrator.grid import Grid
+
+
+def manifest_rows(grid: Grid, job_ids: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The grid's manifest rows, in grid order: each cell's axes, overrides, executor and job id."""
+    job_ids = job_ids or {}
+    return [
+        {
+            "cell_id": cell.cell_id,
+            **cell.axes,
+            "overrides": " ".join(cell.overrides),
+            "executor": grid.executor,
+            "job_id": job_ids.get(cell.cell_id),
+        }
+        for cell in grid.cells
+    ]
+
+
+def record_grid(grid: Grid, job_ids: dict[str, str] | None = None) -> Path:
+    """Write the grid's rows into the manifest (other cells' rows already there are kept)."""
+    return write_manifest(grid.sweep_dir, manifest_rows(grid, job_ids))
+
+
+def prepare(grid: Grid) -> dict[str, str]:
+    """Write every cell's config.yaml and the manifest; runs nothing. A scheduler's job ids
+    recorded by an earlier run of the sweep are kept (and returned): they are the last job
+    of each cell until a new one is submitted."""
+    job_ids = recorded_job_ids(grid.sweep_dir) if grid.executor != "local" else {}
+    for cell in grid.cells:
+        write_cell_config(grid.sweep_dir, cell.cell_id, cell.config)
+    record_grid(grid, job_ids)
+    return job_ids
+
+
+def read_grid(sweep_dir: Path) -> Grid:
+    """The grid that `prepare` laid out, read back from the files: the manifest's cells (then
+    cells found only on disk), each with its config.yaml and the overrides the manifest
+    recorded, and the cluster of those configs. Reading, not expanding the overrides again,
+    keeps the cells what they were even if conf/ changed since. Raises SweepDirError."""
+    from orchestrator.grid import Cell, Grid  # imports Hydra and torch: only where a grid is rebuilt
+
+    sweep_dir = Path(os.path.abspath(sweep_dir))  # as expand() gives it: sbatch scripts name it
+    manifest = read_manifest(sweep_dir)
+    recorded = {} if manifest is None else dict(zip(manifest["cell_id"], manifest["overrides"]))
+    cell_ids = list(recorded) + [d.name for d in cell_dirs(sweep_dir) if d.name not in recorded]
+    cells, clusters = [], {}
+    for cell_id in cell_ids:
+        config = read_cell_config(cell_dir(sweep_dir, cell_id), warn=None)
+        text = recorded.get(cell_id)
+        # The manifest joins the overrides with spaces; splitting on single spaces gives the same text back.
+        cell = Cell(cell_id, tuple(text.split(" ")) if isinstance(text, str) and text else (), config)
+        if not all(cell.axes.get(name) for name in ("model", "backend", "precision")):
+            raise SweepDirError(f"cell {cell_id}: no usable config in {config_path(sweep_dir, cell_id)}")
+        cells.append(cell)
+        clusters.setdefault(json.dumps(config.get("cluster"), sort_keys=True), cell_id)
+    if len(clusters) > 1:
+        first, other = list(clusters.values())[:2]
+        raise SweepDirError(f"cells {first} and {other} of {sweep_dir} have different cluster settings; "
+                            "run `compilebench sweep` with the sweep's overrides instead")
+    cluster = json.loads(next(iter(clusters))) if clusters else None
+    return Grid(cells=cells, sweep_dir=sweep_dir, cluster=cluster or {})
+

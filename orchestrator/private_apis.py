@@ -1,0 +1,267 @@
+"""Every use of a private Hydra or submitit API, each behind one function, in this one place.
+
+compilebench follows Hydra's own multirun path and renders submitit's own sbatch text (see
+orchestrator/grid.py and orchestrator/sbatch.py), and for a few steps of that neither library has
+a public API. Each such step is wrapped here, with what it wraps, why no public API does it, and
+the versions it was tested with (`TESTED`, the same ranges as the pins in pyproject.toml). An
+upgrade that renames or changes one of them fails `check()` (run by tests/test_private_apis.py)
+with a message that names the API, the installed version and the tested range — not somewhere
+deep inside a sweep.
+
+omegaconf needs no entry: compilebench uses only its public API.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Callable, Sequence
+
+from hydra.core.override_parser.types import Override
+from omegaconf import DictConfig
+from submitit import SlurmExecutor
+
+#: Distribution -> (lowest tested version, first untested version): the pins in pyproject.toml.
+#: tests/test_private_apis.py and the golden sbatch scripts passed with hydra-core 1.3.2 and 1.3.8,
+#: submitit 1.5.0 and 1.5.4 (omegaconf 2.3.1).
+TESTED: dict[str, tuple[str, str]] = {
+    "hydra-core": ("1.3.2", "1.4"),
+    "submitit": ("1.5.0", "1.6"),
+}
+
+
+class PrivateApiError(RuntimeError):
+    """A wrapped private API is gone or changed; the message names it and the versions."""
+
+
+def installed(distribution: str) -> str:
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def tested_range(distribution: str) -> str:
+    low, high = TESTED[distribution]
+    return f">={low},<{high}"
+
+
+def _error(distribution: str, api: str, problem: str) -> PrivateApiError:
+    return PrivateApiError(
+        f"{api} ({distribution} {installed(distribution)}; compilebench is tested with "
+        f"{distribution}{tested_range(distribution)}): {problem}. Adapt its wrapper in orchestrator/private_apis.py "
+        f"or install a tested version."
+    )
+
+
+def _load(distribution: str, module: str, name: str) -> Any:
+    """`module.name`, or PrivateApiError naming it and the versions (at import of this module)."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise _error(distribution, f"{module}.{name}", f"cannot be imported ({exc})") from None
+
+
+ConfigLoaderImpl = _load("hydra-core", "hydra._internal.config_loader_impl", "ConfigLoaderImpl")
+CachingConfigRepository = _load("hydra-core", "hydra._internal.config_repository", "CachingConfigRepository")
+IConfigRepository = _load("hydra-core", "hydra._internal.config_repository", "IConfigRepository")
+BasicSweeper = _load("hydra-core", "hydra._internal.core_plugins.basic_sweeper", "BasicSweeper")
+create_defaults_list = _load("hydra-core", "hydra._internal.defaults_list", "create_defaults_list")
+DefaultsList = _load("hydra-core", "hydra._internal.defaults_list", "DefaultsList")
+_convert_mem = _load("submitit", "submitit.slurm.slurm", "_convert_mem")
+_make_sbatch_string = _load("submitit", "submitit.slurm.slurm", "_make_sbatch_string")
+FailedJobError = _load("submitit", "submitit.core.utils", "FailedJobError")
+FailedSubmissionError = _load("submitit", "submitit.core.utils", "FailedSubmissionError")
+
+
+# --- Hydra (hydra-core 1.3) ---------------------------------------------------------------------
+
+
+def apply_overrides(overrides: Sequence[Override], cfg: DictConfig) -> None:
+    """Apply parsed plain (non-group) overrides to `cfg` in place, with Hydra's semantics of
+    `key=v`, `+key=v`, `++key=v`, `~key`.
+
+    Wraps `hydra._internal.config_loader_impl.ConfigLoaderImpl._apply_overrides_to_config`
+    (static). Public Hydra applies overrides only while composing a whole config (`compose`,
+    `load_configuration`, ~60 ms each); grid.py composes each selection of config groups once
+    and applies each cell's plain overrides to a copy."""
+    ConfigLoaderImpl._apply_overrides_to_config(list(overrides), cfg)
+
+
+def group_exists(loader: Any, group: str) -> bool:
+    """Whether `group` is a config group of the loader's search path (Hydra's own test of whether
+    an override selects a config or sets a value).
+
+    Wraps `ConfigLoaderImpl.repository.group_exists` (the repository is an attribute of the
+    implementation, not of the public `ConfigLoader` interface, which has no such test)."""
+    return bool(loader.repository.group_exists(group))
+
+
+def compose_groups(loader: Any, config_name: str, group_overrides: Sequence[Override]) -> DictConfig:
+    """The primary config `config_name` composed with these config-group overrides, without
+    Hydra's own `hydra` node (no plain overrides applied; not struct, not resolved).
+
+    Wraps `hydra._internal.config_repository.CachingConfigRepository`,
+    `hydra._internal.defaults_list.create_defaults_list(..., prepend_hydra=False)` and
+    `ConfigLoaderImpl._compose_config_from_defaults_list` — Hydra's own composition
+    (`ConfigLoaderImpl._load_configuration_impl`) minus Hydra's ~10 configs of its own node,
+    which were two thirds of the time. The public `compose`/`load_configuration` always
+    compose the `hydra` node."""
+    repo = CachingConfigRepository(loader.repository)
+    defaults = create_defaults_list(repo=repo, config_name=config_name, overrides_list=list(group_overrides),
+                                    prepend_hydra=False, skip_missing=False)
+    return loader._compose_config_from_defaults_list(defaults=defaults.defaults, repo=repo)
+
+
+def split_sweep(overrides: Sequence[Override]) -> list[list[str]]:
+    """Every job of a sweep (the cartesian product of the sweep overrides) as its list of
+    override strings, in Hydra's order; a later override of the same key replaces an earlier one.
+
+    Wraps `hydra._internal.core_plugins.basic_sweeper.BasicSweeper.split_arguments(overrides,
+    max_batch_size=None)[0]` (static). The public `BasicSweeper.sweep` launches the jobs; this is
+    its expansion alone."""
+    return BasicSweeper.split_arguments(list(overrides), max_batch_size=None)[0]
+
+
+# --- submitit 1.5 -------------------------------------------------------------------------------
+
+
+def convert_mem(mem_gb: float) -> str:
+    """A memory size in GB as submitit writes `--mem` (`120GB`, `1536MB` for 1.5).
+
+    Wraps `submitit.slurm.slurm._convert_mem`, which SlurmExecutor applies to its own `mem_gb`
+    parameter; `mem` (per node) takes a string, so compilebench converts the same way."""
+    return _convert_mem(mem_gb)
+
+
+class RenderOnlyExecutor(SlurmExecutor):
+    """A SlurmExecutor that can be built where Slurm is not installed and never submits: it
+    renders the script text of a dry run through the same submitit code a submission uses.
+
+    Overrides `affinity` (public) and `PicklingExecutor._submit_command` (private: the one
+    method that calls sbatch)."""
+
+    @classmethod
+    def affinity(cls) -> int:
+        return 2  # SlurmExecutor refuses to exist without `srun` on PATH
+
+    def _submit_command(self, command: str) -> Any:
+        raise RuntimeError("RenderOnlyExecutor does not submit")
+
+
+def submission_script_text(executor: SlurmExecutor, count: int) -> str:
+    """The sbatch script `executor` submits for `count` calls (`map_array`): a job array
+    (`--array=0-N%P`) when count > 1, a plain job for one.
+
+    Wraps `SlurmExecutor._make_submission_file_text(executor._submitit_command_str, uid)` and
+    the `map_count` parameter that `SlurmExecutor._internal_process_submissions` sets on its
+    array executor (`update_parameters` refuses it). submitit has no public way to see the
+    script without submitting it."""
+    if count > 1:
+        executor.parameters["map_count"] = count
+    return executor._make_submission_file_text(executor._submitit_command_str, uid="")
+
+
+#: What `SlurmExecutor.submit`/`map_array` raise when sbatch refuses or fails (submitit's
+#: `submitit.core.utils`; the top-level `submitit` package does not export them).
+SUBMISSION_ERRORS: tuple[type[BaseException], ...] = (FailedJobError, FailedSubmissionError)
+
+
+# --- check() ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ApiCheck:
+    distribution: str
+    api: str
+    check: Callable[[], str | None]
+    """None when the API is as expected, else what differs."""
+
+    def run(self) -> None:
+        try:
+            problem = self.check()
+        except Exception as exc:  # a missing module or attribute, a changed call
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem:
+            raise _error(self.distribution, self.api, problem)
+
+
+def _takes(func: Callable[..., Any], parameters: Sequence[str]) -> str | None:
+    """None when `func` takes `parameters` first (after `self`), else what it takes."""
+    found = [p for p in inspect.signature(func).parameters if p != "self"]
+    if found[: len(parameters)] != list(parameters):
+        return f"takes ({', '.join(found)}), expected ({', '.join(parameters)})"
+    return None
+
+
+def _member(owner: type, name: str, parameters: Sequence[str] | None = None, kind: type | None = None
+            ) -> Callable[[], str | None]:
+    """A check that `owner.name` exists, is a `kind` (staticmethod, property) where given, and
+    takes `parameters` first where given."""
+
+    def check() -> str | None:
+        raw = inspect.getattr_static(owner, name, None)
+        if raw is None:
+            return "no longer exists"
+        if kind is not None and not isinstance(raw, kind):
+            return f"is a {type(raw).__name__} now, not a {kind.__name__}"
+        return None if parameters is None else _takes(getattr(owner, name), parameters)
+
+    return check
+
+
+def _repository() -> str | None:
+    if "self.repository" not in inspect.getsource(ConfigLoaderImpl.__init__):
+        return "ConfigLoaderImpl no longer sets self.repository"
+    return _member(IConfigRepository, "group_exists", ["config_path"])()
+
+
+def _defaults_list() -> str | None:
+    if "defaults" not in getattr(DefaultsList, "__dataclass_fields__", {}):
+        return "its result (DefaultsList) has no `defaults` field any more"
+    return _takes(create_defaults_list, ["repo", "config_name", "overrides_list", "prepend_hydra", "skip_missing"])
+
+
+def _map_count() -> str | None:
+    if "map_count" not in inspect.signature(_make_sbatch_string).parameters:
+        return "submitit.slurm.slurm._make_sbatch_string takes no map_count any more"
+    if 'parameters["map_count"]' not in inspect.getsource(SlurmExecutor._internal_process_submissions):
+        return "SlurmExecutor._internal_process_submissions no longer sets parameters['map_count']"
+    return None
+
+
+def _errors() -> str | None:
+    bad = [cls.__name__ for cls in SUBMISSION_ERRORS if not issubclass(cls, Exception)]
+    return f"{', '.join(bad)} no longer exception classes" if bad else None
+
+
+#: Every wrapped private API, as `check()` tests them.
+CHECKS: tuple[ApiCheck, ...] = (
+    ApiCheck("hydra-core", "hydra._internal.config_loader_impl.ConfigLoaderImpl._apply_overrides_to_config",
+             _member(ConfigLoaderImpl, "_apply_overrides_to_config", ["overrides", "cfg"], staticmethod)),
+    ApiCheck("hydra-core", "hydra._internal.config_loader_impl.ConfigLoaderImpl.repository.group_exists", _repository),
+    ApiCheck("hydra-core", "hydra._internal.config_repository.CachingConfigRepository",
+             _member(CachingConfigRepository, "__init__", ["delegate"])),
+    ApiCheck("hydra-core", "hydra._internal.defaults_list.create_defaults_list", _defaults_list),
+    ApiCheck("hydra-core", "hydra._internal.config_loader_impl.ConfigLoaderImpl._compose_config_from_defaults_list",
+             _member(ConfigLoaderImpl, "_compose_config_from_defaults_list", ["defaults", "repo"])),
+    ApiCheck("hydra-core", "hydra._internal.core_plugins.basic_sweeper.BasicSweeper.split_arguments",
+             _member(BasicSweeper, "split_arguments", ["overrides", "max_batch_size"], staticmethod)),
+    ApiCheck("submitit", "submitit.slurm.slurm._convert_mem", lambda: _takes(_convert_mem, ["mem_gb"])),
+    ApiCheck("submitit", "submitit.SlurmExecutor._make_submission_file_text",
+             _member(SlurmExecutor, "_make_submission_file_text", ["command", "uid"])),
+    ApiCheck("submitit", "submitit.SlurmExecutor._submitit_command_str", _member(SlurmExecutor, "_submitit_command_str",
+                                                                               kind=property)),
+    ApiCheck("submitit", "submitit.SlurmExecutor._submit_command (overridden by RenderOnlyExecutor)",
+             _member(SlurmExecutor, "_submit_command", ["command"])),
+    ApiCheck("submitit", "SlurmExecutor.parameters['map_count'] (set as _internal_process_submissions does)", _map_count),
+    ApiCheck("submitit", "submitit.core.utils.FailedJobError, FailedSubmissionError", _errors),
+)
+
+
+def check() -> None:
+    """Raise PrivateApiError for the first wrapped API that is gone or has changed."""
+    for api_check in CHECKS:
+        api_check.run()

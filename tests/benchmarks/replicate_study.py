@@ -1,0 +1,95 @@
+"""The measurement study of issue 11 on one GPU: the seminar grids with replicates, the gpt-small
+pair that disagreed with itself, the data-bound JPEG case, and timm's benchmark.py at equal pixels.
+
+Each part runs real `compilebench sweep`s (cluster=local: every replicate its own process) and
+prints how long each took on the GPU; the sweep directories are packed into OUT for `compilebench
+analyze` here. One part per device call (each call has 10 minutes); a warm machine keeps the
+inductor cache between calls, as a cluster's shared cache would.
+
+    PYTHONPATH=/tmp/site:. python tests/benchmarks/replicate_study.py --part llm_small pair --out "$OUT"
+    parts: llm_small, llm_medium (seminar_llm, repeats 3), cnn (seminar_cnn, repeats 3), pair (gpt small eager/inductor,
+    seeds 1 and 2, repeats 3), jpeg (resnet18 on real JPEGs, 4 workers, repeats 3), timm (timm's
+    benchmark.py from .carry/peers beside our cells, 224 px, bf16, batch 256, channels-last)
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+SWEEPS = Path("/tmp/study")
+REPEATS = "repeats=3"
+#: `steps` is the minimum count; measure.min_seconds (5 s) governs every cell faster than 1 s a step.
+#: GPT-2 (1.1-1.4 s a step, GPU-bound) then measures 5 steps a replicate instead of 20.
+STEPS = "steps=5"
+PARTS: dict[str, list[tuple[str, list[str]]]] = {
+    "llm_small": [("seminar_llm_small", ["+experiment=seminar_llm", "size=small", "device=cuda", STEPS, REPEATS])],
+    "llm_medium": [("seminar_llm_medium", ["+experiment=seminar_llm", "size=medium", "device=cuda", STEPS, REPEATS])],
+    "cnn": [("seminar_cnn", ["+experiment=seminar_cnn", "device=cuda", STEPS, REPEATS])],
+    "pair": [("gpt_small_pair", ["model=gpt", "size=small", "backend=eager,inductor", "precision=bf16", "device=cuda",
+                                 "steps=300", "warmup_steps=10", "seed=1,2", REPEATS])],
+    "jpeg": [("jpeg_resnet18", ["+experiment=seminar_cnn", "size=small", "backend=eager,inductor", "device=cuda",
+                                "data.source=imagefolder", "data.path=/tmp/jpegs", "data.workers=4", REPEATS])],
+    "timm": [("timm_side_by_side", ["model=resnet", "size=small,large", "backend=eager,inductor", "precision=bf16",
+                                    "batch_size=256", "device=cuda"])],
+}
+TIMM_BENCHMARK = Path(".carry/peers/timm_benchmark.py")
+
+
+def make_jpegs(root: Path, classes: int = 10, per_class: int = 300, size: int = 256) -> None:
+    """An ImageFolder of real JPEG files (random noise, as the tests make), decoded by the loader."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c in range(classes):
+        (root / f"class{c}").mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / f"class{c}" / f"{i}.jpg", quality=90)
+
+
+def sweep(name: str, overrides: list[str]) -> float:
+    """Run one sweep here; returns its wall seconds (every replicate's process, compile included)."""
+    start = time.monotonic()
+    code = subprocess.call([sys.executable, "-m", "orchestrator.cli", "sweep", *overrides,
+                            f"hydra.sweep.dir={SWEEPS / name}"])
+    seconds = time.monotonic() - start
+    print(f"== {name}: exit {code}, {seconds:.0f} s on the GPU ({seconds / 60:.2f} GPU-minutes)", flush=True)
+    return seconds
+
+
+def timm_peer() -> None:
+    """timm's benchmark.py at the train size (224 px), as our cells: bf16, batch 256, channels-last."""
+    for model in ("resnet18", "resnet50"):
+        for extra in ([], ["--torchcompile", "inductor"]):
+            command = [sys.executable, str(TIMM_BENCHMARK), "--model", model, "--bench", "train", "--amp",
+                       "--amp-dtype", "bfloat16", "-b", "256", "--channels-last", "--use-train-size", *extra]
+            print("== timm", " ".join(command[2:]), flush=True)
+            subprocess.call(command)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=sorted(PARTS), nargs="+", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    subprocess.call(["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu",
+                     "--format=csv"])
+    for part in args.part:
+        if part == "jpeg" and not Path("/tmp/jpegs").exists():
+            make_jpegs(Path("/tmp/jpegs"))
+        for name, overrides in PARTS[part]:
+            sweep(name, overrides)
+            with tarfile.open(args.out / f"{name}.tar.gz", "w:gz") as tar:  # back even if a later part runs out of time
+                tar.add(SWEEPS / name, arcname=name)
+        if part == "timm":
+            timm_peer()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Helpers shared by the test modules: the orchestrator's command line in a fresh process, its
+status table, waiting on a condition with a deadline, the local Slurm's queue.
+
+No fixtures here: those shared by several modules are in tests/conftest.py, the local Slurm's
+in the plugin tests/slurm/fixtures.py (conftest.py loads it). A test module imports from here,
+from tests/analysis_sweeps.py and from tests/slurm/, never from another test module
+(tests/test_repository_rules.py checks that).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+
+import pandas as pd
+import pytest
+
+if TYPE_CHECKING:
+    from tests.slurm.cluster import LocalSlurm
+
+T = TypeVar("T")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BASH = shutil.which("bash") or "/bin/bash"
+
+#: Overrides of a tiny CPU cell for the orchestrator's command line (the test cluster's GPUs are
+#: placeholders: gres without devices).
+TINY = ["model=gpt", "size=tiny", "precision=fp32", "device=cpu", "steps=2", "warmup_steps=1", "measure.min_seconds=0"]
+#: How long a few tiny cells may take through the local Slurm. Generous: another test session may
+#: keep both cores busy; inductor compiles C++ on the CPU.
+SLURM_JOB_TIMEOUT_S = 400
+
+
+def always_overcommits() -> bool:
+    """Linux overcommit mode 1 grants any allocation and kills the process that touches it."""
+    path = Path("/proc/sys/vm/overcommit_memory")
+    return path.exists() and path.read_text().strip() == "1"
+
+
+def wait_until(probe: Callable[[], T], timeout: float, describe: Callable[[T], str], *,
+               done: Callable[[T], bool] = bool, interval: float = 0.5) -> T:
+    """Call `probe` every `interval` seconds until `done` holds for what it returned, and return
+    that; fail the test with `describe(last value)` when `timeout` seconds have passed."""
+    end = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if done(value):
+            return value
+        if time.monotonic() > end:
+            pytest.fail(f"after {timeout:g} s: {describe(value)}")
+        time.sleep(interval)
+
+
+# --- the orchestrator's command line -------------------------------------------------------
+
+
+#: The command line as a fresh process runs it (the console script `compilebench`).
+CLI = (sys.executable, "-m", "orchestrator.cli")
+
+
+def cli_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment, PYTHONPATH at the checkout, `env` on top."""
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+
+
+def cli_popen(cwd: Path, *args: str, env: Mapping[str, str] | None = None, **popen: Any) -> subprocess.Popen:
+    """Start the command line with ARGS in `cwd`; `popen` goes to subprocess.Popen."""
+    return subprocess.Popen([*CLI, *args], cwd=cwd, env=cli_env(env), **popen)
+
+
+def cli(cwd: Path, *args: str, env: Mapping[str, str] | None = None,
+        timeout: float = 300) -> subprocess.CompletedProcess:
+    """The command line with ARGS in `cwd`, run to its end; stdout and stderr captured as text."""
+    return subprocess.run([*CLI, *args], cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=timeout)
+
+
+def slurm_cli(cluster: LocalSlurm, cwd: Path, *args: str,
+              env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The real command line in a fresh process, talking to the test cluster."""
+    return cli(cwd, *args, env={**cluster.env(), **(env or {})})
+
+
+def table(stdout: str) -> dict[str, dict[str, str]]:
+    """The table `status` (and `sweep --wait`) prints, as {cell_id: {column: value}}."""
+    lines = [line for line in stdout.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split("|")))) for line in lines[2:]]
+    return {row["cell_id"]: row for row in rows}
+
+
+def manifest_jobs(sweep: Path) -> dict[str, str]:
+    """{cell_id: job_id} of the sweep's manifest, in its order."""
+    manifest = pd.read_parquet(sweep / "manifest.parquet")
+    return dict(zip(manifest["cell_id"], manifest["job_id"]))
+
+
+# --- the local Slurm ---------------------------------------------------------------------------
+
+
+def queue(cluster: LocalSlurm) -> set[str]:
+    """The ids of the cluster's queued and running jobs (array tasks one by one)."""
+    return set(cluster.run("squeue", "-h", "-r", "-o", "%i").stdout.split())
+
+
+def wait_until_done(cluster: LocalSlurm, job_ids: set[str], cell_dirs: list[Path],
+                    timeout: float = SLURM_JOB_TIMEOUT_S) -> None:
+    """Poll the queue until none of the jobs is left, then every cell must have a result."""
+    wait_until(lambda: job_ids & queue(cluster), timeout,
+               lambda left: f"jobs {sorted(left)} still queued\n{cluster.logs()}",
+               done=lambda left: not left, interval=1)
+    missing = [d.name for d in cell_dirs if not (d / "run.parquet").exists()]
+    assert not missing, f"no run.parquet in {missing}: " + "".join(
+        p.read_text() for d in cell_dirs for p in d.glob("logs/slurm-*.err") if p.exists())

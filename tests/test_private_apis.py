@@ -1,0 +1,111 @@
+"""The private Hydra and submitit APIs that compilebench uses, all wrapped in
+orchestrator/private_apis.py: each still exists with the expected signature and behaviour, and
+pyproject.toml pins the versions they were tested with. A failure names the API, the installed
+version and the tested range (an upgrade changed one of them: adapt its wrapper).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from orchestrator import private_apis
+from orchestrator.grid import CONF_DIR, CONFIG_NAME
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def versions(distribution: str) -> str:
+    return (f"{distribution} {private_apis.installed(distribution)}, tested "
+            f"{distribution}{private_apis.tested_range(distribution)}")
+
+
+@pytest.mark.parametrize("api", private_apis.CHECKS, ids=lambda c: c.api)
+def test_wrapped_api_is_as_tested(api: private_apis.ApiCheck) -> None:
+    try:
+        api.run()
+    except private_apis.PrivateApiError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def test_check_covers_every_api() -> None:
+    private_apis.check()
+
+
+def test_a_changed_api_names_itself_and_the_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What an upgrade that renames an API looks like."""
+    monkeypatch.delattr(private_apis.BasicSweeper, "split_arguments")
+    with pytest.raises(private_apis.PrivateApiError) as info:
+        private_apis.check()
+    message = str(info.value)
+    assert "BasicSweeper.split_arguments" in message and "no longer exists" in message
+    assert re.search(r"hydra-core \S+; compilebench is tested with hydra-core>=1\.3\.2,<1\.4", message), message
+
+
+def test_pyproject_pins_the_tested_versions() -> None:
+    text = (REPO_ROOT / "pyproject.toml").read_text()
+    for distribution in private_apis.TESTED:
+        pins = re.findall(rf'"({re.escape(distribution)}\b[^"]*)"', text)
+        assert pins == [f"{distribution}{private_apis.tested_range(distribution)}"], (
+            f"pyproject.toml pins {pins}; orchestrator/private_apis.py was tested with "
+            f"{distribution}{private_apis.tested_range(distribution)}")
+
+
+# --- behaviour: what the wrappers are used for ---------------------------------------------------
+
+
+@pytest.fixture
+def loader():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        yield GlobalHydra.instance().config_loader()
+
+
+def parse(loader, *lines: str) -> list:
+    return OverridesParser.create(config_loader=loader).parse_overrides(list(lines))
+
+
+def test_hydra_composition_wrappers(loader) -> None:
+    try:
+        assert private_apis.group_exists(loader, "backend") and not private_apis.group_exists(loader, "steps")
+        cfg = private_apis.compose_groups(loader, CONFIG_NAME, parse(loader, "size=small", "backend=inductor"))
+        assert "hydra" not in cfg and cfg.size == "small" and cfg.backend.name == "inductor"
+        OmegaConf.set_struct(cfg, True)
+        private_apis.apply_overrides(parse(loader, "steps=7", "+extra=1", "~data.workers"), cfg)
+        assert cfg.steps == 7 and cfg.extra == 1 and "workers" not in cfg.data
+    except Exception as exc:
+        pytest.fail(f"Hydra's composition through orchestrator/private_apis.py ({versions('hydra-core')}): "
+                    f"{type(exc).__name__}: {exc}", pytrace=False)
+
+
+def test_hydra_sweep_split(loader) -> None:
+    jobs = private_apis.split_sweep(parse(loader, "seed=1,2", "size=tiny,small", "seed=3,4"))
+    expected = [["size=tiny", "seed=3"], ["size=tiny", "seed=4"], ["size=small", "seed=3"], ["size=small", "seed=4"]]
+    assert sorted(map(sorted, jobs)) == sorted(map(sorted, expected)), (
+        f"BasicSweeper.split_arguments ({versions('hydra-core')}) now gives {jobs}")
+
+
+def test_submitit_memory_format() -> None:
+    got = [private_apis.convert_mem(gb) for gb in (120, 1, 1.5)]
+    assert got == ["120GB", "1GB", "1536MB"], f"submitit.slurm.slurm._convert_mem ({versions('submitit')}) gives {got}"
+
+
+def test_submitit_script_text(tmp_path: Path) -> None:
+    """An array of 3 tasks throttled to 2, and a lone job without --array; never submitted."""
+    params = {"job_name": "t", "partition": "p", "time": 5, "array_parallelism": 2, "setup": ["echo hi"]}
+    texts = {}
+    for count in (3, 1):
+        executor = private_apis.RenderOnlyExecutor(folder=tmp_path / "submitit")
+        executor.update_parameters(**params)
+        texts[count] = private_apis.submission_script_text(executor, count)
+    where = f"SlurmExecutor._make_submission_file_text ({versions('submitit')})"
+    assert "#SBATCH --array=0-2%2" in texts[3] and "%A_%a" in texts[3], f"{where}: no job array:\n{texts[3]}"
+    assert "--array" not in texts[1] and "#SBATCH --partition=p" in texts[1], f"{where}:\n{texts[1]}"
+    assert "echo hi" in texts[1] and "submitit.core._submit" in texts[1], f"{where}:\n{texts[1]}"
+    with pytest.raises(RuntimeError, match="does not submit"):
+        private_apis.RenderOnlyExecutor(folder=tmp_path / "submitit").submit(print, "never")

@@ -1,0 +1,279 @@
+"""The sweep directory: where each file lies, and reading and writing its manifest and results.
+
+    SWEEP_DIR/
+      manifest.parquet              one row per cell (MANIFEST_SCHEMA): axes, overrides, executor, job id
+      cells/<cell_id>/config.yaml   the cell's fully resolved config
+      cells/<cell_id>/run.parquet   one row per attempt (RUN_SCHEMA)
+      cells/<cell_id>/steps.parquet one row per step of every attempt (STEPS_SCHEMA)
+      cells/<cell_id>/logs/         stdout/stderr of the cell's processes, links to Slurm's logs
+      sbatch/  submitit/  smoke/  report/  compile_cache/
+
+Every package goes through this module: the orchestrator lays a grid out and asks whether a cell
+is done, the workload finds its attempt number, analysis reads everything. The columns are in
+workloads/schema.py. Readers tolerate what a shared filesystem shows mid-sweep: a missing file is
+None, an unreadable one is reported, columns a file lacks (an older schema) come back null.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence, TextIO
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import yaml
+
+from workloads.schema import MANIFEST_SCHEMA, RUN_SCHEMA, atomic_output, table_from_rows, write_parquet_atomic
+from workloads.vocabulary import COMPLETED
+
+MANIFEST_FILE = "manifest.parquet"
+MANIFEST_LOCK = ".manifest.lock"
+CELLS_DIR = "cells"
+CONFIG_FILE = "config.yaml"
+RUN_FILE = "run.parquet"
+STEPS_FILE = "steps.parquet"
+LOGS_DIR = "logs"
+SBATCH_DIR = "sbatch"  # the scripts submitted (<job>.sh) and those of a dry run (dryrun-NN.sh)
+SUBMITIT_DIR = "submitit"  # submitit's pickles and job logs
+SMOKE_DIR = "smoke"  # the sweep of `sweep --smoke`
+REPORT_DIR = "report"  # `analyze`'s tables, figures and index page
+COMPILE_CACHE_DIR = "compile_cache"  # cluster.compile_cache=shared
+#: What a sweep directory may hold at its top level; anything else means it is somebody else's.
+SWEEP_ENTRIES = frozenset({MANIFEST_FILE, CELLS_DIR, SBATCH_DIR, SUBMITIT_DIR, SMOKE_DIR, REPORT_DIR,
+                           COMPILE_CACHE_DIR})
+
+#: libyaml's emitter and parser where PyYAML was built with them (the same YAML, ~20x faster
+#: than the pure-Python ones, which dominated a 10,000-cell dry-run).
+_YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class SweepDirError(ValueError):
+    """A directory that is not (or cannot become) a sweep directory; the message is one line."""
+
+
+class _Stderr:
+    """sys.stderr as it is when written to (a default argument would keep the one of import time,
+    which a test's capture or a redirection may have replaced since)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+
+#: Where readers' warnings go unless told otherwise (`warn=None`: nowhere).
+STDERR: TextIO = _Stderr()  # type: ignore[assignment]
+
+
+def check_sweep_dir(sweep_dir: Path) -> None:
+    """SweepDirError unless `sweep_dir` is new, empty, or a sweep directory (a sweep writes
+    cells/, a manifest and scripts into it, and never into a home or data directory by mistake)."""
+    path = Path(sweep_dir)
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise SweepDirError(f"hydra.sweep.dir={path} is a file, not a directory")
+    # Hidden names are left alone: ours are temporary files of atomic writes (.manifest.parquet.*.tmp).
+    foreign = sorted(e.name for e in path.iterdir() if e.name not in SWEEP_ENTRIES and not e.name.startswith("."))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise SweepDirError(f"hydra.sweep.dir={path} is not a compilebench sweep directory (it holds {shown}); "
+                            "choose a new or empty directory")
+
+
+def is_sweep_dir(sweep_dir: Path) -> bool:
+    """Whether the directory has a manifest or cells (what `status` and `analyze` need)."""
+    return (Path(sweep_dir) / MANIFEST_FILE).is_file() or (Path(sweep_dir) / CELLS_DIR).is_dir()
+
+
+def cell_dir(sweep_dir: Path, cell_id: str) -> Path:
+    return Path(sweep_dir) / CELLS_DIR / cell_id
+
+
+def config_path(sweep_dir: Path, cell_id: str) -> Path:
+    return cell_dir(sweep_dir, cell_id) / CONFIG_FILE
+
+
+def cell_dirs(sweep_dir: Path) -> list[Path]:
+    """The cell directories of a sweep, sorted by name (= cell id)."""
+    root = Path(sweep_dir) / CELLS_DIR
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir())
+
+
+# Reading Parquet files.
+
+def read_tables(paths: Sequence[Path], schema: pa.Schema) -> tuple[pa.Table, list[tuple[Path, Exception]]]:
+    """The files as one table of `schema` (columns a file lacks come back null, columns `schema`
+    lacks are not read), and the files that could not be read, with their error. One
+    `pyarrow.dataset` scan reads them all; one bad file fails a scan, so then they are read one by one."""
+    if not paths:
+        return schema.empty_table(), []
+    scan = lambda files: ds.dataset([str(p) for p in files], schema=schema, format="parquet").to_table()  # noqa: E731
+    try:
+        return scan(paths), []
+    except Exception:  # pyarrow raises several types for truncated or garbage files
+        pass
+    tables, bad = [], []
+    for path in paths:
+        try:
+            tables.append(scan([path]))
+        except Exception as exc:
+            bad.append((Path(path), exc))
+    return (pa.concat_tables(tables) if tables else schema.empty_table()), bad
+
+
+def read_parquet(path: Path, schema: pa.Schema, warn: TextIO | None = STDERR) -> pd.DataFrame | None:
+    """The file as a DataFrame of `schema`'s columns; None if it is missing (silently: the caller
+    knows whether absence is expected) or unreadable (with a line on `warn`)."""
+    if not Path(path).exists():
+        return None
+    table, bad = read_tables([path], schema)
+    for bad_path, exc in bad:
+        if warn is not None:
+            print(f"warning: cannot read {bad_path}: {exc}", file=warn)
+        return None
+    return table.to_pandas()
+
+
+# The cell's config.
+
+def write_cell_config(sweep_dir: Path, cell_id: str, config: Mapping[str, Any]) -> Path:
+    """Write a cell's resolved config (rewritten each time: the cluster part may change)."""
+    path = config_path(sweep_dir, cell_id)
+    with atomic_output(path) as fh:
+        fh.write(yaml.dump(dict(config), Dumper=_YAML_DUMPER, sort_keys=False).encode())
+    return path
+
+
+def read_cell_config(directory: Path, warn: TextIO | None = STDERR) -> dict[str, Any]:
+    """The config.yaml of a cell directory as a dict ({} if absent or unreadable)."""
+    path = Path(directory) / CONFIG_FILE
+    if not path.exists():
+        return {}
+    try:
+        values = yaml.load(path.read_text(), Loader=_YAML_LOADER)
+    except (OSError, yaml.YAMLError) as exc:
+        if warn is not None:
+            print(f"warning: cannot read {path}: {exc}", file=warn)
+        return {}
+    return values if isinstance(values, dict) else {}
+
+
+# The manifest.
+
+@contextlib.contextmanager
+def manifest_lock(sweep_dir: Path) -> Iterator[None]:
+    """Hold the sweep directory's manifest lock (flock on SWEEP_DIR/.manifest.lock) for a
+    read-merge-write of the manifest: two sweeps of one directory at once keep each other's rows."""
+    Path(sweep_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(sweep_dir) / MANIFEST_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+        yield
+
+
+def read_manifest(sweep_dir: Path, warn: TextIO | None = STDERR) -> pd.DataFrame | None:
+    """manifest.parquet (MANIFEST_SCHEMA's columns), or None when there is none or it is unreadable."""
+    return read_parquet(Path(sweep_dir) / MANIFEST_FILE, MANIFEST_SCHEMA, warn)
+
+
+def write_manifest(sweep_dir: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """Write these rows (in order) into SWEEP_DIR/manifest.parquet; the rows of other cells already
+    there (an earlier sweep of another grid into this directory, or one running now) are kept
+    after them."""
+    path = Path(sweep_dir) / MANIFEST_FILE
+    rows = [dict(row) for row in rows]
+    ours = {row["cell_id"] for row in rows}
+    with manifest_lock(sweep_dir):
+        old = read_manifest(sweep_dir)
+        if old is not None:
+            old = old.astype(object).where(old.notna(), None)  # pandas' NaN back to null
+            rows += [row for row in old.to_dict("records") if row["cell_id"] not in ours]
+        write_parquet_atomic(table_from_rows(rows, MANIFEST_SCHEMA), path)
+    return path
+
+
+def recorded_job_ids(sweep_dir: Path) -> dict[str, str]:
+    """{cell_id: job_id} of an existing manifest (cells never submitted left out); {} if none."""
+    manifest = read_manifest(sweep_dir)
+    if manifest is None:
+        return {}
+    return {cell: job for cell, job in zip(manifest["cell_id"], manifest["job_id"]) if isinstance(job, str) and job}
+
+
+# Attempts: which one speaks for the cell, and whether it is done.
+
+def counting_attempts(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell_id: the attempt that speaks for the cell, i.e. the last completed one,
+    else the last one."""
+    ranked = runs.assign(_completed=runs["status"] == COMPLETED)
+    ranked = ranked.sort_values(["cell_id", "_completed", "attempt"], kind="stable")
+    return ranked.drop_duplicates("cell_id", keep="last").drop(columns="_completed")
+
+
+def replicate_attempts(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (cell_id, repeat): the attempt that speaks for each replicate of a cell (as
+    `counting_attempts` for a cell). Rows without a repeat (files before replicates) are replicate 0."""
+    runs = runs.assign(repeat=runs["repeat"].fillna(0).astype("int64"))
+    ranked = runs.assign(_completed=runs["status"] == COMPLETED)
+    ranked = ranked.sort_values(["cell_id", "repeat", "_completed", "attempt"], kind="stable")
+    return ranked.drop_duplicates(["cell_id", "repeat"], keep="last").drop(columns="_completed")
+
+
+def latest_run(runs: pd.DataFrame | None) -> pd.Series | None:
+    """The attempt that speaks for a cell (its runs only): see `counting_attempts`."""
+    if runs is None or runs.empty:
+        return None
+    return counting_attempts(runs).iloc[0]
+
+
+def newest_attempt(directory: Path) -> tuple[int, str | None, str | None]:
+    """(attempts recorded, status of the newest attempt, its error): how the last run ended."""
+    runs = read_parquet(Path(directory) / RUN_FILE, RUN_SCHEMA)
+    if runs is None or runs.empty:
+        return 0, None, None
+    run = runs.sort_values("attempt").iloc[-1]
+    return len(runs), run["status"], run["error"]
+
+
+def missing_repeats(directory: Path, repeats: int = 1) -> list[int]:
+    """The replicates (0..repeats-1) of a cell that no attempt has completed yet."""
+    runs = read_parquet(Path(directory) / RUN_FILE, RUN_SCHEMA)
+    done = set() if runs is None else set(runs.loc[runs["status"] == COMPLETED, "repeat"].fillna(0).astype(int))
+    return [repeat for repeat in range(repeats) if repeat not in done]
+
+
+def last_status(directory: Path, repeats: int = 1) -> tuple[int, str | None, str | None]:
+    """(attempts recorded, the cell's status, its error) from run.parquet: `completed` once every
+    replicate has completed, else the status of the latest attempt of a replicate that has not
+    (None when such a replicate never ran: the cell is unfinished)."""
+    runs = read_parquet(Path(directory) / RUN_FILE, RUN_SCHEMA)
+    if runs is None or runs.empty:
+        return 0, None, None
+    missing = missing_repeats(directory, repeats)
+    if not missing:
+        return len(runs), COMPLETED, None
+    open_runs = runs[runs["repeat"].fillna(0).astype(int).isin(missing)]
+    if open_runs.empty:
+        return len(runs), None, None
+    run = open_runs.sort_values("attempt").iloc[-1]
+    return len(runs), run["status"], run["error"]
+
+
+def is_completed(directory: Path, repeats: int = 1) -> bool:
+    """Whether every replicate of the cell has completed (then a re-run of the sweep skips it)."""
+    return not missing_repeats(directory, repeats)
+
+
+def next_attempt(directory: Path) -> int:
+    """The attempt number for a new run in a cell directory: one more than the last recorded."""
+    path = Path(directory) / RUN_FILE
+    if not path.exists():
+        return 1
+    attempts = pq.read_table(path, columns=["attempt"]).column("attempt").to_pylist()
+    return max(attempts, default=0) + 1

@@ -1,0 +1,166 @@
+"""The words every package uses for a cell: its axes, its states, its backend label.
+
+An axis is a setting that tells cells apart in the manifest, `compilebench status` and every
+table. It is defined here once, and everything else derives from `AXES`: the manifest's and
+run.parquet's columns (workloads/schema.py), the values the workload records, the status table,
+which cells analysis compares with which. Adding an axis is one `Axis(...)` line here, plus the
+field of its config key in workloads/config.py and its default in conf/ if the key is new
+(docs/architecture.md walks through it).
+
+Roles say how analysis treats an axis:
+
+    workload   what is trained (model, size, precision, batch, data, seed): cells compared with
+               each other agree on all of them
+    treatment  how it is compiled (backend, mode, flags): what a comparison varies; the backend
+               label names them
+    hardware   where it ran (device, GPU); known once the cell has run
+    processes  how many processes trained it together (DDP)
+
+This module imports nothing heavy (no torch, no pandas): the Slurm task and `status` use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import pyarrow as pa
+
+WORKLOAD, TREATMENT, HARDWARE, PROCESSES = "workload", "treatment", "hardware", "processes"
+
+
+def config_value(config: Mapping[str, Any], key: str) -> Any:
+    """The value of a dotted key (`backend.name`) in a resolved config; None where a level is missing."""
+    node: Any = config
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+def compile_mode(backend: Any, mode: Any) -> str | None:
+    """The inductor mode a cell compiles with: `default` when none is named; None for other backends."""
+    return mode or ("default" if backend == "inductor" else None)
+
+
+def _compile_mode(config: Mapping[str, Any]) -> str | None:
+    return compile_mode(config_value(config, "backend.name"), config_value(config, "backend.mode"))
+
+
+def _processes(config: Mapping[str, Any]) -> int:
+    # A one-process cell's config may have no `distributed` section (its id stays what it was).
+    return (config_value(config, "distributed.nodes") or 1) * (config_value(config, "distributed.tasks_per_node") or 1)
+
+
+def _nodes(config: Mapping[str, Any]) -> int:
+    return config_value(config, "distributed.nodes") or 1
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One axis of a cell."""
+
+    name: str
+    """Its column in manifest.parquet, run.parquet and the tables."""
+    type: pa.DataType
+    role: str
+    """workload, treatment, hardware or processes (module docstring)."""
+    key: str | None
+    """The config key it is read from (dotted); None for an axis known only once the cell ran. A
+    workload may resolve a null (`batch_size: null` = the size's default) and record that."""
+    derive: Callable[[Mapping[str, Any]], Any] | None = None
+    """Computes the value from the config where the key alone does not give it."""
+    label: str | None = None
+    """Its column header in status and tables; None: the name."""
+    headline: bool = False
+    """Shown by `status` and the dry-run grid always; other axes only where they vary between cells."""
+    flag: str | None = None
+    """For a boolean treatment: what the backend label says when it is true."""
+
+    @property
+    def header(self) -> str:
+        return self.label or self.name
+
+    def from_config(self, config: Mapping[str, Any]) -> Any:
+        """Its value in a resolved cell config."""
+        return self.derive(config) if self.derive else config_value(config, self.key) if self.key else None
+
+    def set_by(self, override_key: str) -> bool:
+        """Whether an override of this key sets the axis (`backend=inductor` sets `backend.name`)."""
+        return self.key is not None and (self.key == override_key or self.key.startswith(override_key + "."))
+
+
+AXES: tuple[Axis, ...] = (
+    Axis("model", pa.string(), WORKLOAD, "model.name", headline=True),
+    Axis("arch", pa.string(), WORKLOAD, "model.arch"),
+    Axis("size", pa.string(), WORKLOAD, "size", headline=True),
+    Axis("backend", pa.string(), TREATMENT, "backend.name", headline=True),
+    Axis("compile_mode", pa.string(), TREATMENT, "backend.mode", _compile_mode, headline=True),
+    Axis("fullgraph", pa.bool_(), TREATMENT, "backend.fullgraph", flag="fullgraph"),
+    Axis("regional", pa.bool_(), TREATMENT, "backend.regional", flag="regional"),
+    Axis("compile_optimizer", pa.bool_(), TREATMENT, "backend.compile_optimizer", flag="compiled optimizer"),
+    Axis("precision", pa.string(), WORKLOAD, "precision.name", headline=True),
+    Axis("data_source", pa.string(), WORKLOAD, "data.source", label="data"),
+    Axis("seed", pa.int64(), WORKLOAD, "seed"),
+    Axis("batch_size", pa.int64(), WORKLOAD, "batch_size", label="batch"),
+    Axis("grad_accum", pa.int64(), WORKLOAD, "grad_accum", label="accum"),
+    Axis("device", pa.string(), HARDWARE, None),
+    Axis("gpu_name", pa.string(), HARDWARE, None, label="gpu"),
+    Axis("world_size", pa.int64(), PROCESSES, "distributed.tasks_per_node", _processes, label="procs"),
+    Axis("nodes", pa.int64(), PROCESSES, "distributed.nodes", _nodes),
+    Axis("dist_backend", pa.string(), PROCESSES, None),
+)
+AXIS = {axis.name: axis for axis in AXES}
+#: Axes whose value a config gives: the manifest's axis columns.
+CONFIG_AXES = tuple(axis for axis in AXES if axis.key is not None)
+
+
+def names(*roles: str) -> list[str]:
+    """The axes of these roles (all axes without a role), in AXES order."""
+    return [axis.name for axis in AXES if not roles or axis.role in roles]
+
+
+def axes_from_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """{axis: value} of every axis a resolved cell config gives (nulls as they are)."""
+    return {axis.name: axis.from_config(config) for axis in CONFIG_AXES}
+
+
+def shown_axes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The axes a listing of these cells shows: the headline ones, and the others whose value
+    differs between the rows (`seed=1,2` shows a seed column; one seed shows none)."""
+    return [axis.name for axis in AXES if axis.headline
+            or len({repr(row.get(axis.name)) for row in rows}) > 1]
+
+
+def backend_label(values: Mapping[str, Any]) -> str:
+    """`inductor`, `inductor (max-autotune)`, `inductor (regional, compiled optimizer)`: the
+    backend with its mode where it is not the default and every treatment flag that is set."""
+    backend = values.get("backend")
+    mode = values.get("compile_mode")
+    notes = [mode] if isinstance(mode, str) and mode != "default" else []
+    notes += [axis.flag for axis in AXES if axis.flag and values.get(axis.name) is True]
+    name = backend if isinstance(backend, str) else "?"
+    return f"{name} ({', '.join(notes)})" if notes else name
+
+
+# States. An attempt of a cell ends in one of STATUSES (run.parquet's `status`); `not_compiled`:
+# a compiled backend was asked for and nothing compiled. A cell without a readable result is
+# NO_RESULT or UNREADABLE to analysis; `status` asks the scheduler about it instead.
+COMPLETED = "completed"
+STATUSES = (COMPLETED, "failed", "oom", "timeout", "cancelled", "not_compiled")
+NO_RESULT, UNREADABLE = "no_result", "unreadable"
+#: A cell's job in the scheduler's queue.
+QUEUED = ("pending", "running")
+#: A job that the scheduler has forgotten without a result; a cell whose job state could not be
+#: learned; a cell never started (a dry run, or a local sweep that has not reached it).
+LOST, UNKNOWN, NOT_RUN = "lost", "unknown", "not run"
+#: Every state a cell can be in, in the order tables and count lines show them.
+CELL_STATES = (COMPLETED, *QUEUED, *STATUSES[1:], LOST, UNKNOWN, NOT_RUN, NO_RESULT, UNREADABLE)
+
+#: Longest error text shown in a table (its first line).
+ERROR_WIDTH = 60
+
+
+def short_error(error: Any, width: int = ERROR_WIDTH) -> str:
+    """The first non-empty line of an error, cut to `width` characters ('' for no error)."""
+    line = next((line.strip() for line in error.splitlines() if line.strip()), "") if isinstance(error, str) else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
