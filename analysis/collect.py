@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, TextIO
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -146,12 +147,20 @@ def _counting_steps(directories: Sequence[Path], runs: pd.DataFrame, replicates:
     done = replicates[replicates["status"] == COMPLETED]
     counting = pd.concat([done[["cell_id", "attempt", "repeat"]],
                           runs[["cell_id", "attempt"]].assign(repeat=runs["repeat"].fillna(0))], ignore_index=True)
-    counting = counting.drop_duplicates(["cell_id", "attempt"]).astype({"attempt": "int64", "repeat": "int64"})
-    key = pd.MultiIndex.from_arrays([steps["cell_id"].astype(str), steps["attempt"].astype("int64")])
-    repeat = pd.Series(counting["repeat"].to_numpy(), index=pd.MultiIndex.from_frame(counting[["cell_id", "attempt"]]))
-    found = key.isin(repeat.index)
+    counting = counting.drop_duplicates(["cell_id", "attempt"])
+    # (cell, attempt) as one integer per row, through the steps' category codes: a million rows
+    # are looked up in the few thousand counting attempts without building tuples or strings.
+    cells = pd.Index(steps["cell_id"].cat.categories) if len(steps) else pd.Index([], dtype=object)
+    shift = int(max(steps["attempt"].max() if len(steps) else 0, counting["attempt"].max() if len(counting) else 0)) + 1
+    step_keys = steps["cell_id"].cat.codes.to_numpy(np.int64) * shift + steps["attempt"].to_numpy(np.int64) \
+        if len(steps) else np.empty(0, np.int64)
+    codes = cells.get_indexer(counting["cell_id"])
+    known = codes >= 0
+    counting_keys = pd.Index(codes[known].astype(np.int64) * shift + counting["attempt"].to_numpy(np.int64)[known])
+    position = counting_keys.get_indexer(step_keys)
+    found = position >= 0
     steps = steps[found].reset_index(drop=True)
-    steps[REPEAT] = repeat.reindex(key[found]).to_numpy()
+    steps[REPEAT] = counting["repeat"].to_numpy(np.int64)[known][position[found]]
     return steps
 
 

@@ -10,6 +10,7 @@ override of the same key wins, as in Hydra).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import re
@@ -28,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.errors import one_line
-from orchestrator.private_apis import apply_overrides, compose_groups, group_exists, split_sweep
+from orchestrator.private_apis import apply_overrides, caching_repository, compose_groups, group_exists, split_sweep
 from workloads.config import ConfigError, cell_config_from_dict, config_digest
 from workloads.run import check_cell
 from workloads.sweep_dir import SMOKE_DIR
@@ -58,7 +59,7 @@ class Cell:
     """Fully resolved config without the `hydra` node, `cell_id` set. Read-only: cells of one
     sweep share the sub-dicts their overrides did not change."""
 
-    @property
+    @functools.cached_property
     def axes(self) -> dict[str, Any]:
         """The cell's value of every axis its config gives (workloads/vocabulary.py)."""
         return axes_from_config(self.config)
@@ -169,6 +170,7 @@ class _Composer:
         self._parser = OverridesParser.create(config_loader=loader)
         self._parsed: dict[str, tuple[Override, bool]] = {}
         self._composed: dict[tuple[str, ...], _Composed] = {}
+        self._repo = caching_repository(loader)  # each config file read once per expansion
 
     def cell_values(self, overrides: Sequence[str]) -> dict[str, Any]:
         """The resolved config of one cell (without the `hydra` node), validated, `cell_id` set."""
@@ -197,7 +199,7 @@ class _Composer:
             # Hydra's own composition (ConfigLoaderImpl._load_configuration_impl) without Hydra's
             # node: composing Hydra's ~10 own configs was two thirds of the time, and a cell
             # drops that node anyway (its interpolations only resolve inside a Hydra job).
-            cfg = compose_groups(self._loader, CONFIG_NAME, [self._parse(line)[0] for line in groups])
+            cfg = compose_groups(self._loader, CONFIG_NAME, [self._parse(line)[0] for line in groups], self._repo)
             OmegaConf.set_struct(cfg, True)  # as Hydra: a plain override of a missing key is an error
             OmegaConf.copy_cache(from_config=self._master, to_config=cfg)  # as load_sweep_config
             with open_dict(cfg):

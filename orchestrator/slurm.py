@@ -33,7 +33,7 @@ from orchestrator.private_apis import SUBMISSION_ERRORS
 from orchestrator.profile import ProfileError, Resources, SlurmProfile, cell_resources, load_profile
 from orchestrator.sbatch import CACHE_VARIABLES, make_executor, script_text, slurm_parameters
 from orchestrator.scheduler import partitions, queued_jobs
-from workloads.sweep_dir import SBATCH_DIR, cell_dir, is_completed, missing_repeats, recorded_job_ids
+from workloads.sweep_dir import SBATCH_DIR, cell_dir, missing_repeats, recorded_job_ids
 
 DRY_RUN_PREFIX = "dryrun-"
 #: Client settings that must survive the clean environment: they say where the cluster is.
@@ -98,11 +98,11 @@ def check_grid(grid: Grid) -> tuple[SlurmProfile, dict[str, Resources], dict[Res
     return profile, resources, params
 
 
-def cells_to_skip(grid: Grid, job_ids: dict[str, str], check_queue: bool = True) -> dict[str, str]:
-    """Cells not to submit again: completed ones (every replicate), and ones with a recorded job
-    still queued (the manifest's job_id lists one job per replicate submitted, space-separated)."""
-    skipped = {c.cell_id: "completed" for c in grid.cells
-               if is_completed(cell_dir(grid.sweep_dir, c.cell_id), c.repeats)}
+def cells_to_skip(grid: Grid, job_ids: dict[str, str], missing: dict[str, list[int]],
+                  check_queue: bool = True) -> dict[str, str]:
+    """Cells not to submit again: completed ones (no replicate `missing`), and ones with a recorded
+    job still queued (the manifest's job_id lists one job per replicate submitted, space-separated)."""
+    skipped = {c.cell_id: "completed" for c in grid.cells if not missing[c.cell_id]}
     pending = {cid: jid for cid, jid in job_ids.items() if cid not in skipped}
     queue = queued_jobs() if pending and check_queue else set()
     for cell_id, jobs in pending.items():
@@ -130,13 +130,14 @@ def plan(grid: Grid, query_cluster: bool = True, only: Collection[str] | None = 
     if query_cluster:
         check_partitions(resources)
     job_ids = recorded_job_ids(grid.sweep_dir)
-    skipped = cells_to_skip(grid, job_ids, query_cluster)
+    missing = {cell.cell_id: missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), cell.repeats)
+               for cell in grid.cells}
+    skipped = cells_to_skip(grid, job_ids, missing, query_cluster)
     if only is not None:  # a cell completed or queued keeps that reason
         wanted = set(only)
         skipped = {**{c.cell_id: "not selected" for c in grid.cells if c.cell_id not in wanted}, **skipped}
-    missing = {cell.cell_id: set(missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), cell.repeats))
-               for cell in grid.cells if cell.cell_id not in skipped}
-    todo = [(cell, repeat) for cell, repeat in grid.replicates() if repeat in missing.get(cell.cell_id, ())]
+    todo = [(cell, repeat) for cell, repeat in grid.replicates()
+            if cell.cell_id not in skipped and repeat in missing[cell.cell_id]]
     groups = group_arrays(todo, lambda task: resources[task[0].cell_id], profile.max_array_size)
     arrays = [JobArray(i, res, tasks, params[res]) for i, (res, tasks) in enumerate(groups)]
     return SlurmPlan(grid, profile, resources, skipped, arrays, job_ids)

@@ -344,17 +344,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
+@functools.cache
+def _later_section_defaults() -> dict[str, dict[str, Any]]:
+    """The sections added after cells existed, at their defaults (built once: a sweep digests every cell)."""
+    return {"distributed": cell_config_to_dict(DistributedConfig()), "measure": cell_config_to_dict(MeasureConfig())}
+
+
 def config_digest(cfg: CellConfig | Mapping[str, Any]) -> str:
     """A stable 12-hex-digit id of a resolved config (the `cell_id` field itself excluded)."""
     values = cell_config_to_dict(cfg) if isinstance(cfg, CellConfig) else dict(cfg)
     values.pop("cell_id", None)
     values.pop("repeats", None)  # more replicates of a cell are the same cell
-    # Cells of one process keep the ids they had before the `distributed` section existed, so
-    # that re-running an older sweep still finds its completed cells.
-    if values.get("distributed") == cell_config_to_dict(DistributedConfig()):
-        del values["distributed"]
-    # Likewise the `measure` section at its defaults: cells keep the ids they had before it existed.
-    if values.get("measure") == cell_config_to_dict(MeasureConfig()):
-        del values["measure"]
+    # Sections added after cells existed (`distributed`, `measure`) are left out at their defaults,
+    # so that re-running an older sweep still finds its completed cells.
+    for section, defaults in _later_section_defaults().items():
+        if values.get(section) == defaults:
+            del values[section]
     blob = json.dumps(values, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
