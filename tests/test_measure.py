@@ -12,7 +12,7 @@ import random
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pyarrow.parquet as pq
 import pytest
@@ -26,9 +26,27 @@ from workloads.config import CellConfig, ConfigError, MeasureConfig, cell_config
 from workloads.recorder import CellRecorder, RankReport
 from workloads.schema import RUN_SCHEMA
 from workloads.train import (HOST_LEAD_STEPS, STOP_REASONS, StepRecord, StopRule, median_interval_ranks,
-                             median_rel_halfwidth, planned_steps, run_steps, stop_reason)
+                             median_rel_halfwidth, run_steps)
 
 NO_CAPS = {"max_steps": None, "max_seconds": None}
+
+
+def stop_reason(times_s: Sequence[float], steps: int, measure: MeasureConfig) -> str | None:
+    """Why measuring stops after these measured step times (seconds, in order), or None to go on:
+    `StopRule` fed them all, as the measured loop does one by one."""
+    rule = StopRule(steps, measure)
+    reason = None
+    for seconds in times_s:
+        reason = rule.add(seconds)
+    return reason
+
+
+def planned_steps(times_s: Sequence[float], steps: int, measure: MeasureConfig) -> tuple[int, str]:
+    """`StopRule.plan` after these measured step times: what the ranks of a distributed cell propose."""
+    rule = StopRule(steps, measure)
+    for seconds in times_s:
+        rule.add(seconds)
+    return rule.plan()
 
 
 def measure(**values: Any) -> MeasureConfig:

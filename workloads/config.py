@@ -34,7 +34,7 @@ class ConfigError(ValueError):
 @dataclass
 class ModelConfig:
     name: str = "gpt"
-    """Model family from `workloads.models.MODEL_BUILDERS`: `gpt`, `resnet`, or `timm`."""
+    """Model family from `workloads.models.MODEL_FAMILIES`: `gpt`, `resnet`, or `timm`."""
     arch: str | None = None
     """timm model name (e.g. `convnext_tiny`); null = the size's default architecture."""
     channels_last: bool = True

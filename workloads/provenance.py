@@ -1,4 +1,4 @@
-"""What explains run-to-run variance (DESIGN.md, "Measuring honestly"): host CPU, affinity and
+"""What explains run-to-run variance (docs/measurement.md, "Replicates"): host CPU, affinity and
 threads, node, Slurm binding, and the GPU's driver, clocks, power limit, temperature and neighbours.
 
 `start(device)` before the first step, `finish(device, values)` right after the last; the dict

@@ -30,7 +30,6 @@ from workloads.vocabulary import AXES, CONFIG_AXES
 
 SCHEMA_VERSION = 2
 
-PHASES = ("warmup", "measure")
 #: The axis columns (workloads/vocabulary.py), in run.parquet and the manifest alike.
 AXIS_FIELDS = [pa.field(axis.name, axis.type) for axis in AXES]
 

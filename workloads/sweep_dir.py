@@ -225,13 +225,6 @@ def replicate_attempts(runs: pd.DataFrame) -> pd.DataFrame:
     return ranked.drop_duplicates(["cell_id", "repeat"], keep="last").drop(columns="_completed")
 
 
-def latest_run(runs: pd.DataFrame | None) -> pd.Series | None:
-    """The attempt that speaks for a cell (its runs only): see `counting_attempts`."""
-    if runs is None or runs.empty:
-        return None
-    return counting_attempts(runs).iloc[0]
-
-
 def newest_attempt(directory: Path) -> tuple[int, str | None, str | None]:
     """(attempts recorded, status of the newest attempt, its error): how the last run ended."""
     runs = read_parquet(Path(directory) / RUN_FILE, RUN_SCHEMA)
@@ -264,10 +257,6 @@ def last_status(directory: Path, repeats: int = 1) -> tuple[int, str | None, str
     run = open_runs.sort_values("attempt").iloc[-1]
     return len(runs), run["status"], run["error"]
 
-
-def is_completed(directory: Path, repeats: int = 1) -> bool:
-    """Whether every replicate of the cell has completed (then a re-run of the sweep skips it)."""
-    return not missing_repeats(directory, repeats)
 
 
 def next_attempt(directory: Path) -> int:

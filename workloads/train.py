@@ -225,24 +225,6 @@ class StopRule:
         return int(count), reason
 
 
-def stop_reason(times_s: Sequence[float], steps: int, measure: MeasureConfig) -> str | None:
-    """Why measuring stops after these measured step times (seconds, in order), or None to go on:
-    `StopRule` fed them all, as the measured loop does one by one."""
-    rule = StopRule(steps, measure)
-    reason = None
-    for seconds in times_s:
-        reason = rule.add(seconds)
-    return reason
-
-
-def planned_steps(times_s: Sequence[float], steps: int, measure: MeasureConfig) -> tuple[int, str]:
-    """`StopRule.plan` after these measured step times: what the ranks of a distributed cell propose."""
-    rule = StopRule(steps, measure)
-    for seconds in times_s:
-        rule.add(seconds)
-    return rule.plan()
-
-
 class _Stopping:
     """How many steps the measured loop launches in all (`limit`, warm-up included), updated from
     the measured steps as they are reported; `reason` once it is decided.

@@ -87,10 +87,6 @@ class Axis:
     def header(self) -> str:
         return self.label or self.name
 
-    def from_config(self, config: Mapping[str, Any]) -> Any:
-        """Its value in a resolved cell config."""
-        return self.derive(config) if self.derive else config_value(config, self.key) if self.key else None
-
     def set_by(self, override_key: str) -> bool:
         """Whether an override of this key sets the axis (`backend=inductor` sets `backend.name`)."""
         return self.key is not None and (self.key == override_key or self.key.startswith(override_key + "."))

@@ -17,7 +17,7 @@ The client commands (sbatch, squeue, sacct, scontrol, srun) and everything that 
 this process for code that calls the commands itself.
 
 Why the settings are as they are (no systemd, no cgroups in containers and on CI machines):
-see shared/cluster/local-slurm-notes.md.
+see docs/testing.md and docs/clusters.md ("A real Slurm on the GPU machines").
 """
 
 from __future__ import annotations

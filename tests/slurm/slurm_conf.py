@@ -1,7 +1,7 @@
 """The configuration files of the local Slurm: slurm.conf, gres.conf, cgroup.conf and slurmdbd.conf.
 
 Why the settings are as they are (no systemd and no cgroups in containers and on CI machines):
-see shared/cluster/local-slurm-notes.md. Everything lives under the cluster's root directory;
+see docs/testing.md and docs/clusters.md ("A real Slurm on the GPU machines"). Everything lives under the cluster's root directory;
 ports are given by the caller (picked free at each start).
 """
 
