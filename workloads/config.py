@@ -20,10 +20,11 @@ from typing import Any, Mapping
 
 import yaml
 
+from workloads.precision import PRECISIONS
+
 #: Inductor compile modes accepted for `backend.mode` (None and "default" mean the default mode).
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DATA_SOURCES = ("synthetic", "text", "bin", "imagefolder")
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 DIST_BACKENDS = ("auto", "nccl", "gloo")
 
 
@@ -180,7 +181,7 @@ class CellConfig:
             if value is not None and value <= 0:
                 raise ConfigError(f"{key} must be positive, got {value}")
         if self.precision.name not in PRECISIONS:
-            raise ConfigError(f"precision.name must be one of {PRECISIONS}, got {self.precision.name!r}")
+            raise ConfigError(f"precision.name must be one of {tuple(PRECISIONS)}, got {self.precision.name!r}")
         if self.data.source not in DATA_SOURCES:
             raise ConfigError(f"data.source must be one of {DATA_SOURCES}, got {self.data.source!r}")
         if self.data.source != "synthetic" and not self.data.path:

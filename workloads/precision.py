@@ -1,19 +1,22 @@
 """Numeric precision of a cell: autocast dtype, TF32 switches, loss scaling, and which peak
-FLOP/s an MFU figure must be measured against."""
+FLOP/s an MFU figure must be measured against. The one table of precisions (`PRECISIONS`): the
+config validates names against it, so this module imports torch only where a cell runs."""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
 class Precision:
     name: str
-    autocast_dtype: torch.dtype | None
-    """Autocast dtype for the forward pass; None runs in fp32."""
+    autocast_dtype: str | None
+    """Autocast dtype for the forward pass (a torch dtype's name); None runs in fp32."""
     tf32: bool
     """Allow TF32 tensor-core math for fp32 matmuls and convolutions."""
     grad_scaler: bool
@@ -23,21 +26,28 @@ class Precision:
 
     def apply_global_switches(self) -> None:
         """Set the process-wide TF32 switches (nanoGPT turns TF32 on alongside bf16)."""
+        import torch
+
         torch.backends.cuda.matmul.allow_tf32 = self.tf32
         torch.backends.cudnn.allow_tf32 = self.tf32
 
     def autocast(self, device_type: str, cache_enabled: bool = True) -> contextlib.AbstractContextManager:
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=device_type, dtype=self.autocast_dtype, cache_enabled=cache_enabled)
+        import torch
+
+        return torch.autocast(device_type=device_type, dtype=getattr(torch, self.autocast_dtype),
+                              cache_enabled=cache_enabled)
 
     def make_scaler(self, device_type: str) -> torch.amp.GradScaler | None:
+        import torch
+
         return torch.amp.GradScaler(device_type) if self.grad_scaler else None
 
 
 PRECISIONS: dict[str, Precision] = {
     "fp32": Precision("fp32", None, tf32=False, grad_scaler=False, peak_key="fp32"),
     "tf32": Precision("tf32", None, tf32=True, grad_scaler=False, peak_key="tf32"),
-    "bf16": Precision("bf16", torch.bfloat16, tf32=True, grad_scaler=False, peak_key="bf16"),
-    "fp16": Precision("fp16", torch.float16, tf32=True, grad_scaler=True, peak_key="bf16"),
+    "bf16": Precision("bf16", "bfloat16", tf32=True, grad_scaler=False, peak_key="bf16"),
+    "fp16": Precision("fp16", "float16", tf32=True, grad_scaler=True, peak_key="bf16"),
 }
