@@ -19,6 +19,7 @@ all-reduces can overlap the backward. Those splits are not in dynamo's graph-bre
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
@@ -83,10 +84,20 @@ def join(cfg: DistributedConfig, device_type: str, environ: Mapping[str, str] = 
     return Ranks(launched.rank, launched.world_size, launched.local_rank, backend)
 
 
-def leave(ranks: Ranks) -> None:
-    """Leave the process group joined by `join` (nothing for a single process)."""
-    if ranks.backend is not None and dist.is_initialized():
-        dist.destroy_process_group()
+def leave(ranks: Ranks, together: bool = False) -> None:
+    """Leave the process group joined by `join` (nothing for a single process). `together`: every
+    rank got here after training (then they meet first; a rank that failed may never come).
+
+    The group's threads must end before the interpreter does: a DDP module still holding the group
+    (in a reference cycle until the collector runs) would destroy it at interpreter exit, where gloo
+    aborts the process ("terminate called without an active exception", seen under load on rank 1
+    of a finished cell). So the cycles are collected first, and the ranks leave together."""
+    if ranks.backend is None or not dist.is_initialized():
+        return
+    gc.collect()
+    if together:
+        dist.barrier()
+    dist.destroy_process_group()
 
 
 def rank_device(ranks: Ranks, device: torch.device) -> torch.device:

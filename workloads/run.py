@@ -229,7 +229,7 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
                    started_at=_now())
     previous_handlers = {sig: signal.signal(sig, handler)
                          for sig, handler in ((signal.SIGTERM, _on_sigterm), (signal.SIGUSR2, _on_sigusr2))}
-    ranks = Ranks()
+    ranks, finished = Ranks(), False
     try:
         if _EARLY_SIGNALS:  # came while the process started: record it now, as if it came now
             signum = _EARLY_SIGNALS.pop(0)
@@ -237,6 +237,7 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
         ranks = distributed.join(cfg.distributed, resolve_device(cfg.device).type)
         rec.run["dist_backend"] = ranks.backend
         status = _train(cfg, rec, ranks)
+        finished = True  # every rank took part in the gather after its loop: all are here
     except CellInterrupted as err:
         status, rec.run["error"] = "timeout" if isinstance(err, CellTimedOut) else "cancelled", str(err)
     except Exception as err:  # a failed cell is a result to record, whatever the cause
@@ -246,7 +247,7 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
     finally:
         for sig, handler in previous_handlers.items():
             signal.signal(sig, handler)
-        distributed.leave(ranks)
+        distributed.leave(ranks, together=finished)
     rec.run.update(status=status, finished_at=_now())
     if writes:
         rec.write(cell_dir)
