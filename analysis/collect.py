@@ -22,7 +22,7 @@ import pyarrow as pa
 from workloads.schema import RUN_SCHEMA, STEPS_SCHEMA
 from workloads.sweep_dir import (
     MANIFEST_FILE, RUN_FILE, STDERR, STEPS_FILE, cell_dir, cell_dirs, counting_attempts, read_cell_config,
-    read_tables, replicate_attempts,
+    read_tables, replicate_attempts, with_repeat,
 )
 from workloads.vocabulary import AXES, CONFIG_AXES, COMPLETED, NO_RESULT, UNREADABLE, axes_from_config
 
@@ -146,7 +146,7 @@ def _counting_steps(directories: Sequence[Path], runs: pd.DataFrame, replicates:
     steps = table.to_pandas(strings_to_categorical=True)  # a million rows name a thousand cells
     done = replicates[replicates["status"] == COMPLETED]
     counting = pd.concat([done[["cell_id", "attempt", "repeat"]],
-                          runs[["cell_id", "attempt"]].assign(repeat=runs["repeat"].fillna(0))], ignore_index=True)
+                          runs[["cell_id", "attempt", "repeat"]]], ignore_index=True)
     counting = counting.drop_duplicates(["cell_id", "attempt"])
     # (cell, attempt) as one integer per row, through the steps' category codes: a million rows
     # are looked up in the few thousand counting attempts without building tuples or strings.
@@ -172,7 +172,7 @@ def load_cells(directories: Sequence[Path], warn: TextIO | None = STDERR,
     table, bad = read_tables([d / RUN_FILE for d in directories if (d / RUN_FILE).is_file()], RUN_READ_SCHEMA)
     for path, exc in bad:
         problems.add(path, f"cannot read ({exc})")
-    every = table.to_pandas().fillna(SINGLE_PROCESS)
+    every = with_repeat(table.to_pandas().fillna(SINGLE_PROCESS))
     replicates = replicate_attempts(every)
     runs = counting_attempts(every).set_index("cell_id", drop=False)
     runs["replicates"] = (replicates["status"] == COMPLETED).groupby(replicates["cell_id"]).sum() \

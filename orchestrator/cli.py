@@ -177,9 +177,9 @@ def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False) -> int:
     submitted, or with `wait` once no cell is queued any more."""
     from analysis.tables import render_markdown
     from orchestrator.profile import ProfileError
+    from orchestrator.grid_files import prepare
     from orchestrator.slurm import grid_rows, plan, write_dry_run
     from workloads.sweep_dir import SBATCH_DIR
-    from orchestrator.grid_files import prepare
 
     try:
         the_plan = plan(grid)

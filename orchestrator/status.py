@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any, Sequence, TextIO
 
 from orchestrator.scheduler import SLURM_STATES, job_states
-from workloads.sweep_dir import cell_dir, cell_dirs, is_sweep_dir, last_status, read_cell_config, read_manifest
+from workloads.sweep_dir import (
+    STDERR, cell_dir, cell_dirs, is_sweep_dir, last_status, read_cell_config, read_manifest,
+)
 from workloads.vocabulary import (
     CELL_STATES, COMPLETED, LOST, NOT_RUN, QUEUED, STATUSES, UNKNOWN, axes_from_config, config_value, short_error,
     shown_axes,
@@ -54,11 +56,12 @@ class CellStatus:
     state: str = NOT_RUN
     attempts: int = 0
     error: str | None = None
+    repeats: int = 1
+    """Replicates the cell runs (config key `repeats`): it is completed when all of them are."""
 
 
 def _from_result(row: CellStatus, directory: Path) -> None:
-    repeats = config_value(read_cell_config(directory, warn=None), "repeats") or 1
-    row.attempts, status, error = last_status(directory, repeats)
+    row.attempts, status, error = last_status(directory, row.repeats)
     if status is not None:
         row.state, row.error = status, short_error(error) or None
 
@@ -74,11 +77,19 @@ def sweep_status(sweep_dir: Path) -> list[CellStatus]:
         job_id = entry.pop("job_id")
         axes = {k: v for k, v in entry.items() if k not in ("cell_id", "overrides", "executor")}
         rows[entry["cell_id"]] = CellStatus(entry["cell_id"], axes, job_id if isinstance(job_id, str) and job_id else None)
-    for directory in cell_dirs(sweep_dir):
-        if directory.name not in rows:
-            rows[directory.name] = CellStatus(directory.name, axes_from_config(read_cell_config(directory)))
+    listed = set(rows)
+    on_disk = {directory.name for directory in cell_dirs(sweep_dir)}
+    for cell_id in sorted(on_disk - listed):
+        rows[cell_id] = CellStatus(cell_id)
     for row in rows.values():
-        _from_result(row, cell_dir(sweep_dir, row.cell_id))
+        directory = cell_dir(sweep_dir, row.cell_id)
+        # One read of each config: the replicates, and the axes of cells the manifest lacks (whose
+        # unreadable config is worth a warning; a listed cell has its axes from the manifest).
+        config = read_cell_config(directory, STDERR if row.cell_id not in listed else None)
+        if row.cell_id not in listed:
+            row.axes = axes_from_config(config)
+        row.repeats = config_value(config, "repeats") or 1
+        _from_result(row, directory)
 
     ask = [row for row in rows.values() if row.job_id and row.state != COMPLETED]
     states = job_states([job for row in ask for job in row.job_id.split()])

@@ -216,47 +216,60 @@ def counting_attempts(runs: pd.DataFrame) -> pd.DataFrame:
     return ranked.drop_duplicates("cell_id", keep="last").drop(columns="_completed")
 
 
+def with_repeat(runs: pd.DataFrame) -> pd.DataFrame:
+    """Run rows with `repeat` filled in: rows written before replicates existed are replicate 0."""
+    return runs.assign(repeat=runs["repeat"].fillna(0).astype("int64"))
+
+
 def replicate_attempts(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (cell_id, repeat): the attempt that speaks for each replicate of a cell (as
-    `counting_attempts` for a cell). Rows without a repeat (files before replicates) are replicate 0."""
-    runs = runs.assign(repeat=runs["repeat"].fillna(0).astype("int64"))
+    """One row per (cell_id, repeat) of run rows `with_repeat`: the attempt that speaks for each
+    replicate of a cell (as `counting_attempts` for a cell)."""
     ranked = runs.assign(_completed=runs["status"] == COMPLETED)
     ranked = ranked.sort_values(["cell_id", "repeat", "_completed", "attempt"], kind="stable")
     return ranked.drop_duplicates(["cell_id", "repeat"], keep="last").drop(columns="_completed")
 
 
+def _runs(directory: Path) -> pd.DataFrame:
+    """A cell directory's run rows `with_repeat` (none where there is no readable run.parquet)."""
+    runs = read_parquet(Path(directory) / RUN_FILE, RUN_SCHEMA)
+    return with_repeat(runs) if runs is not None else RUN_SCHEMA.empty_table().to_pandas()
+
+
+def _missing(runs: pd.DataFrame, repeats: int) -> list[int]:
+    done = set(runs.loc[runs["status"] == COMPLETED, "repeat"])
+    return [repeat for repeat in range(repeats) if repeat not in done]
+
+
+def _newest(runs: pd.DataFrame) -> tuple[str | None, str | None]:
+    """(status, error) of the newest of these attempts; (None, None) for none."""
+    if runs.empty:
+        return None, None
+    run = runs.sort_values("attempt").iloc[-1]
+    return run["status"], run["error"]
+
+
 def newest_attempt(directory: Path) -> tuple[int, str | None, str | None]:
     """(attempts recorded, status of the newest attempt, its error): how the last run ended."""
-    runs = read_parquet(Path(directory) / RUN_FILE, RUN_SCHEMA)
-    if runs is None or runs.empty:
-        return 0, None, None
-    run = runs.sort_values("attempt").iloc[-1]
-    return len(runs), run["status"], run["error"]
+    runs = _runs(directory)
+    return (len(runs), *_newest(runs))
 
 
 def missing_repeats(directory: Path, repeats: int = 1) -> list[int]:
     """The replicates (0..repeats-1) of a cell that no attempt has completed yet."""
-    runs = read_parquet(Path(directory) / RUN_FILE, RUN_SCHEMA)
-    done = set() if runs is None else set(runs.loc[runs["status"] == COMPLETED, "repeat"].fillna(0).astype(int))
-    return [repeat for repeat in range(repeats) if repeat not in done]
+    return _missing(_runs(directory), repeats)
 
 
 def last_status(directory: Path, repeats: int = 1) -> tuple[int, str | None, str | None]:
     """(attempts recorded, the cell's status, its error) from run.parquet: `completed` once every
     replicate has completed, else the status of the latest attempt of a replicate that has not
     (None when such a replicate never ran: the cell is unfinished)."""
-    runs = read_parquet(Path(directory) / RUN_FILE, RUN_SCHEMA)
-    if runs is None or runs.empty:
+    runs = _runs(directory)
+    if runs.empty:
         return 0, None, None
-    missing = missing_repeats(directory, repeats)
+    missing = _missing(runs, repeats)
     if not missing:
         return len(runs), COMPLETED, None
-    open_runs = runs[runs["repeat"].fillna(0).astype(int).isin(missing)]
-    if open_runs.empty:
-        return len(runs), None, None
-    run = open_runs.sort_values("attempt").iloc[-1]
-    return len(runs), run["status"], run["error"]
-
+    return (len(runs), *_newest(runs[runs["repeat"].isin(missing)]))
 
 
 def next_attempt(directory: Path) -> int:
