@@ -5,6 +5,11 @@ so a crash, an OOM or a stuck compile in one cell cannot take the sweep (or the 
 measurements, through a warm dynamo cache) with it. Every cell is attempted even when some
 fail; the caller turns the outcomes into the exit code.
 
+While one replicate runs, the next one's process is already started: it imports torch and its
+model's library (seconds each) and waits for its turn before it touches the device; the one
+running waits, before its measured steps, until the next has finished importing (the protocol is
+in workloads/turns.py). At most two cell processes exist at a time, and only one uses the device.
+
 A distributed cell (several processes) is not for this executor: it starts one process per
 cell and is no launcher; Slurm starts a distributed cell's processes, one task each, and each
 task runs `run_cell` for its rank (orchestrator/slurm_job.py).
@@ -12,15 +17,18 @@ task runs `run_cell` for its rank (orchestrator/slurm_job.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Iterator, TextIO
 
 from workloads.sweep_dir import LOGS_DIR, cell_dir, config_path, missing_repeats, newest_attempt
+from workloads import turns
 from workloads.config import distributed_section
 from workloads.vocabulary import COMPLETED
 
@@ -48,11 +56,12 @@ class Outcome:
         return self.status in (COMPLETED, SKIPPED)
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     # Appended, not prepended: an explicit PYTHONPATH (a test stand-in, a site package) still wins.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(REPO_ROOT)) if p)
     env["PYTHONUNBUFFERED"] = "1"  # logs grow while the cell runs, for `tail -f`
+    env.update(extra or {})
     return env
 
 
@@ -83,53 +92,144 @@ def log_paths(logs: Path, rank: int = 0) -> tuple[Path, Path]:
     return logs / f"stdout{suffix}.log", logs / f"stderr{suffix}.log"
 
 
-def run_cell(sweep_dir: Path, cell: Cell | str, rank: int = 0, repeat: int = 0) -> Outcome:
-    """Run replicate `repeat` of one cell (a Cell or its id) in a subprocess — in a distributed
-    cell, this task's rank of it; its stdout/stderr go to the cell's logs/ (see `log_paths`)."""
-    cell_id = cell if isinstance(cell, str) else cell.cell_id
+@dataclass
+class CellProcess:
+    """A started `python -m workloads.run` process of one replicate (or rank) of a cell."""
+
+    sweep_dir: Path
+    cell_id: str
+    rank: int
+    repeat: int
+    process: subprocess.Popen
+    attempts_before: int
+    stderr_log: Path
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        self.process.wait()
+
+    def finish(self, since: float) -> Outcome:
+        """Wait for the process to end and say how the replicate went; `since` (perf_counter)
+        is when it began to count, for the Outcome's seconds."""
+        try:
+            code = self.process.wait()
+        except BaseException:  # Ctrl-C, or the task being cancelled: the child goes with us
+            self.kill()
+            raise
+        seconds = time.perf_counter() - since
+        directory = cell_dir(self.sweep_dir, self.cell_id)
+        if code == 0:
+            # Rank 0 writes the results, and may not have yet: another rank goes by its exit code.
+            if self.rank > 0 or self.repeat not in missing_repeats(directory, self.repeat + 1):
+                return Outcome(self.cell_id, COMPLETED, seconds)
+            # Trust the file, not the exit code: a re-run skips only what run.parquet says is done.
+            return Outcome(self.cell_id, "failed", seconds, "exit 0 but run.parquet has no completed attempt")
+
+        # The workload records why in run.parquet (oom, not_compiled, ...) unless it died before;
+        # only rank 0 records, so another rank's reason is its own last words.
+        attempts, status, error = (newest_attempt(directory) if self.rank == 0
+                                   else (self.attempts_before, None, None))
+        wrote_attempt = attempts > self.attempts_before
+        status = status if wrote_attempt and status and status != COMPLETED else "failed"
+        if wrote_attempt and isinstance(error, str) and error.strip():
+            reason = error.strip().splitlines()[0]  # the workload's own one-line reason
+        else:
+            reason = _last_line(self.stderr_log) or "(no output)"  # e.g. the exception of a traceback
+        return Outcome(self.cell_id, status, seconds, f"exit {code}: {reason} [{self.stderr_log}]")
+
+
+def start_cell(sweep_dir: Path, cell_id: str, rank: int = 0, repeat: int = 0,
+               env: dict[str, str] | None = None) -> CellProcess:
+    """Start replicate `repeat` of one cell (in a distributed cell, this task's rank of it) as a
+    subprocess whose stdout/stderr go to the cell's logs/ (see `log_paths`); `env` adds variables."""
     directory = cell_dir(sweep_dir, cell_id)
     logs = directory / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)
     attempts_before = newest_attempt(directory)[0]
     command = [sys.executable, "-m", "workloads.run", str(config_path(sweep_dir, cell_id)), "--repeat", str(repeat)]
     stdout_log, stderr_log = log_paths(logs, rank)
-    start = time.perf_counter()
-    with open(stdout_log, "ab") as out, open(stderr_log, "ab") as err:
-        code = subprocess.call(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=_child_env())
-    seconds = time.perf_counter() - start
-    if code == 0:
-        # Rank 0 writes the results, and may not have yet: another rank goes by its exit code.
-        if rank > 0 or repeat not in missing_repeats(directory, repeat + 1):
-            return Outcome(cell_id, COMPLETED, seconds)
-        # Trust the file, not the exit code: a re-run skips only what run.parquet says is done.
-        return Outcome(cell_id, "failed", seconds, "exit 0 but run.parquet has no completed attempt")
+    with open(stdout_log, "ab") as out, open(stderr_log, "ab") as err:  # the child keeps its own copies
+        process = subprocess.Popen(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=_child_env(env))
+    return CellProcess(sweep_dir, cell_id, rank, repeat, process, attempts_before, stderr_log)
 
-    # The workload records why in run.parquet (oom, not_compiled, ...) unless it died before;
-    # only rank 0 records, so another rank's reason is its own last words.
-    attempts, status, error = newest_attempt(directory) if rank == 0 else (attempts_before, None, None)
-    wrote_attempt = attempts > attempts_before
-    status = status if wrote_attempt and status and status != COMPLETED else "failed"
-    if wrote_attempt and isinstance(error, str) and error.strip():
-        reason = error.strip().splitlines()[0]  # the workload's own one-line reason
-    else:
-        reason = _last_line(stderr_log) or "(no output)"  # e.g. the exception of a traceback
-    return Outcome(cell_id, status, seconds, f"exit {code}: {reason} [{stderr_log}]")
+
+def run_cell(sweep_dir: Path, cell: Cell | str, rank: int = 0, repeat: int = 0) -> Outcome:
+    """Run replicate `repeat` of one cell (a Cell or its id) in a subprocess — in a distributed
+    cell, this task's rank of it — and wait for it."""
+    cell_id = cell if isinstance(cell, str) else cell.cell_id
+    since = time.perf_counter()
+    return start_cell(sweep_dir, cell_id, rank, repeat).finish(since)
+
+
+class _Turns:
+    """The executor's side of workloads/turns.py: a directory of its own, the `turn` file, and
+    an `importing.<index>` file per process started ahead until it says it is done importing."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+
+    def start(self, sweep_dir: Path, cell: Cell, repeat: int, index: int) -> CellProcess:
+        marker = self.directory / f"{turns.IMPORTING_PREFIX}{index}"
+        marker.touch()  # before the process exists: the one measuring must not miss it
+        env = {turns.DIR_ENV: str(self.directory), turns.INDEX_ENV: str(index)}
+        started = start_cell(sweep_dir, cell.cell_id, repeat=repeat, env=env)
+        with contextlib.suppress(FileNotFoundError):  # a process that ends at once takes it with it
+            with open(marker, "r+") as fh:
+                fh.write(str(started.process.pid))  # so that a process that died is not waited for
+        return started
+
+    def give(self, index: int) -> None:
+        partial = self.directory / f"{turns.TURN_FILE}.tmp"
+        partial.write_text(str(index))
+        os.replace(partial, self.directory / turns.TURN_FILE)  # whole, never half-written
+
+    def ended(self, index: int) -> None:
+        """Process `index` is gone: it imports nothing any more, whatever it managed to say."""
+        (self.directory / f"{turns.IMPORTING_PREFIX}{index}").unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _turns() -> Iterator[_Turns]:
+    with tempfile.TemporaryDirectory(prefix="compilebench-turns-") as directory:
+        yield _Turns(Path(directory))
 
 
 def run_grid(grid: Grid, out: TextIO = sys.stdout) -> list[Outcome]:
     """Run every replicate of every cell not completed before, in `Grid.replicates` order,
-    printing one progress line each."""
-    outcomes = []
+    printing one progress line each; the next replicate to run is started ahead (module doc)."""
+    outcomes: list[Outcome] = []
     todo = grid.replicates()
-    for index, (cell, repeat) in enumerate(todo, start=1):
-        run = f" run {repeat + 1}/{cell.repeats}" if cell.repeats > 1 else ""
-        print(f"[{index}/{len(todo)}] {cell.label}{run} ({cell.cell_id}) ... ", end="", file=out, flush=True)
-        if repeat not in missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), cell.repeats):
-            outcome = Outcome(cell.cell_id, SKIPPED)
-            print("already completed", file=out, flush=True)
-        else:
-            outcome = run_cell(grid.sweep_dir, cell, repeat=repeat)
-            detail = f": {outcome.message}" if outcome.message else ""
-            print(f"{outcome.status} in {outcome.seconds:.1f} s{detail}", file=out, flush=True)
-        outcomes.append(outcome)
+
+    def to_run(index: int) -> bool:
+        cell, repeat = todo[index]
+        return repeat in missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), cell.repeats)
+
+    with _turns() as turns_dir:
+        ahead: tuple[int, CellProcess] | None = None
+        try:
+            for index, (cell, repeat) in enumerate(todo):
+                run = f" run {repeat + 1}/{cell.repeats}" if cell.repeats > 1 else ""
+                print(f"[{index + 1}/{len(todo)}] {cell.label}{run} ({cell.cell_id}) ... ", end="", file=out, flush=True)
+                if ahead is not None and ahead[0] == index:
+                    current, ahead = ahead[1], None
+                elif to_run(index):
+                    current = turns_dir.start(grid.sweep_dir, cell, repeat, index)
+                else:
+                    outcomes.append(Outcome(cell.cell_id, SKIPPED))
+                    print("already completed", file=out, flush=True)
+                    continue
+                turns_dir.give(index)
+                since = time.perf_counter()
+                following = next((i for i in range(index + 1, len(todo)) if to_run(i)), None)
+                if following is not None:
+                    ahead = following, turns_dir.start(grid.sweep_dir, *todo[following], following)
+                outcome = current.finish(since)
+                turns_dir.ended(index)
+                detail = f": {outcome.message}" if outcome.message else ""
+                print(f"{outcome.status} in {outcome.seconds:.1f} s{detail}", file=out, flush=True)
+                outcomes.append(outcome)
+        finally:
+            if ahead is not None:  # interrupted, or a last replicate started for nothing
+                ahead[1].kill()
     return outcomes

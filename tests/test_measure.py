@@ -330,6 +330,39 @@ def test_cuda_loop_stops_from_the_reported_steps() -> None:
     assert len(records) == 9
 
 
+def test_steps_in_flight_that_meet_the_rule_stop_the_launches() -> None:
+    """With the host ahead, a slow step (GPT-2: 1.4 s) is not launched past the rule: once the
+    steps in flight would meet its count and time at the mean step so far, launching stops."""
+    stopping = train._Stopping(2, 5, measure(min_seconds=5.0), gather=None)
+    for _ in range(2):
+        stopping.measured(1400.0, launched=7)  # 2 warm-up + 5 measured launched, 2 reported
+    assert stopping.in_flight_suffice(7)  # 5 steps, 7 s foreseen
+    assert not stopping.in_flight_suffice(6)  # 4 steps: the count falls short
+    assert not train._Stopping(2, 5, measure(min_seconds=5.0), gather=None).in_flight_suffice(7)  # nothing seen yet
+    longer = train._Stopping(2, 5, measure(min_seconds=10.0), gather=None)
+    for _ in range(2):
+        longer.measured(1400.0, launched=7)
+    assert not longer.in_flight_suffice(7)  # 7 s foreseen, 10 s asked
+    for ruled in (train._Stopping(2, 5, measure(min_seconds=5.0, rel_ci=0.01), gather=None),
+                  train._Stopping(2, 5, measure(min_seconds=5.0), gather=lambda value: [value])):
+        ruled.measured(1400.0, launched=7)
+        ruled.measured(1400.0, launched=7)
+        assert not ruled.in_flight_suffice(7)  # an interval, or ranks that agree on a count
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_loop_does_not_run_slow_steps_past_the_rule() -> None:
+    device = torch.device("cuda")
+
+    def step() -> tuple[torch.Tensor, float]:
+        torch.cuda._sleep(60_000_000)  # tens of milliseconds of GPU time
+        return torch.zeros((), device=device), 0.0
+
+    records: list[StepRecord] = []
+    assert run_steps(step, 2, 5, device, records.append, measure(min_seconds=0.0)) == "steps"
+    assert len(measured(records)) == 5  # not 5 + HOST_LEAD_STEPS
+
+
 def _agreeing_rank(rank: int, store_path: str, out_path: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     try:

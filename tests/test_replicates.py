@@ -38,7 +38,14 @@ def test_local_replicates_run_in_turn_and_more_runs_add_only_the_missing(tmp_pat
     assert [run for _, run, _ in progress] == ["1", "1", "2", "2"], first.stdout  # both cells, then both again
     for runs in _runs(sweep).values():
         assert list(runs["repeat"]) == [0, 1] and set(runs["status"]) == {"completed"}
-        assert runs["started_at"].iloc[1] >= runs["finished_at"].iloc[0]  # one process after the other
+    # One process on the device at a time, in the sweep's order; each next one started ahead,
+    # while the one before it ran (workloads/turns.py), as its log says.
+    runs = pd.concat(_runs(sweep).values()).sort_values("started_at")
+    assert (runs["started_at"].iloc[1:].to_numpy() >= runs["finished_at"].iloc[:-1].to_numpy()).all()
+    process_started = {cell: [pd.Timestamp(t) for t in re.findall(r"process started at (\S+),", log.read_text())]
+                       for cell, log in ((d.name, d / "logs" / "stderr.log") for d in (sweep / "cells").iterdir())}
+    for previous, (_, row) in zip(runs.itertuples(), runs.iloc[1:].iterrows()):
+        assert process_started[row["cell_id"]][row["repeat"]] < previous.finished_at, process_started
 
     more = cli(tmp_path, *args, "repeats=3")  # the same cells: only their third run is new
     assert more.returncode == 0, more.stderr

@@ -13,6 +13,7 @@ status is `completed` (so Slurm marks the job failed).
 from __future__ import annotations
 
 import argparse
+import importlib
 import resource
 import signal
 import sys
@@ -26,6 +27,8 @@ from typing import Any
 #: here and raised by run_cell once it can record them, so that a scancel (TERM) or the time
 #: limit's warning (USR2) that comes early still becomes the cell's status instead of killing it.
 _EARLY_SIGNALS: list[int] = []
+#: When this process started (before torch's import), for a process started ahead (take_turn).
+_PROCESS_STARTED = datetime.now(timezone.utc)
 if __name__ == "__main__":
     for _signum in (signal.SIGTERM, signal.SIGUSR2):
         signal.signal(_signum, lambda signum, frame: _EARLY_SIGNALS.append(signum))
@@ -33,12 +36,12 @@ if __name__ == "__main__":
 import torch  # noqa: E402  (after the early handlers: this import takes seconds)
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from workloads import backends, distributed, provenance
+from workloads import backends, distributed, provenance, turns
 from workloads.config import CellConfig, ConfigError, cell_config_to_dict, config_digest, load_cell_config
 from workloads.data import check_data_source, load_token_source, make_batches
 from workloads.distributed import LaunchError, Ranks
 from workloads.environment import describe_environment, peak_tflops, resolve_device
-from workloads.models import ModelSpec, build_model, check_model
+from workloads.models import MODEL_FAMILIES, ModelSpec, build_model, check_model
 from workloads.precision import PRECISIONS
 from workloads.recorder import CellRecorder
 from workloads.sweep_dir import next_attempt
@@ -194,7 +197,7 @@ def _train(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
         try:
             gather = (lambda value: distributed.gather(ranks, value)) if ranks.world_size > 1 else None
             rec.run["stop_reason"] = run_steps(cell.step, cfg.warmup_steps, cfg.steps, device, rec.on_step,
-                                               cfg.measure, gather)
+                                               cfg.measure, gather, before_measuring=_wait_for_quiet)
             finished = True
         finally:
             rec.run.update(provenance.finish(device, started))  # rank 0's: its GPU, its host
@@ -254,6 +257,29 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
     return status
 
 
+def take_turn(cfg: CellConfig) -> None:
+    """Started ahead by the local executor (workloads/turns.py): import the rest of what the cell
+    needs, then wait for the device, and say so in the log; a no-op for any other process."""
+    if not turns.taking_turns():
+        return
+    # Dynamo too: every cell imports it (torch.optim's param groups are dynamo-disabled, and
+    # workloads.distributed counts DDP splits through it); no compile time counts its import.
+    for module in filter(None, (MODEL_FAMILIES[cfg.model.name].library, "torch._dynamo")):
+        importlib.import_module(module)
+    imported = _now()
+    turns.done_importing()
+    waited = turns.wait_for_turn()
+    print(f"compilebench: process started at {_PROCESS_STARTED.isoformat()}, imported in "
+          f"{(imported - _PROCESS_STARTED).total_seconds():.1f} s, waited {waited:.1f} s for its turn on the device",
+          file=sys.stderr, flush=True)
+
+
+def _wait_for_quiet() -> None:
+    if (waited := turns.wait_for_quiet()) >= 0.1:
+        print(f"compilebench: waited {waited:.1f} s before measuring for the next replicate's imports",
+              file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workloads.run", description=__doc__.splitlines()[0])
     parser.add_argument("config", type=Path, help="resolved cell config (config.yaml)")
@@ -276,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.repeat < cfg.repeats:
         print(f"compilebench: --repeat {args.repeat} outside 0..{cfg.repeats - 1} (repeats={cfg.repeats})", file=sys.stderr)
         return 2
+    take_turn(cfg)
     status = run_cell(cfg, args.cell_dir or args.config.parent, args.repeat)
     print(f"cell {cfg.cell_id or config_digest(cfg)}: {status}")
     return 0 if status == COMPLETED else 1

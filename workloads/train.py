@@ -245,6 +245,18 @@ class _Stopping:
         self.limit: float = warmup_steps + cap
         self.reason: str | None = None
 
+    def in_flight_suffice(self, launched: int) -> bool:
+        """Whether the measured steps launched but not reported yet will, at the mean step so
+        far, meet the rule's count and time: then a further launch would only run past it. One
+        process without `rel_ci` only (ranks agree on a count; an interval cannot be foreseen).
+        If they fall short after all, the loop launches again once they are reported."""
+        rule = self.rule
+        if self.gather is not None or rule.measure.rel_ci is not None or self.reason or rule.n == 0:
+            return False
+        in_flight = launched - self.warmup_steps - rule.n
+        n = rule.n + in_flight
+        return in_flight > 0 and n >= rule.steps and rule.elapsed_s * n / rule.n >= rule.measure.min_seconds
+
     def measured(self, step_time_ms: float, launched: int) -> None:
         """One more measured step was reported, `launched` steps having been started."""
         if self.reason is not None:
@@ -260,12 +272,15 @@ class _Stopping:
 
 def run_steps(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int, steps: int,
               device: torch.device, on_step: Callable[[StepRecord], None], measure: MeasureConfig | None = None,
-              gather: Callable[[Any], list[Any]] | None = None) -> str:
+              gather: Callable[[Any], list[Any]] | None = None,
+              before_measuring: Callable[[], object] | None = None) -> str:
     """Run warm-up steps, then measured steps until `measure` says stop (`StopRule`; None: exactly
     `steps`), reporting each step through `on_step` once it has ended on the device, so that a
     failure later in the run keeps the steps already measured. `gather` (every rank's value, in
     rank order: `workloads.distributed.gather` bound to the ranks) makes the ranks of a distributed
-    cell agree on the count; None for one process. Returns why measuring stopped (STOP_REASONS).
+    cell agree on the count; None for one process. `before_measuring` is called once, before the
+    first measured step is launched (workloads.turns.wait_for_quiet). Returns why measuring
+    stopped (STOP_REASONS).
 
     Step boundaries follow one another: a step's time runs from the previous step's end to its own,
     so the measured steps' times add up to the measured span, the host's bookkeeping between steps
@@ -273,12 +288,29 @@ def run_steps(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int,
     if measure is None:
         measure = MeasureConfig(min_seconds=0.0, max_steps=steps, max_seconds=None)
     stopping = _Stopping(warmup_steps, steps, measure, gather)
+    if before_measuring is not None:
+        step = _calling_first(before_measuring, warmup_steps, step)
     if device.type == "cuda":
         _run_steps_cuda(step, warmup_steps, stopping, on_step)
     else:
         _run_steps_cpu(step, warmup_steps, stopping, on_step)
     assert stopping.reason is not None
     return stopping.reason
+
+
+def _calling_first(hook: Callable[[], object], before: int,
+                   step: Callable[[], tuple[torch.Tensor, float]]) -> Callable[[], tuple[torch.Tensor, float]]:
+    """`step`, with `hook` called once before its call number `before` (0-based)."""
+    calls = 0
+
+    def stepping() -> tuple[torch.Tensor, float]:
+        nonlocal calls
+        if calls == before:
+            hook()
+        calls += 1
+        return step()
+
+    return stepping
 
 
 def _run_steps_cpu(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int, stopping: _Stopping,
@@ -315,8 +347,9 @@ def _run_steps_cuda(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps
     jitter then stalls the GPU). So the host runs HOST_LEAD_STEPS steps ahead: it waits for
     the end event of step i only after queueing step i+HOST_LEAD_STEPS, and the loss reaches
     the host through a pinned buffer copied in stream order, never through a synchronising
-    `.item()`. The stop rule sees steps once reported, so up to HOST_LEAD_STEPS more steps than
-    it asked for are measured (already launched, they are reported and kept).
+    `.item()`. The stop rule sees steps once reported; so that the steps in flight do not run past
+    it (3 x 1.4 s for GPT-2), the host stops launching once they would meet it at the mean step
+    so far (`_Stopping.in_flight_suffice`). Steps launched past the rule are reported and kept.
     """
     # A ring of loss slots: step i's slot is reused by step i + len(losses), launched only after
     # step i was reported (at most HOST_LEAD_STEPS + 1 steps are pending at a time).
@@ -336,7 +369,7 @@ def _run_steps_cuda(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps
     launched = 0
     try:
         while True:
-            if launched < stopping.limit:
+            if launched < stopping.limit and not stopping.in_flight_suffice(launched):
                 loss, data_s = step()
                 losses[launched % len(losses)].copy_(loss.detach().float(), non_blocking=True)
                 end = torch.cuda.Event(enable_timing=True)

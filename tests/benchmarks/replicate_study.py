@@ -26,9 +26,14 @@ REPEATS = "repeats=3"
 #: `steps` is the minimum count; measure.min_seconds (5 s) governs every cell faster than 1 s a step.
 #: GPT-2 (1.1-1.4 s a step, GPU-bound) then measures 5 steps a replicate instead of 20.
 STEPS = "steps=5"
+#: GPT-2's steps after the first are within 0.3% of the measured median under every backend (the
+#: warm-up steps of the 2026-11-22 study, docs/gpu-results.md): one more warm-up step than the
+#: compiling one suffices, where 5 cost 5.6 s of a 1.4 s step per replicate.
+GPT2_WARMUP = "warmup_steps=2"
 PARTS: dict[str, list[tuple[str, list[str]]]] = {
     "llm_small": [("seminar_llm_small", ["+experiment=seminar_llm", "size=small", "device=cuda", STEPS, REPEATS])],
-    "llm_medium": [("seminar_llm_medium", ["+experiment=seminar_llm", "size=medium", "device=cuda", STEPS, REPEATS])],
+    "llm_medium": [("seminar_llm_medium", ["+experiment=seminar_llm", "size=medium", "device=cuda", STEPS, GPT2_WARMUP,
+                                           REPEATS])],
     "cnn": [("seminar_cnn", ["+experiment=seminar_cnn", "device=cuda", STEPS, REPEATS])],
     "pair": [("gpt_small_pair", ["model=gpt", "size=small", "backend=eager,inductor", "precision=bf16", "device=cuda",
                                  "steps=300", "warmup_steps=10", "seed=1,2", REPEATS])],
@@ -36,7 +41,12 @@ PARTS: dict[str, list[tuple[str, list[str]]]] = {
                                 "data.source=imagefolder", "data.path=/tmp/jpegs", "data.workers=4", REPEATS])],
     "timm": [("timm_side_by_side", ["model=resnet", "size=small,large", "backend=eager,inductor", "precision=bf16",
                                     "batch_size=256", "device=cuda"])],
+    "timm_r18_eager": [("timm_side_by_side_r18_eager", ["model=resnet", "size=small", "backend=eager", "precision=bf16",
+                                                        "batch_size=256", "device=cuda"])],
 }
+#: timm's benchmark.py runs beside the parts that compare with it: (model, extra arguments).
+PEER_RUNS = {"timm": [(model, extra) for model in ("resnet18", "resnet50") for extra in ([], ["--torchcompile", "inductor"])],
+             "timm_r18_eager": [("resnet18", [])]}
 TIMM_BENCHMARK = Path(".carry/peers/timm_benchmark.py")
 
 
@@ -63,14 +73,13 @@ def sweep(name: str, overrides: list[str]) -> float:
     return seconds
 
 
-def timm_peer() -> None:
+def timm_peer(runs: list[tuple[str, list[str]]]) -> None:
     """timm's benchmark.py at the train size (224 px), as our cells: bf16, batch 256, channels-last."""
-    for model in ("resnet18", "resnet50"):
-        for extra in ([], ["--torchcompile", "inductor"]):
-            command = [sys.executable, str(TIMM_BENCHMARK), "--model", model, "--bench", "train", "--amp",
-                       "--amp-dtype", "bfloat16", "-b", "256", "--channels-last", "--use-train-size", *extra]
-            print("== timm", " ".join(command[2:]), flush=True)
-            subprocess.call(command)
+    for model, extra in runs:
+        command = [sys.executable, str(TIMM_BENCHMARK), "--model", model, "--bench", "train", "--amp",
+                   "--amp-dtype", "bfloat16", "-b", "256", "--channels-last", "--use-train-size", *extra]
+        print("== timm", " ".join(command[2:]), flush=True)
+        subprocess.call(command)
 
 
 def main() -> None:
@@ -87,8 +96,8 @@ def main() -> None:
             sweep(name, overrides)
             with tarfile.open(args.out / f"{name}.tar.gz", "w:gz") as tar:  # back even if a later part runs out of time
                 tar.add(SWEEPS / name, arcname=name)
-        if part == "timm":
-            timm_peer()
+        if part in PEER_RUNS:
+            timm_peer(PEER_RUNS[part])
 
 
 if __name__ == "__main__":

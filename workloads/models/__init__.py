@@ -130,12 +130,14 @@ class ModelFamily:
     """Size presets by name (tiny, small, ...)."""
     kind: str
     """What the model reads: `tokens` or `images` (decides which data sources fit)."""
+    library: str | None = None
+    """The package that builds it, imported lazily (seconds), or None for the project's own models."""
 
 
 MODEL_FAMILIES: dict[str, ModelFamily] = {
     "gpt": ModelFamily(build_gpt, GPT_SIZES, "tokens"),
-    "resnet": ModelFamily(build_timm, VISION_SIZES, "images"),
-    "timm": ModelFamily(build_timm, VISION_SIZES, "images"),
+    "resnet": ModelFamily(build_timm, VISION_SIZES, "images", "timm"),
+    "timm": ModelFamily(build_timm, VISION_SIZES, "images", "timm"),
 }
 
 

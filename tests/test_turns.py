@@ -1,0 +1,97 @@
+"""The local executor's turns on one device (workloads/turns.py), with real processes: the one
+started ahead waits for its turn, the one measuring waits while another imports, and a process
+that died while importing is not waited for."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.helpers import wait_until
+from workloads import turns
+
+#: A process of the protocol: it "imports" until the file `imported` appears, then takes its
+#: turn, then waits for quiet before "measuring", writing a file at each point it reaches.
+CHILD = """
+import sys, time
+from pathlib import Path
+from workloads import turns
+here = Path(sys.argv[1])
+while not (here / "imported").exists():
+    time.sleep(0.02)
+turns.done_importing()
+turns.wait_for_turn()
+(here / "turn").touch()
+(here / "measuring").write_text(str(turns.wait_for_quiet()))
+"""
+
+
+def _start(directory: Path, index: int, workdir: Path) -> subprocess.Popen:
+    marker = directory / f"{turns.IMPORTING_PREFIX}{index}"
+    marker.touch()
+    env = {turns.DIR_ENV: str(directory), turns.INDEX_ENV: str(index), "PYTHONPATH": str(Path.cwd())}
+    process = subprocess.Popen([sys.executable, "-c", CHILD, str(workdir)], env=env)
+    marker.write_text(str(process.pid))
+    return process
+
+
+def _give(directory: Path, index: int) -> None:
+    (directory / turns.TURN_FILE).write_text(str(index))
+
+
+def _reaches(path: Path) -> None:
+    wait_until(path.exists, 60, lambda _: f"{path} never appeared", done=bool, interval=0.05)
+
+
+def test_turns_keep_one_process_on_the_device_and_quiet_while_it_measures(tmp_path: Path) -> None:
+    directory, first, second = tmp_path / "turns", tmp_path / "first", tmp_path / "second"
+    for path in (directory, first, second):
+        path.mkdir()
+    one = _start(directory, 0, first)
+    two = _start(directory, 1, second)  # started ahead: it imports while the first runs
+    try:
+        (first / "imported").touch()
+        _give(directory, 0)
+        _reaches(first / "turn")
+        held = 0.5  # how long the second keeps importing once the first had its turn
+        time.sleep(held)
+        assert not (second / "turn").exists()
+        (second / "imported").touch()
+        _reaches(first / "measuring")
+        assert float((first / "measuring").read_text()) >= held - turns.POLL_S  # it waited for quiet
+        assert one.wait(60) == 0
+        assert not (second / "turn").exists()  # done importing, the device not yet its own
+        _give(directory, 1)
+        _reaches(second / "measuring")
+        assert float((second / "measuring").read_text()) < held  # nobody importing: no wait
+        assert two.wait(60) == 0
+    finally:
+        for process in (one, two):
+            process.kill()
+
+
+def test_a_process_that_died_importing_is_not_waited_for(tmp_path: Path) -> None:
+    directory, first, dead = tmp_path / "turns", tmp_path / "first", tmp_path / "dead"
+    for path in (directory, first, dead):
+        path.mkdir()
+    one = _start(directory, 0, first)
+    (first / "imported").touch()
+    _give(directory, 0)
+    _reaches(first / "turn")
+    gone = _start(directory, 1, dead)
+    try:
+        gone.kill()
+        gone.wait()  # reaped: its marker stays, naming a process that no longer exists
+        assert (directory / f"{turns.IMPORTING_PREFIX}1").exists()
+        _reaches(first / "measuring")
+        assert one.wait(60) == 0
+    finally:
+        one.kill()
+
+
+def test_without_an_executor_nothing_waits() -> None:
+    assert not turns.taking_turns()
+    assert turns.wait_for_turn() < 1.0 and turns.wait_for_quiet() < 1.0
+    turns.done_importing()
