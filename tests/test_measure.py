@@ -363,6 +363,28 @@ def test_cuda_loop_does_not_run_slow_steps_past_the_rule() -> None:
     assert len(measured(records)) == 5  # not 5 + HOST_LEAD_STEPS
 
 
+def test_the_pause_before_measuring_comes_before_the_last_warmup_step_and_is_no_steps_time() -> None:
+    """The local executor's wait for quiet (workloads/turns.py) runs before the last warm-up step,
+    so a warmed-up step separates it from the measured ones, and its seconds count in no step."""
+    calls: list[str] = []
+
+    def step() -> tuple[torch.Tensor, float]:
+        calls.append("step")
+        return torch.zeros(()), 0.0
+
+    def pause() -> None:
+        calls.append("pause")
+        time.sleep(0.3)
+
+    records: list[StepRecord] = []
+    run_steps(step, 3, 2, torch.device("cpu"), records.append, measure(min_seconds=0.0), before_measuring=pause)
+    assert calls == ["step", "step", "pause", "step", "step", "step"]
+    assert max(r.step_time_ms for r in records) < 300.0
+    calls.clear()
+    run_steps(step, 0, 1, torch.device("cpu"), records.append, measure(min_seconds=0.0), before_measuring=pause)
+    assert calls == ["pause", "step"]
+
+
 def _agreeing_rank(rank: int, store_path: str, out_path: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     try:

@@ -279,8 +279,9 @@ def run_steps(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int,
     failure later in the run keeps the steps already measured. `gather` (every rank's value, in
     rank order: `workloads.distributed.gather` bound to the ranks) makes the ranks of a distributed
     cell agree on the count; None for one process. `before_measuring` is called once, before the
-    first measured step is launched (workloads.turns.wait_for_quiet). Returns why measuring
-    stopped (STOP_REASONS).
+    last warm-up step (without warm-up, before the first step): it may wait
+    (workloads.turns.wait_for_quiet), and one more step then runs before anything is measured;
+    the time it takes belongs to no step. Returns why measuring stopped (STOP_REASONS).
 
     Step boundaries follow one another: a step's time runs from the previous step's end to its own,
     so the measured steps' times add up to the measured span, the host's bookkeeping between steps
@@ -288,37 +289,38 @@ def run_steps(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int,
     if measure is None:
         measure = MeasureConfig(min_seconds=0.0, max_steps=steps, max_seconds=None)
     stopping = _Stopping(warmup_steps, steps, measure, gather)
-    if before_measuring is not None:
-        step = _calling_first(before_measuring, warmup_steps, step)
+    pause = _Pause(before_measuring, max(0, warmup_steps - 1))
     if device.type == "cuda":
-        _run_steps_cuda(step, warmup_steps, stopping, on_step)
+        _run_steps_cuda(step, warmup_steps, stopping, on_step, pause)
     else:
-        _run_steps_cpu(step, warmup_steps, stopping, on_step)
+        _run_steps_cpu(step, warmup_steps, stopping, on_step, pause)
     assert stopping.reason is not None
     return stopping.reason
 
 
-def _calling_first(hook: Callable[[], object], before: int,
-                   step: Callable[[], tuple[torch.Tensor, float]]) -> Callable[[], tuple[torch.Tensor, float]]:
-    """`step`, with `hook` called once before its call number `before` (0-based)."""
-    calls = 0
+@dataclass
+class _Pause:
+    """A call between two steps (`before` is the index of the step after it), None for none."""
 
-    def stepping() -> tuple[torch.Tensor, float]:
-        nonlocal calls
-        if calls == before:
-            hook()
-        calls += 1
-        return step()
+    call: Callable[[], object] | None
+    before: int
 
-    return stepping
+    def due(self, i: int) -> bool:
+        """Call it if step `i` is the one it comes before; whether it was called."""
+        if self.call is None or i != self.before:
+            return False
+        self.call()
+        return True
 
 
 def _run_steps_cpu(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int, stopping: _Stopping,
-                   on_step: Callable[[StepRecord], None]) -> None:
+                   on_step: Callable[[StepRecord], None], pause: _Pause) -> None:
     """CPU ops complete before they return: the host clock is the device clock."""
     i = 0
     start = time.perf_counter()
     while i < stopping.limit:
+        if pause.due(i):
+            start = time.perf_counter()  # the pause is no step's time
         loss, data_s = step()
         end = time.perf_counter()
         rec = StepRecord(i, _phase(i, warmup_steps), (end - start) * 1e3, data_s * 1e3, loss.item())
@@ -337,7 +339,7 @@ def _phase(i: int, warmup_steps: int) -> str:
 
 
 def _run_steps_cuda(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int, stopping: _Stopping,
-                    on_step: Callable[[StepRecord], None]) -> None:
+                    on_step: Callable[[StepRecord], None], pause: _Pause) -> None:
     """Step boundaries are CUDA events recorded in the stream; a step's time is the device
     time between its two boundary events (GPU idle time waiting for the host included).
 
@@ -370,6 +372,9 @@ def _run_steps_cuda(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps
     try:
         while True:
             if launched < stopping.limit and not stopping.in_flight_suffice(launched):
+                if pause.due(launched):  # the next step starts after the pause, not before it
+                    previous = torch.cuda.Event(enable_timing=True)
+                    previous.record()
                 loss, data_s = step()
                 losses[launched % len(losses)].copy_(loss.detach().float(), non_blocking=True)
                 end = torch.cuda.Event(enable_timing=True)

@@ -11,8 +11,8 @@ the current one runs. The two take turns through files in a directory the execut
   before it initialises CUDA or builds anything.
 - `importing.<index>` exists while process <index> still imports (the executor creates it, then
   writes the process id into it); the process removes it in `done_importing()`. The process whose
-  turn it is calls `wait_for_quiet()` before its measured steps, so that no other process
-  imports — CPU and file system busy — while it measures; a process that died while importing
+  turn it is calls `wait_for_quiet()` before its last warm-up step (after its compile), so that
+  no other process imports — CPU and file system busy — while it measures; a process that died while importing
   is not waited for.
 
 Without COMPILEBENCH_TURNS (Slurm jobs, `python -m workloads.run` by hand) every call is a no-op.
