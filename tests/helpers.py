@@ -107,6 +107,14 @@ def queue(cluster: LocalSlurm) -> set[str]:
     return set(cluster.run("squeue", "-h", "-r", "-o", "%i").stdout.split())
 
 
+def jobs_from(cluster: LocalSlurm, workdir: Path) -> set[str]:
+    """The queued and running jobs (array tasks one by one) submitted from `workdir` (squeue's
+    WorkDir: the command line's directory, a test's tmp_path): the jobs that one test could have
+    created, whatever other tests left in the session's shared queue."""
+    lines = cluster.run("squeue", "-h", "-r", "-o", "%i|%Z").stdout.splitlines()
+    return {job for job, _, where in (line.partition("|") for line in lines) if Path(where) == Path(workdir)}
+
+
 def wait_until_done(cluster: LocalSlurm, job_ids: set[str], cell_dirs: list[Path],
                     timeout: float = SLURM_JOB_TIMEOUT_S) -> None:
     """Poll the queue until none of the jobs is left, then every cell must have a result."""
