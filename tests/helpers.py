@@ -31,6 +31,9 @@ BASH = shutil.which("bash") or "/bin/bash"
 #: Overrides of a tiny CPU cell for the orchestrator's command line (the test cluster's GPUs are
 #: placeholders: gres without devices).
 TINY = ["model=gpt", "size=tiny", "precision=fp32", "device=cpu", "steps=2", "warmup_steps=1", "measure.min_seconds=0"]
+#: What a cell's log says once its warm-up and first measured step are done (workloads/run.py):
+#: the cell is training, past start-up and compilation.
+MEASURING = ": measuring (the "
 #: How long a few tiny cells may take through the local Slurm. Generous: another test session may
 #: keep both cores busy; inductor compiles C++ on the CPU.
 SLURM_JOB_TIMEOUT_S = 400
