@@ -20,7 +20,9 @@ Exit codes: 0 success (for Slurm: submitted; with --wait: every cell completed; 
 an sbatch failed after earlier arrays were submitted (Slurm), not every cell completed (status,
 sweep --wait), or nothing to analyse (analyze); 2 bad input (a bad override, cluster profile,
 partition or GPU type; for status, a directory that is not a sweep), reported in one line on
-stderr before anything runs or is submitted; 130 Ctrl-C (for --wait: the jobs keep running).
+stderr before anything runs or is submitted; 130 Ctrl-C (for --wait: the jobs keep running), 130
+or 143 SIGINT or SIGTERM while arrays are submitted (after the array in flight is recorded; the
+same command again submits the rest).
 """
 
 from __future__ import annotations
@@ -213,10 +215,13 @@ def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False) -> int:
 
 def submit_plan(the_plan: SlurmPlan) -> int:
     """Submit a Slurm plan's arrays; on an sbatch failure say what was submitted before it."""
-    from orchestrator.slurm import SubmitError, submit
+    from orchestrator.slurm import SubmissionInterrupted, SubmitError, submit
 
     try:
         submit(the_plan)
+    except SubmissionInterrupted as exc:
+        print(f"\n{exc}", file=sys.stderr)
+        return 128 + exc.signum
     except SubmitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if exc.submitted:

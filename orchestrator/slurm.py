@@ -8,7 +8,9 @@ its cell. Cells completed earlier, or whose recorded job is still in the queue, 
 
 `sweep()` returns once the arrays are submitted: job ids go to manifest.parquet
 (`<array job>_<task>`, or `<job>` for a lone cell, which submitit submits as a plain job) and the
-submitted scripts to `SWEEP_DIR/sbatch/<job>.sh`. A dry run writes the scripts it would submit to
+submitted scripts to `SWEEP_DIR/sbatch/<job>.sh`. The manifest is rewritten after each array, and
+SIGINT or SIGTERM on the login node is acted on only between arrays (an array whose sbatch has
+started is recorded first), so the same command run again submits exactly the cells left over. A dry run writes the scripts it would submit to
 `SWEEP_DIR/sbatch/dryrun-NN.sh`, rendered by the same submitit code, and submits nothing.
 
 Jobs get a clean environment: `SLURM_*`, `SBATCH_*`, `SRUN_*`, `SALLOC_*`, `SUBMITIT_*`, the
@@ -21,7 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, Hashable, Iterator, Sequence, TextIO, TypeVar
@@ -48,6 +52,17 @@ class SubmitError(RuntimeError):
 
     submitted = 0
     """How many arrays of the plan went out before this one failed."""
+
+
+class SubmissionInterrupted(Exception):
+    """SIGINT or SIGTERM came while the arrays were submitted; those submitted before it are in
+    the manifest, the others were not submitted. The message is one line for the user."""
+
+    def __init__(self, signum: int, submitted: int, total: int, sweep_dir: Path):
+        self.signum, self.submitted, self.total = signum, submitted, total
+        super().__init__(f"interrupted by {signal.Signals(signum).name}: {submitted} of {total} job array(s) "
+                         f"submitted, their job ids in {Path(sweep_dir) / 'manifest.parquet'}; "
+                         "the same command submits the rest")
 
 
 @dataclass
@@ -215,20 +230,47 @@ def _describe(array: JobArray, ids: list[str]) -> str:
     return f"{span}: {len(ids)} cell(s) on {where} ({extra})"
 
 
+@contextlib.contextmanager
+def deferred_signals(signums: Sequence[int] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[list[int]]:
+    """Within: these signals are only remembered, in the list yielded, for the caller to act on
+    where it is safe (Python handlers run in the main thread alone: elsewhere nothing is changed)."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {signum: signal.signal(signum, lambda got, frame: received.append(got)) for signum in signums}
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def submit(plan: SlurmPlan, out: TextIO = sys.stdout) -> dict[str, str]:
     """Submit every array of the plan; the manifest is rewritten after each, so the job ids of
-    what was submitted are kept even when a later sbatch fails (SubmitError is raised then)."""
+    what was submitted are kept even when a later sbatch fails (SubmitError is raised then).
+    SIGINT and SIGTERM wait for the array being submitted to be recorded, then end the
+    submission with SubmissionInterrupted: a job sbatch created but the manifest missed would
+    be submitted a second time by the next run of the sweep."""
     job_ids = dict(plan.job_ids)
     ours: dict[str, list[str]] = {}  # the jobs of each cell's replicates submitted now (maybe in two arrays)
-    for done, array in enumerate(plan.arrays):
-        try:
-            ids = submit_array(plan, array)
-        except SubmitError as exc:
-            exc.submitted = done
-            raise
-        for (cell, _), job_id in zip(array.tasks, ids):
-            ours.setdefault(cell.cell_id, []).append(job_id)
-        job_ids.update({cell_id: " ".join(jobs) for cell_id, jobs in ours.items()})
-        record_grid(plan.grid, job_ids)
-        print(f"submitted {_describe(array, ids)}", file=out, flush=True)
+    total = len(plan.arrays)
+    with deferred_signals() as received:
+        for done, array in enumerate(plan.arrays):
+            if received:
+                raise SubmissionInterrupted(received[0], done, total, plan.grid.sweep_dir)
+            try:
+                ids = submit_array(plan, array)
+            except SubmitError as exc:
+                if received:  # a Ctrl-C on the terminal reaches sbatch too, which then fails
+                    raise SubmissionInterrupted(received[0], done, total, plan.grid.sweep_dir) from None
+                exc.submitted = done
+                raise
+            for (cell, _), job_id in zip(array.tasks, ids):
+                ours.setdefault(cell.cell_id, []).append(job_id)
+            job_ids.update({cell_id: " ".join(jobs) for cell_id, jobs in ours.items()})
+            record_grid(plan.grid, job_ids)
+            print(f"submitted {_describe(array, ids)}", file=out, flush=True)
+        if received:  # during the last array: all is submitted, but the caller asked to stop (no --wait)
+            raise SubmissionInterrupted(received[0], total, total, plan.grid.sweep_dir)
     return job_ids

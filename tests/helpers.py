@@ -31,6 +31,9 @@ BASH = shutil.which("bash") or "/bin/bash"
 #: Overrides of a tiny CPU cell for the orchestrator's command line (the test cluster's GPUs are
 #: placeholders: gres without devices).
 TINY = ["model=gpt", "size=tiny", "precision=fp32", "device=cpu", "steps=2", "warmup_steps=1", "measure.min_seconds=0"]
+#: What a cell's log says once its warm-up and first measured step are done (workloads/run.py):
+#: the cell is training, past start-up and compilation.
+MEASURING = ": measuring (the "
 #: How long a few tiny cells may take through the local Slurm. Generous: another test session may
 #: keep both cores busy; inductor compiles C++ on the CPU.
 SLURM_JOB_TIMEOUT_S = 400
@@ -105,6 +108,14 @@ def manifest_jobs(sweep: Path) -> dict[str, str]:
 def queue(cluster: LocalSlurm) -> set[str]:
     """The ids of the cluster's queued and running jobs (array tasks one by one)."""
     return set(cluster.run("squeue", "-h", "-r", "-o", "%i").stdout.split())
+
+
+def jobs_from(cluster: LocalSlurm, workdir: Path) -> set[str]:
+    """The queued and running jobs (array tasks one by one) submitted from `workdir` (squeue's
+    WorkDir: the command line's directory, a test's tmp_path): the jobs that one test could have
+    created, whatever other tests left in the session's shared queue."""
+    lines = cluster.run("squeue", "-h", "-r", "-o", "%i|%Z").stdout.splitlines()
+    return {job for job, _, where in (line.partition("|") for line in lines) if Path(where) == Path(workdir)}
 
 
 def wait_until_done(cluster: LocalSlurm, job_ids: set[str], cell_dirs: list[Path],

@@ -8,13 +8,14 @@ the analysis reads whatever is complete at each moment without failing.
 from __future__ import annotations
 
 import io
+import os
+import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pandas as pd
 
-from tests.helpers import cli, cli_popen
+from tests.helpers import MEASURING, cli, cli_popen, wait_until
 
 TINY = ["model=gpt", "size=tiny", "backend=eager", "precision=fp32", "device=cpu", "warmup_steps=1"]
 
@@ -45,18 +46,34 @@ def test_two_sweeps_into_one_directory_at_once(tmp_path: Path) -> None:
 
 
 def test_analyze_while_cells_are_writing(tmp_path: Path) -> None:
-    sweep = start("sweep", *TINY, "steps=20", "seed=1,2", "hydra.sweep.dir=sw", cwd=tmp_path)
-    seen: list[tuple[int, str]] = []
-    while sweep.poll() is None:
-        if (tmp_path / "sw" / "manifest.parquet").exists():
+    """A sweep of two cells, stopped (SIGSTOP, the sweep and its cell) while the second cell
+    trains: `analyze` then sees the first cell completed and the second without a result; the
+    sweep goes on (SIGCONT) and the analysis at its end sees both."""
+    sweep = cli_popen(tmp_path, "sweep", *TINY, "steps=3", "seed=1,2", "measure.max_steps=null",
+                      "measure.min_seconds=8", "hydra.sweep.dir=sw", text=True, stdout=subprocess.PIPE,
+                      stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        def measuring() -> list[Path]:  # the cells whose log says they train (ran in order: seed 1 first)
+            return [log for log in (tmp_path / "sw").glob("cells/*/logs/stdout.log") if MEASURING in log.read_text()]
+
+        wait_until(lambda: sweep.poll() is not None or len(measuring()) == 2, 600,
+                   lambda _: "the second cell never trained", interval=0.1)
+        os.killpg(sweep.pid, signal.SIGSTOP)
+        try:
+            runs = sorted((tmp_path / "sw").glob("cells/*/run.parquet"))
+            assert len(runs) == 1, f"not stopped while the second cell trained: {runs}"
             analysis = cli(tmp_path, "analyze", "sw", "--format", "csv", "--no-plots")
-            # 1 while no cell has a result yet; never a crash, never a half-read file
-            assert analysis.returncode in (0, 1) and "Traceback" not in analysis.stderr, analysis.stderr
-            seen.append((analysis.returncode, analysis.stdout))
-        time.sleep(1)
-    code, _, err = finish(sweep)
-    assert code == 0, err
-    assert any(rc == 0 for rc, _ in seen), "no analysis ran while the sweep had results"
-    completed = [int((pd.read_csv(io.StringIO(out))["status"] == "completed").sum()) for rc, out in seen if rc == 0]
-    assert min(completed) < 2, f"every analysis saw the finished sweep, nothing was read mid-sweep: {completed}"
-    assert completed == sorted(completed)  # what was complete stays complete
+        finally:
+            os.killpg(sweep.pid, signal.SIGCONT)
+        assert analysis.returncode == 0 and "Traceback" not in analysis.stderr, analysis.stderr
+        statuses = pd.read_csv(io.StringIO(analysis.stdout)).set_index("cell_id")["status"]
+        assert statuses[runs[0].parent.name] == "completed" and (statuses == "completed").sum() == 1, statuses
+        code, _, err = finish(sweep)
+        assert code == 0, err
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+            sweep.communicate()
+    final = cli(tmp_path, "analyze", "sw", "--format", "csv", "--no-plots")
+    assert final.returncode == 0, final.stderr
+    assert (pd.read_csv(io.StringIO(final.stdout))["status"] == "completed").sum() == 2  # what was complete stays so

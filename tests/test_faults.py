@@ -6,34 +6,38 @@ other cells' results intact, and the sweep brought to completion without re-runn
   with `cluster.max_requeue=1` submitit requeues the job and the next attempt completes, with
   `max_requeue=0` the job ends and `status --retry-failed` runs the cell again;
 - a running task cancelled with `scancel` records `cancelled`, and is retried;
-- slurmd killed (as if it crashed) and restarted, slurmctld restarted, while cells run: they
-  complete once;
+- slurmd killed (as if it crashed) and restarted, slurmctld restarted, while cells run (their run
+  rows' start and end enclose the kill): they complete once;
 - a cell that raises and one out of memory record `failed`/`oom`; with the cause fixed,
   `status --retry-failed` runs exactly those two again.
 every fault on both clusters, without and with accounting (slurmdbd). Corrupt and half-written
 files are the analysis tests' part (tests/test_analysis_collect.py).
+
+A fault comes once the cells are training: their logs say `measuring` (workloads/run.py), and they
+measure for MEASURE_S more, far longer than the fault takes to arrive. The fault's recorded
+state (or, for the daemons, the run rows' times) shows that it did arrive while the cell ran.
 """
 
 from __future__ import annotations
 
 import signal
-import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tests.helpers import always_overcommits, cli, manifest_jobs, table
+from tests.helpers import MEASURING, always_overcommits, cli, manifest_jobs, table, wait_until
 from tests.slurm.cluster import LocalSlurm
 from tests.slurm.fixtures import SlurmClusters
 
-#: A tiny cell that trains for some seconds on a CPU: long enough to be hit while it runs.
+#: Seconds a LONG cell measures once its log says `measuring`, however fast the machine: the
+#: margin within which a fault sent then arrives (scancel and a daemon's kill take milliseconds).
+MEASURE_S = 8
+#: A tiny cell that trains for MEASURE_S seconds on a CPU: long enough to be hit while it runs.
 LONG = ["cluster=test_slurm", "model=gpt", "size=tiny", "precision=fp32", "device=cpu", "backend=eager",
-        "warmup_steps=1", "steps=300"]
-#: Seconds after a cell's process started by which Python is up and its early signal handlers are
-#: set (it then imports torch for seconds: signals in that time are remembered and recorded).
-SETTLE_S = 1.0
+        "warmup_steps=1", "steps=3", f"measure.min_seconds={MEASURE_S}", "measure.max_steps=null"]
 
 
 def attempts(sweep: Path) -> dict[str, list[str]]:
@@ -45,13 +49,14 @@ def attempts(sweep: Path) -> dict[str, list[str]]:
     return found
 
 
-def wait_started(sweep: Path, cell_ids: list[str], timeout: float = 180) -> None:
-    """Until each cell's process has started in its job (its stdout.log is opened just before)."""
-    end = time.monotonic() + timeout
-    while not all((sweep / "cells" / cell / "logs" / "stdout.log").exists() for cell in cell_ids):
-        assert time.monotonic() < end, f"cells {cell_ids} did not start within {timeout} s"
-        time.sleep(0.2)
-    time.sleep(SETTLE_S)
+def wait_measuring(sweep: Path, cell_ids: list[str], timeout: float = 300) -> None:
+    """Until each cell's process says in its log that it measures (warm-up and a measured step done)."""
+    def log(cell: str) -> str:
+        path = sweep / "cells" / cell / "logs" / "stdout.log"
+        return path.read_text() if path.exists() else ""
+
+    wait_until(lambda: [cell for cell in cell_ids if MEASURING not in log(cell)], timeout,
+               lambda left: f"cells {left} not measuring", done=lambda left: not left, interval=0.2)
 
 
 def submit(cluster: LocalSlurm, cwd: Path, *overrides: str) -> dict[str, str]:
@@ -71,7 +76,7 @@ def wait_sweep(cluster: LocalSlurm, cwd: Path, *overrides: str) -> str:
 def test_time_limit_requeues_the_job(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
     slurm_cluster = slurm_clusters.get(accounting)
     (cell_id, job_id), = submit(slurm_cluster, tmp_path, "cluster.max_requeue=1").items()
-    wait_started(tmp_path / "sw", [cell_id])
+    wait_measuring(tmp_path / "sw", [cell_id])
     slurm_cluster.run("scancel", "-s", "USR2", job_id)
     wait_sweep(slurm_cluster, tmp_path, "cluster.max_requeue=1")
     assert attempts(tmp_path / "sw") == {cell_id: ["timeout", "completed"]}
@@ -86,17 +91,17 @@ def test_timeout_and_scancel_then_retry_failed(slurm_clusters: SlurmClusters, ac
     cluster = slurm_clusters.get(accounting)
     jobs = submit(cluster, tmp_path, "cluster.max_requeue=0", "seed=1,2,3")
     (timed_out, to_job), (cancelled, cancel_job), (untouched, _) = jobs.items()
-    wait_started(tmp_path / "sw", [timed_out, cancelled])
+    wait_measuring(tmp_path / "sw", [timed_out, cancelled])
     cluster.run("scancel", "-s", "USR2", to_job)
     cluster.run("scancel", cancel_job)
-    end = time.monotonic() + 300
-    while True:  # each fault becomes its cell's recorded state; the third cell runs on
+    expected = {timed_out: "timeout", cancelled: "cancelled", untouched: "completed"}
+
+    def states() -> dict[str, str]:  # each fault becomes its cell's recorded state; the third cell runs on
         shown = table(cli(tmp_path, "status", "sw", env=cluster.env()).stdout)
-        states = {cell: shown[cell]["state"] for cell in jobs}
-        if states == {timed_out: "timeout", cancelled: "cancelled", untouched: "completed"}:
-            break
-        assert time.monotonic() < end, states
-        time.sleep(1)
+        return {cell: shown[cell]["state"] for cell in jobs}
+
+    wait_until(states, 300, lambda last: f"states {last}, expected {expected}", done=lambda now: now == expected,
+               interval=1)
     retried = cli(tmp_path, "status", "sw", "--retry-failed", env=cluster.env())
     assert retried.returncode == 0 and "2 cell(s) resubmitted" in retried.stdout, retried.stdout + retried.stderr
     wait_sweep(cluster, tmp_path, "cluster.max_requeue=0", "seed=1,2,3")
@@ -108,12 +113,16 @@ def test_timeout_and_scancel_then_retry_failed(slurm_clusters: SlurmClusters, ac
 def test_daemons_restarted_while_cells_run(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
     cluster = slurm_clusters.get(accounting)
     jobs = submit(cluster, tmp_path, "seed=1,2")
-    wait_started(tmp_path / "sw", list(jobs))
+    wait_measuring(tmp_path / "sw", list(jobs))
+    killed = datetime.now(timezone.utc)
     cluster.restart("slurmd", signal.SIGKILL, down_s=3)  # as if it crashed; job steps run on
     cluster.restart("slurmctld")  # recovers the queue from its state directory
     wait_sweep(cluster, tmp_path, "seed=1,2")
     assert attempts(tmp_path / "sw") == {cell: ["completed"] for cell in jobs}  # each ran exactly once
     assert manifest_jobs(tmp_path / "sw") == jobs  # nothing was submitted again
+    for cell in jobs:  # the cells were running when slurmd was killed
+        run = pd.read_parquet(tmp_path / "sw" / "cells" / cell / "run.parquet").iloc[0]
+        assert run["started_at"] < killed < run["finished_at"], (cell, run["started_at"], killed, run["finished_at"])
 
 
 @pytest.mark.skipif(always_overcommits(), reason="vm.overcommit_memory=1: the OOM killer, not the allocator, would answer")
@@ -124,7 +133,7 @@ def test_exception_and_out_of_memory_cells(slurm_clusters: SlurmClusters, accoun
     slurm_cluster = slurm_clusters.get(accounting)
     data = tmp_path / "tokens.bin"
     np.arange(10, dtype=np.uint16).tofile(data)  # shorter than one block: the workload raises
-    base = [*LONG[:-1], "steps=2", "measure.min_seconds=0"]
+    base = [*LONG[:-3], "steps=2", "measure.min_seconds=0"]
     for overrides in (["data.source=bin", f"data.path={data}"], ["batch_size=10000000000"], ["seed=5"]):
         submitted = cli(tmp_path, "sweep", *base, *overrides, "hydra.sweep.dir=sw", env=slurm_cluster.env())
         assert submitted.returncode == 0, submitted.stderr

@@ -87,6 +87,9 @@ def test_submitit_job_array(slurm_clusters: SlurmClusters, tmp_path: Path, accou
         executor.update_parameters(slurm_partition="grete-h100", slurm_gres="gpu:H100:1", timeout_min=5,
                                    cpus_per_task=1, slurm_array_parallelism=4)
         jobs = executor.map_array(task, [1, 2, 3, 4])
+        # job.result() alone would wait forever for a job that never ends
+        wait_until(lambda: [job.job_id for job in jobs if not job.done()], JOB_TIMEOUT,
+                   lambda left: f"jobs {left} not done\n{cluster.logs()}", done=lambda left: not left, interval=1)
         results = [job.result() for job in jobs]
     assert [r[0] for r in results] == [1, 4, 9, 16]
     assert [r[1] for r in results] == ["0", "1", "2", "3"]

@@ -24,7 +24,7 @@ from orchestrator.cli import main
 from orchestrator.grid import expand
 from orchestrator.profile import ProfileError, load_profile, resources_for
 from orchestrator.slurm import check_grid, group_arrays
-from tests.helpers import BASH, REPO_ROOT, TINY, queue, slurm_cli, wait_until_done
+from tests.helpers import BASH, REPO_ROOT, TINY, jobs_from, slurm_cli, wait_until_done
 from tests.slurm.cluster import LocalSlurm
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -242,12 +242,11 @@ LEAKY_ENV = {
 def test_sweep_through_job_arrays(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     args = ["sweep", "cluster=test_slurm", *TINY, "backend=eager,aot_eager", "seed=1,2", "hydra.sweep.dir=sw"]
     sweep = tmp_path / "sw"
-    before = queue(slurm_cluster)
 
     planned = slurm_cli(slurm_cluster, tmp_path, *args, "--dry-run")
     assert planned.returncode == 0, planned.stderr
     assert "4 cell(s): 4 in 1 job array(s)" in planned.stdout
-    assert queue(slurm_cluster) == before and not (sweep / "submitit").exists()  # nothing submitted
+    assert jobs_from(slurm_cluster, tmp_path) == set() and not (sweep / "submitit").exists()  # nothing submitted
     dry_script = (sweep / "sbatch" / "dryrun-00.sh").read_text()
 
     submitted = slurm_cli(slurm_cluster, tmp_path, *args, env=LEAKY_ENV)
@@ -289,7 +288,7 @@ def test_sweep_through_job_arrays(slurm_cluster: LocalSlurm, tmp_path: Path) -> 
     # Re-running the finished sweep skips every cell and submits nothing.
     final = slurm_cli(slurm_cluster, tmp_path, *args)
     assert final.returncode == 0 and "nothing to submit: 4 cell(s) completed" in final.stdout
-    assert queue(slurm_cluster) == before
+    assert jobs_from(slurm_cluster, tmp_path) == set()
     assert list(pd.read_parquet(sweep / "manifest.parquet")["job_id"]) == list(manifest["job_id"])
     assert sorted(p.name for p in (sweep / "sbatch").iterdir()) == sorted(["dryrun-00.sh", f"{array_id}.sh"])
 
@@ -318,13 +317,12 @@ def test_lone_cell_on_h100_with_shared_compile_cache(slurm_cluster: LocalSlurm, 
 
 
 def test_partition_the_cluster_lacks_is_refused(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
-    before = queue(slurm_cluster)
     result = slurm_cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY,
                        "cluster.partitions.A100=gpu-a100", "hydra.sweep.dir=sw")
     assert result.returncode == 2
     assert result.stderr.strip() == ("error: partition 'gpu-a100' does not exist on this cluster "
                                      "(sinfo lists: debug, grete-h100, grete:shared)")
-    assert not (tmp_path / "sw").exists() and queue(slurm_cluster) == before
+    assert not (tmp_path / "sw").exists() and jobs_from(slurm_cluster, tmp_path) == set()
 
 
 def test_failed_cell_fails_its_job_and_is_resubmitted(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:

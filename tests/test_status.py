@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.scheduler import expand_job_ids, parse_states
-from tests.helpers import TINY, cli, cli_popen, manifest_jobs, table
+from tests.helpers import TINY, cli, cli_popen, manifest_jobs, table, wait_until
 from tests.slurm.cluster import LocalSlurm
 from workloads.vocabulary import ERROR_WIDTH
 
@@ -103,32 +103,29 @@ def sweep_with_jobs(sweep: Path, job_ids: list[str]) -> Path:
 
 
 def test_status_of_a_slurm_sweep(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    """Submitted on hold: the first look must see both cells pending; released, they complete."""
     env = slurm_cluster.env()
-    submitted = cli(tmp_path, "sweep", "cluster=test_slurm", *EAGER, "seed=1,2", "hydra.sweep.dir=sw", env=env)
+    submitted = cli(tmp_path, "sweep", "cluster=test_slurm", *EAGER, "seed=1,2", "+cluster.sbatch_extra.hold=true",
+                    "hydra.sweep.dir=sw", env=env)
     assert submitted.returncode == 0, submitted.stderr
     job_ids = set(pd.read_parquet(tmp_path / "sw" / "manifest.parquet")["job_id"])
 
-    seen: list[set[str]] = []
-    end = time.monotonic() + JOB_TIMEOUT_S
-    while True:
-        began = time.monotonic()
-        result = cli(tmp_path, "status", "sw", env=env, timeout=60)
-        assert time.monotonic() - began < 30, "status took too long"
+    def look() -> tuple[subprocess.CompletedProcess, dict[str, dict[str, str]]]:
+        result = cli(tmp_path, "status", "sw", env=env, timeout=120)
         assert result.stderr == "", result.stderr  # sacct is disabled here: silently not used
         rows = table(result.stdout)
         assert {row["job_id"] for row in rows.values()} == job_ids
-        states = {row["state"] for row in rows.values()}
-        seen.append(states)
-        assert states <= {"pending", "running", "completed"}, result.stdout
-        if result.returncode == 0:
-            break
-        assert result.returncode == 1
-        if time.monotonic() > end:
-            pytest.fail(f"not completed after {JOB_TIMEOUT_S} s:\n{result.stdout}\n{slurm_cluster.logs()}")
-        time.sleep(1)
-    assert states == {"completed"} and result.stdout.rstrip().endswith("2 cell(s): 2 completed")
+        assert {row["state"] for row in rows.values()} <= {"pending", "running", "completed"}, result.stdout
+        assert result.returncode == (0 if {row["state"] for row in rows.values()} == {"completed"} else 1)
+        return result, rows
+
+    held, rows = look()
+    assert {row["state"] for row in rows.values()} == {"pending"}, held.stdout  # held: certainly still queued
+    slurm_cluster.run("scontrol", "release", *sorted(job_ids))
+    result, rows = wait_until(look, JOB_TIMEOUT_S, lambda last: f"not completed:\n{last[0].stdout}\n{slurm_cluster.logs()}",
+                              done=lambda last: last[0].returncode == 0, interval=1)
+    assert result.stdout.rstrip().endswith("2 cell(s): 2 completed")
     assert all(row["attempts"] == "1" for row in rows.values())
-    assert seen[0] & {"pending", "running"}, seen  # the first look came while the jobs were queued
 
     # A recorded job that the scheduler never knew, and no result: lost.
     sweep = sweep_with_jobs(tmp_path / "other", ["999999"])
@@ -166,24 +163,27 @@ def cli_on_terminal(cwd: Path, *args: str, env: dict[str, str]) -> tuple[int, st
 
 
 def test_wait_follows_the_sweep_and_ctrl_c_leaves_the_jobs(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
-    """No accounting (sacct refuses): `--wait` still ends. Ctrl-C stops the waiting, not the job;
-    running the sweep again with --wait submits nothing and follows the same job to its end."""
+    """No accounting (sacct refuses): `--wait` still ends. Ctrl-C stops the waiting, not the job
+    (held, so certainly still queued when the signal comes); once released, running the sweep
+    again with --wait submits nothing and follows the same job to its end."""
     env = slurm_cluster.env()
-    args = ["sweep", "cluster=test_slurm", *EAGER, "hydra.sweep.dir=sw", "--wait"]
+    args = ["sweep", "cluster=test_slurm", *EAGER, "+cluster.sbatch_extra.hold=true", "hydra.sweep.dir=sw", "--wait"]
     log = tmp_path / "wait.log"
     with open(log, "w") as out:
         proc = cli_popen(tmp_path, *args, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
-        end = time.monotonic() + 120
-        while not progress_lines(log.read_text()):
-            assert proc.poll() is None and time.monotonic() < end, log.read_text()
-            time.sleep(0.2)
+        wait_until(lambda: proc.poll() is not None or progress_lines(log.read_text()), 120,
+                   lambda _: f"no progress line: {log.read_text()}", interval=0.2)
+        assert proc.poll() is None, log.read_text()
+        (job_id,) = pd.read_parquet(tmp_path / "sw" / "manifest.parquet")["job_id"]
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert f"stopped waiting; the jobs keep running. Check them with: compilebench status {tmp_path / 'sw'}" in stderr
-    (job_id,) = pd.read_parquet(tmp_path / "sw" / "manifest.parquet")["job_id"]
-    assert job_id in slurm_cluster.run("squeue", "-h", "-o", "%i").stdout.split()  # not cancelled
+    assert progress_lines(log.read_text())[-1].endswith("] 1 pending")
+    shown = slurm_cluster.run("scontrol", "show", "job", job_id).stdout
+    assert "JobState=PENDING" in shown and "Reason=JobHeldUser" in shown, shown  # not cancelled
 
+    slurm_cluster.run("scontrol", "release", job_id)
     code, shown = cli_on_terminal(tmp_path, *args, env=env)
     assert code == 0, shown
     assert "nothing to submit: 1 cell(s) completed or still queued" in shown
@@ -200,16 +200,13 @@ def test_wait_follows_the_sweep_and_ctrl_c_leaves_the_jobs(slurm_cluster: LocalS
 def wait_for_states(cwd: Path, env: dict[str, str], expected: dict[str, str]) -> dict[str, dict[str, str]]:
     """Poll `status` until every cell has its expected state (sacct learns of a job's end a
     moment after it ended); returns the table."""
-    end = time.monotonic() + JOB_TIMEOUT_S
-    while True:
-        result = cli(cwd, "status", "sw", env=env, timeout=60)
+    def look() -> dict[str, dict[str, str]]:
+        result = cli(cwd, "status", "sw", env=env, timeout=120)
         assert result.stderr == "", result.stderr
-        rows = table(result.stdout)
-        if {cell: row["state"] for cell, row in rows.items()} == expected:
-            return rows
-        if time.monotonic() > end:
-            pytest.fail(f"states after {JOB_TIMEOUT_S} s, expected {expected}:\n{result.stdout}")
-        time.sleep(1)
+        return table(result.stdout)
+
+    return wait_until(look, JOB_TIMEOUT_S, lambda rows: f"states {rows}, expected {expected}", interval=1,
+                      done=lambda rows: {cell: row["state"] for cell, row in rows.items()} == expected)
 
 
 def test_sacct_states_and_retry_failed(slurm_cluster_accounting: LocalSlurm, tmp_path: Path) -> None:

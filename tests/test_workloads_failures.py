@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.helpers import always_overcommits
+from tests.helpers import MEASURING, always_overcommits, wait_until
 from workloads.config import cell_config_from_dict, config_digest
 
 SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_PARTITION")
@@ -131,24 +131,36 @@ def test_attempts_count_up_in_one_cell_directory(tmp_path, workloads_cli, tiny_c
     assert second.cell.losses(1) == second.cell.losses(2)
 
 
-def wait_for_mapping(pid: int, path: Path, timeout: float = 120) -> None:
-    """Wait until process `pid` has `path` memory-mapped: it is past reading its config."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if str(path) in Path(f"/proc/{pid}/maps").read_text():
+def lines_until(proc: subprocess.Popen, marker: str, timeout: float = 300) -> list[str]:
+    """Read the process's stdout (a pipe, line by line, in a thread) until a line holds `marker`;
+    the lines so far. Fails when the process ends or `timeout` passes first."""
+    lines: list[str] = []
+    found = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if marker in line:
+                found.set()
                 return
-        except FileNotFoundError:
-            raise AssertionError(f"process {pid} ended before it mapped {path}") from None
-        time.sleep(0.1)
-    raise AssertionError(f"process {pid} did not map {path} within {timeout} s")
+
+    threading.Thread(target=read, daemon=True).start()
+    wait_until(lambda: found.is_set() or proc.poll() is not None, timeout,
+               lambda _: f"no {marker!r} on stdout", interval=0.05)
+    assert found.is_set(), f"the process ended ({proc.returncode}) before {marker!r}: {''.join(lines)}"
+    return lines
 
 
-def signal_and_wait(proc: subprocess.Popen, sig: signal.Signals, after_s: float) -> tuple[str, str]:
-    """Send `sig` to the running cell process after `after_s` seconds; its stdout and stderr."""
+def catches(pid: int, signum: signal.Signals) -> bool:
+    """Whether the process has a handler for `signum` (/proc's SigCgt mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(caught >> (signum - 1) & 1)
+
+
+def finish(proc: subprocess.Popen) -> tuple[str, str]:
+    """The rest of the process's stdout and stderr, once it ended (killed after 120 s)."""
     try:
-        time.sleep(after_s)
-        proc.send_signal(sig)
         return proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -161,11 +173,11 @@ def test_sigterm_is_a_cancelled_row_with_the_steps_so_far(tmp_path, workloads_cl
     """scancel and the time limit send SIGTERM: the cell records what it did and exits non-zero."""
     config = tiny_config("gpt", steps=10**6, data={"source": "bin", "path": str(token_bin_file)})
     proc, cell = workloads_cli_start(config, tmp_path / "cell")
-    wait_for_mapping(proc.pid, token_bin_file)  # the .bin is memory-mapped when the run starts
-    # steps of the tiny GPT take milliseconds, on a loaded 2-core machine tens of them
-    stdout, stderr = signal_and_wait(proc, signal.SIGTERM, after_s=8)
+    seen = lines_until(proc, MEASURING)  # the warm-up and one measured step are done
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = finish(proc)
     assert proc.returncode == 1, stderr[-3000:]
-    assert stdout.strip().endswith(": cancelled")
+    assert (''.join(seen) + stdout).strip().endswith(": cancelled")
     cell.assert_exact_schemas()
     runs = cell.runs
     assert [r["status"] for r in runs] == ["cancelled"]
@@ -178,12 +190,22 @@ def test_sigterm_is_a_cancelled_row_with_the_steps_so_far(tmp_path, workloads_cl
 
 def test_time_limit_warning_while_starting_is_a_timeout_row(tmp_path, workloads_cli_start, tiny_config):
     """Slurm's USR2 ahead of the time limit may come while the process still imports torch: it is
-    remembered then and recorded as `timeout` (not the silent death USR2's default action is)."""
+    remembered then and recorded as `timeout` (not the silent death USR2's default action is).
+    The process is stopped (SIGSTOP) once it catches USR2; while torch is not loaded yet it gets
+    the signal, then goes on."""
     config = tiny_config("gpt", steps=10**6)
     proc, cell = workloads_cli_start(config, tmp_path / "cell")
-    stdout, stderr = signal_and_wait(proc, signal.SIGUSR2, after_s=0.5)  # Python is up, torch still importing
+    wait_until(lambda: proc.poll() is not None or catches(proc.pid, signal.SIGUSR2), 120,
+               lambda _: "the cell never set its SIGUSR2 handler", interval=0.01)
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+        assert "libtorch" not in maps, "torch was loaded before the process could be stopped"
+        proc.send_signal(signal.SIGUSR2)  # Python is up, torch not imported yet
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    stdout, stderr = finish(proc)
     assert proc.returncode == 1, stderr[-3000:]
     runs = cell.runs
     assert [r["status"] for r in runs] == ["timeout"] and "SIGUSR2" in runs[0]["error"]
     assert cell.steps == []
-

@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 #: Signals that reach `python -m workloads.run` while it still imports torch (seconds): remembered
 #: here and raised by run_cell once it can record them, so that a scancel (TERM) or the time
@@ -45,7 +45,7 @@ from workloads.models import MODEL_FAMILIES, ModelSpec, build_model, check_model
 from workloads.precision import PRECISIONS
 from workloads.recorder import CellRecorder
 from workloads.sweep_dir import next_attempt
-from workloads.train import TrainStep, run_steps
+from workloads.train import StepRecord, TrainStep, run_steps
 from workloads.vocabulary import COMPLETED, axes_from_config
 
 
@@ -187,6 +187,18 @@ def _record_compile_stats(cfg: CellConfig, compiled: backends.CompiledRun, rec: 
                        graph_break_count=0, recompile_count=0)
 
 
+def _announcing(rec: CellRecorder, warmup_steps: int) -> Callable[[StepRecord], None]:
+    """`rec.on_step`, which also says in the log when the first measured step has ended: start-up
+    and compilation are behind the cell then (a user following the log sees it; tests wait for it
+    before they interrupt a cell that must be training)."""
+    def on_step(record: StepRecord) -> None:
+        rec.on_step(record)
+        if record.phase == "measure" and record.step == warmup_steps:
+            print(f"cell {rec.cell_id}: measuring (the {warmup_steps} warm-up step(s) and the first measured "
+                  "step are done)", flush=True)
+    return on_step
+
+
 def _train(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
     """Everything between a valid config (and a joined process group) and the final status."""
     cell = prepare_cell(cfg, rec, ranks)
@@ -196,8 +208,9 @@ def _train(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
     with distributed.count_ddp_splits() as ddp_buckets:
         try:
             gather = (lambda value: distributed.gather(ranks, value)) if ranks.world_size > 1 else None
-            rec.run["stop_reason"] = run_steps(cell.step, cfg.warmup_steps, cfg.steps, device, rec.on_step,
-                                               cfg.measure, gather, before_measuring=_wait_for_quiet)
+            rec.run["stop_reason"] = run_steps(cell.step, cfg.warmup_steps, cfg.steps, device,
+                                               _announcing(rec, cfg.warmup_steps), cfg.measure, gather,
+                                               before_measuring=_wait_for_quiet)
             finished = True
         finally:
             rec.run.update(provenance.finish(device, started))  # rank 0's: its GPU, its host

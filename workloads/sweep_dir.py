@@ -17,7 +17,6 @@ None, an unreadable one is reported, columns a file lacks (an older schema) come
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import sys
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence, TextIO
@@ -28,6 +27,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import yaml
 
+from workloads.file_lock import exclusive
 from workloads.schema import MANIFEST_SCHEMA, RUN_SCHEMA, atomic_output, table_from_rows, write_parquet_atomic
 from workloads.vocabulary import COMPLETED
 
@@ -169,11 +169,10 @@ def read_cell_config(directory: Path, warn: TextIO | None = STDERR) -> dict[str,
 
 @contextlib.contextmanager
 def manifest_lock(sweep_dir: Path) -> Iterator[None]:
-    """Hold the sweep directory's manifest lock (flock on SWEEP_DIR/.manifest.lock) for a
+    """Hold the sweep directory's manifest lock (flock on SWEEP_DIR/.manifest.lock, or where the
+    filesystem refuses flock the lock file .manifest.lock.held: workloads/file_lock.py) for a
     read-merge-write of the manifest: two sweeps of one directory at once keep each other's rows."""
-    Path(sweep_dir).mkdir(parents=True, exist_ok=True)
-    with open(Path(sweep_dir) / MANIFEST_LOCK, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+    with exclusive(Path(sweep_dir) / MANIFEST_LOCK):
         yield
 
 
