@@ -38,18 +38,49 @@ if TYPE_CHECKING:  # the modules behind them import Hydra and torch: only the co
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
+class _SweepHelp(argparse.Action):
+    """-h/--help of `sweep`: argparse's help followed by the config groups and their values, read
+    from the config directories (those of a --config-dir given before --help too)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        from orchestrator.config_groups import groups_help
+
+        parser.epilog = groups_help(getattr(namespace, "config_dir", None) or ())
+        parser.print_help()
+        parser.exit()
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
+    from orchestrator.package_data import version
+    from orchestrator.scheduler import WAIT_INTERVAL_S
+
     parser = argparse.ArgumentParser(
         prog="compilebench", description="Does torch.compile make my training faster? Sweep, run, analyse."
     )
+    parser.add_argument("--version", action="version", version=f"compilebench {version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sweep = commands.add_parser(
-        "sweep",
+        "sweep", add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter,
         help="expand a Hydra sweep into cells and run them",
-        description="Expand Hydra overrides (size=small,medium backend=glob(*) +experiment=NAME "
-        "hydra.sweep.dir=DIR) into cells, write their configs and the manifest, and run every cell.",
+        description="Expand Hydra overrides (size=small,medium backend=glob(*) +experiment=NAME hydra.sweep.dir=DIR)\n"
+        "into cells, write their configs and the manifest, and run every cell (a sweep is always a multirun).",
     )
+    sweep.add_argument("-h", "--help", action=_SweepHelp, help="show this help and the config groups, then exit")
     sweep.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra override, e.g. backend=eager,inductor")
     sweep.add_argument("--dry-run", action="store_true",
                        help="print the grid and (Slurm) write the sbatch scripts it would submit; run or submit nothing")
@@ -59,9 +90,25 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--wait", action="store_true",
                        help="(Slurm) after submitting, follow the jobs until no cell is queued, then print the status "
                        "table; exit 0 only if every cell completed. A local sweep runs in the foreground anyway")
+    sweep.add_argument("--poll", type=_positive_seconds, default=WAIT_INTERVAL_S, metavar="SECONDS",
+                       help=f"with --wait: seconds between looks at the queue after the first, which comes at once "
+                       f"(default: {WAIT_INTERVAL_S:g}, gentle on a shared scheduler)")
+    sweep.add_argument("-m", "--multirun", action="store_true",
+                       help="accepted as in Hydra; changes nothing: a sweep is always a multirun")
+    sweep.add_argument("-c", "--cfg", choices=("job",),
+                       help="print each cell's resolved config (YAML documents, as its config.yaml will hold it) "
+                       "and run, submit or write nothing")
+    sweep.add_argument("--first", type=int, default=None, metavar="N",
+                       help="with --cfg job: print only the first N cells' configs (default: every cell)")
+    sweep.add_argument("--config-dir", action="append", type=Path, metavar="DIR",
+                       help="add DIR to the config search path after the shipped configs, as Hydra's --config-dir: a "
+                       "site's own DIR/cluster/<site>.yaml (or experiment/, ...) becomes cluster=<site>; repeatable")
 
     status = commands.add_parser("status", help="show each cell's state (exit 0 only when all completed)")
     status.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
+    status.add_argument("--json", action="store_true",
+                        help="print the states as JSON (per cell: axes, state, attempts, job ids, error) instead of "
+                        "the table")
     status.add_argument("--retry-failed", action="store_true",
                         help="then run again the cells that failed or are unfinished and not queued (Slurm: submit "
                         "them; local: run them here); exit 0 when that succeeded")
@@ -72,9 +119,9 @@ def _parser() -> argparse.ArgumentParser:
         "the seminar report's tables; printed, and written with figures to SWEEP_DIR/report/ (index.md).",
     )
     analyze.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
-    analyze.add_argument("--format", choices=("markdown", "latex", "csv"), default="markdown",
-                         help="how the tables are printed; csv prints the per-cell table (report/tables/ has every "
-                         "table as CSV)")
+    analyze.add_argument("--format", choices=("markdown", "latex", "csv", "json"), default="markdown",
+                         help="how the tables are printed; csv and json print the per-cell table with raw numbers "
+                         "(json: one record per cell; report/tables/ has every table as CSV)")
     analyze.add_argument("--reference", choices=("seminar",), default=None,
                          help="put the seminar report's published values beside ours and check its claims")
     analyze.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
@@ -110,11 +157,17 @@ def _error(message: str) -> int:
     return EXIT_USAGE
 
 
-def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke: bool = False) -> int:
+def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke: bool = False,
+              cfg: str | None = None, first: int | None = None, config_dirs: Sequence[Path] = (),
+              poll_s: float | None = None) -> int:
     if dry_run and wait:
         return _error("--wait and --dry-run exclude each other: a dry run submits nothing to wait for")
     if smoke and wait:
         return _error("--smoke runs here and submits nothing to wait for")
+    if cfg and (dry_run or wait):
+        return _error("--cfg job prints the cells' configs and runs nothing: leave out --dry-run and --wait")
+    if first is not None and (not cfg or first < 1):
+        return _error("--first N (N >= 1) goes with --cfg job: how many cells' configs to print")
     # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.
     from analysis.tables import cells_markdown, render_markdown
     from orchestrator.grid import GridError, expand
@@ -124,12 +177,14 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
     from workloads.vocabulary import COMPLETED
 
     try:
-        grid = smoke_of(overrides) if smoke else expand(overrides)
+        grid = smoke_of(overrides, config_dirs) if smoke else expand(overrides, config_dirs=config_dirs)
+        if cfg:
+            return print_configs(grid, first)
         check_sweep_dir(grid.sweep_dir.parent if smoke else grid.sweep_dir)
     except (GridError, SweepDirError) as exc:
         return _error(str(exc))
     if grid.executor == "slurm":
-        return sweep_slurm(grid, dry_run, wait)
+        return sweep_slurm(grid, dry_run, wait, poll_s)
     if grid.executor != "local":
         return _error(f"unknown executor {grid.executor!r} (cluster={grid.cluster.get('name')}); use local or slurm")
     if problem := why_not_local(grid):
@@ -154,14 +209,28 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def smoke_of(overrides: Sequence[str]) -> Grid:
+def print_configs(grid: Grid, first: int | None) -> int:
+    """--cfg job: each cell's resolved config as a YAML document (what its config.yaml will hold),
+    headed by a comment naming the cell and its overrides; the first `first` cells only if given."""
+    from workloads.sweep_dir import config_yaml
+
+    shown = grid.cells[:first]
+    for number, cell in enumerate(shown, 1):
+        print(f"--- # cell {number}/{len(grid.cells)} {cell.cell_id} ({cell.label}): {' '.join(cell.overrides) or '(defaults)'}")
+        print(config_yaml(cell.config), end="")
+    if len(shown) < len(grid.cells):
+        print(f"# {len(shown)} of {len(grid.cells)} cells shown (--first {first}); nothing run", file=sys.stderr)
+    return EXIT_OK
+
+
+def smoke_of(overrides: Sequence[str], config_dirs: Sequence[Path] = ()) -> Grid:
     """--smoke: the sweep's grid checked as for submission (Slurm: its profile too), then its
     smoke grid, which the local executor runs."""
     from orchestrator.grid import GridError, smoke_grid
     from orchestrator.profile import ProfileError
     from orchestrator.slurm import check_grid
 
-    full, smoke = smoke_grid(overrides)
+    full, smoke = smoke_grid(overrides, config_dirs)
     if full.executor == "slurm":
         try:
             check_grid(full)
@@ -172,7 +241,7 @@ def smoke_of(overrides: Sequence[str]) -> Grid:
     return smoke
 
 
-def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False) -> int:
+def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False, poll_s: float | None = None) -> int:
     """Submit the grid's cells as job arrays (or only write the scripts: --dry-run); returns once
     submitted, or with `wait` once no cell is queued any more."""
     from analysis.tables import render_markdown
@@ -201,14 +270,14 @@ def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False) -> int:
           flush=True)
     if not the_plan.arrays:
         print(f"nothing to submit: {skipped} cell(s) completed or still queued")
-        return follow_sweep(grid.sweep_dir) if wait else EXIT_OK
+        return follow_sweep(grid.sweep_dir, poll_s) if wait else EXIT_OK
     prepare(grid)
     code = submit_plan(the_plan)
     if code != EXIT_OK:
         return code
     print(f"{cells} cell(s) submitted in {len(the_plan.arrays)} job array(s), {skipped} not submitted (completed or "
           f"queued); job ids in {grid.sweep_dir}/manifest.parquet, scripts in {scripts}/")
-    return follow_sweep(grid.sweep_dir) if wait else EXIT_OK
+    return follow_sweep(grid.sweep_dir, poll_s) if wait else EXIT_OK
 
 
 def submit_plan(the_plan: SlurmPlan) -> int:
@@ -226,14 +295,16 @@ def submit_plan(the_plan: SlurmPlan) -> int:
     return EXIT_OK
 
 
-def follow_sweep(sweep_dir: Path) -> int:
-    """--wait: the cells per state every few seconds until none is queued, then the status table.
-    Ctrl-C stops the waiting, not the jobs."""
+def follow_sweep(sweep_dir: Path, poll_s: float | None = None) -> int:
+    """--wait: the cells per state at once, then every `poll_s` seconds until none is queued, then
+    the status table. Ctrl-C stops the waiting, not the jobs."""
+    from orchestrator.scheduler import WAIT_INTERVAL_S
     from orchestrator.status import all_completed, follow, render
 
-    print("waiting for the jobs (Ctrl-C stops waiting, not the jobs)", flush=True)
+    poll_s = WAIT_INTERVAL_S if poll_s is None else poll_s
+    print(f"waiting for the jobs, a look every {poll_s:g} s (Ctrl-C stops waiting, not the jobs)", flush=True)
     try:
-        rows = follow(sweep_dir)
+        rows = follow(sweep_dir, interval_s=poll_s)
     except KeyboardInterrupt:
         print(f"\nstopped waiting; the jobs keep running. Check them with: compilebench status {sweep_dir}",
               file=sys.stderr)
@@ -242,14 +313,16 @@ def follow_sweep(sweep_dir: Path) -> int:
     return EXIT_OK if all_completed(rows) else EXIT_FAILED
 
 
-def cmd_status(sweep_dir: Path, retry_failed: bool = False) -> int:
-    from orchestrator.status import NotASweep, all_completed, render, sweep_status
+def cmd_status(sweep_dir: Path, retry_failed: bool = False, as_json: bool = False) -> int:
+    from orchestrator.status import NotASweep, all_completed, render, sweep_status, to_json
 
+    if as_json and retry_failed:
+        return _error("--json prints the states only: run --retry-failed without it")
     try:
         rows = sweep_status(sweep_dir)
     except NotASweep as exc:
         return _error(str(exc))
-    print(render(rows))
+    print(to_json(sweep_dir, rows) if as_json else render(rows))
     if retry_failed:
         return retry(sweep_dir, rows)
     return EXIT_OK if all_completed(rows) else EXIT_FAILED
@@ -331,9 +404,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         if args.command == "sweep":
-            return cmd_sweep([*args.overrides, *extra], args.dry_run, args.wait, args.smoke)
+            return cmd_sweep([*args.overrides, *extra], args.dry_run, args.wait, args.smoke, args.cfg, args.first,
+                             args.config_dir or (), args.poll)
         if args.command == "status":
-            return cmd_status(args.sweep_dir, args.retry_failed)
+            return cmd_status(args.sweep_dir, args.retry_failed, args.json)
     except KeyboardInterrupt:  # a running local cell got the same SIGINT and records its own state
         print("\ninterrupted", file=sys.stderr)
         return 130

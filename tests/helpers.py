@@ -31,6 +31,9 @@ BASH = shutil.which("bash") or "/bin/bash"
 #: Overrides of a tiny CPU cell for the orchestrator's command line (the test cluster's GPUs are
 #: placeholders: gres without devices).
 TINY = ["model=gpt", "size=tiny", "precision=fp32", "device=cpu", "steps=2", "warmup_steps=1", "measure.min_seconds=0"]
+#: `sweep --wait` as the tests run it: a look at the queue every second (the default, 30 s, spares
+#: a shared scheduler; the tests' own Slurm answers at once).
+WAIT = ("--wait", "--poll", "1")
 #: How long a few tiny cells may take through the local Slurm. Generous: another test session may
 #: keep both cores busy; inductor compiles C++ on the CPU.
 SLURM_JOB_TIMEOUT_S = 400

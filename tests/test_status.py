@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.scheduler import expand_job_ids, parse_states
-from tests.helpers import TINY, cli, cli_popen, manifest_jobs, table
+from tests.helpers import TINY, WAIT, cli, cli_popen, manifest_jobs, table
 from tests.slurm.cluster import LocalSlurm
 from workloads.vocabulary import ERROR_WIDTH
 
@@ -167,9 +167,11 @@ def cli_on_terminal(cwd: Path, *args: str, env: dict[str, str]) -> tuple[int, st
 
 def test_wait_follows_the_sweep_and_ctrl_c_leaves_the_jobs(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     """No accounting (sacct refuses): `--wait` still ends. Ctrl-C stops the waiting, not the job;
-    running the sweep again with --wait submits nothing and follows the same job to its end."""
+    running the sweep again with --wait submits nothing and follows the same job to its end, its
+    first look at once and then one every `--poll` seconds. The job carries the sweep's name."""
     env = slurm_cluster.env()
-    args = ["sweep", "cluster=test_slurm", *EAGER, "hydra.sweep.dir=sw", "--wait"]
+    poll = 2
+    args = ["sweep", "cluster=test_slurm", *EAGER, "hydra.sweep.dir=sw", "--wait", "--poll", str(poll)]
     log = tmp_path / "wait.log"
     with open(log, "w") as out:
         proc = cli_popen(tmp_path, *args, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
@@ -180,16 +182,21 @@ def test_wait_follows_the_sweep_and_ctrl_c_leaves_the_jobs(slurm_cluster: LocalS
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
+    assert progress_lines(log.read_text())[0].startswith("[0s] "), log.read_text()  # the first look at once
     assert f"stopped waiting; the jobs keep running. Check them with: compilebench status {tmp_path / 'sw'}" in stderr
     (job_id,) = pd.read_parquet(tmp_path / "sw" / "manifest.parquet")["job_id"]
-    assert job_id in slurm_cluster.run("squeue", "-h", "-o", "%i").stdout.split()  # not cancelled
+    queued = dict(line.split() for line in slurm_cluster.run("squeue", "-h", "-o", "%i %j").stdout.splitlines())
+    assert queued.get(job_id) == "compilebench-sw", queued  # not cancelled, named after the sweep
 
     code, shown = cli_on_terminal(tmp_path, *args, env=env)
     assert code == 0, shown
     assert "nothing to submit: 1 cell(s) completed or still queued" in shown
     # On a terminal the count is one line rewritten in place (carriage return, erase to its end).
-    counts = re.findall(r"\r\[\d+s\] ([^\r\n]*?)\x1b\[K", shown)
+    looks = re.findall(r"\r\[(\d+)s\] ([^\r\n]*?)\x1b\[K", shown)
+    counts = [count for _, count in looks]
     assert counts and counts[-1] == "1 completed" and set(counts[:-1]) <= {"1 pending", "1 running"}, shown
+    seconds = [int(elapsed) for elapsed, _ in looks]
+    assert seconds[0] == 0 and all(b - a >= poll for a, b in zip(seconds, seconds[1:])), shown
     assert shown.rstrip().endswith("1 cell(s): 1 completed")
     assert pd.read_parquet(tmp_path / "sw" / "manifest.parquet")["job_id"].tolist() == [job_id]
 
@@ -260,7 +267,7 @@ def test_sacct_states_and_retry_failed(slurm_cluster_accounting: LocalSlurm, tmp
     assert manifest_jobs(tmp_path / "sw") == jobs
 
     cluster.run("scontrol", "release", array)
-    waited = cli(tmp_path, *args, "--wait", env=env)  # the same sweep: nothing to submit, then follow it
+    waited = cli(tmp_path, *args, *WAIT, env=env)  # the same sweep: nothing to submit, then follow it
     assert waited.returncode == 0, waited.stdout + waited.stderr
     assert "nothing to submit: 3 cell(s) completed or still queued" in waited.stdout
     lines = progress_lines(waited.stdout)
