@@ -10,6 +10,7 @@ alone, and `--retry-failed` resubmitting just those two."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -58,6 +59,20 @@ def test_local_sweep_completed_and_failed(tmp_path: Path) -> None:
     assert {(row["model"], row["size"], row["backend"], row["precision"]) for row in rows.values()} == {
         ("gpt", "tiny", "eager", "fp32")}
     assert result.stdout.rstrip().splitlines()[-1] == "2 cell(s): 1 completed, 1 failed"
+
+    as_json = cli(tmp_path, "status", "sw", "--json")
+    assert as_json.returncode == 1 and as_json.stderr == ""  # the same exit code as the table
+    document = json.loads(as_json.stdout)
+    assert document["sweep_dir"] == str(tmp_path / "sw") and document["all_completed"] is False
+    assert document["counts"] == {"completed": 1, "failed": 1}
+    cells = {cell["cell_id"]: cell for cell in document["cells"]}
+    assert set(cells) == set(rows)
+    for cell_id, cell in cells.items():
+        assert (cell["state"], cell["attempts"], cell["repeats"], cell["job_ids"]) == (rows[cell_id]["state"], 1, 1, [])
+        assert {k: cell["axes"][k] for k in ("model", "size", "backend", "precision", "seed")} == {
+            "model": "gpt", "size": "tiny", "backend": "eager", "precision": "fp32", "seed": 1337}
+        assert (cell["error"] or "") == rows[cell_id]["error"]
+    assert cli(tmp_path, "status", "sw", "--json", "--retry-failed").returncode == 2
 
     # The cause goes away (the token file is long enough now): only the failed cell runs again.
     np.random.default_rng(0).integers(0, 50, size=5000).astype(np.uint16).tofile(short_bin)
