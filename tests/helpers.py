@@ -45,6 +45,11 @@ def always_overcommits() -> bool:
     return path.exists() and path.read_text().strip() == "1"
 
 
+def path_without_slurm() -> str:
+    """PATH without the directories that hold Slurm's commands: a machine without Slurm (a laptop)."""
+    return os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "sinfo").exists())
+
+
 def wait_until(probe: Callable[[], T], timeout: float, describe: Callable[[T], str], *,
                done: Callable[[T], bool] = bool, interval: float = 0.5) -> T:
     """Call `probe` every `interval` seconds until `done` holds for what it returned, and return

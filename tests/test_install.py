@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import REPO_ROOT, TINY
+from tests.helpers import REPO_ROOT, TINY, path_without_slurm
 
 #: The code packages of the checkout (every module must be in the wheel).
 PACKAGES = ("orchestrator", "workloads", "analysis")
@@ -68,8 +68,7 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def elsewhere_env() -> dict[str, str]:
     """This environment without PYTHONPATH (the checkout must not be found) and without Slurm's
     commands (the dry run plans from the profile alone, as on a laptop)."""
-    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "sinfo").exists()]
-    return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PATH": os.pathsep.join(path)}
+    return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PATH": path_without_slurm()}
 
 
 def test_the_wheel_holds_every_module_config_and_template(wheel: Path) -> None:
