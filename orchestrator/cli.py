@@ -54,8 +54,8 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
         return _error("--wait and --dry-run exclude each other: a dry run submits nothing to wait for")
     if smoke and wait:
         return _error("--smoke runs here and submits nothing to wait for")
-    if cfg and (dry_run or wait):
-        return _error("--cfg job prints the cells' configs and runs nothing: leave out --dry-run and --wait")
+    if cfg and (dry_run or wait or smoke):
+        return _error("--cfg job prints the cells' configs and runs nothing: leave out --dry-run, --wait and --smoke")
     if first is not None and (not cfg or first < 1):
         return _error("--first N (N >= 1) goes with --cfg job: how many cells' configs to print")
     # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.

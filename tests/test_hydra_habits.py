@@ -73,8 +73,9 @@ def test_cfg_job_prints_every_cell_config_and_runs_nothing(capsys, no_slurm_here
     assert code == 0 and list(yaml.safe_load_all(out)) == [cells[0].config]
     assert err.strip() == "# 1 of 4 cells shown (--first 1); nothing run"
 
-    code, _, err = sweep(capsys, *args, "--cfg", "job", "--dry-run")
-    assert code == 2 and err.startswith("error: --cfg job prints the cells' configs and runs nothing")
+    for other in ("--dry-run", "--smoke", "--wait"):
+        code, _, err = sweep(capsys, *args, "--cfg", "job", other)
+        assert code == 2 and err.startswith("error: --cfg job prints the cells' configs and runs nothing"), other
     assert sweep(capsys, *args, "--first", "2")[0] == 2  # --first without --cfg job
 
 

@@ -42,9 +42,15 @@ def project_version() -> str:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    source = tmp_path_factory.mktemp("source") / "compilebench"
-    shutil.copytree(REPO_ROOT, source, ignore=NOT_BUILT)
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the checkout, to build from."""
+    copy = tmp_path_factory.mktemp("source") / "compilebench"
+    shutil.copytree(REPO_ROOT, copy, ignore=NOT_BUILT)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def wheel(source: Path) -> Path:
     dist = source.parent / "dist"
     built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                 "-w", dist, source, cwd=source.parent)
@@ -53,16 +59,22 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtual environment with the wheel installed; returns its bin/ directory."""
-    root = tmp_path_factory.mktemp("venv")
-    made = run(sys.executable, "-m", "venv", "--system-site-packages", root, cwd=root)
+def fresh_venv(root: Path, *install: str | Path) -> Path:
+    """A virtual environment in `root` that sees this machine's packages, with `pip install
+    --no-deps --no-index INSTALL...` done by this interpreter's pip (and build backend: the venv's
+    own bundled setuptools may be too old for pyproject.toml); returns its bin/ directory."""
+    made = run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", root, cwd=root.parent)
     assert made.returncode == 0, made.stderr
-    installed = run(root / "bin" / "python", "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall",
-                    wheel, cwd=root)
+    installed = run(sys.executable, "-m", "pip", "--python", root / "bin" / "python", "install", "--no-deps",
+                    "--no-index", "--no-build-isolation", *install, cwd=root)
     assert installed.returncode == 0, installed.stdout + installed.stderr
     return root / "bin"
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtual environment with the wheel installed."""
+    return fresh_venv(tmp_path_factory.mktemp("venv"), "--force-reinstall", wheel)
 
 
 def elsewhere_env() -> dict[str, str]:
@@ -107,3 +119,17 @@ def test_installed_compilebench_runs_from_another_directory(venv: Path, tmp_path
     assert "1 completed, 0 already completed, 0 failed" in swept.stdout
     (config,) = (tmp_path / "local" / "cells").glob("*/config.yaml")
     assert yaml.safe_load(config.read_text())["cluster"]["name"] == "local"
+
+
+def test_an_editable_install_uses_the_checkouts_configs(source: Path, tmp_path: Path) -> None:
+    """README's `pip install -e .`: the code and conf/ stay where the checkout has them."""
+    bin_dir = fresh_venv(tmp_path / "venv", "-e", source)
+    env = elsewhere_env()
+    where = run(bin_dir / "python", "-c", "from orchestrator import package_data as p; print(p.__file__, p.CONF_DIR, "
+                "p.TEMPLATES_DIR)", cwd=tmp_path, env=env)
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.split() == [str(source / "orchestrator" / "package_data.py"), str(source / "conf"),
+                                    str(source / "sbatch_templates")]
+    planned = run(bin_dir / "compilebench", "sweep", "cluster=grete", "hydra.sweep.dir=planned", "--dry-run",
+                  cwd=tmp_path, env=env)
+    assert planned.returncode == 0 and (tmp_path / "planned" / "sbatch" / "dryrun-00.sh").is_file(), planned.stderr
