@@ -26,6 +26,7 @@ config dir, partition or GPU type, a Hydra launcher or sweeper; for status, a di
 not a sweep), reported in one line on stderr before anything runs or is submitted; 130 Ctrl-C
 (for --wait: the jobs keep running).
 """
+
 from __future__ import annotations
 
 import sys
@@ -56,6 +57,8 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
         return _error("--smoke runs here and submits nothing to wait for")
     if cfg and (dry_run or wait or smoke):
         return _error("--cfg job prints the cells' configs and runs nothing: leave out --dry-run, --wait and --smoke")
+    if poll_s is not None and not wait:
+        return _error("--poll SECONDS goes with --wait: how often to look at the queue while following the jobs")
     if first is not None and (not cfg or first < 1):
         return _error("--first N (N >= 1) goes with --cfg job: how many cells' configs to print")
     # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.
@@ -106,7 +109,8 @@ def print_configs(grid: Grid, first: int | None) -> int:
 
     shown = grid.cells[:first]
     for number, cell in enumerate(shown, 1):
-        print(f"--- # cell {number}/{len(grid.cells)} {cell.cell_id} ({cell.label}): {' '.join(cell.overrides) or '(defaults)'}")
+        overrides = " ".join(cell.overrides) or "(defaults)"
+        print(f"--- # cell {number}/{len(grid.cells)} {cell.cell_id} ({cell.label}): {overrides}")
         print(config_yaml(cell.config), end="")
     if len(shown) < len(grid.cells):
         print(f"# {len(shown)} of {len(grid.cells)} cells shown (--first {first}); nothing run", file=sys.stderr)

@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--wait", action="store_true",
                        help="(Slurm) after submitting, follow the jobs until no cell is queued, then print the status "
                        "table; exit 0 only if every cell completed. A local sweep runs in the foreground anyway")
-    sweep.add_argument("--poll", type=_positive_seconds, default=WAIT_INTERVAL_S, metavar="SECONDS",
+    sweep.add_argument("--poll", type=_positive_seconds, default=None, metavar="SECONDS",
                        help=f"with --wait: seconds between looks at the queue after the first, which comes at once "
                        f"(default: {WAIT_INTERVAL_S:g}, gentle on a shared scheduler)")
     sweep.add_argument("-m", "--multirun", action="store_true",

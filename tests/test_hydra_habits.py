@@ -77,6 +77,8 @@ def test_cfg_job_prints_every_cell_config_and_runs_nothing(capsys, no_slurm_here
         code, _, err = sweep(capsys, *args, "--cfg", "job", other)
         assert code == 2 and err.startswith("error: --cfg job prints the cells' configs and runs nothing"), other
     assert sweep(capsys, *args, "--first", "2")[0] == 2  # --first without --cfg job
+    code, _, err = sweep(capsys, *args, "--poll", "5")  # --poll without --wait
+    assert code == 2 and err.startswith("error: --poll SECONDS goes with --wait")
 
 
 @pytest.mark.parametrize("override, says", [
