@@ -1,6 +1,6 @@
-"""Tables as text: Markdown, LaTeX (booktabs) and CSV, and the number formats they share.
+"""Tables as text: Markdown, LaTeX (booktabs), CSV and JSON, and the number formats they share.
 
-A `Table` carries two frames: `data`, the raw numbers (what CSV gets: a machine reads it), and
+A `Table` carries two frames: `data`, the raw numbers (what CSV and JSON get: a machine reads them), and
 `text`, the same content formatted for people (what Markdown and LaTeX get). They need not have
 the same shape: a "μ ± σ" cell of `text` is two columns of `data`.
 """
@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-FORMATS = ("markdown", "latex", "csv")
+FORMATS = ("markdown", "latex", "csv", "json")
 
 
 @dataclass
@@ -124,4 +124,11 @@ def csv(table: Table) -> str:
     return table.data.to_csv(index=False)
 
 
-RENDERERS: dict[str, Callable[[Table], str]] = {"markdown": markdown, "latex": latex, "csv": csv}
+def json_records(table: Table) -> str:
+    """The raw numbers as a JSON array, one object per row (null where a value is missing)."""
+    return table.data.to_json(orient="records", double_precision=15) + "\n"
+
+
+RENDERERS: dict[str, Callable[[Table], str]] = {"markdown": markdown, "latex": latex, "csv": csv, "json": json_records}
+#: The formats that print one table, the per-cell one, with its raw numbers (others print every table).
+ONE_TABLE = ("csv", "json")

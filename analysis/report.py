@@ -18,7 +18,7 @@ from analysis.collect import SweepData, load_sweep
 from workloads.sweep_dir import REPORT_DIR, STDERR
 from workloads.vocabulary import NO_RESULT, UNREADABLE
 from analysis.metrics import DATA_BOUND, EQUIVALENCE, cell_metrics
-from analysis.render import RENDERERS, Table, csv, latex, markdown
+from analysis.render import ONE_TABLE, RENDERERS, Table, csv, latex, markdown
 from analysis.seminar import seminar_tables
 from analysis.tables import SUMMARY, ordered_statuses, sweep_tables
 
@@ -62,10 +62,10 @@ def analyze(sweep_dir: Path, reference: str | None = None, warn: TextIO | None =
 
 
 def render_tables(analysis: Analysis, fmt: str) -> str:
-    """The tables as one text: Markdown or LaTeX, one after another; CSV: the per-cell table only
-    (one CSV is one table; report/tables/ has each table as its own CSV)."""
-    if fmt == "csv":
-        return csv(next(table for table in analysis.tables if table.name == SUMMARY))
+    """The tables as one text: Markdown or LaTeX, one after another; CSV and JSON: the per-cell
+    table only (one CSV is one table; report/tables/ has each table as its own CSV)."""
+    if fmt in ONE_TABLE:
+        return RENDERERS[fmt](next(table for table in analysis.tables if table.name == SUMMARY))
     return "\n\n".join(RENDERERS[fmt](table) for table in analysis.tables) + "\n"
 
 

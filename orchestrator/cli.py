@@ -1,13 +1,16 @@
-"""`compilebench` command line: a thin layer over grid expansion, executors and analysis.
+"""`compilebench` command line: a thin layer over grid expansion, executors and analysis (its
+flags and their help: orchestrator/cli_args.py).
 
     compilebench sweep [OVERRIDES...] [--dry-run]     # cluster=local runs the cells here; a Slurm
                                                       # cluster (cluster=grete) submits job arrays
     compilebench sweep [OVERRIDES...] --smoke         # every cell here first, tiny, 2+1 steps (SWEEP_DIR/smoke)
     compilebench sweep [OVERRIDES...] --wait          # Slurm: then follow the jobs (cells per state
-                                                      # every few seconds) and print the status table
-    compilebench status SWEEP_DIR [--retry-failed]    # each cell's state: results, then squeue/sacct;
+                         [--poll SECONDS]             # at once, then every 30 s) and print the status table
+    compilebench sweep [OVERRIDES...] --cfg job       # print each cell's resolved config, run nothing
+    compilebench sweep --config-dir DIR [OVERRIDES...] # a site's own profiles (DIR/cluster/<site>.yaml)
+    compilebench status SWEEP_DIR [--retry-failed | --json]  # each cell's state: results, then squeue/sacct;
                                                       # then run the failed and unfinished cells again
-    compilebench analyze SWEEP_DIR [--format markdown|latex|csv] [--reference seminar] [--no-plots]
+    compilebench analyze SWEEP_DIR [--format markdown|latex|csv|json] [--reference seminar] [--no-plots]
                          [--equivalence MARGIN] [--data-bound FRACTION]
 
 `--wait` changes nothing for a local sweep, which runs in the foreground anyway; Ctrl-C stops
@@ -19,18 +22,19 @@ Exit codes: 0 success (for Slurm: submitted; with --wait: every cell completed; 
 --retry-failed: resubmitted, or nothing to retry); 1 a cell failed (local sweep or local retry),
 an sbatch failed after earlier arrays were submitted (Slurm), not every cell completed (status,
 sweep --wait), or nothing to analyse (analyze); 2 bad input (a bad override, cluster profile,
-partition or GPU type; for status, a directory that is not a sweep), reported in one line on
-stderr before anything runs or is submitted; 130 Ctrl-C (for --wait: the jobs keep running), 130
-or 143 SIGINT or SIGTERM while arrays are submitted (after the array in flight is recorded; the
-same command again submits the rest).
+config dir, partition or GPU type, a Hydra launcher or sweeper; for status, a directory that is
+not a sweep), reported in one line on stderr before anything runs or is submitted; 130 Ctrl-C
+(for --wait: the jobs keep running), 130 or 143 SIGINT or SIGTERM while arrays are submitted
+(after the array in flight is recorded; the same command again submits the rest).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
+
+from orchestrator.cli_args import build_parser
 
 if TYPE_CHECKING:  # the modules behind them import Hydra and torch: only the commands that need them do
     from orchestrator.grid import Grid
@@ -40,83 +44,24 @@ if TYPE_CHECKING:  # the modules behind them import Hydra and torch: only the co
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="compilebench", description="Does torch.compile make my training faster? Sweep, run, analyse."
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    sweep = commands.add_parser(
-        "sweep",
-        help="expand a Hydra sweep into cells and run them",
-        description="Expand Hydra overrides (size=small,medium backend=glob(*) +experiment=NAME "
-        "hydra.sweep.dir=DIR) into cells, write their configs and the manifest, and run every cell.",
-    )
-    sweep.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra override, e.g. backend=eager,inductor")
-    sweep.add_argument("--dry-run", action="store_true",
-                       help="print the grid and (Slurm) write the sbatch scripts it would submit; run or submit nothing")
-    sweep.add_argument("--smoke", action="store_true",
-                       help="run every cell here first, at the tiny size for 2+1 steps (sizes collapse into one), "
-                       "into SWEEP_DIR/smoke: catches failures before spending an allocation; submits nothing")
-    sweep.add_argument("--wait", action="store_true",
-                       help="(Slurm) after submitting, follow the jobs until no cell is queued, then print the status "
-                       "table; exit 0 only if every cell completed. A local sweep runs in the foreground anyway")
-
-    status = commands.add_parser("status", help="show each cell's state (exit 0 only when all completed)")
-    status.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
-    status.add_argument("--retry-failed", action="store_true",
-                        help="then run again the cells that failed or are unfinished and not queued (Slurm: submit "
-                        "them; local: run them here); exit 0 when that succeeded")
-
-    analyze = commands.add_parser(
-        "analyze", help="tables, figures and a report page of a sweep directory",
-        description="Per-cell statistics over measured steps, speedups with bootstrap intervals, status counts, "
-        "the seminar report's tables; printed, and written with figures to SWEEP_DIR/report/ (index.md).",
-    )
-    analyze.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
-    analyze.add_argument("--format", choices=("markdown", "latex", "csv"), default="markdown",
-                         help="how the tables are printed; csv prints the per-cell table (report/tables/ has every "
-                         "table as CSV)")
-    analyze.add_argument("--reference", choices=("seminar",), default=None,
-                         help="put the seminar report's published values beside ours and check its claims")
-    analyze.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
-                         help="write the figures (PNG and SVG) into SWEEP_DIR/report/plots/ (default: yes)")
-    analyze.add_argument("--equivalence", type=_fraction(below_one=True), default=None, metavar="MARGIN",
-                         help="margin of practical equivalence, e.g. 0.02: a speedup whose 95%% interval lies within "
-                         "1 ± MARGIN is 'no difference' (not faster, slower or a disagreement with a claim), and "
-                         "replicates are unstable only where they disagree by more (default: 0, no margin)")
-    analyze.add_argument("--data-bound", type=_fraction(below_one=False), default=None, metavar="FRACTION",
-                         help="a cell that spends more than this share of its step time waiting for data is "
-                         "data-bound: its verdicts rest on end-to-end throughput, not the median step "
-                         "(default: 0.10)")
-    return parser
-
-
-def _fraction(below_one: bool):
-    """An argparse type: a number in [0, 1) (`below_one`) or [0, 1]."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not (0 <= value < 1 if below_one else 0 <= value <= 1):
-            raise argparse.ArgumentTypeError(f"{text} is not a fraction in [0, 1{')' if below_one else ']'}")
-        return value
-
-    return parse
-
-
 def _error(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
     return EXIT_USAGE
 
 
-def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke: bool = False) -> int:
+def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke: bool = False,
+              cfg: str | None = None, first: int | None = None, config_dirs: Sequence[Path] = (),
+              poll_s: float | None = None) -> int:
     if dry_run and wait:
         return _error("--wait and --dry-run exclude each other: a dry run submits nothing to wait for")
     if smoke and wait:
         return _error("--smoke runs here and submits nothing to wait for")
+    if cfg and (dry_run or wait or smoke):
+        return _error("--cfg job prints the cells' configs and runs nothing: leave out --dry-run, --wait and --smoke")
+    if poll_s is not None and not wait:
+        return _error("--poll SECONDS goes with --wait: how often to look at the queue while following the jobs")
+    if first is not None and (not cfg or first < 1):
+        return _error("--first N (N >= 1) goes with --cfg job: how many cells' configs to print")
     # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.
     from analysis.tables import cells_markdown, render_markdown
     from orchestrator.grid import GridError, expand
@@ -126,12 +71,14 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
     from workloads.vocabulary import COMPLETED
 
     try:
-        grid = smoke_of(overrides) if smoke else expand(overrides)
+        grid = smoke_of(overrides, config_dirs) if smoke else expand(overrides, config_dirs=config_dirs)
+        if cfg:
+            return print_configs(grid, first)
         check_sweep_dir(grid.sweep_dir.parent if smoke else grid.sweep_dir)
     except (GridError, SweepDirError) as exc:
         return _error(str(exc))
     if grid.executor == "slurm":
-        return sweep_slurm(grid, dry_run, wait)
+        return sweep_slurm(grid, dry_run, wait, poll_s)
     if grid.executor != "local":
         return _error(f"unknown executor {grid.executor!r} (cluster={grid.cluster.get('name')}); use local or slurm")
     if problem := why_not_local(grid):
@@ -156,14 +103,29 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def smoke_of(overrides: Sequence[str]) -> Grid:
+def print_configs(grid: Grid, first: int | None) -> int:
+    """--cfg job: each cell's resolved config as a YAML document (what its config.yaml will hold),
+    headed by a comment naming the cell and its overrides; the first `first` cells only if given."""
+    from workloads.sweep_dir import config_yaml
+
+    shown = grid.cells[:first]
+    for number, cell in enumerate(shown, 1):
+        overrides = " ".join(cell.overrides) or "(defaults)"
+        print(f"--- # cell {number}/{len(grid.cells)} {cell.cell_id} ({cell.label}): {overrides}")
+        print(config_yaml(cell.config), end="")
+    if len(shown) < len(grid.cells):
+        print(f"# {len(shown)} of {len(grid.cells)} cells shown (--first {first}); nothing run", file=sys.stderr)
+    return EXIT_OK
+
+
+def smoke_of(overrides: Sequence[str], config_dirs: Sequence[Path] = ()) -> Grid:
     """--smoke: the sweep's grid checked as for submission (Slurm: its profile too), then its
     smoke grid, which the local executor runs."""
     from orchestrator.grid import GridError, smoke_grid
     from orchestrator.profile import ProfileError
     from orchestrator.slurm import check_grid
 
-    full, smoke = smoke_grid(overrides)
+    full, smoke = smoke_grid(overrides, config_dirs)
     if full.executor == "slurm":
         try:
             check_grid(full)
@@ -174,7 +136,7 @@ def smoke_of(overrides: Sequence[str]) -> Grid:
     return smoke
 
 
-def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False) -> int:
+def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False, poll_s: float | None = None) -> int:
     """Submit the grid's cells as job arrays (or only write the scripts: --dry-run); returns once
     submitted, or with `wait` once no cell is queued any more."""
     from analysis.tables import render_markdown
@@ -203,14 +165,14 @@ def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False) -> int:
           flush=True)
     if not the_plan.arrays:
         print(f"nothing to submit: {skipped} cell(s) completed or still queued")
-        return follow_sweep(grid.sweep_dir) if wait else EXIT_OK
+        return follow_sweep(grid.sweep_dir, poll_s) if wait else EXIT_OK
     prepare(grid)
     code = submit_plan(the_plan)
     if code != EXIT_OK:
         return code
     print(f"{cells} cell(s) submitted in {len(the_plan.arrays)} job array(s), {skipped} not submitted (completed or "
           f"queued); job ids in {grid.sweep_dir}/manifest.parquet, scripts in {scripts}/")
-    return follow_sweep(grid.sweep_dir) if wait else EXIT_OK
+    return follow_sweep(grid.sweep_dir, poll_s) if wait else EXIT_OK
 
 
 def submit_plan(the_plan: SlurmPlan) -> int:
@@ -231,14 +193,16 @@ def submit_plan(the_plan: SlurmPlan) -> int:
     return EXIT_OK
 
 
-def follow_sweep(sweep_dir: Path) -> int:
-    """--wait: the cells per state every few seconds until none is queued, then the status table.
-    Ctrl-C stops the waiting, not the jobs."""
+def follow_sweep(sweep_dir: Path, poll_s: float | None = None) -> int:
+    """--wait: the cells per state at once, then every `poll_s` seconds until none is queued, then
+    the status table. Ctrl-C stops the waiting, not the jobs."""
+    from orchestrator.scheduler import WAIT_INTERVAL_S
     from orchestrator.status import all_completed, follow, render
 
-    print("waiting for the jobs (Ctrl-C stops waiting, not the jobs)", flush=True)
+    poll_s = WAIT_INTERVAL_S if poll_s is None else poll_s
+    print(f"waiting for the jobs, a look every {poll_s:g} s (Ctrl-C stops waiting, not the jobs)", flush=True)
     try:
-        rows = follow(sweep_dir)
+        rows = follow(sweep_dir, interval_s=poll_s)
     except KeyboardInterrupt:
         print(f"\nstopped waiting; the jobs keep running. Check them with: compilebench status {sweep_dir}",
               file=sys.stderr)
@@ -247,14 +211,16 @@ def follow_sweep(sweep_dir: Path) -> int:
     return EXIT_OK if all_completed(rows) else EXIT_FAILED
 
 
-def cmd_status(sweep_dir: Path, retry_failed: bool = False) -> int:
-    from orchestrator.status import NotASweep, all_completed, render, sweep_status
+def cmd_status(sweep_dir: Path, retry_failed: bool = False, as_json: bool = False) -> int:
+    from orchestrator.status import NotASweep, all_completed, render, sweep_status, to_json
 
+    if as_json and retry_failed:
+        return _error("--json prints the states only: run --retry-failed without it")
     try:
         rows = sweep_status(sweep_dir)
     except NotASweep as exc:
         return _error(str(exc))
-    print(render(rows))
+    print(to_json(sweep_dir, rows) if as_json else render(rows))
     if retry_failed:
         return retry(sweep_dir, rows)
     return EXIT_OK if all_completed(rows) else EXIT_FAILED
@@ -325,7 +291,7 @@ def cmd_analyze(sweep_dir: Path, fmt: str, reference: str | None = None, plots: 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+    parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command == "sweep":
         # Overrides may stand on either side of --dry-run; argparse leaves the later ones over.
@@ -336,9 +302,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         if args.command == "sweep":
-            return cmd_sweep([*args.overrides, *extra], args.dry_run, args.wait, args.smoke)
+            return cmd_sweep([*args.overrides, *extra], args.dry_run, args.wait, args.smoke, args.cfg, args.first,
+                             args.config_dir or (), args.poll)
         if args.command == "status":
-            return cmd_status(args.sweep_dir, args.retry_failed)
+            return cmd_status(args.sweep_dir, args.retry_failed, args.json)
     except KeyboardInterrupt:  # a running local cell got the same SIGINT and records its own state
         print("\ninterrupted", file=sys.stderr)
         return 130

@@ -28,15 +28,17 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from orchestrator.config_groups import ConfigDirError, group_values, refused, search_dirs, search_path_override
 from orchestrator.errors import one_line
-from orchestrator.private_apis import apply_overrides, caching_repository, compose_groups, group_exists, split_sweep
+from orchestrator.package_data import CONF_DIR
+from orchestrator.private_apis import (
+    apply_overrides, caching_repository, compose_groups, extend_search_path, group_exists, split_sweep,
+)
 from workloads.config import ConfigError, cell_config_from_dict, config_digest
 from workloads.run import check_cell
 from workloads.sweep_dir import SMOKE_DIR
 from workloads.vocabulary import AXES, axes_from_config, backend_label, shown_axes
 
-#: The Hydra config groups of the project (conf/), next to this package.
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 CONFIG_NAME = "config"
 
 #: Hydra's stock `hydra.sweep.dir` (hydra/conf/hydra/output/default.yaml). When the sweep
@@ -241,13 +243,25 @@ class _Composer:
         return values
 
 
-def expand(overrides: Sequence[str], config_dir: Path = CONF_DIR) -> Grid:
-    """Expand command-line overrides into the grid of cells; raises GridError on bad input."""
+def expand(overrides: Sequence[str], config_dir: Path = CONF_DIR, config_dirs: Sequence[Path | str] = ()) -> Grid:
+    """Expand command-line overrides into the grid of cells; raises GridError on bad input.
+    `config_dirs`: a site's own config directories, searched after `config_dir` (--config-dir)."""
+    try:
+        dirs = search_dirs(config_dirs, config_dir)
+    except ConfigDirError as exc:
+        raise GridError(str(exc)) from None
+    if problem := refused(overrides, group_values(dirs).get("cluster", [])):
+        raise GridError(problem)
+    searchpath = search_path_override(dirs[1:], overrides)
+    if searchpath:
+        overrides = [o for o in overrides if o.split("=", 1)[0].lstrip("+") != "hydra.searchpath"]
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
             loader = GlobalHydra.instance().config_loader()
             # The multirun "master" config: experiment and plain overrides applied, sweeps not yet.
-            master = loader.load_configuration(CONFIG_NAME, list(overrides), run_mode=RunMode.MULTIRUN)
+            master = loader.load_configuration(CONFIG_NAME, [*searchpath, *overrides], run_mode=RunMode.MULTIRUN)
+            if master.hydra.searchpath:  # --config-dir, or the user's own: for the cells' compositions too
+                extend_search_path(loader, list(master.hydra.searchpath))
             params = master.hydra.sweeper.params or {}
             # As BasicSweeper.sweep: sweeper params first, so a command-line override of the
             # same key replaces them (split_arguments keys its product by override key).
@@ -284,12 +298,13 @@ SMOKE_OVERRIDES = ("size=tiny", "steps=2", "warmup_steps=1", "measure.min_second
                    "distributed.tasks_per_node=1")
 
 
-def smoke_grid(overrides: Sequence[str]) -> tuple[Grid, Grid]:
+def smoke_grid(overrides: Sequence[str], config_dirs: Sequence[Path | str] = ()) -> tuple[Grid, Grid]:
     """(the sweep's grid, its smoke grid in SWEEP_DIR/smoke, run by the local executor); the
     sweep's grid is expanded first, so that its bad input fails exactly as it would when submitted.
     The cluster stays as chosen (not `cluster=local`): overrides of its keys must still apply."""
-    full = expand(overrides)
-    smoke = expand([*overrides, *SMOKE_OVERRIDES, f"hydra.sweep.dir={full.sweep_dir / SMOKE_DIR}"])
+    full = expand(overrides, config_dirs=config_dirs)
+    smoke = expand([*overrides, *SMOKE_OVERRIDES, f"hydra.sweep.dir={full.sweep_dir / SMOKE_DIR}"],
+                   config_dirs=config_dirs)
     return full, replace(smoke, cluster={**smoke.cluster, "executor": "local"})
 
 

@@ -13,6 +13,7 @@ omegaconf needs no entry: compilebench uses only its public API.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 from dataclasses import dataclass
@@ -97,6 +98,25 @@ def group_exists(loader: Any, group: str) -> bool:
     Wraps `ConfigLoaderImpl.repository.group_exists` (the repository is an attribute of the
     implementation, not of the public `ConfigLoader` interface, which has no such test)."""
     return bool(loader.repository.group_exists(group))
+
+
+def extend_search_path(loader: Any, entries: Sequence[str]) -> None:
+    """Give the loader's own repository the search path with these `hydra.searchpath` entries
+    (the master config's), so that `group_exists` and `compose_groups` find their configs too.
+
+    Hydra applies `hydra.searchpath` (`ConfigLoaderImpl._process_config_searchpath`) to a copy of
+    the repository made for one composition (`CachingConfigRepository` deep-copies its delegate);
+    grid.py composes the cells through the loader's repository. This builds the search path as
+    that method does (the entries appended before the `schema` entry, from the public
+    `ConfigLoader.get_search_path()`) and wraps `ConfigLoaderImpl.repository.initialize_sources`."""
+    search_path = copy.deepcopy(loader.get_search_path())
+    schema = search_path.get_path().pop(-1)
+    if schema.provider != "schema":
+        raise _error("hydra-core", "ConfigLoader.get_search_path()", f"its last entry is {schema}, not the schema")
+    for entry in entries:
+        search_path.append(provider="hydra.searchpath", path=entry)
+    search_path.append(schema.provider, schema.path)
+    loader.repository.initialize_sources(search_path)
 
 
 def caching_repository(loader: Any) -> Any:
@@ -224,7 +244,8 @@ def _member(owner: type, name: str, parameters: Sequence[str] | None = None, kin
 def _repository() -> str | None:
     if "self.repository" not in inspect.getsource(ConfigLoaderImpl.__init__):
         return "ConfigLoaderImpl no longer sets self.repository"
-    return _member(IConfigRepository, "group_exists", ["config_path"])()
+    return _member(IConfigRepository, "group_exists", ["config_path"])() or \
+        _member(IConfigRepository, "initialize_sources", ["config_search_path"])()
 
 
 def _defaults_list() -> str | None:
@@ -250,7 +271,8 @@ def _errors() -> str | None:
 CHECKS: tuple[ApiCheck, ...] = (
     ApiCheck("hydra-core", "hydra._internal.config_loader_impl.ConfigLoaderImpl._apply_overrides_to_config",
              _member(ConfigLoaderImpl, "_apply_overrides_to_config", ["overrides", "cfg"], staticmethod)),
-    ApiCheck("hydra-core", "hydra._internal.config_loader_impl.ConfigLoaderImpl.repository.group_exists", _repository),
+    ApiCheck("hydra-core", "hydra._internal.config_loader_impl.ConfigLoaderImpl.repository.group_exists, "
+             "initialize_sources", _repository),
     ApiCheck("hydra-core", "hydra._internal.config_repository.CachingConfigRepository",
              _member(CachingConfigRepository, "__init__", ["delegate"])),
     ApiCheck("hydra-core", "hydra._internal.defaults_list.create_defaults_list", _defaults_list),

@@ -20,14 +20,17 @@ from typing import Any, Mapping
 
 from submitit import SlurmExecutor
 
+from orchestrator.package_data import TEMPLATES_DIR
 from orchestrator.private_apis import RenderOnlyExecutor, convert_mem, submission_script_text
 from orchestrator.profile import ProfileError, Resources, SlurmProfile
 from workloads.sweep_dir import COMPILE_CACHE_DIR, SUBMITIT_DIR
 
-TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "sbatch_templates"
 TEMPLATE_SUFFIX = ".sh.tmpl"
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+#: Every job's name starts with this; the sweep directory's name follows (`job_name`).
 JOB_NAME = "compilebench"
+#: What a job name keeps of the sweep directory's name; anything else becomes `_`.
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?:\.(name|value))?\}")
 _OPTION = re.compile(r"[a-z][a-z0-9_-]*")
@@ -97,10 +100,17 @@ def compile_cache_lines(policy: str, sweep_dir: Path) -> list[str]:
     ]
 
 
+def job_name(sweep_dir: Path) -> str:
+    """`compilebench-<sweep directory's name>` (at most 64 characters), so that `squeue` tells one
+    sweep's jobs from another's; spaces and shell characters of the name become `_`."""
+    name = _NAME_CHARS.sub("_", Path(sweep_dir).name).strip("_")
+    return f"{JOB_NAME}-{name}"[:64] if name else JOB_NAME
+
+
 def slurm_parameters(profile: SlurmProfile, resources: Resources, sweep_dir: Path) -> dict[str, Any]:
     """submitit `SlurmExecutor.update_parameters` keywords for one job array."""
     params: dict[str, Any] = {
-        "job_name": JOB_NAME,
+        "job_name": job_name(sweep_dir),
         "partition": resources.partition,
         "time": resources.time_min,
         "array_parallelism": profile.array_parallelism,

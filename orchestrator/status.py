@@ -17,6 +17,7 @@ disabled is simply not used: `status` never hangs.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections import Counter
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from orchestrator.scheduler import SLURM_STATES, job_states
+from orchestrator.scheduler import SLURM_STATES, WAIT_INTERVAL_S, job_states
 from workloads.sweep_dir import (
     STDERR, cell_dir, cell_dirs, is_sweep_dir, last_status, read_cell_config, read_manifest,
 )
@@ -33,8 +34,6 @@ from workloads.vocabulary import (
     shown_axes,
 )
 
-#: Seconds between two looks at a sweep that `sweep --wait` follows.
-WAIT_INTERVAL_S = 5.0
 #: How long `--wait` goes on following while squeue does not answer (cells `unknown`).
 UNANSWERED_LIMIT_S = 120.0
 #: Cells that `status --retry-failed` runs again: no result that counts and no job in the queue.
@@ -138,6 +137,18 @@ def render(rows: Sequence[CellStatus]) -> str:
                               "state": row.state, "attempts": row.attempts, "error": row.error} for row in rows],
                             ["cell_id", *shown, "job_id", "state", "attempts", "error"])
     return f"{table}\n\n{len(rows)} cell(s): {count_states(rows)}"
+
+
+def to_json(sweep_dir: Path, rows: Sequence[CellStatus]) -> str:
+    """`status --json`: the sweep, its cells counted by state, and per cell its id, axes, state,
+    attempts, replicates, job ids (one per replicate submitted, newest last) and error."""
+    cells = [{"cell_id": row.cell_id, "axes": row.axes, "state": row.state, "attempts": row.attempts,
+              "repeats": row.repeats, "job_ids": row.job_id.split() if row.job_id else [], "error": row.error}
+             for row in rows]
+    document = {"sweep_dir": str(Path(sweep_dir).resolve()), "cells": cells,
+                "counts": dict(Counter(row.state for row in rows)), "all_completed": all_completed(rows)}
+    # Axis values read from Parquet may be numpy scalars: `.item()` makes them plain numbers.
+    return json.dumps(document, indent=2, default=lambda value: value.item() if hasattr(value, "item") else str(value))
 
 
 def all_completed(rows: Sequence[CellStatus]) -> bool:

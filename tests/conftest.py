@@ -27,7 +27,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, path_without_slurm
 
 #: The local Slurm's fixtures (`slurm_clusters`, `slurm_cluster`, `slurm_cluster_accounting`) and
 #: their autouse guard, for every test module.
@@ -176,8 +176,7 @@ def workloads_cli_start():
 def no_slurm_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A machine without Slurm (a laptop), whatever this one has: no sinfo or squeue on PATH,
     so the plan is the profile's alone. Runs in tmp_path."""
-    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "sinfo").exists()]
-    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    monkeypatch.setenv("PATH", path_without_slurm())
     monkeypatch.chdir(tmp_path)
 
 

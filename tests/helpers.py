@@ -34,6 +34,9 @@ TINY = ["model=gpt", "size=tiny", "precision=fp32", "device=cpu", "steps=2", "wa
 #: What a cell's log says once its warm-up and first measured step are done (workloads/run.py):
 #: the cell is training, past start-up and compilation.
 MEASURING = ": measuring (the "
+#: `sweep --wait` as the tests run it: a look at the queue every second (the default, 30 s, spares
+#: a shared scheduler; the tests' own Slurm answers at once).
+WAIT = ("--wait", "--poll", "1")
 #: How long a few tiny cells may take through the local Slurm. Generous: another test session may
 #: keep both cores busy; inductor compiles C++ on the CPU.
 SLURM_JOB_TIMEOUT_S = 400
@@ -43,6 +46,11 @@ def always_overcommits() -> bool:
     """Linux overcommit mode 1 grants any allocation and kills the process that touches it."""
     path = Path("/proc/sys/vm/overcommit_memory")
     return path.exists() and path.read_text().strip() == "1"
+
+
+def path_without_slurm() -> str:
+    """PATH without the directories that hold Slurm's commands: a machine without Slurm (a laptop)."""
+    return os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "sinfo").exists())
 
 
 def wait_until(probe: Callable[[], T], timeout: float, describe: Callable[[T], str], *,

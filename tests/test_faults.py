@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.helpers import MEASURING, always_overcommits, cli, manifest_jobs, table, wait_until
+from tests.helpers import MEASURING, WAIT, always_overcommits, cli, manifest_jobs, table, wait_until
 from tests.slurm.cluster import LocalSlurm
 from tests.slurm.fixtures import SlurmClusters
 
@@ -67,7 +67,7 @@ def submit(cluster: LocalSlurm, cwd: Path, *overrides: str) -> dict[str, str]:
 
 def wait_sweep(cluster: LocalSlurm, cwd: Path, *overrides: str) -> str:
     """The same sweep again with --wait: submits only what is neither done nor queued, follows to the end."""
-    waited = cli(cwd, "sweep", *LONG, *overrides, "hydra.sweep.dir=sw", "--wait", env=cluster.env(), timeout=600)
+    waited = cli(cwd, "sweep", *LONG, *overrides, "hydra.sweep.dir=sw", *WAIT, env=cluster.env(), timeout=600)
     assert waited.returncode == 0, waited.stdout + waited.stderr + cluster.logs()
     return waited.stdout
 
@@ -138,7 +138,7 @@ def test_exception_and_out_of_memory_cells(slurm_clusters: SlurmClusters, accoun
         submitted = cli(tmp_path, "sweep", *base, *overrides, "hydra.sweep.dir=sw", env=slurm_cluster.env())
         assert submitted.returncode == 0, submitted.stderr
     assert len(manifest_jobs(tmp_path / "sw")) == 3  # three sweeps, one manifest holding all their cells
-    waited = cli(tmp_path, "sweep", *base, "seed=5", "hydra.sweep.dir=sw", "--wait", env=slurm_cluster.env(),
+    waited = cli(tmp_path, "sweep", *base, "seed=5", "hydra.sweep.dir=sw", *WAIT, env=slurm_cluster.env(),
                  timeout=600)
     assert waited.returncode == 1  # the sweep directory holds two cells that did not complete
     states = {row["state"]: cell for cell, row in table(waited.stdout).items()}
@@ -146,6 +146,6 @@ def test_exception_and_out_of_memory_cells(slurm_clusters: SlurmClusters, accoun
     (np.arange(5000) % 10).astype(np.uint16).tofile(data)  # fixed (same 10 symbols); the configs stay as they were
     retried = cli(tmp_path, "status", "sw", "--retry-failed", env=slurm_cluster.env())
     assert retried.returncode == 0 and "2 cell(s) resubmitted" in retried.stdout, retried.stdout + retried.stderr
-    cli(tmp_path, "sweep", *base, "seed=5", "hydra.sweep.dir=sw", "--wait", env=slurm_cluster.env(), timeout=600)
+    cli(tmp_path, "sweep", *base, "seed=5", "hydra.sweep.dir=sw", *WAIT, env=slurm_cluster.env(), timeout=600)
     assert attempts(tmp_path / "sw") == {states["failed"]: ["failed", "completed"], states["oom"]: ["oom", "oom"],
                                          states["completed"]: ["completed"]}

@@ -23,6 +23,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.grid import expand
 from orchestrator.profile import ProfileError, load_profile, resources_for
+from orchestrator.sbatch import job_name
 from orchestrator.slurm import check_grid, group_arrays
 from tests.helpers import BASH, REPO_ROOT, TINY, jobs_from, slurm_cli, wait_until_done
 from tests.slurm.cluster import LocalSlurm
@@ -193,6 +194,14 @@ def test_dry_run_grid_and_golden_scripts(capsys, no_slurm_here, tmp_path: Path) 
     check_golden("grete_a100_array.sh", normalise(scripts[0].read_text(), sweep))
     check_golden("grete_h100_array.sh", normalise(scripts[1].read_text(), sweep))
     assert [p.name for p in sweep.iterdir()] == ["sbatch"]  # no configs, no manifest, no submitit pickles
+
+
+def test_job_names_carry_the_sweep_name() -> None:
+    """squeue tells sweeps apart (the golden scripts show `compilebench-sweep`; tests/test_status.py
+    finds the name in the local Slurm's queue); no space or shell character gets into the name."""
+    assert job_name(Path("/work/sweeps/2026-11-21_10-00-00")) == "compilebench-2026-11-21_10-00-00"
+    assert job_name(Path("/work/my sweep; rm -rf ~")) == "compilebench-my_sweep_rm_-rf"
+    assert len(job_name(Path("/work") / ("a" * 200))) == 64 and job_name(Path("/")) == "compilebench"
 
 
 def test_site_setup_is_quoted(capsys, no_slurm_here, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ alone, and `--retry-failed` resubmitting just those two."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -24,7 +25,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.scheduler import expand_job_ids, parse_states
-from tests.helpers import TINY, cli, cli_popen, manifest_jobs, table, wait_until
+from tests.helpers import TINY, WAIT, cli, cli_popen, manifest_jobs, table, wait_until
 from tests.slurm.cluster import LocalSlurm
 from workloads.vocabulary import ERROR_WIDTH
 
@@ -58,6 +59,20 @@ def test_local_sweep_completed_and_failed(tmp_path: Path) -> None:
     assert {(row["model"], row["size"], row["backend"], row["precision"]) for row in rows.values()} == {
         ("gpt", "tiny", "eager", "fp32")}
     assert result.stdout.rstrip().splitlines()[-1] == "2 cell(s): 1 completed, 1 failed"
+
+    as_json = cli(tmp_path, "status", "sw", "--json")
+    assert as_json.returncode == 1 and as_json.stderr == ""  # the same exit code as the table
+    document = json.loads(as_json.stdout)
+    assert document["sweep_dir"] == str(tmp_path / "sw") and document["all_completed"] is False
+    assert document["counts"] == {"completed": 1, "failed": 1}
+    cells = {cell["cell_id"]: cell for cell in document["cells"]}
+    assert set(cells) == set(rows)
+    for cell_id, cell in cells.items():
+        assert (cell["state"], cell["attempts"], cell["repeats"], cell["job_ids"]) == (rows[cell_id]["state"], 1, 1, [])
+        assert {k: cell["axes"][k] for k in ("model", "size", "backend", "precision", "seed")} == {
+            "model": "gpt", "size": "tiny", "backend": "eager", "precision": "fp32", "seed": 1337}
+        assert (cell["error"] or "") == rows[cell_id]["error"]
+    assert cli(tmp_path, "status", "sw", "--json", "--retry-failed").returncode == 2
 
     # The cause goes away (the token file is long enough now): only the failed cell runs again.
     np.random.default_rng(0).integers(0, 50, size=5000).astype(np.uint16).tofile(short_bin)
@@ -165,9 +180,12 @@ def cli_on_terminal(cwd: Path, *args: str, env: dict[str, str]) -> tuple[int, st
 def test_wait_follows_the_sweep_and_ctrl_c_leaves_the_jobs(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     """No accounting (sacct refuses): `--wait` still ends. Ctrl-C stops the waiting, not the job
     (held, so certainly still queued when the signal comes); once released, running the sweep
-    again with --wait submits nothing and follows the same job to its end."""
+    again with --wait submits nothing and follows the same job to its end, its first look at once
+    and then one every `--poll` seconds. The job carries the sweep's name."""
     env = slurm_cluster.env()
-    args = ["sweep", "cluster=test_slurm", *EAGER, "+cluster.sbatch_extra.hold=true", "hydra.sweep.dir=sw", "--wait"]
+    poll = 2
+    args = ["sweep", "cluster=test_slurm", *EAGER, "+cluster.sbatch_extra.hold=true", "hydra.sweep.dir=sw",
+            "--wait", "--poll", str(poll)]
     log = tmp_path / "wait.log"
     with open(log, "w") as out:
         proc = cli_popen(tmp_path, *args, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
@@ -178,18 +196,24 @@ def test_wait_follows_the_sweep_and_ctrl_c_leaves_the_jobs(slurm_cluster: LocalS
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
+    assert progress_lines(log.read_text())[0].startswith("[0s] "), log.read_text()  # the first look at once
     assert f"stopped waiting; the jobs keep running. Check them with: compilebench status {tmp_path / 'sw'}" in stderr
     assert progress_lines(log.read_text())[-1].endswith("] 1 pending")
     shown = slurm_cluster.run("scontrol", "show", "job", job_id).stdout
     assert "JobState=PENDING" in shown and "Reason=JobHeldUser" in shown, shown  # not cancelled
+    queued = dict(line.split() for line in slurm_cluster.run("squeue", "-h", "-o", "%i %j").stdout.splitlines())
+    assert queued.get(job_id) == "compilebench-sw", queued  # named after the sweep
 
     slurm_cluster.run("scontrol", "release", job_id)
     code, shown = cli_on_terminal(tmp_path, *args, env=env)
     assert code == 0, shown
     assert "nothing to submit: 1 cell(s) completed or still queued" in shown
     # On a terminal the count is one line rewritten in place (carriage return, erase to its end).
-    counts = re.findall(r"\r\[\d+s\] ([^\r\n]*?)\x1b\[K", shown)
+    looks = re.findall(r"\r\[(\d+)s\] ([^\r\n]*?)\x1b\[K", shown)
+    counts = [count for _, count in looks]
     assert counts and counts[-1] == "1 completed" and set(counts[:-1]) <= {"1 pending", "1 running"}, shown
+    seconds = [int(elapsed) for elapsed, _ in looks]
+    assert seconds[0] == 0 and all(b - a >= poll for a, b in zip(seconds, seconds[1:])), shown
     assert shown.rstrip().endswith("1 cell(s): 1 completed")
     assert pd.read_parquet(tmp_path / "sw" / "manifest.parquet")["job_id"].tolist() == [job_id]
 
@@ -257,7 +281,7 @@ def test_sacct_states_and_retry_failed(slurm_cluster_accounting: LocalSlurm, tmp
     assert manifest_jobs(tmp_path / "sw") == jobs
 
     cluster.run("scontrol", "release", array)
-    waited = cli(tmp_path, *args, "--wait", env=env)  # the same sweep: nothing to submit, then follow it
+    waited = cli(tmp_path, *args, *WAIT, env=env)  # the same sweep: nothing to submit, then follow it
     assert waited.returncode == 0, waited.stdout + waited.stderr
     assert "nothing to submit: 3 cell(s) completed or still queued" in waited.stdout
     lines = progress_lines(waited.stdout)

@@ -143,11 +143,16 @@ def read_parquet(path: Path, schema: pa.Schema, warn: TextIO | None = STDERR) ->
 
 # The cell's config.
 
+def config_yaml(config: Mapping[str, Any]) -> str:
+    """A cell's resolved config as the YAML text of its config.yaml."""
+    return yaml.dump(dict(config), Dumper=_YAML_DUMPER, sort_keys=False)
+
+
 def write_cell_config(sweep_dir: Path, cell_id: str, config: Mapping[str, Any]) -> Path:
     """Write a cell's resolved config (rewritten each time: the cluster part may change)."""
     path = config_path(sweep_dir, cell_id)
     with atomic_output(path) as fh:
-        fh.write(yaml.dump(dict(config), Dumper=_YAML_DUMPER, sort_keys=False).encode())
+        fh.write(config_yaml(config).encode())
     return path
 
 

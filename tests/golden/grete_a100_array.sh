@@ -5,7 +5,7 @@
 #SBATCH --cpus-per-task=16
 #SBATCH --error=SWEEP_DIR/submitit/%A_%a_0_log.err
 #SBATCH --gres=gpu:A100:1
-#SBATCH --job-name=compilebench
+#SBATCH --job-name=compilebench-sweep
 #SBATCH --mem=120GB
 #SBATCH --nodes=1
 #SBATCH --open-mode=append

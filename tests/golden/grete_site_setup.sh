@@ -6,7 +6,7 @@
 #SBATCH --cpus-per-task=16
 #SBATCH --error=SWEEP_DIR/submitit/%j_0_log.err
 #SBATCH --gres=gpu:A100:1
-#SBATCH --job-name=compilebench
+#SBATCH --job-name=compilebench-sweep
 #SBATCH --mail-type=FAIL
 #SBATCH --mem=120GB
 #SBATCH --nodes=1
