@@ -37,15 +37,15 @@ figure { margin: 1em 0 2em; } figure img { max-width: 100%; height: auto; border
 """
 
 
-def _table(table: Table, link: str | None) -> str:
+def _table(table: Table, link: str | None, heading: bool = True) -> str:
     head = "".join(f"<th>{escape(str(c))}</th>" for c in table.text.columns)
     rows = []
     for values in table.text.itertuples(index=False):
         cells = (escape(str(v)) for v in values)
         rows.append("<tr>" + "".join(f'<td class="num">{v}</td>' if _NUMBER.fullmatch(v) else f"<td>{v}</td>"
                                      for v in cells) + "</tr>")
-    parts = [f'<h3 id="table-{escape(table.name)}">{escape(table.title)}</h3>',
-             f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>']
+    title = f'<h3 id="table-{escape(table.name)}">{escape(table.title)}</h3>' if heading else ""
+    parts = [title, f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>']
     if table.note:
         parts.append(f'<p class="note">{escape(table.note)}</p>')
     if link:
@@ -79,8 +79,8 @@ def html_page(title: str, summary: str, problems: Sequence[Problem], tables: Seq
     body.append('<h2 id="tables">Tables</h2>')
     body += [_table(table, f"{tables_dir}/{table.name}") for table in tables]
     if environment.text.size:
-        body.append('<h2 id="environment">Environment</h2>')
-        body.append(_table(environment, None))
+        body.append(f'<h2 id="environment">{escape(environment.title)}</h2>')
+        body.append(_table(environment, None, heading=False))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{escape(title)}</title>"
             f"<style>{_STYLE}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")

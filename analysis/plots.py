@@ -325,4 +325,7 @@ def write_plots(metrics: pd.DataFrame, steps: pd.DataFrame, directory: Path) -> 
         written[name] = [directory / f"{name}.{fmt}" for fmt in FORMATS]
         for path in written[name]:
             fig.savefig(path, dpi=DPI)
+            # Laid out once, by the first file: a second constrained layout of a figure of 200
+            # labelled rows would cost as much again.
+            fig.set_layout_engine("none")
     return written
