@@ -1,8 +1,8 @@
-"""Figures of a sweep, each written as PNG and SVG of a fixed size (FIGSIZE at DPI).
+"""Figures of a sweep, each written as PNG and SVG (layout and sizes: analysis/figure_layout.py;
+colours: analysis/palette.py, one per backend, the same in every figure).
 
-Figures are `matplotlib.figure.Figure` objects, never pyplot's: no global backend or figure
-registry is touched, so analysing in a process that also plots elsewhere is safe. Every figure is
-written even without data for it (then it says so), so a report always links the same files.
+Every figure is written even without data for it (then it says so), so a report always links the
+same files. Per-cell figures have a row per cell, labelled with its workload and backend.
 """
 
 from __future__ import annotations
@@ -12,49 +12,146 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
 from analysis.collect import REPEAT
+from analysis.figure_layout import (
+    DPI, FIGSIZE, LABEL_SIZE, cell_labels, colors, decisive_speedup, empty, figure, rows_height, set_row_labels,
+    shown_rows, whiskers,
+)
 from analysis.metrics import DISTRIBUTED_AXES, SAME_WORKLOAD, backend_labels, workload_labels
+from analysis.palette import DATA_WAIT, NO_VALUE
+from analysis.render import fmt_number, fmt_speedup
 from analysis.scaling import scaling_cells
 from workloads.vocabulary import COMPLETED
 
-FIGSIZE = (10.0, 6.0)  # inches
-DPI = 100  # PNG pixels per inch: 1000 x 600
 FORMATS = ("png", "svg")
-#: Workloads one figure shows: step-time panels, groups of bars. Further ones are left out, and
-#: the title counts them (the tables have every cell).
-MAX_PANELS = 12
-MAX_GROUPS = 40
-NO_RESULT_COLOR = "tab:red"
+#: Workloads a figure of panels shows (the title counts the others; the tables have every cell).
+MAX_PANELS = 24
+PANEL_COLUMNS, PANEL_INCHES = 3, 2.4
+#: Steps to break even that the compile-time figure draws a line for (those its range reaches).
+BREAK_EVEN_STEPS = (10, 100, 1_000, 10_000, 100_000, 1_000_000)
+#: A marker per workload of the scaling figure: it shows as many workloads as there are.
+SCALING_MARKERS = "osD^v<>pPX*h"
 
 
-def _colors(metrics: pd.DataFrame) -> dict[str, tuple]:
-    """One color per backend label, the same in every figure."""
-    palette = [f"C{i}" for i in range(10)]
-    return {label: palette[i % len(palette)] for i, label in enumerate(sorted(set(backend_labels(metrics))))}
+def _plain_log_axis(axis, low: float, high: float) -> None:
+    """Ticks of a log axis from `low` to `high` as plain numbers (0.5, 2, 20): at 1, 2 and 5 times
+    the powers of ten, or where the range spans less than a factor of 5, evenly spaced ones."""
+    if high / low < 5:
+        axis.set_major_locator(MaxNLocator(6, steps=[1, 2, 5, 10]))  # 1 among the ticks
+    else:
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
 
 
-def _figure(title: str) -> tuple[Figure, Axes]:
-    fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
-    ax = fig.add_subplot()
-    ax.set_title(title)
-    return fig, ax
+def _value_labels(ax, texts: list[str]) -> None:
+    """Text at the right of each row (row i at y = i), on a twin axis sharing the rows."""
+    right = ax.twinx()
+    right.set_ylim(ax.get_ylim())
+    right.set_yticks(range(len(texts)), texts, fontsize=LABEL_SIZE)
+    right.tick_params(right=False)
 
 
-def _whiskers(value: pd.Series, low: pd.Series, high: pd.Series) -> np.ndarray:
-    """Error-bar lengths below and above each value (none where the interval is unknown)."""
-    # A percentile interval need not hold its point estimate, and rounding can put a point
-    # estimate a hair outside a zero-width one: matplotlib refuses negative lengths.
-    return np.clip(np.vstack([value - low.fillna(value), high.fillna(value) - value]), 0, None)
+def speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
+    """A forest plot: every compiled cell's speedup over eager with its 95% interval on a log axis,
+    fastest on top; hollow where the verdict rests on end-to-end throughput (data-bound); cells
+    without a speedup (failed, not_compiled, no eager cell) at the bottom, saying why."""
+    title = "Speedup over eager, 95% bootstrap interval over runs, then steps"
+    compiled = metrics[metrics["backend"] != "eager"]
+    if compiled.empty:
+        fig, ax = figure(title)
+        empty(ax, "no compiled cells")
+        return fig
+    speed, e2e = decisive_speedup(compiled)
+    order = speed["value"].sort_values(ascending=False, na_position="last", kind="stable").index
+    positions, left_out = shown_rows(len(order))
+    order = order[positions]
+    fig, ax = figure(title + left_out, rows_height(len(order)))
+    rows, e2e, backends = speed.loc[order], e2e.loc[order].to_numpy(), backend_labels(compiled).loc[order].to_numpy()
+    y, has, palette = np.arange(len(order)), rows["value"].notna().to_numpy(), colors(metrics)
+    for backend in sorted(set(backends[has])):
+        for hollow in (False, True):
+            mine = (backends == backend) & has & (e2e == hollow)
+            if mine.any():
+                ax.errorbar(rows["value"][mine], y[mine], xerr=whiskers(*(rows[c][mine] for c in rows)), fmt="o",
+                            color=palette[backend], mfc="white" if hollow else palette[backend], capsize=2, ms=5)
+    status = compiled["status"].loc[order].to_numpy()
+    ax.scatter(np.ones((~has).sum()), y[~has], marker="x", color=NO_VALUE, zorder=3)
+    ax.axvline(1.0, color="0.3", linewidth=1, linestyle="--")
+    ax.set_xscale("log")
+    low, high = rows["low"].fillna(rows["value"]), rows["high"].fillna(rows["value"])
+    limits = (min(1.0, low.min()) / 1.1, max(1.0, high.max()) * 1.1)
+    ax.set_xlim(*limits)
+    _plain_log_axis(ax.xaxis, *limits)
+    ax.set_xlabel("speedup over eager (log scale; right of 1: faster than eager)")
+    ax.grid(axis="x", color="0.9")
+    ax.tick_params(axis="x", top=True, labeltop=len(order) > 30)  # a tall figure has its scale on top too
+    set_row_labels(ax, cell_labels(compiled).loc[order].tolist())
+    _value_labels(ax, [fmt_speedup(*v) + (" e2e" if hollow else "") if ok else (s if s != COMPLETED else "no eager cell")
+                       for v, ok, hollow, s in zip(rows.to_numpy(), has, e2e, status)])
+    handles = [Line2D([], [], color=palette[b], marker="o", linestyle="", label=b) for b in sorted(set(backends[has]))]
+    if e2e[has].any():
+        handles.append(Line2D([], [], color="0.3", marker="o", mfc="white", linestyle="",
+                              label="end to end (data-bound)"))
+    if (~has).any():
+        handles.append(Line2D([], [], color=NO_VALUE, marker="x", linestyle="", label="no speedup"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize="small")
+    return fig
 
 
-def _empty(ax: Axes, message: str) -> None:
-    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="0.4")
-    ax.set_xticks([])
-    ax.set_yticks([])
+def _per_cell(metrics: pd.DataFrame, column: str, title: str):
+    """The figure of a row per cell with a value of `column` (table order), or None where none has one."""
+    cells = metrics[metrics[column].notna()]
+    positions, left_out = shown_rows(len(cells))
+    cells = cells.iloc[positions]
+    fig, ax = figure(title + left_out, rows_height(len(cells)))
+    if cells.empty:
+        return fig, ax, None
+    set_row_labels(ax, cell_labels(cells).tolist())
+    return fig, ax, cells
+
+
+def mfu_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
+    """Model FLOP utilisation per cell, mean ± std over measured steps."""
+    fig, ax, cells = _per_cell(metrics, "mfu_mean", "MFU over measured steps (mean ± std)")
+    if cells is None:
+        empty(ax, "no MFU: no peak FLOP/s known for these devices")
+        return fig
+    mean, std = 100 * cells["mfu_mean"], 100 * cells["mfu_std"].fillna(0)
+    palette = colors(metrics)
+    ax.barh(np.arange(len(cells)), mean, color=[palette[b] for b in backend_labels(cells)],
+            xerr=whiskers(mean, mean - std, mean + std), capsize=2)
+    ax.set_xlabel("MFU (% of the devices' peak FLOP/s)")
+    _value_labels(ax, [f"{m:.1f}% ± {s:.1f}" for m, s in zip(mean, std)])
+    return fig
+
+
+def data_wait_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
+    """Per cell, its measured span split into waiting for data and the rest (compute, launches,
+    synchronisation): shares of the span, so the two parts add up to 100% for every cell; the mean
+    step (span / measured steps) is written beside each bar."""
+    fig, ax, cells = _per_cell(metrics, "data_wait_share",
+                               "Measured time per cell: waiting for data and the rest (share of the span)")
+    if cells is None:
+        empty(ax, "no data-wait times recorded")
+        return fig
+    # A wait is timed on the host inside a step; should it exceed the step, the bar is all wait.
+    wait = 100 * cells["data_wait_share"].clip(0, 1)
+    y, palette = np.arange(len(cells)), colors(metrics)
+    ax.barh(y, 100 - wait, color=[palette[b] for b in backend_labels(cells)])
+    ax.barh(y, wait, left=100 - wait, color=DATA_WAIT, hatch="///", edgecolor="0.55", linewidth=0)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of the measured span (the sum of the measured steps' times)")
+    _value_labels(ax, [f"{fmt_number(mean)} ms/step, {w:.0f}% waiting" for mean, w in zip(cells["mean_step_ms"], wait)])
+    handles = [Patch(color=palette[b], label=b) for b in sorted(set(backend_labels(cells)))]
+    handles.append(Patch(facecolor=DATA_WAIT, hatch="///", edgecolor="0.55", label="waiting for data"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize="small")
+    return fig
 
 
 def _first(workloads: pd.Series, limit: int) -> tuple[list[str], str]:
@@ -63,146 +160,109 @@ def _first(workloads: pd.Series, limit: int) -> tuple[list[str], str]:
     return distinct[:limit], (f" (first {limit} of {len(distinct)} workloads)" if len(distinct) > limit else "")
 
 
-def _grouped_bars(ax: Axes, metrics: pd.DataFrame, value: pd.Series, low: pd.Series, high: pd.Series,
-                  missing_at: float) -> None:
-    """Bars per workload (x) and backend (color) with whiskers low..high; a cell without a value
-    (failed, not_compiled, no eager cell) is a red x at `missing_at`."""
-    colors = _colors(metrics)
-    workloads = workload_labels(metrics)
-    order, left_out = _first(workloads, MAX_GROUPS)
-    shown = workloads.isin(order).to_numpy()
-    metrics, workloads, value, low, high = metrics[shown], workloads[shown], value[shown], low[shown], high[shown]
-    ax.set_title(ax.get_title() + left_out)
-    labels = backend_labels(metrics)
-    backends = sorted(set(labels))
-    width = 0.8 / max(len(backends), 1)
-    x = np.array([order.index(w) for w in workloads]) + (np.array([backends.index(b) for b in labels]) + 0.5) * width - 0.4
-    has = value.notna().to_numpy()
-    for backend in backends:
-        mine = (labels == backend).to_numpy() & has
-        ax.bar(x[mine], value[mine], width, color=colors[backend], label=backend,
-               yerr=_whiskers(value[mine], low[mine], high[mine]), capsize=2)
-    if (~has).any():
-        ax.scatter(x[~has], np.full((~has).sum(), missing_at), marker="x", color=NO_RESULT_COLOR, zorder=3,
-                   label="no value (failed, not_compiled, no eager cell)")
-    crowded = len(order) > 6  # long labels on one rotated line each
-    ax.set_xticks(range(len(order)), [w.replace("\n", " ") for w in order] if crowded else order,
-                  rotation=60 if crowded else 0, ha="right" if crowded else "center",
-                  fontsize="x-small" if crowded else "medium")
-    ax.legend(fontsize="small")
-
-
-def speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
-    """Speedup over eager with its 95% interval, per workload and backend."""
-    fig, ax = _figure("Speedup over eager (median step), 95% bootstrap interval over runs, then steps")
-    compiled = metrics[metrics["backend"] != "eager"]
-    if compiled.empty:
-        _empty(ax, "no compiled cells")
-        return fig
-    _grouped_bars(ax, compiled, compiled["speedup"], compiled["speedup_low"], compiled["speedup_high"], 1.0)
-    ax.axhline(1.0, color="0.3", linewidth=1, linestyle="--")
-    ax.set_ylabel("speedup (eager = 1)")
-    return fig
-
-
-def mfu_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
-    """Model FLOP utilisation, mean ± std over measured steps, per workload and backend."""
-    fig, ax = _figure("MFU over measured steps (mean ± std)")
-    if metrics["mfu_mean"].isna().all():
-        _empty(ax, "no MFU: no peak FLOP/s known for these devices")
-        return fig
-    mean, std = 100 * metrics["mfu_mean"], 100 * metrics["mfu_std"].fillna(0)
-    _grouped_bars(ax, metrics, mean, mean - std, mean + std, 0.0)
-    ax.set_ylabel("MFU (%)")
-    return fig
-
-
 def step_time_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
-    """Step time over the steps of each cell (log scale), one line per replicate, warm-up shaded:
-    compilation is its spike."""
+    """Small multiples: a panel per workload, step time over steps of each of its cells (a line per
+    replicate, log scale over the measured steps), warm-up steps shaded and their highest time
+    written where it lies above the panel."""
     workloads = workload_labels(metrics)
     shown, left_out = _first(workloads[metrics["cell_id"].isin(set(steps["cell_id"].unique()))], MAX_PANELS)
-    title = "Step time over steps (warm-up shaded)" + left_out
-    columns = min(len(shown), 4) or 1
+    columns = min(len(shown), PANEL_COLUMNS) or 1
     rows = -(-len(shown) // columns) or 1
-    fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
-    fig.suptitle(title)
+    fig = Figure(figsize=(FIGSIZE[0], max(FIGSIZE[1] / 2, 0.9 + PANEL_INCHES * rows)), dpi=DPI, layout="constrained")
+    fig.suptitle("Step time over steps (log scale; warm-up shaded: compilation happens there)" + left_out)
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     if not shown:
-        _empty(axes[0], "no steps recorded")
-    colors, labels = _colors(metrics), backend_labels(metrics)
+        empty(axes[0], "no steps recorded")
+    palette, labels = colors(metrics), backend_labels(metrics)
     drawn = steps[steps["cell_id"].isin(set(metrics["cell_id"][workloads.isin(shown)]))]
     by_cell = dict(tuple(drawn.sort_values("step").groupby("cell_id", sort=False, observed=True)))
     legend = {}
     for ax, workload in zip(axes, shown):
-        for i in np.flatnonzero((workloads == workload).to_numpy()):
-            cell, label = metrics.iloc[i], labels.iloc[i]
-            mine = by_cell.get(cell["cell_id"])
-            if mine is None:
-                continue
+        mine = [(metrics.iloc[i], labels.iloc[i]) for i in np.flatnonzero((workloads == workload).to_numpy())]
+        mine = [(cell, label, by_cell[cell["cell_id"]]) for cell, label in mine if cell["cell_id"] in by_cell]
+        measured = pd.concat([s["step_time_ms"][s["phase"] == "measure"] for _, _, s in mine])
+        low, high = (measured.min() / 1.2, measured.max() * 1.2) if len(measured) else (None, None)
+        for cell, label, cell_steps in mine:
             style = "-" if cell["status"] == COMPLETED else ":"
-            runs = mine.groupby(REPEAT, sort=True) if REPEAT in mine.columns else [(0, mine)]
+            runs = cell_steps.groupby(REPEAT, sort=True) if REPEAT in cell_steps.columns else [(0, cell_steps)]
             for _, run in runs:  # one line per replicate: each run starts again at step 0
-                ax.plot(run["step"], run["step_time_ms"], color=colors[label], linewidth=1, linestyle=style)
-            legend.setdefault(label, Line2D([], [], color=colors[label], label=label))
+                ax.plot(run["step"], run["step_time_ms"], color=palette[label], linewidth=1, linestyle=style)
+            legend.setdefault(label, Line2D([], [], color=palette[label], label=label))
             if style != "-":
-                legend.setdefault("", Line2D([], [], color="0.3", linestyle=style, label="not completed"))
-            warmup = mine["step"][mine["phase"] == "warmup"]
-            if len(warmup):
-                ax.axvspan(warmup.min() - 0.5, warmup.max() + 0.5, color="0.85", zorder=0)
+                legend.setdefault("~", Line2D([], [], color="0.3", linestyle=style, label="not completed"))
+        warmup = pd.concat([s[s["phase"] == "warmup"] for _, _, s in mine])
+        if len(warmup):
+            ax.axvspan(warmup["step"].min() - 0.5, warmup["step"].max() + 0.5, color="0.88", zorder=0)
+            legend.setdefault("~warm-up", Patch(color="0.88", label="warm-up steps"))
+            if high is not None and warmup["step_time_ms"].max() > high:
+                ax.text(0.02, 0.97, f"warm-up up to {fmt_number(warmup['step_time_ms'].max())} ms ↑",
+                        transform=ax.transAxes, va="top", fontsize="x-small", color="0.25")
         ax.set_yscale("log")
-        ax.set_title(workload, fontsize="small")
+        if low is not None:
+            ax.set_ylim(low, high)
+            _plain_log_axis(ax.yaxis, low, high)
+        ax.tick_params(labelsize=LABEL_SIZE, which="both")
+        ax.set_title(workload.replace("\n", " "), fontsize="small")
         ax.set_xlabel("step", fontsize="small")
         ax.set_ylabel("ms", fontsize="small")
     for ax in axes[len(shown):] if shown else []:
         ax.set_visible(False)
     if legend:
-        fig.legend(handles=[legend[k] for k in sorted(legend, key=lambda k: (k == "", k))], loc="outside right upper",
-                   fontsize="small")
+        fig.legend(handles=[legend[k] for k in sorted(legend)], loc="outside lower center",
+                   ncols=min(len(legend), 5), fontsize="small")
     return fig
 
 
 def compile_speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
-    """What compiling cost (s) against what it gained (speedup), one point per compiled cell."""
-    fig, ax = _figure("Compile time against speedup")
-    cells = metrics[(metrics["backend"] != "eager") & metrics["speedup"].notna() & metrics["compile_time_s"].notna()]
-    if cells.empty:
-        _empty(ax, "no compiled cell with both a compile time and a speedup")
+    """What compiling cost against what it gained: compile time in eager steps (x) against the
+    speedup (y), with the curves of breaking even after N steps. Compiling once pays off after
+    compile time / (eager step - compiled step) = x / (1 - 1/speedup) steps, so the curve of N steps
+    is speedup = 1 / (1 - x / N), the same for every workload; a cell left of a curve pays off
+    within its N steps, one below 1 never."""
+    fig, ax = figure("Compile time against speedup; dashed: where compiling breaks even after N steps")
+    cells = metrics[(metrics["backend"] != "eager") & metrics["compile_time_s"].notna()]
+    speed, e2e = decisive_speedup(cells)
+    # The eager step the cell's speedup is over: the median one, or the mean one end to end.
+    baseline = metrics.set_index("cell_id")
+    eager_ms = np.where(e2e, cells["baseline_cell_id"].map(baseline["mean_step_ms"]),
+                        cells["baseline_cell_id"].map(baseline["median_step_ms"])).astype(float)
+    x = pd.Series(1000 * cells["compile_time_s"].to_numpy(float) / eager_ms, index=cells.index)
+    usable = speed["value"].notna() & (x > 0)
+    if not usable.any():
+        empty(ax, "no compiled cell with both a compile time and a speedup")
         return fig
-    colors, labels = _colors(metrics), backend_labels(cells)
-    for label, group in cells.groupby(labels, sort=True):
-        ax.errorbar(group["compile_time_s"], group["speedup"], fmt="o", color=colors[label], label=label,
-                    yerr=_whiskers(group["speedup"], group["speedup_low"], group["speedup_high"]))
+    cells, speed, x, e2e = cells[usable], speed[usable], x[usable], e2e[usable]
+    palette = colors(metrics)
+    for label, group in speed.groupby(backend_labels(cells), sort=True):
+        ax.errorbar(x[group.index], group["value"], yerr=whiskers(group["value"], group["low"], group["high"]),
+                    fmt="o", color=palette[label], label=label, capsize=2)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    x_low, x_high = x.min() / 3, x.max() * 3
+    y_low = min(0.8, speed["low"].fillna(speed["value"]).min() / 1.1)
+    y_high = max(2.5, speed["high"].fillna(speed["value"]).max() * 1.2)
+    ax.axhspan(y_low, 1.0, color="#fbe3e3", zorder=0)
+    ax.text(x_low * 1.1, 0.98, "slower than eager: never breaks even", va="top", fontsize="x-small", color="0.35")
+    # Curves that stay within 5% of 1 over the range say nothing: N above 20 x the widest x.
+    for n in (n for n in BREAK_EVEN_STEPS if x_low < n <= x_high * 20):
+        curve = np.geomspace(x_low, min(n * (1 - 1 / y_high), x_high), 200)
+        ax.plot(curve, 1 / (1 - curve / n), color="0.55", linewidth=0.8, linestyle="--", zorder=1)
+        ax.text(curve[-1], 1 / (1 - curve[-1] / n), f"{n:,} steps ", fontsize="x-small", color="0.35",
+                ha="right", va="top")
     if len(cells) <= 20:
-        for workload, x, y in zip(workload_labels(metrics)[cells.index], cells["compile_time_s"], cells["speedup"]):
-            ax.annotate(workload, (x, y), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
-    if (cells["compile_time_s"] > 0).all():
-        ax.set_xscale("log")
-    ax.axhline(1.0, color="0.3", linewidth=1, linestyle="--")
-    ax.set_xlabel("compile time (s)")
-    ax.set_ylabel("speedup over eager")
-    ax.legend(fontsize="small")
-    return fig
-
-
-def data_wait_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
-    """Per cell: compute time per step against the share of it spent waiting for data."""
-    fig, ax = _figure("Data wait against compute, per cell (mean over measured steps)")
-    cells = metrics[metrics["data_wait_share"].notna()]
-    if cells.empty:
-        _empty(ax, "no data-wait times recorded")
-        return fig
-    colors, labels = _colors(metrics), backend_labels(cells)
-    compute = cells["mean_step_ms"] * (1 - cells["data_wait_share"])
-    for label in sorted(set(labels)):
-        mine = (labels == label).to_numpy()
-        ax.scatter(compute[mine], 100 * cells["data_wait_share"][mine], color=colors[label], label=label)
-    if (compute > 0).all():
-        ax.set_xscale("log")
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel("compute per step (ms) = step time - data wait")
-    ax.set_ylabel("data wait (% of step time)")
-    ax.legend(fontsize="small")
+        for workload, px, s in zip(workload_labels(cells).str.replace("\n", " "), x, speed["value"]):
+            steps_to_even = f"{px / (1 - 1 / s):,.0f} steps" if s > 1 else "never"
+            right_half = px > np.sqrt(x_low * x_high)  # labels there run leftwards, into the axes
+            ax.annotate(f"{workload}: {steps_to_even}", (px, s), fontsize="x-small", xytext=(-4 if right_half else 4, 4),
+                        textcoords="offset points", ha="right" if right_half else "left")
+    ax.axhline(1.0, color="0.3", linewidth=1)
+    ax.set_xlim(x_low, x_high)
+    ax.set_ylim(y_low, y_high)
+    _plain_log_axis(ax.xaxis, x_low, x_high)
+    _plain_log_axis(ax.yaxis, y_low, y_high)
+    ax.set_xlabel("compile time, in steps of the eager cell (compile s / eager step)")
+    ax.set_ylabel("speedup over eager (95% interval)")
+    ax.legend(fontsize="small", loc="upper left")
     return fig
 
 
@@ -213,23 +273,23 @@ def scaling_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     efficiency_ax, eager_ax = fig.subplots(1, 2)
     cells = scaling_cells(metrics)
     workloads = workload_labels(cells, [a for a in SAME_WORKLOAD if a not in DISTRIBUTED_AXES]).str.replace("\n", " ")
-    shown, left_out = _first(workloads, MAX_PANELS)
+    shown, left_out = _first(workloads, len(SCALING_MARKERS))
     fig.suptitle("Scaling over processes, 95% bootstrap intervals over runs, then steps" + left_out)
     if not shown:
-        _empty(efficiency_ax, "no multi-process cells")
+        empty(efficiency_ax, "no multi-process cells")
         eager_ax.set_visible(False)
         return fig
-    colors, labels = _colors(metrics), backend_labels(cells)
+    palette, labels = colors(metrics), backend_labels(cells)
     processes = cells["world_size"].astype(float)
-    markers = dict(zip(shown, "osD^v<>pPX*h"))
+    markers = dict(zip(shown, SCALING_MARKERS))
     for (workload, label), series in cells.groupby([workloads, labels], sort=False):
         if workload not in markers:
             continue
-        x, style = processes[series.index], dict(color=colors[label], marker=markers[workload], capsize=2)
+        x, style = processes[series.index], dict(color=palette[label], marker=markers[workload], capsize=2)
         value, low, high = (100 * series[f"scaling_efficiency{end}"] for end in ("", "_low", "_high"))
-        efficiency_ax.errorbar(x, value, yerr=_whiskers(value, low, high), **style)
+        efficiency_ax.errorbar(x, value, yerr=whiskers(value, low, high), **style)
         if label != "eager":
-            eager_ax.errorbar(x, series["speedup"], yerr=_whiskers(
+            eager_ax.errorbar(x, series["speedup"], yerr=whiskers(
                 series["speedup"], series["speedup_low"], series["speedup_high"]), **style)
     ticks = sorted(set(processes.dropna()))
     panels = ((efficiency_ax, "Scaling efficiency (100% = linear)", "items/s over N x 1 process (%)", 100.0),
@@ -240,7 +300,7 @@ def scaling_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.set_xlabel("processes")
         ax.set_ylabel(ylabel)
-    handles = [Line2D([], [], color=colors[label], label=label) for label in sorted(set(labels))]
+    handles = [Line2D([], [], color=palette[label], label=label) for label in sorted(set(labels))]
     handles += [Line2D([], [], color="0.3", marker=marker, linestyle="", label=w) for w, marker in markers.items()]
     fig.legend(handles=handles, loc="outside right upper", fontsize="small")
     return fig
@@ -265,4 +325,7 @@ def write_plots(metrics: pd.DataFrame, steps: pd.DataFrame, directory: Path) -> 
         written[name] = [directory / f"{name}.{fmt}" for fmt in FORMATS]
         for path in written[name]:
             fig.savefig(path, dpi=DPI)
+            # Laid out once, by the first file: a second constrained layout of a figure of 200
+            # labelled rows would cost as much again.
+            fig.set_layout_engine("none")
     return written

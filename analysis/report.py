@@ -1,6 +1,7 @@
 """`compilebench analyze`: from a sweep directory to tables (stdout) and a report page.
 
-The report lies in SWEEP_DIR/report/: `index.md` (every table, the problems found, the figures),
+The report lies in SWEEP_DIR/report/: `index.md` (every table, the problems found, the figures,
+the environment), the same as one self-contained page `index.html` (analysis/html.py),
 `tables/<name>.{md,tex,csv}` and `plots/<name>.{png,svg}`.
 """
 
@@ -15,6 +16,8 @@ import pandas as pd
 
 from analysis.claims import claims_table
 from analysis.collect import SweepData, load_sweep
+from analysis.environment import environment_table
+from analysis.html import html_page
 from workloads.sweep_dir import REPORT_DIR, STDERR
 from workloads.vocabulary import NO_RESULT, UNREADABLE
 from analysis.metrics import DATA_BOUND, EQUIVALENCE, cell_metrics
@@ -69,8 +72,11 @@ def render_tables(analysis: Analysis, fmt: str) -> str:
     return "\n\n".join(RENDERERS[fmt](table) for table in analysis.tables) + "\n"
 
 
-def _index(analysis: Analysis, plots: dict[str, list[Path]], directory: Path) -> str:
-    lines = ["# compilebench report", "", f"Sweep `{analysis.sweep_dir}`: {analysis.count_line()}.", ""]
+TITLE = "compilebench report"
+
+
+def _index(analysis: Analysis, environment: Table, plots: dict[str, list[Path]], directory: Path) -> str:
+    lines = [f"# {TITLE}", "", f"Sweep `{analysis.sweep_dir}`: {analysis.count_line()}.", ""]
     if analysis.data.problems:
         lines += ["## Problems", "", *(f"- {p.message}: `{p.path}`" for p in analysis.data.problems), ""]
     lines += ["## Tables", ""]
@@ -82,14 +88,17 @@ def _index(analysis: Analysis, plots: dict[str, list[Path]], directory: Path) ->
         for name, paths in plots.items():
             png, svg = (path.relative_to(directory).as_posix() for path in paths)
             lines += [f"![{name}]({png})", "", f"([SVG]({svg}))", ""]
+    if environment.text.size:
+        lines += ["## Environment", "", markdown(environment), ""]
     return "\n".join(lines)
 
 
 def write_report(analysis: Analysis, with_plots: bool = True) -> Path:
-    """Write SWEEP_DIR/report/ (tables, figures, index.md); returns the index's path."""
+    """Write SWEEP_DIR/report/ (tables, figures, index.md and index.html); returns index.md's path."""
     directory = analysis.sweep_dir / REPORT_DIR
     (directory / TABLES_DIR).mkdir(parents=True, exist_ok=True)
-    for table in analysis.tables:
+    environment = environment_table(analysis.sweep_dir)
+    for table in [*analysis.tables, environment]:
         for suffix, render in (("md", markdown), ("tex", latex), ("csv", csv)):
             (directory / TABLES_DIR / f"{table.name}.{suffix}").write_text(render(table).rstrip("\n") + "\n")
     plots = {}
@@ -98,5 +107,8 @@ def write_report(analysis: Analysis, with_plots: bool = True) -> Path:
 
         plots = write_plots(analysis.metrics, analysis.data.steps, directory / PLOTS_DIR)
     index = directory / "index.md"
-    index.write_text(_index(analysis, plots, directory))
+    index.write_text(_index(analysis, environment, plots, directory))
+    summary = f"Sweep {analysis.sweep_dir}: {analysis.count_line()}."
+    (directory / "index.html").write_text(html_page(TITLE, summary, analysis.data.problems, analysis.tables,
+                                                    environment, plots, directory, TABLES_DIR))
     return index

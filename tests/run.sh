@@ -9,5 +9,9 @@ cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check torch torchvision timm
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then bash tests/slurm/install.sh || echo "run.sh: tests/slurm/install.sh failed: the local Slurm tests skip (error under COMPILEBENCH_REQUIRE_SLURM)" >&2; fi
+# A real headless browser opens the report page (tests/test_analysis_html.py).
+if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null && ! command -v chromium >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || echo "run.sh: installing chromium failed: the report page tests skip (error under COMPILEBENCH_REQUIRE_BROWSER)" >&2
+fi
 
 python3 -m pytest "$@"

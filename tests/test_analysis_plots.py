@@ -1,5 +1,8 @@
-"""Figures from generated sweeps: the files exist, decode as images of the figure size, and show
-what they claim to (bar heights are the speedups, the warm-up spike is inside the axes)."""
+"""Figures from generated sweeps: the files exist and decode at the figure's size, and each figure
+shows what it claims to — the forest plot's points and intervals are the speedups, sorted and
+labelled, and fit for 1 and for 200 cells; the parts of the data-wait bars add up; the step-time
+panels cover the measured steps and mark the warm-up; the break-even counts are compile time /
+(eager step - compiled step); a backend has one colour in every figure."""
 
 from __future__ import annotations
 
@@ -7,20 +10,26 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
 from PIL import Image
 
 from analysis.collect import SweepData, load_sweep
+from analysis.figure_layout import DPI, FIGSIZE, MAX_ROWS, rows_height
 from analysis.metrics import cell_metrics
-from analysis.plots import DPI, FIGSIZE, FIGURES, speedup_figure, step_time_figure, write_plots
-from tests.analysis_sweeps import write_cell, write_seminar_sweep
-
-PNG_SIZE = (round(FIGSIZE[0] * DPI), round(FIGSIZE[1] * DPI))
-SVG_SIZE = (f"{FIGSIZE[0] * 72:g}pt", f"{FIGSIZE[1] * 72:g}pt")  # SVG measures in points
+from analysis.palette import KNOWN
+from analysis.plots import (
+    FIGURES, compile_speedup_figure, data_wait_figure, mfu_figure, speedup_figure, step_time_figure, write_plots,
+)
+from tests.analysis_sweeps import WARMUP_MS, write_cell, write_seminar_sweep
 
 
 @pytest.fixture(scope="module")
-def seminar(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepData, object]:
+def seminar(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepData, pd.DataFrame]:
     data = load_sweep(write_seminar_sweep(tmp_path_factory.mktemp("seminar")), warn=None)
     return data, cell_metrics(data)
 
@@ -29,11 +38,13 @@ def check_images(paths: dict[str, list[Path]]) -> None:
     assert set(paths) == set(FIGURES)
     for name, (png, svg) in paths.items():
         with Image.open(png) as image:
-            assert image.format == "PNG" and image.size == PNG_SIZE, name
+            assert image.format == "PNG" and image.size[0] == round(FIGSIZE[0] * DPI), name
+            height = image.size[1]
             pixels = np.asarray(image.convert("L"))
         assert pixels.min() < 128 < pixels.max(), f"{name}: a blank image"
-        root = ET.parse(svg).getroot()
-        assert root.tag.endswith("svg") and (root.get("width"), root.get("height")) == SVG_SIZE, name
+        root = ET.parse(svg).getroot()  # the same figure: SVG measures in points (72 per inch)
+        assert root.tag.endswith("svg") and root.get("width") == f"{FIGSIZE[0] * 72:g}pt", name
+        assert float(root.get("height").removesuffix("pt")) == pytest.approx(height / DPI * 72, abs=1), name
 
 
 def test_every_figure_is_written_as_png_and_svg(seminar, tmp_path: Path) -> None:
@@ -47,20 +58,161 @@ def test_figures_without_data_are_still_written(tmp_path: Path) -> None:
     check_images(write_plots(cell_metrics(data), data.steps, tmp_path / "report" / "plots"))
 
 
-def test_speedup_bars_are_the_speedups(seminar) -> None:
+def tick_texts(ax) -> list[str]:
+    return [label.get_text() for label in ax.get_yticklabels()]
+
+
+def test_the_forest_plot_is_sorted_with_intervals_on_a_log_axis(seminar) -> None:
     data, metrics = seminar
-    ax = speedup_figure(metrics, data.steps).axes[0]
-    heights = sorted(round(bar.get_height(), 9) for bar in ax.patches)
-    expected = metrics[(metrics["backend"] != "eager") & metrics["speedup"].notna()]["speedup"]
-    assert heights == sorted(round(v, 9) for v in expected)
+    fig = speedup_figure(metrics, data.steps)
+    ax, values = fig.axes
+    compiled = metrics[metrics["backend"] != "eager"].set_index("cell_id")
+    with_value = compiled[compiled["speedup"].notna()].sort_values("speedup", ascending=False)
+    assert ax.get_xscale() == "log"
+    assert tick_texts(ax) == [  # fastest on top; cells without a speedup at the bottom, saying why
+        "resnet small tf32 b128 accum 1 · torchscript", "gpt small bf16 b64 accum 1 · inductor (max-autotune)",
+        "gpt medium bf16 b12 accum 40 · inductor", "resnet medium tf32 b128 accum 1 · torchscript",
+        "gpt small bf16 b64 accum 1 · inductor", "resnet small tf32 b128 accum 1 · inductor",
+        "gpt medium bf16 b12 accum 40 · cudagraphs", "resnet medium tf32 b128 accum 1 · inductor"]
+    assert tick_texts(values)[:2] == ["1.94x [1.76, 2.13]", "1.31x [1.14, 1.50]"]
+    assert tick_texts(values)[-2:] == ["not_compiled", "failed"]
+    points = {round(y): x for line in ax.lines if line.get_marker() == "o"
+              for x, y in zip(line.get_xdata(), line.get_ydata())}
+    assert [points[row] for row in range(len(with_value))] == pytest.approx(with_value["speedup"].tolist())
+    bars = [c for c in ax.collections if isinstance(c, LineCollection)]  # the error bars (the x marks: points)
+    intervals = sorted((seg[0][1], seg[0][0], seg[1][0]) for c in bars for seg in c.get_segments())
+    assert [(low, high) for _, low, high in intervals] == pytest.approx(
+        list(zip(with_value["speedup_low"], with_value["speedup_high"])))
+    low, high = ax.get_xlim()
+    assert low < with_value["speedup_low"].min() and high > with_value["speedup_high"].max()
 
 
-def test_step_time_panels_show_the_warm_up_spike(seminar) -> None:
+def write_workloads(sweep: Path, count: int) -> None:
+    """`count` workloads (batch sizes), each eager and two compiled backends, speedups 0.6x..2x."""
+    speedups = np.geomspace(0.6, 2.0, 2 * count)
+    for b in range(count):
+        eager = 20.0 + b % 7
+        write_cell(sweep, f"e{b}", "eager", step_ms=[eager, eager + 1, eager - 1], batch_size=b + 1)
+        for k, backend in enumerate(("inductor", "aot_eager")):
+            step = eager / speedups[2 * b + k]
+            write_cell(sweep, f"{backend}{b}", backend, step_ms=[step, step + 0.5, step - 0.5], batch_size=b + 1)
+
+
+def check_rows_fit(fig: Figure, rows: int) -> None:
+    """The figure is as high as its rows need, and its row labels (both sides) lie inside it without
+    overlapping each other."""
+    assert fig.get_size_inches()[1] == pytest.approx(rows_height(rows))
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    width, height = fig.bbox.width, fig.bbox.height
+    for ax in fig.axes[:2]:
+        boxes = sorted((label.get_window_extent(renderer) for label in ax.get_yticklabels()), key=lambda b: -b.y0)
+        assert len(boxes) == rows
+        for box in boxes:
+            assert 0 <= box.x0 and box.x1 <= width and 0 <= box.y0 and box.y1 <= height, box
+        for upper, lower in zip(boxes, boxes[1:]):
+            assert lower.y1 <= upper.y0 + 0.5, "row labels overlap"
+
+
+def test_the_forest_plot_fits_one_cell_and_two_hundred(tmp_path: Path) -> None:
+    write_workloads(tmp_path, MAX_ROWS // 2 + 10)
+    data = load_sweep(tmp_path, warn=None)
+    metrics = cell_metrics(data)
+    one = metrics[metrics["batch_size"] == 1].iloc[:2]  # eager and inductor
+    check_rows_fit(speedup_figure(one, data.steps), 1)
+    two_hundred = metrics[metrics["batch_size"] <= MAX_ROWS // 2]
+    fig = speedup_figure(two_hundred, data.steps)
+    check_rows_fit(fig, MAX_ROWS)
+    assert fig.get_size_inches()[1] <= rows_height(MAX_ROWS)
+    # Beyond MAX_ROWS the figure keeps its height, shows the extremes and says how many it left out.
+    fig = speedup_figure(metrics, data.steps)
+    check_rows_fit(fig, MAX_ROWS)
+    assert f"({MAX_ROWS} of {MAX_ROWS + 20} cells" in fig.axes[0].get_title()
+    shown = [float(text.split("x")[0]) for text in tick_texts(fig.axes[1])]
+    speedups = metrics["speedup"].dropna().sort_values(ascending=False)
+    assert shown[0] == pytest.approx(speedups.iloc[0], abs=0.005)
+    assert shown[-1] == pytest.approx(speedups.iloc[-1], abs=0.005)
+
+
+def legend_colors(fig: Figure) -> dict[str, str]:
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+    colors = {}
+    for legend in legends:
+        for handle, text in zip(legend.legend_handles, legend.get_texts()):
+            color = handle.get_color() if hasattr(handle, "get_color") else handle.get_facecolor()
+            colors[text.get_text()] = to_hex(color)
+    return colors
+
+
+def test_a_backend_has_one_colour_in_every_figure(seminar, tmp_path: Path) -> None:
+    data, metrics = seminar
+    seen: dict[str, set[str]] = {}
+    for name in ("speedup", "step_times", "compile_vs_speedup", "data_wait"):
+        for label, color in legend_colors(FIGURES[name](metrics, data.steps)).items():
+            seen.setdefault(label, set()).add(color)
+    ax = mfu_figure(metrics, data.steps).axes[0]  # no legend: each row's bar
+    for text, bar in zip(tick_texts(ax), ax.patches):
+        seen.setdefault(text.split(" · ")[1], set()).add(to_hex(bar.get_facecolor()))
+    for backend in ("eager", "inductor", "inductor (max-autotune)", "torchscript"):
+        assert seen[backend] == {KNOWN[backend]}, backend
+    # Another sweep with other backends: inductor keeps its colour.
+    write_cell(tmp_path, "e", "eager", step_ms=[10.0, 11.0, 12.0])
+    write_cell(tmp_path, "a", "aot_eager", step_ms=[9.0, 10.0, 11.0])
+    write_cell(tmp_path, "i", "inductor", step_ms=[8.0, 9.0, 10.0])
+    other = load_sweep(tmp_path, warn=None)
+    assert legend_colors(speedup_figure(cell_metrics(other), other.steps))["inductor"] == KNOWN["inductor"]
+
+
+def test_data_wait_bars_add_up_for_data_bound_cells(tmp_path: Path) -> None:
+    warm = [0.0] * len(WARMUP_MS)
+    write_cell(tmp_path, "e", "eager", step_ms=[100.0, 100.0, 100.0], data_ms=[*warm, 90.0, 95.0, 85.0])
+    write_cell(tmp_path, "i", "inductor", step_ms=[95.0, 95.0, 95.0], data_ms=[*warm, 90.0, 90.0, 90.0])
+    # A wait timed longer than its step (host and device clocks): the bar is all wait, never negative.
+    write_cell(tmp_path, "a", "aot_eager", step_ms=[10.0, 10.0, 10.0], data_ms=[*warm, 12.0, 12.0, 12.0])
+    data = load_sweep(tmp_path, warn=None)
+    metrics = cell_metrics(data)
+    ax, values = data_wait_figure(metrics, data.steps).axes
+    bars = ax.patches
+    rest, wait = bars[:len(bars) // 2], bars[len(bars) // 2:]
+    shares = dict(zip(tick_texts(ax), zip((b.get_width() for b in rest), (b.get_width() for b in wait))))
+    assert shares["gpt tiny · eager"] == pytest.approx((10.0, 90.0))
+    assert shares["gpt tiny · inductor"] == pytest.approx((100 * 5 / 95, 100 * 90 / 95))
+    assert shares["gpt tiny · aot_eager"] == pytest.approx((0.0, 100.0))
+    assert all(r >= 0 and w >= 0 and r + w == pytest.approx(100.0) for r, w in shares.values())
+    assert "100.0 ms/step, 90% waiting" in tick_texts(values)
+
+
+def test_step_time_panels_cover_the_measured_steps_and_mark_the_warm_up(seminar) -> None:
     data, metrics = seminar
     fig = step_time_figure(metrics, data.steps)
     panels = [ax for ax in fig.axes if ax.get_visible() and ax.lines]
-    assert len(panels) == 4  # gpt2, shakespeare_char, resnet18, resnet34
+    assert [ax.get_title() for ax in panels] == ["gpt medium bf16 b12 accum 40", "gpt small bf16 b64 accum 1",
+                                                 "resnet small tf32 b128 accum 1", "resnet medium tf32 b128 accum 1"]
+    assert fig.get_size_inches()[1] > FIGSIZE[1] / 2  # two rows of panels
+    measured = data.steps[data.steps["phase"] == "measure"]
     for ax in panels:
-        top = max(line.get_ydata().max() for line in ax.lines)
-        assert ax.get_yscale() == "log" and ax.get_ylim()[1] >= top
-        assert ax.patches, "the warm-up steps are shaded"
+        times = np.concatenate([line.get_ydata()[len(WARMUP_MS):] for line in ax.lines])
+        low, high = ax.get_ylim()
+        assert ax.get_yscale() == "log" and low < times.min() and times.max() < high
+        assert set(times) <= set(measured["step_time_ms"])
+        (shade,) = ax.patches  # the warm-up steps 0 and 1
+        assert shade.get_x() == -0.5 and shade.get_width() == len(WARMUP_MS)
+        assert "warm-up up to 5,000 ms" in ax.texts[0].get_text()  # above the panel: written down
+
+
+def test_break_even_is_compile_time_over_the_step_saved(seminar) -> None:
+    data, metrics = seminar
+    ax = compile_speedup_figure(metrics, data.steps).axes[0]
+    notes = {text.get_text() for text in ax.texts}
+    # compile 3.5 s each; gpt2: eager 3010 ms, inductor 2610 ms: 3500 / 400 = 8.75 steps; resnet18
+    # torchscript 3500 / (310 - 160); shakespeare_char max-autotune 3500 / (17 - 13); slower: never.
+    assert {"gpt medium bf16 b12 accum 40: 9 steps", "resnet small tf32 b128 accum 1: 23 steps",
+            "gpt small bf16 b64 accum 1: 875 steps", "gpt small bf16 b64 accum 1: never"} <= notes
+    curves = {text.get_text().strip(): text for text in ax.texts if text.get_text().strip().endswith(" steps")
+              and ":" not in text.get_text()}
+    assert "10 steps" in curves and "100 steps" in curves
+    dashed = [line for line in ax.lines if line.get_linestyle() == "--"]
+    for line, label in zip(dashed, sorted(curves, key=lambda t: int(t.split()[0].replace(",", "")))):
+        n = int(label.split()[0].replace(",", ""))
+        x, y = line.get_xdata(), line.get_ydata()
+        assert y == pytest.approx(1 / (1 - x / n))

@@ -1,0 +1,66 @@
+"""Where and with what a sweep ran: the environment its runs recorded, as a table of the report.
+
+Every completed run (each replicate and attempt that completed; all runs where none did) counts
+once. A text value is listed with how many runs recorded it, most frequent first; a number as the
+range it took; the time as the first start and the last finish. Read only for the report: the
+tables and statistics never need these columns (analysis/collect.py leaves them out).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from analysis.render import Table, fmt_number, is_null
+from workloads.schema import RUN_SCHEMA
+from workloads.sweep_dir import RUN_FILE, cell_dirs, read_tables
+from workloads.vocabulary import COMPLETED
+
+#: (run.parquet column, what the table calls it), in the table's order.
+FIELDS = (
+    ("gpu_name", "GPU"), ("device", "device"), ("gpu_driver", "NVIDIA driver"), ("cuda_version", "CUDA"),
+    ("torch_version", "torch"), ("triton_version", "triton"), ("timm_version", "timm"),
+    ("cpu_model", "CPU"), ("cpu_count_allowed", "CPUs allowed"), ("torch_threads", "torch threads"),
+    ("node_name", "node"), ("partition", "partition"), ("slurm_cpu_bind", "CPU binding"),
+    ("gpu_max_sm_clock_mhz", "max SM clock (MHz)"), ("gpu_sm_clock_mhz", "SM clock at the end (MHz)"),
+    ("gpu_power_limit_w", "power limit (W)"), ("gpu_temp_start_c", "GPU temperature at start (°C)"),
+    ("gpu_temp_end_c", "GPU temperature at the end (°C)"), ("gpu_other_processes", "other processes on the GPU"),
+    ("git_sha", "compilebench commit"), ("started_at", "first start"), ("finished_at", "last finish"),
+)  # fmt: skip
+#: Distinct text values listed per field; the rest are counted.
+MAX_VALUES = 4
+_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in ("status", *(column for column, _ in FIELDS))])
+
+
+def _summary(column: str, values: pd.Series) -> str:
+    """One field's values over the runs as text ('' where no run recorded it)."""
+    values = values.dropna()
+    if values.empty:
+        return ""
+    if column == "started_at":
+        return f"{values.min():%Y-%m-%d %H:%M} UTC"
+    if column == "finished_at":
+        return f"{values.max():%Y-%m-%d %H:%M} UTC"
+    if pd.api.types.is_numeric_dtype(values):
+        low, high = values.min(), values.max()
+        return fmt_number(low) if low == high else f"{fmt_number(low)}–{fmt_number(high)}"
+    counts = values.astype(str).value_counts()
+    listed = [f"{value} ({count} runs)" if len(counts) > 1 else str(value)
+              for value, count in counts.iloc[:MAX_VALUES].items()]
+    more = len(counts) - MAX_VALUES
+    return "; ".join(listed) + (f"; {more} more" if more > 0 else "")
+
+
+def environment_table(sweep_dir: Path) -> Table:
+    """The environment of the sweep's runs: one row per field that some run recorded."""
+    table, _ = read_tables([d / RUN_FILE for d in cell_dirs(Path(sweep_dir)) if (d / RUN_FILE).is_file()], _SCHEMA)
+    runs = table.to_pandas()  # files that cannot be read are the problems analysis reports already
+    completed = runs[runs["status"] == COMPLETED]
+    runs = completed if len(completed) else runs
+    rows = [{"field": name, "value": _summary(column, runs[column]), "column": column} for column, name in FIELDS]
+    data = pd.DataFrame([row for row in rows if not is_null(row["value"]) and row["value"]],
+                        columns=["field", "value", "column"])
+    note = f"Over {len(runs)} {'completed ' if len(completed) else ''}runs (each replicate and attempt once)."
+    return Table("environment", "Environment", data, data[["field", "value"]], note)

@@ -1,0 +1,87 @@
+"""What the figures of analysis/plots.py share: their size, rows of cells, labels, empty panels.
+
+Figures are `matplotlib.figure.Figure` objects, never pyplot's: no global backend or figure
+registry is touched, so analysing in a process that also plots elsewhere is safe. They are
+FIGSIZE wide; a figure with a row per cell grows ROW_INCHES per row, up to MAX_ROWS rows, so that
+one cell and two hundred are both readable (labels at a fixed font size, never squeezed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from analysis.metrics import E2E_BASIS, backend_labels, workload_labels
+from analysis.palette import backend_colors
+
+FIGSIZE = (10.0, 6.0)  # inches: the width of every figure, the height of those without rows
+DPI = 100  # PNG pixels per inch
+#: A figure with a row per cell: inches per row, and for its title, axis and legend.
+ROW_INCHES, FRAME_INCHES = 0.2, 1.6
+#: Cells one such figure shows (about 42 inches: 4,200 PNG pixels); the title counts the others.
+MAX_ROWS = 200
+LABEL_SIZE = 8  # points: fits a 0.2-inch row (14.4 points)
+
+
+def figure(title: str, height: float = FIGSIZE[1]) -> tuple[Figure, Axes]:
+    """A figure of one axes, FIGSIZE wide, `height` inches high."""
+    fig = Figure(figsize=(FIGSIZE[0], height), dpi=DPI, layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    return fig, ax
+
+
+def rows_height(rows: int) -> float:
+    """Inches of a figure with `rows` rows of cells (at least FIGSIZE's height / 2)."""
+    return max(FIGSIZE[1] / 2, FRAME_INCHES + ROW_INCHES * rows)
+
+
+def cell_labels(metrics: pd.DataFrame) -> pd.Series:
+    """`gpt small b64 · inductor`: a cell's workload (its varying settings on the same line) and backend."""
+    workloads = workload_labels(metrics).str.replace("\n", " ")
+    return workloads + " · " + backend_labels(metrics)
+
+
+def colors(metrics: pd.DataFrame) -> dict[str, str]:
+    """Each backend label's colour (analysis.palette), for the cells of this sweep."""
+    return backend_colors(backend_labels(metrics))
+
+
+def decisive_speedup(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
+    """The speedup each cell's verdict rests on, with its 95% interval (columns value, low, high),
+    and whether that is the end-to-end one (data-bound cells, or data-bound eager cells)."""
+    e2e = cells["verdict_basis"] == E2E_BASIS
+    pick = lambda end: cells[f"e2e_speedup{end}"].where(e2e, cells[f"speedup{end}"])  # noqa: E731
+    return pd.DataFrame({"value": pick(""), "low": pick("_low"), "high": pick("_high")}), e2e
+
+
+def shown_rows(count: int) -> tuple[np.ndarray, str]:
+    """Positions of the rows a per-cell figure draws of `count` (all up to MAX_ROWS, else the first
+    and last MAX_ROWS / 2: the extremes of a sorted figure), and what to add to its title."""
+    if count <= MAX_ROWS:
+        return np.arange(count), ""
+    half = MAX_ROWS // 2
+    positions = np.r_[np.arange(half), np.arange(count - half, count)]
+    return positions, f" ({MAX_ROWS} of {count} cells: the first and last {half})"
+
+
+def set_row_labels(ax: Axes, labels: list[str]) -> None:
+    """Row i of `labels` at y = i, the first row on top."""
+    ax.set_yticks(range(len(labels)), labels, fontsize=LABEL_SIZE)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+
+
+def whiskers(value: pd.Series, low: pd.Series, high: pd.Series) -> np.ndarray:
+    """Error-bar lengths below and above each value (none where the interval is unknown)."""
+    # A percentile interval need not hold its point estimate, and rounding can put a point
+    # estimate a hair outside a zero-width one: matplotlib refuses negative lengths.
+    return np.clip(np.vstack([value - low.fillna(value), high.fillna(value) - value]), 0, None)
+
+
+def empty(ax: Axes, message: str) -> None:
+    """An axes that says why it has nothing to show."""
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
