@@ -286,7 +286,7 @@ def cmd_analyze(sweep_dir: Path, fmt: str, reference: str | None = None, plots: 
     except OSError as exc:
         print(f"error: report not written: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"{result.count_line()}; report: {index}", file=sys.stderr)
+    print(f"{result.count_line()}; report: {index.with_suffix('.html')} (and {index.name})", file=sys.stderr)
     return EXIT_OK
 
 

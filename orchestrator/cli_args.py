@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = commands.add_parser(
         "analyze", help="tables, figures and a report page of a sweep directory",
         description="Per-cell statistics over measured steps, speedups with bootstrap intervals, status counts, "
-        "the seminar report's tables; printed, and written with figures to SWEEP_DIR/report/ (index.md).",
+        "the seminar report's tables; printed, and written with figures to SWEEP_DIR/report/ (index.html, index.md).",
     )
     analyze.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
     analyze.add_argument("--format", choices=("markdown", "latex", "csv", "json"), default="markdown",

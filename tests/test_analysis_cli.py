@@ -45,7 +45,7 @@ def test_markdown_tables_and_report_page(tmp_path: Path, capsys: pytest.CaptureF
     assert titles[:3] == SWEEP_TITLES and len(titles) == 6  # and the three seminar tables
     assert "published" not in out and "claims" not in out
     index = tmp_path / "report" / "index.md"
-    assert f"report: {index}" in err and "12 cells: 10 completed, 1 failed, 1 not_compiled" in err
+    assert f"report: {index.with_suffix('.html')} (and index.md)" in err and "12 cells: 10 completed, 1 failed, 1 not_compiled" in err
     page = index.read_text()
     links = re.findall(r"\]\(([^)]+)\)", page)
     assert sum(link.endswith(".png") for link in links) == len(FIGURES)
