@@ -209,3 +209,27 @@ def test_time_limit_warning_while_starting_is_a_timeout_row(tmp_path, workloads_
     runs = cell.runs
     assert [r["status"] for r in runs] == ["timeout"] and "SIGUSR2" in runs[0]["error"]
     assert cell.steps == []
+
+
+def test_time_limit_warning_while_compiling_is_a_timeout_row(tmp_path, tiny_config):
+    """USR2 that comes while dynamo compiles reaches us wrapped in dynamo's own exception (as
+    inductor's InductorError wrapped it on the H100): still `timeout`, not `failed`. A dynamo
+    backend that signals its own process makes the signal come during the compile."""
+    import os
+
+    import pyarrow.parquet as pq
+    import torch._dynamo
+
+    from workloads.config import cell_config_from_dict
+    from workloads.run import run_cell
+
+    @torch._dynamo.register_backend(name="time_limit_while_compiling")
+    def compile_until_the_time_limit(gm, example_inputs):
+        os.kill(os.getpid(), signal.SIGUSR2)  # the cell's handler raises inside the compile
+        return gm.forward
+
+    status = run_cell(cell_config_from_dict(tiny_config("gpt", "time_limit_while_compiling", steps=3)), tmp_path)
+    (row,) = pq.read_table(tmp_path / "run.parquet").to_pylist()
+    assert status == "timeout" and row["status"] == "timeout", row["error"]
+    assert row["error"].startswith("received SIGUSR2")
+    assert signal.getsignal(signal.SIGUSR2) is not None  # the handler the test process had is back

@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 #: Signals that reach `python -m workloads.run` while it still imports torch (seconds): remembered
 #: here and raised by run_cell once it can record them, so that a scancel (TERM) or the time
@@ -69,14 +69,25 @@ def _on_sigusr2(signum: int, frame: Any) -> None:
                        "stopped before Slurm kills it")
 
 
+def _causes(err: BaseException | None) -> Iterator[BaseException]:
+    """An exception and what it wraps: dynamo and inductor re-raise what happened while they
+    compiled as their own exception (BackendCompilerFailed, InductorError) with it as the cause."""
+    while err is not None:
+        yield err
+        err = err.__cause__ or err.__context__
+
+
+def interruption(err: BaseException) -> CellInterrupted | None:
+    """The scancel or time-limit signal behind `err`, also when a compiler wrapped it (a SIGUSR2
+    that came during inductor's compile was recorded as `failed`, not `timeout`)."""
+    return next((cause for cause in _causes(err) if isinstance(cause, CellInterrupted)), None)
+
+
 def is_out_of_memory(err: BaseException | None) -> bool:
     """CUDA OOM raises torch.OutOfMemoryError, the CPU allocator a plain RuntimeError; during
     compilation dynamo wraps either in its own exception, so the cause chain is searched."""
-    while err is not None:
-        if isinstance(err, torch.OutOfMemoryError) or "can't allocate memory" in str(err):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
+    return any(isinstance(cause, torch.OutOfMemoryError) or "can't allocate memory" in str(cause)
+               for cause in _causes(err))
 
 
 def _now() -> datetime:
@@ -254,12 +265,14 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
         rec.run["dist_backend"] = ranks.backend
         status = _train(cfg, rec, ranks)
         finished = True  # every rank took part in the gather after its loop: all are here
-    except CellInterrupted as err:
-        status, rec.run["error"] = "timeout" if isinstance(err, CellTimedOut) else "cancelled", str(err)
     except Exception as err:  # a failed cell is a result to record, whatever the cause
-        status = "oom" if is_out_of_memory(err) else "failed"
-        rec.run["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()
-        traceback.print_exc()
+        if signalled := interruption(err):
+            status = "timeout" if isinstance(signalled, CellTimedOut) else "cancelled"
+            rec.run["error"] = str(signalled)
+        else:
+            status = "oom" if is_out_of_memory(err) else "failed"
+            rec.run["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()
+            traceback.print_exc()
     finally:
         for sig, handler in previous_handlers.items():
             signal.signal(sig, handler)
