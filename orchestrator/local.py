@@ -18,6 +18,7 @@ task runs `run_cell` for its rank (orchestrator/slurm_job.py).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -201,6 +202,7 @@ def run_grid(grid: Grid, out: TextIO = sys.stdout) -> list[Outcome]:
     outcomes: list[Outcome] = []
     todo = grid.replicates()
 
+    @functools.cache  # asked when a replicate is looked ahead to and again in its turn: read once
     def to_run(index: int) -> bool:
         cell, repeat = todo[index]
         return repeat in missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), cell.repeats)

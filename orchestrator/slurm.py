@@ -10,8 +10,9 @@ its cell. Cells completed earlier, or whose recorded job is still in the queue, 
 (`<array job>_<task>`, or `<job>` for a lone cell, which submitit submits as a plain job) and the
 submitted scripts to `SWEEP_DIR/sbatch/<job>.sh`. The manifest is rewritten after each array, and
 SIGINT or SIGTERM on the login node is acted on only between arrays (an array whose sbatch has
-started is recorded first), so the same command run again submits exactly the cells left over. A dry run writes the scripts it would submit to
-`SWEEP_DIR/sbatch/dryrun-NN.sh`, rendered by the same submitit code, and submits nothing.
+started is recorded first), so the same command run again submits exactly the cells left over.
+A dry run writes the scripts it would submit to `SWEEP_DIR/sbatch/dryrun-NN.sh`, rendered by the
+same submitit code, and submits nothing.
 
 Jobs get a clean environment: `SLURM_*`, `SBATCH_*`, `SRUN_*`, `SALLOC_*`, `SUBMITIT_*`, the
 torch.distributed variables and the compile-cache variables of the submitting shell are removed
