@@ -5,10 +5,12 @@ so a crash, an OOM or a stuck compile in one cell cannot take the sweep (or the 
 measurements, through a warm dynamo cache) with it. Every cell is attempted even when some
 fail; the caller turns the outcomes into the exit code.
 
-While one replicate runs, the next one's process is already started: it imports torch and its
-model's library (seconds each) and waits for its turn before it touches the device; the one
-running waits, before its measured steps, until the next has finished importing (the protocol is
-in workloads/turns.py). At most two cell processes exist at a time, and only one uses the device.
+While one replicate runs, the next ones' processes are already started (a few at once, one per
+4 CPUs: `processes_ahead`): each imports torch and its model's library (seconds each) and waits
+for its turn before it touches the device; the one running waits, before its measured steps,
+until the others have finished importing. The turn passes on when the one running has written
+its results, while it exits (the protocol is in workloads/turns.py). Only one process at a time
+builds, compiles and measures on the device.
 
 A distributed cell (several processes) is not for this executor: it starts one process per
 cell and is no launcher; Slurm starts a distributed cell's processes, one task each, and each
@@ -163,9 +165,20 @@ def run_cell(sweep_dir: Path, cell: Cell | str, rank: int = 0, repeat: int = 0) 
     return start_cell(sweep_dir, cell_id, rank, repeat).finish(since)
 
 
+def processes_ahead(cpus: int | None = None) -> int:
+    """How many replicates' processes the local executor starts ahead at once. Their imports run
+    side by side (a CPU each, seconds each) while the device runs the replicate before them, and
+    the replicate whose turn starts a batch waits for the whole batch before it measures: so the
+    more CPUs, the more at once (4 at most: each waiting process holds its imports' memory, about
+    half a gigabyte); one on a small machine, where side-by-side imports would only queue."""
+    cpus = cpus or len(os.sched_getaffinity(0))
+    return max(1, min(4, cpus // 4))
+
+
 class _Turns:
-    """The executor's side of workloads/turns.py: a directory of its own, the `turn` file, and
-    an `importing.<index>` file per process started ahead until it says it is done importing."""
+    """The executor's side of workloads/turns.py: a directory of its own, the `turn` file, an
+    `importing.<index>` file per process started ahead until it has imported, and the
+    `leaving.<index>` file a process writes when it is done with the device."""
 
     def __init__(self, directory: Path):
         self.directory = directory
@@ -185,9 +198,16 @@ class _Turns:
         partial.write_text(str(index))
         os.replace(partial, self.directory / turns.TURN_FILE)  # whole, never half-written
 
+    def wait_done_with_device(self, index: int, running: CellProcess) -> None:
+        """Until process `index` has handed the device over (its results written) or exited."""
+        leaving = self.directory / f"{turns.LEAVING_PREFIX}{index}"
+        while running.process.poll() is None and not leaving.exists():
+            time.sleep(turns.POLL_S)
+
     def ended(self, index: int) -> None:
-        """Process `index` is gone: it imports nothing any more, whatever it managed to say."""
-        (self.directory / f"{turns.IMPORTING_PREFIX}{index}").unlink(missing_ok=True)
+        """Process `index` is gone: it imports and exits no more, whatever it managed to say."""
+        for prefix in (turns.IMPORTING_PREFIX, turns.LEAVING_PREFIX):
+            (self.directory / f"{prefix}{index}").unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -196,11 +216,14 @@ def _turns() -> Iterator[_Turns]:
         yield _Turns(Path(directory))
 
 
-def run_grid(grid: Grid, out: TextIO = sys.stdout) -> list[Outcome]:
+def run_grid(grid: Grid, out: TextIO = sys.stdout, ahead: int | None = None) -> list[Outcome]:
     """Run every replicate of every cell not completed before, in `Grid.replicates` order,
-    printing one progress line each; the next replicate to run is started ahead (module doc)."""
+    printing one progress line each. When no process is waiting ahead, the next `ahead`
+    replicates to run (default `processes_ahead()`) are started at once; each gets its turn
+    when the one before it has handed the device over (module doc)."""
     outcomes: list[Outcome] = []
     todo = grid.replicates()
+    ahead = ahead or processes_ahead()
 
     @functools.cache  # asked when a replicate is looked ahead to and again in its turn: read once
     def to_run(index: int) -> bool:
@@ -208,30 +231,33 @@ def run_grid(grid: Grid, out: TextIO = sys.stdout) -> list[Outcome]:
         return repeat in missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), cell.repeats)
 
     with _turns() as turns_dir:
-        ahead: tuple[int, CellProcess] | None = None
+        waiting: dict[int, CellProcess] = {}  # started ahead, by index, in order
         try:
             for index, (cell, repeat) in enumerate(todo):
                 run = f" run {repeat + 1}/{cell.repeats}" if cell.repeats > 1 else ""
                 print(f"[{index + 1}/{len(todo)}] {cell.label}{run} ({cell.cell_id}) ... ", end="", file=out, flush=True)
-                if ahead is not None and ahead[0] == index:
-                    current, ahead = ahead[1], None
+                if index in waiting:
+                    current = waiting.pop(index)
                 elif to_run(index):
                     current = turns_dir.start(grid.sweep_dir, cell, repeat, index)
+                    turns_dir.give(index)
                 else:
                     outcomes.append(Outcome(cell.cell_id, SKIPPED))
                     print("already completed", file=out, flush=True)
                     continue
-                turns_dir.give(index)
                 since = time.perf_counter()
-                following = next((i for i in range(index + 1, len(todo)) if to_run(i)), None)
-                if following is not None:
-                    ahead = following, turns_dir.start(grid.sweep_dir, *todo[following], following)
+                if not waiting:
+                    following = [i for i in range(index + 1, len(todo)) if to_run(i)][:ahead]
+                    waiting = {i: turns_dir.start(grid.sweep_dir, *todo[i], i) for i in following}
+                turns_dir.wait_done_with_device(index, current)
+                if waiting:
+                    turns_dir.give(next(iter(waiting)))  # the next starts while this one exits
                 outcome = current.finish(since)
                 turns_dir.ended(index)
                 detail = f": {outcome.message}" if outcome.message else ""
                 print(f"{outcome.status} in {outcome.seconds:.1f} s{detail}", file=out, flush=True)
                 outcomes.append(outcome)
         finally:
-            if ahead is not None:  # interrupted, or a last replicate started for nothing
-                ahead[1].kill()
+            for started in waiting.values():  # interrupted, or replicates started for nothing
+                started.kill()
     return outcomes

@@ -10,6 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.grid import expand
+from orchestrator.grid_files import prepare
+from orchestrator.local import run_grid
 from tests.helpers import TINY, cli, slurm_cli, table, wait_until, wait_until_done
 from tests.slurm.cluster import LocalSlurm
 
@@ -29,6 +31,12 @@ def _runs(sweep: Path) -> dict[str, pd.DataFrame]:
     return {d.name: pd.read_parquet(d / "run.parquet") for d in sorted((sweep / "cells").iterdir())}
 
 
+def _process_starts(sweep: Path) -> dict[str, list[pd.Timestamp]]:
+    """When each replicate's process started, per cell in replicate order, as its log says."""
+    return {d.name: [pd.Timestamp(t) for t in re.findall(r"process started at (\S+),", (d / "logs" / "stderr.log").read_text())]
+            for d in (sweep / "cells").iterdir()}
+
+
 def test_local_replicates_run_in_turn_and_more_runs_add_only_the_missing(tmp_path: Path) -> None:
     sweep = tmp_path / "sw"
     args = ["sweep", *TINY, "backend=eager", "seed=1,2", f"hydra.sweep.dir={sweep}"]
@@ -42,8 +50,7 @@ def test_local_replicates_run_in_turn_and_more_runs_add_only_the_missing(tmp_pat
     # while the one before it ran (workloads/turns.py), as its log says.
     runs = pd.concat(_runs(sweep).values()).sort_values("started_at")
     assert (runs["started_at"].iloc[1:].to_numpy() >= runs["finished_at"].iloc[:-1].to_numpy()).all()
-    process_started = {cell: [pd.Timestamp(t) for t in re.findall(r"process started at (\S+),", log.read_text())]
-                       for cell, log in ((d.name, d / "logs" / "stderr.log") for d in (sweep / "cells").iterdir())}
+    process_started = _process_starts(sweep)
     for previous, (_, row) in zip(runs.itertuples(), runs.iloc[1:].iterrows()):
         assert process_started[row["cell_id"]][row["repeat"]] < previous.finished_at, process_started
 
@@ -59,6 +66,20 @@ def test_local_replicates_run_in_turn_and_more_runs_add_only_the_missing(tmp_pat
     analysed = cli(tmp_path, "analyze", str(sweep), "--format", "csv", "--no-plots")
     cells = pd.read_csv(io.StringIO(analysed.stdout))
     assert len(cells) == 2 and list(cells["replicates"]) == [3, 3]  # replicates of one cell, not cells
+
+
+def test_replicates_started_ahead_in_a_batch_still_take_the_device_one_at_a_time(tmp_path: Path) -> None:
+    grid = expand([*TINY, "backend=eager", "seed=1,2", "repeats=2", f"hydra.sweep.dir={tmp_path / 'sw'}"])
+    prepare(grid)
+    progress = io.StringIO()
+    outcomes = run_grid(grid, progress, ahead=3)
+    assert [o.status for o in outcomes] == ["completed"] * 4, progress.getvalue()
+    runs = pd.concat(_runs(grid.sweep_dir).values()).sort_values("started_at")
+    assert (runs["started_at"].iloc[1:].to_numpy() >= runs["finished_at"].iloc[:-1].to_numpy()).all()
+    process_started = _process_starts(grid.sweep_dir)
+    first = runs.iloc[0]
+    for _, row in runs.iloc[1:].iterrows():  # the other three were started while the first ran
+        assert process_started[row["cell_id"]][row["repeat"]] < first["finished_at"], process_started
 
 
 def test_replicates_are_array_tasks_in_alternating_order(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:

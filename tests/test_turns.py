@@ -95,3 +95,44 @@ def test_without_an_executor_nothing_waits() -> None:
     assert not turns.taking_turns()
     assert turns.wait_for_turn() < 1.0 and turns.wait_for_quiet() < 1.0
     turns.done_importing()
+
+
+#: A process that has measured: it hands the device over, then "exits" until the file `exit` appears.
+LEAVING_CHILD = """
+import sys, time
+from pathlib import Path
+from workloads import turns
+here = Path(sys.argv[1])
+turns.done_importing()
+turns.wait_for_turn()
+turns.hand_over()
+while not (here / "exit").exists():
+    time.sleep(0.02)
+"""
+
+
+def test_the_next_may_start_while_one_exits_but_measures_only_once_it_is_gone(tmp_path: Path) -> None:
+    directory, leaving, next_one = tmp_path / "turns", tmp_path / "leaving", tmp_path / "next"
+    for path in (directory, leaving, next_one):
+        path.mkdir()
+    env = {turns.DIR_ENV: str(directory), turns.INDEX_ENV: "0", "PYTHONPATH": str(Path.cwd())}
+    one = subprocess.Popen([sys.executable, "-c", LEAVING_CHILD, str(leaving)], env=env)
+    two = _start(directory, 1, next_one)
+    try:
+        (next_one / "imported").touch()
+        _give(directory, 0)
+        _reaches(directory / f"{turns.LEAVING_PREFIX}0")  # handed over, still running
+        assert (directory / f"{turns.LEAVING_PREFIX}0").read_text() == str(one.pid) and one.poll() is None
+        _give(directory, 1)
+        _reaches(next_one / "turn")
+        held = 0.5  # how long the first keeps exiting once the next had its turn
+        time.sleep(held)
+        assert not (next_one / "measuring").exists()  # not while the other exits
+        (leaving / "exit").touch()
+        assert one.wait(60) == 0
+        _reaches(next_one / "measuring")
+        assert float((next_one / "measuring").read_text()) >= held - turns.POLL_S
+        assert two.wait(60) == 0
+    finally:
+        for process in (one, two):
+            process.kill()

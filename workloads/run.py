@@ -13,6 +13,7 @@ status is `completed` (so Slurm marks the job failed).
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import resource
 import signal
@@ -29,6 +30,9 @@ from typing import Any, Callable, Iterator
 _EARLY_SIGNALS: list[int] = []
 #: When this process started (before torch's import), for a process started ahead (take_turn).
 _PROCESS_STARTED = datetime.now(timezone.utc)
+#: Device memory a finished process may still hold (its CUDA context aside) and let the next
+#: replicate start beside it (`hand_over`): a little, never what a large cell's build may need.
+HAND_OVER_MAX_RESERVED = 256 << 20
 if __name__ == "__main__":
     for _signum in (signal.SIGTERM, signal.SIGUSR2):
         signal.signal(_signum, lambda signum, frame: _EARLY_SIGNALS.append(signum))
@@ -300,9 +304,24 @@ def take_turn(cfg: CellConfig) -> None:
           file=sys.stderr, flush=True)
 
 
+def hand_over() -> None:
+    """The cell's results are written: let the next replicate start on the device while this
+    process exits (workloads/turns.py), unless this one still holds device memory that the next
+    one's build and compile might need (CUDA graph pools, a tensor kept alive): then the executor
+    gives the turn when this process has exited."""
+    if not turns.taking_turns():
+        return
+    if torch.cuda.is_initialized():
+        gc.collect()  # what the cell left in reference cycles, so that its blocks can be released
+        torch.cuda.empty_cache()
+        if torch.cuda.memory_reserved() > HAND_OVER_MAX_RESERVED:
+            return
+    turns.hand_over()
+
+
 def _wait_for_quiet() -> None:
     if (waited := turns.wait_for_quiet()) >= 0.1:
-        print(f"compilebench: waited {waited:.1f} s before measuring for the next replicate's imports",
+        print(f"compilebench: waited {waited:.1f} s before measuring while other replicates imported or exited",
               file=sys.stderr, flush=True)
 
 
@@ -330,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     take_turn(cfg)
     status = run_cell(cfg, args.cell_dir or args.config.parent, args.repeat)
-    print(f"cell {cfg.cell_id or config_digest(cfg)}: {status}")
+    print(f"cell {cfg.cell_id or config_digest(cfg)}: {status}", flush=True)
+    hand_over()
     return 0 if status == COMPLETED else 1
 
 

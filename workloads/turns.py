@@ -1,19 +1,24 @@
 """Taking turns on one device with the replicate started ahead (the local executor's overlap).
 
 Starting a cell's process costs seconds before it touches the GPU — the interpreter, torch,
-the model's library (timm) — and a local sweep runs dozens of such processes one after another.
-The local executor (orchestrator/local.py) therefore starts the next replicate's process while
-the current one runs. The two take turns through files in a directory the executor owns
-(named by COMPILEBENCH_TURNS, this process's turn by COMPILEBENCH_TURN):
+the model's library (timm) — and ending one costs about a second more (CUDA's teardown, compile
+workers); a local sweep runs dozens of such processes one after another. The local executor
+(orchestrator/local.py) therefore starts the next replicates' processes while the current one
+runs, and gives the next its turn as soon as the current one has written its results. They take
+turns through files in a directory the executor owns (named by COMPILEBENCH_TURNS, this
+process's turn by COMPILEBENCH_TURN):
 
 - `turn` holds the index of the process whose turn it is on the device; the executor writes it
-  when the previous process has exited. A process imports what it needs, then `wait_for_turn()`
-  before it initialises CUDA or builds anything.
+  when the previous process has handed over (or exited). A process imports what it needs, then
+  `wait_for_turn()` before it initialises CUDA or builds anything.
 - `importing.<index>` exists while process <index> still imports (the executor creates it, then
-  writes the process id into it); the process removes it in `done_importing()`. The process whose
-  turn it is calls `wait_for_quiet()` before its last warm-up step (after its compile), so that
-  no other process imports — CPU and file system busy — while it measures; a process that died while importing
-  is not waited for.
+  writes the process id into it); the process removes it in `done_importing()`.
+- `leaving.<index>` holds the id of process <index> once it has written its results and freed
+  its cached device memory (`hand_over()`); it exits after that, and the executor removes the
+  file when it has.
+- The process whose turn it is calls `wait_for_quiet()` before its last warm-up step (after its
+  compile), so that no other process imports or exits — CPU and file system busy — while it
+  measures; a process that died is not waited for.
 
 Without COMPILEBENCH_TURNS (Slurm jobs, `python -m workloads.run` by hand) every call is a no-op.
 """
@@ -28,9 +33,10 @@ DIR_ENV = "COMPILEBENCH_TURNS"
 INDEX_ENV = "COMPILEBENCH_TURN"
 TURN_FILE = "turn"
 IMPORTING_PREFIX = "importing."
+LEAVING_PREFIX = "leaving."
 #: How often a waiting process looks at the directory (a stat or two: negligible next to a step).
 POLL_S = 0.05
-#: A process importing for longer than this is stuck or gone: measure anyway rather than hang.
+#: A process importing (or exiting) for longer than this is stuck: measure anyway rather than hang.
 QUIET_TIMEOUT_S = 600.0
 
 
@@ -51,6 +57,16 @@ def done_importing() -> None:
         (directory / f"{IMPORTING_PREFIX}{index}").unlink(missing_ok=True)
 
 
+def hand_over() -> None:
+    """This process is done with the device (results written, cached memory freed): the next may
+    start on it while this one exits."""
+    if found := _directory():
+        directory, index = found
+        partial = directory / f".{LEAVING_PREFIX}{index}"
+        partial.write_text(str(os.getpid()))
+        os.replace(partial, directory / f"{LEAVING_PREFIX}{index}")  # never seen without its pid
+
+
 def wait_for_turn() -> float:
     """Block until it is this process's turn on the device; returns the seconds waited. Exits
     if the executor is gone (killed: nobody would ever give the turn)."""
@@ -66,18 +82,19 @@ def wait_for_turn() -> float:
 
 
 def wait_for_quiet() -> float:
-    """Block until no other process of this executor is importing; returns the seconds waited."""
+    """Block until no other process of this executor is importing or exiting; returns the
+    seconds waited."""
     start = time.monotonic()
     if found := _directory():
         directory, _ = found
-        while _importing(directory) and time.monotonic() - start < QUIET_TIMEOUT_S:
+        while _busy(directory) and time.monotonic() - start < QUIET_TIMEOUT_S:
             time.sleep(POLL_S)
     return time.monotonic() - start
 
 
-def _importing(directory: Path) -> bool:
-    """Whether a live process is still importing (a marker without a pid yet counts as one)."""
-    for marker in directory.glob(f"{IMPORTING_PREFIX}*"):
+def _busy(directory: Path) -> bool:
+    """Whether a live process still imports or exits (a marker without a pid yet counts as one)."""
+    for marker in (*directory.glob(f"{IMPORTING_PREFIX}*"), *directory.glob(f"{LEAVING_PREFIX}*")):
         pid = _read(marker)
         if pid is None:
             continue  # removed since the glob
