@@ -10,7 +10,7 @@ process's turn by COMPILEBENCH_TURN):
 
 - `turn` holds the index of the process whose turn it is on the device; the executor writes it
   when the previous process has handed over (or exited). A process imports what it needs, then
-  `wait_for_turn()` before it initialises CUDA or builds anything.
+  makes its CUDA context, then `wait_for_turn()` before it builds anything.
 - `importing.<index>` exists while process <index> still imports (the executor creates it, then
   writes the process id into it); the process removes it in `done_importing()`.
 - `leaving.<index>` holds the id of process <index> once it has written its results and freed
