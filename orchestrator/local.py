@@ -218,9 +218,9 @@ def _turns() -> Iterator[_Turns]:
 
 def run_grid(grid: Grid, out: TextIO = sys.stdout, ahead: int | None = None) -> list[Outcome]:
     """Run every replicate of every cell not completed before, in `Grid.replicates` order,
-    printing one progress line each. When no process is waiting ahead, the next `ahead`
-    replicates to run (default `processes_ahead()`) are started at once; each gets its turn
-    when the one before it has handed the device over (module doc)."""
+    printing one progress line each. Each replicate gets its turn when the one before has handed
+    the device over; when none is waiting behind the one given its turn, the next `ahead`
+    replicates to run (default `processes_ahead()`) are started at once (module doc)."""
     outcomes: list[Outcome] = []
     todo = grid.replicates()
     ahead = ahead or processes_ahead()
@@ -232,27 +232,32 @@ def run_grid(grid: Grid, out: TextIO = sys.stdout, ahead: int | None = None) -> 
 
     with _turns() as turns_dir:
         waiting: dict[int, CellProcess] = {}  # started ahead, by index, in order
+        given: dict[int, float] = {}  # when each got its turn (perf_counter)
+
+        def give(index: int) -> None:
+            turns_dir.give(index)
+            given[index] = time.perf_counter()
+            if not any(i > index for i in waiting):  # the next batch imports while this one runs
+                following = [i for i in range(index + 1, len(todo)) if to_run(i)][:ahead]
+                waiting.update((i, turns_dir.start(grid.sweep_dir, *todo[i], i)) for i in following)
+
         try:
             for index, (cell, repeat) in enumerate(todo):
                 run = f" run {repeat + 1}/{cell.repeats}" if cell.repeats > 1 else ""
                 print(f"[{index + 1}/{len(todo)}] {cell.label}{run} ({cell.cell_id}) ... ", end="", file=out, flush=True)
-                if index in waiting:
+                if index in waiting:  # its turn was given when the one before handed over
                     current = waiting.pop(index)
                 elif to_run(index):
                     current = turns_dir.start(grid.sweep_dir, cell, repeat, index)
-                    turns_dir.give(index)
+                    give(index)
                 else:
                     outcomes.append(Outcome(cell.cell_id, SKIPPED))
                     print("already completed", file=out, flush=True)
                     continue
-                since = time.perf_counter()
-                if not waiting:
-                    following = [i for i in range(index + 1, len(todo)) if to_run(i)][:ahead]
-                    waiting = {i: turns_dir.start(grid.sweep_dir, *todo[i], i) for i in following}
                 turns_dir.wait_done_with_device(index, current)
                 if waiting:
-                    turns_dir.give(next(iter(waiting)))  # the next starts while this one exits
-                outcome = current.finish(since)
+                    give(next(iter(waiting)))  # the next starts while this one exits
+                outcome = current.finish(given[index])
                 turns_dir.ended(index)
                 detail = f": {outcome.message}" if outcome.message else ""
                 print(f"{outcome.status} in {outcome.seconds:.1f} s{detail}", file=out, flush=True)
