@@ -233,7 +233,7 @@ def _repeats(steps: pd.DataFrame) -> np.ndarray:
 def _generators(cells: pd.DataFrame, which: np.ndarray, seed: int,
                 stream: tuple = _MEDIAN) -> list[np.random.Generator]:
     """The generators of these cells (positions) for one purpose, seeded by the seed and the cell's id."""
-    return [np.random.default_rng([seed, _stable_hash(cell_id), *stream]) for cell_id in cells["cell_id"].iloc[which]]
+    return [np.random.default_rng([seed, stable_hash(cell_id), *stream]) for cell_id in cells["cell_id"].iloc[which]]
 
 
 def _stability(cells: pd.DataFrame, replicas: ReplicateSamples, resamples: int, seed: int, tolerance: float) -> None:
@@ -375,7 +375,7 @@ def _rank_imbalance(cells: pd.DataFrame) -> np.ndarray:
     return imbalance
 
 
-def _stable_hash(text: str) -> int:
+def stable_hash(text: str) -> int:
     """A 64-bit number of the text, the same in every process (unlike hash())."""
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
 
