@@ -32,8 +32,7 @@ import pandas as pd
 
 from analysis.collect import REPEAT, SweepData, load_sweep
 from analysis.metrics import (
-    RESAMPLES, SEED, axis_rows, axis_text, backend_labels, cell_metrics, representatives, stable_hash,
-    workload_labels,
+    RESAMPLES, SEED, axis_rows, axis_text, cell_labels, cell_metrics, representatives, stable_hash,
 )
 from analysis.render import fmt_number, fmt_speedup, render_markdown
 from analysis.stats import ReplicateSamples, hierarchical_means, ratio_interval
@@ -112,7 +111,7 @@ def compare(sweep_a: Path, sweep_b: Path, threshold: float = THRESHOLD, warn: Te
             raise CompareError(f"no cells in {sweep}")
     every_a, every_b = (_keyed(cell_metrics(part)) for part in data)
     # Labelled together: the settings that vary across both sweeps tell unmatched cells apart.
-    labels = _labels(pd.concat([every_a, every_b]))
+    labels = cell_labels(pd.concat([every_a, every_b]), names(WORKLOAD, PROCESSES))
     every_a["label"], every_b["label"] = labels.iloc[:len(every_a)].to_numpy(), labels.iloc[len(every_a):].to_numpy()
     common = every_a.index.intersection(every_b.index, sort=False)
     if not len(common):
@@ -144,11 +143,6 @@ def compare(sweep_a: Path, sweep_b: Path, threshold: float = THRESHOLD, warn: Te
                                  "b_status": rest[1]["status"].to_numpy()})
     alone = lambda own, other: own.loc[~own.index.isin(other.index), UNMATCHED].reset_index(drop=True)  # noqa: E731
     return Comparison(threshold, cells[COLUMNS], alone(every_a, every_b), alone(every_b, every_a), not_compared)
-
-
-def _labels(cells: pd.DataFrame) -> pd.Series:
-    """`gpt tiny · inductor`: workload (the settings that vary among these cells) and backend."""
-    return workload_labels(cells, names(WORKLOAD, PROCESSES)).str.replace("\n", " ") + " · " + backend_labels(cells)
 
 
 def to_json(comparison: Comparison) -> str:

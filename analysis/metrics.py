@@ -144,6 +144,11 @@ def workload_labels(metrics: pd.DataFrame, settings: list[str] = SAME_WORKLOAD) 
     return pd.Series([f"{n}\n{s}" if s else n for n, s in zip(names, lines)], index=metrics.index)
 
 
+def cell_labels(metrics: pd.DataFrame, settings: list[str] = SAME_WORKLOAD) -> pd.Series:
+    """`gpt small b64 · inductor`: a cell's workload (`workload_labels`, on one line) and backend."""
+    return workload_labels(metrics, settings).str.replace("\n", " ") + " · " + backend_labels(metrics)
+
+
 def _cell_codes(cell_ids: pd.Series, cells: pd.DataFrame) -> np.ndarray:
     """Position in `cells` of each id (-1 for ids it lacks)."""
     return pd.Categorical(cell_ids, categories=cells["cell_id"]).codes.astype(np.int64)
