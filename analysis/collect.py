@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from analysis.breakeven import COMPILE_COLD, COMPILE_WARM
 from workloads.schema import RUN_SCHEMA, STEPS_SCHEMA
 from workloads.sweep_dir import (
     MANIFEST_FILE, RUN_FILE, STDERR, STEPS_FILE, cell_dir, cell_dirs, counting_attempts, read_cell_config,
@@ -32,7 +33,9 @@ RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
     "cell_id", "attempt", "repeat", "status", "error", *(axis.name for axis in AXES), "items_per_step", "measured_steps",
     "median_step_ms", "mean_step_ms", "std_step_ms", "items_per_s", "mfu", "e2e_items_per_s", "e2e_mfu",
     "compile_time_s", "first_step_ms", "graph_count", "graph_break_count", "recompile_count", "peak_mem_bytes",
-    "ddp_graph_splits", "rank_median_step_ms")])
+    "ddp_graph_splits", "rank_median_step_ms", "graph_break_reasons", "recompile_reasons",
+    # Cold and warm compile times, once the workload records them (analysis/breakeven.py).
+    *(name for name in (COMPILE_COLD, COMPILE_WARM) if name in RUN_SCHEMA.names))])
 #: What a run row of schema version 1 (before distributed cells) lacks: it ran one process on one node.
 SINGLE_PROCESS = {"world_size": 1, "nodes": 1}
 STEPS_READ_SCHEMA = pa.schema([STEPS_SCHEMA.field(name) for name in (

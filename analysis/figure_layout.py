@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from analysis.metrics import E2E_BASIS, backend_labels, workload_labels
+from analysis.metrics import E2E_BASIS, backend_labels
 from analysis.palette import backend_colors
 
 FIGSIZE = (10.0, 6.0)  # inches: the width of every figure, the height of those without rows
@@ -36,12 +36,6 @@ def figure(title: str, height: float = FIGSIZE[1]) -> tuple[Figure, Axes]:
 def rows_height(rows: int) -> float:
     """Inches of a figure with `rows` rows of cells (at least FIGSIZE's height / 2)."""
     return max(FIGSIZE[1] / 2, FRAME_INCHES + ROW_INCHES * rows)
-
-
-def cell_labels(metrics: pd.DataFrame) -> pd.Series:
-    """`gpt small b64 · inductor`: a cell's workload (its varying settings on the same line) and backend."""
-    workloads = workload_labels(metrics).str.replace("\n", " ")
-    return workloads + " · " + backend_labels(metrics)
 
 
 def colors(metrics: pd.DataFrame) -> dict[str, str]:

@@ -28,7 +28,8 @@ difference of the loss at equal steps (same seed: compiled training should follo
 dropout and low precision make it differ a little). A cell whose data-wait share exceeds a
 threshold is `data_bound`: its median step hides the waits, so its verdict (faster, slower, no
 difference, undecided: analysis.stats.equivalence_verdict, with an optional margin of practical
-equivalence) rests on the end-to-end interval, as it does when its baseline is data-bound.
+equivalence) rests on the end-to-end interval, as it does when its baseline is data-bound. The
+steps after which compiling pays for itself are analysis/breakeven.py's.
 
 Scaling is against the 1-process cell of the same workload and backend (SCALING_WORKLOAD equal,
 only the processes differ): scaling speedup = own items/s / its items/s (global items: with the
@@ -45,6 +46,7 @@ import hashlib
 import numpy as np
 import pandas as pd
 
+from analysis.breakeven import BREAK_EVEN_COLUMNS, break_even_columns
 from analysis.collect import REPEAT, SweepData
 from analysis.render import fmt_speedup, is_null
 from analysis.stats import (
@@ -68,7 +70,7 @@ METRIC_COLUMNS = [
     "p5_step_ms", "p95_step_ms", "replicate_spread", "unstable", "items_per_s", "e2e_items_per_s", "mfu_mean",
     "mfu_std", "e2e_mfu", "speedup", "speedup_low", "speedup_high", "e2e_speedup", "e2e_speedup_low",
     "e2e_speedup_high", "data_bound", "verdict", "verdict_basis", "baseline_cell_id", "compile_time_s",
-    "first_step_ms", "peak_mem_bytes", "peak_mem_ratio", "graph_count", "graph_break_count", "recompile_count",
+    *BREAK_EVEN_COLUMNS, "first_step_ms", "peak_mem_bytes", "peak_mem_ratio", "graph_count", "graph_break_count", "recompile_count",
     "loss_max_rel_diff", "data_wait_share", "items_per_step",
     "scaling_baseline_cell_id", "scaling_speedup", "scaling_speedup_low", "scaling_speedup_high",
     "scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high", "ddp_graph_splits", "rank_imbalance",
@@ -140,6 +142,11 @@ def workload_labels(metrics: pd.DataFrame, settings: list[str] = SAME_WORKLOAD) 
     lines = [" ".join(f"{SETTING_PREFIXES.get(a, '')}{axis_text(v)}" for a, v in zip(varying, values) if axis_text(v))
              for values in axis_rows(metrics, varying)]
     return pd.Series([f"{n}\n{s}" if s else n for n, s in zip(names, lines)], index=metrics.index)
+
+
+def cell_labels(metrics: pd.DataFrame, settings: list[str] = SAME_WORKLOAD) -> pd.Series:
+    """`gpt small b64 · inductor`: a cell's workload (`workload_labels`, on one line) and backend."""
+    return workload_labels(metrics, settings).str.replace("\n", " ") + " · " + backend_labels(metrics)
 
 
 def _cell_codes(cell_ids: pd.Series, cells: pd.DataFrame) -> np.ndarray:
@@ -231,7 +238,7 @@ def _repeats(steps: pd.DataFrame) -> np.ndarray:
 def _generators(cells: pd.DataFrame, which: np.ndarray, seed: int,
                 stream: tuple = _MEDIAN) -> list[np.random.Generator]:
     """The generators of these cells (positions) for one purpose, seeded by the seed and the cell's id."""
-    return [np.random.default_rng([seed, _stable_hash(cell_id), *stream]) for cell_id in cells["cell_id"].iloc[which]]
+    return [np.random.default_rng([seed, stable_hash(cell_id), *stream]) for cell_id in cells["cell_id"].iloc[which]]
 
 
 def _stability(cells: pd.DataFrame, replicas: ReplicateSamples, resamples: int, seed: int, tolerance: float) -> None:
@@ -373,7 +380,7 @@ def _rank_imbalance(cells: pd.DataFrame) -> np.ndarray:
     return imbalance
 
 
-def _stable_hash(text: str) -> int:
+def stable_hash(text: str) -> int:
     """A 64-bit number of the text, the same in every process (unlike hash())."""
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
 
@@ -405,6 +412,7 @@ def cell_metrics(data: SweepData, resamples: int = RESAMPLES, seed: int = SEED, 
     baseline = _references(cells, SAME_WORKLOAD, cells["backend"] == "eager")
     base = _comparisons(cells, draws, baseline)
     _verdicts(cells, base, data_bound, equivalence)
+    cells[BREAK_EVEN_COLUMNS] = break_even_columns(cells, cells["verdict_basis"] == E2E_BASIS)
     _loss_max_rel_diff(cells, data.steps, code, baseline)
     _scaling(cells, draws)
     cells["rank_imbalance"] = _rank_imbalance(cells)

@@ -17,14 +17,15 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
+from analysis.breakeven import baseline_step_ms, compile_seconds
 from analysis.collect import REPEAT
 from analysis.figure_layout import (
-    DPI, FIGSIZE, LABEL_SIZE, cell_labels, colors, decisive_speedup, empty, figure, rows_height, set_row_labels,
+    DPI, FIGSIZE, LABEL_SIZE, colors, decisive_speedup, empty, figure, rows_height, set_row_labels,
     shown_rows, whiskers,
 )
-from analysis.metrics import DISTRIBUTED_AXES, SAME_WORKLOAD, backend_labels, workload_labels
+from analysis.metrics import DISTRIBUTED_AXES, SAME_WORKLOAD, backend_labels, cell_labels, workload_labels
 from analysis.palette import DATA_WAIT, NO_VALUE
-from analysis.render import fmt_number, fmt_speedup
+from analysis.render import fmt_break_even, fmt_number, fmt_speedup
 from analysis.scaling import scaling_cells
 from workloads.vocabulary import COMPLETED
 
@@ -216,29 +217,35 @@ def step_time_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
 def compile_speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     """What compiling cost against what it gained: compile time in eager steps (x) against the
     speedup (y), with the curves of breaking even after N steps. Compiling once pays off after
-    compile time / (eager step - compiled step) = x / (1 - 1/speedup) steps, so the curve of N steps
-    is speedup = 1 / (1 - x / N), the same for every workload; a cell left of a curve pays off
-    within its N steps, one below 1 never."""
+    compile time / (eager step - compiled step) = x / (1 - 1/speedup) steps (analysis/breakeven.py),
+    so the curve of N steps is speedup = 1 / (1 - x / N), the same for every workload; a cell left
+    of a curve pays off within its N steps, one below 1 never. A cell whose warm compile was
+    measured has a second, hollow point at the warm compile time, joined to the cold one."""
     fig, ax = figure("Compile time against speedup; dashed: where compiling breaks even after N steps")
-    cells = metrics[(metrics["backend"] != "eager") & metrics["compile_time_s"].notna()]
+    cells = metrics[metrics["backend"] != "eager"]
     speed, e2e = decisive_speedup(cells)
-    # The eager step the cell's speedup is over: the median one, or the mean one end to end.
-    baseline = metrics.set_index("cell_id")
-    eager_ms = np.where(e2e, cells["baseline_cell_id"].map(baseline["mean_step_ms"]),
-                        cells["baseline_cell_id"].map(baseline["median_step_ms"])).astype(float)
-    x = pd.Series(1000 * cells["compile_time_s"].to_numpy(float) / eager_ms, index=cells.index)
+    eager_ms = baseline_step_ms(metrics, cells, e2e)
+    cold_s, warm_s = compile_seconds(cells)
+    x = pd.Series(1000 * cold_s / eager_ms, index=cells.index)  # compile times in eager steps
+    warm = pd.Series(1000 * warm_s / eager_ms, index=cells.index)
     usable = speed["value"].notna() & (x > 0)
     if not usable.any():
         empty(ax, "no compiled cell with both a compile time and a speedup")
         return fig
-    cells, speed, x, e2e = cells[usable], speed[usable], x[usable], e2e[usable]
+    cells, speed, x, warm = cells[usable], speed[usable], x[usable], warm[usable]
     palette = colors(metrics)
     for label, group in speed.groupby(backend_labels(cells), sort=True):
         ax.errorbar(x[group.index], group["value"], yerr=whiskers(group["value"], group["low"], group["high"]),
                     fmt="o", color=palette[label], label=label, capsize=2)
+        warmed = warm[group.index].notna() & (warm[group.index] > 0)
+        for i in group.index[warmed]:
+            ax.plot([x[i], warm[i]], [group.at[i, "value"]] * 2, color=palette[label], linewidth=0.8, linestyle=":")
+        ax.plot(warm[group.index][warmed], group["value"][warmed], "o", mfc="white", color=palette[label])
+    if (warm > 0).any():
+        ax.plot([], [], "o", mfc="white", color="0.3", label="warm compile (caches of a first compile)")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    x_low, x_high = x.min() / 3, x.max() * 3
+    x_low, x_high = np.fmin(x.min(), warm[warm > 0].min()) / 3, x.max() * 3
     y_low = min(0.8, speed["low"].fillna(speed["value"]).min() / 1.1)
     y_high = max(2.5, speed["high"].fillna(speed["value"]).max() * 1.2)
     ax.axhspan(y_low, 1.0, color="#fbe3e3", zorder=0)
@@ -250,10 +257,13 @@ def compile_speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure
         ax.text(curve[-1], 1 / (1 - curve[-1] / n), f"{n:,} steps ", fontsize="x-small", color="0.35",
                 ha="right", va="top")
     if len(cells) <= 20:
-        for workload, px, s in zip(workload_labels(cells).str.replace("\n", " "), x, speed["value"]):
-            steps_to_even = f"{px / (1 - 1 / s):,.0f} steps" if s > 1 else "never"
-            right_half = px > np.sqrt(x_low * x_high)  # labels there run leftwards, into the axes
-            ax.annotate(f"{workload}: {steps_to_even}", (px, s), fontsize="x-small", xytext=(-4 if right_half else 4, 4),
+        for i, workload in zip(cells.index, workload_labels(cells).str.replace("\n", " ")):
+            pays_off = cells.at[i, "pays_off"]
+            text = f"{workload}: {_steps_text(cells.at[i, 'break_even_steps'], pays_off)}"
+            if pays_off is True and pd.notna(cells.at[i, "break_even_steps_warm"]):
+                text += f" (warm {fmt_break_even(cells.at[i, 'break_even_steps_warm'], pays_off, whole=True)})"
+            right_half = x[i] > np.sqrt(x_low * x_high)  # labels there run leftwards, into the axes
+            ax.annotate(text, (x[i], speed.at[i, "value"]), fontsize="x-small", xytext=(-4 if right_half else 4, 4),
                         textcoords="offset points", ha="right" if right_half else "left")
     ax.axhline(1.0, color="0.3", linewidth=1)
     ax.set_xlim(x_low, x_high)
@@ -264,6 +274,12 @@ def compile_speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure
     ax.set_ylabel("speedup over eager (95% interval)")
     ax.legend(fontsize="small", loc="upper left")
     return fig
+
+
+def _steps_text(steps: float, pays_off: object) -> str:
+    """`875 steps`, or `never`."""
+    text = fmt_break_even(steps, pays_off, whole=True)
+    return text if text == "never" else f"{text} steps"
 
 
 def scaling_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:

@@ -66,6 +66,14 @@ def fmt_change(fraction: Any) -> str:
     return "" if is_null(fraction) else f"{100 * float(fraction):+.1f}%"
 
 
+def fmt_break_even(value: Any, pays_off: Any, whole: bool = False) -> str:
+    """Steps (`whole`: `1,750`) or minutes (`0.29`) until compiling pays for itself: `never` where it
+    does not pay off (`pays_off` false: the compiled step is not faster), '' where unknown."""
+    if pays_off is False:
+        return "never"
+    return "" if is_null(value) else f"{float(value):,.0f}" if whole else fmt_number(value)
+
+
 def fmt_speedup(value: Any, low: Any = None, high: Any = None, digits: int = 2) -> str:
     """`1.23x [1.20, 1.26]`, or `1.23x` without an interval."""
     if is_null(value):

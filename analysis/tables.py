@@ -1,5 +1,5 @@
-"""The sweep's own tables: every cell, cells counted by status, geometric-mean speedups, and
-scaling over processes (analysis/scaling.py) where the sweep has multi-process cells.
+"""The sweep's own tables: every cell, cells counted by status, geometric-mean speedups, the
+break-even of compiling, and scaling over processes (analysis/scaling.py) where the sweep has multi-process cells.
 
 `summarize`, `sweep_summary`, `to_markdown` and `to_csv` are what `compilebench sweep` prints at
 its end and what scripts use; `sweep_tables` is the set `compilebench analyze` renders.
@@ -10,14 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, TextIO
 
+import numpy as np
 import pandas as pd
 
+from analysis.breakeven import BREAK_EVEN_COLUMNS, baseline_step_ms
 from analysis.collect import SweepData, load_sweep, read_cell
 from analysis.metrics import (
-    DATA_BOUND, EQUIVALENCE, axis_text, backend_labels, cell_metrics, varying_axes, verdict_reasons,
+    DATA_BOUND, E2E_BASIS, EQUIVALENCE, axis_text, backend_labels, cell_metrics, varying_axes, verdict_reasons,
+    workload_labels,
 )
 from analysis.render import (
-    Table, fmt_count, fmt_number, fmt_percent, fmt_speedup, is_null, render_markdown,
+    Table, fmt_break_even, fmt_count, fmt_number, fmt_percent, fmt_speedup, is_null, render_markdown,
 )
 from analysis.scaling import multi_process, scaling_table
 from analysis.stats import geometric_mean
@@ -26,8 +29,8 @@ from workloads.vocabulary import (
     AXIS, CELL_STATES, COMPLETED, HARDWARE, PROCESSES, WORKLOAD, names, short_error,
 )
 
-#: Name of the per-cell table (its file stem in report/tables/).
-SUMMARY = "summary"
+#: Name of the per-cell table (its file stem in report/tables/), and of the break-even table.
+SUMMARY, BREAK_EVEN = "summary", "break_even"
 
 
 def ordered_statuses(statuses: Iterable[str]) -> list[str]:
@@ -91,6 +94,8 @@ def summary_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE, data_
                                  zip(metrics["e2e_speedup"], metrics["e2e_speedup_low"], metrics["e2e_speedup_high"])],
         "verdict": verdict_texts(metrics),
         "compile s": metrics["compile_time_s"].map(fmt_number),
+        "break-even steps": _cold_warm(metrics, "break_even_steps", whole=True),
+        "break-even GPU-min": _cold_warm(metrics, "break_even_gpu_min"),
         "peak GiB": metrics["peak_mem_bytes"].map(_gib),
         "mem vs eager": metrics["peak_mem_ratio"].map(fmt_number),
         "graphs": metrics["graph_count"].map(fmt_count),
@@ -113,8 +118,58 @@ def summary_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE, data_
             f"lies {margin}, else undecided; from the e2e interval for data-bound cells (more than "
             f"{fmt_percent(data_bound, digits=0)} of step time waiting for data) and against data-bound eager "
             "cells. Loss Δ: largest relative loss difference to eager at equal steps. Data wait: share of step "
-            "time spent waiting for batches.")
+            "time spent waiting for batches. Break-even: steps (and GPU-minutes) after which compiling pays for itself, "
+            "with the cold compile, and the warm one where measured (see the break-even table).")
     return Table(SUMMARY, "Cells", metrics, text, note)
+
+
+def _cold_warm(metrics: pd.DataFrame, column: str, whole: bool = False) -> list[str]:
+    """`1,750`, `never`, or `1,750 (warm 120)` where the warm compile was measured too."""
+    texts = []
+    for pays_off, cold, warm in zip(metrics["pays_off"], metrics[column], metrics[f"{column}_warm"]):
+        text = fmt_break_even(cold, pays_off, whole)
+        texts.append(f"{text} (warm {fmt_break_even(warm, pays_off, whole)})" if pays_off is True and not is_null(warm)
+                     else text)
+    return texts
+
+
+def _texts(data: pd.DataFrame, column: str, whole: bool = False) -> list[str]:
+    return [fmt_break_even(value, pays_off, whole) for value, pays_off in zip(data[column], data["pays_off"])]
+
+
+def break_even_table(metrics: pd.DataFrame) -> Table:
+    """Per compiled cell with a compile time and a speedup: the steps and GPU-minutes after which
+    compiling pays for itself (analysis/breakeven.py), with the cold compile and the warm one."""
+    cells = metrics[metrics["pays_off"].notna()]
+    e2e = cells["verdict_basis"] == E2E_BASIS
+    eager = baseline_step_ms(metrics, cells, e2e)
+    speedup = np.where(e2e, cells["e2e_speedup"], cells["speedup"]).astype(float)
+    data = pd.DataFrame({
+        "cell_id": cells["cell_id"], "backend": backend_labels(cells), "basis": cells["verdict_basis"],
+        "eager_step_ms": eager, "compiled_step_ms": eager / speedup, "compile_time_s": cells["compile_time_s"],
+        **{column: cells[column] for column in BREAK_EVEN_COLUMNS},
+    })  # fmt: skip
+    text = pd.DataFrame({
+        "cell": data["cell_id"],
+        "workload": workload_labels(cells).str.replace("\n", " "),
+        "backend": data["backend"],
+        "eager ms": data["eager_step_ms"].map(fmt_number),
+        "compiled ms": data["compiled_step_ms"].map(fmt_number),
+        "step basis": np.where(e2e, "mean (end to end)", "median"),
+        "compile s": data["compile_time_s"].map(fmt_number),
+        "steps": _texts(data, "break_even_steps", whole=True),
+        "GPU-min": _texts(data, "break_even_gpu_min"),
+    })  # fmt: skip
+    if data["compile_warm_s"].notna().any():
+        text["warm compile s"] = data["compile_warm_s"].map(fmt_number)
+        text["steps (warm)"] = _texts(data, "break_even_steps_warm", whole=True)
+        text["GPU-min (warm)"] = _texts(data, "break_even_gpu_min_warm")
+    note = ("Compiling pays for itself after compile s / (eager step - compiled step) steps, never where the "
+            "compiled step is not faster; GPU-minutes: those steps at the eager step, times the processes (one GPU "
+            "each). Steps as the verdict's: median steps, or mean steps where the speedup is end to end "
+            "(data-bound). Compile s: the cold compile where measured, else the workload's compile time (whatever "
+            "the compile caches held); warm: compiled again with the caches the first left.")
+    return Table(BREAK_EVEN, "Break-even: steps until compiling pays off", data, text, note)
 
 
 def _runs(status: object, replicates: object, spread: object, unstable: object) -> str:
@@ -184,7 +239,8 @@ def sweep_tables(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE,
     """The tables of every sweep: cells, status counts, geometric means; scaling over processes
     where the sweep has multi-process cells. `equivalence` and `data_bound`: what the metrics were
     computed with."""
-    tables = [summary_table(metrics, equivalence, data_bound), status_table(metrics), geomean_table(metrics)]
+    tables = [summary_table(metrics, equivalence, data_bound), status_table(metrics), geomean_table(metrics),
+              break_even_table(metrics)]
     if multi_process(metrics).any():
         tables.append(scaling_table(metrics))
     return tables

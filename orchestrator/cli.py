@@ -12,6 +12,8 @@ flags and their help: orchestrator/cli_args.py).
                                                       # then run the failed and unfinished cells again
     compilebench analyze SWEEP_DIR [--format markdown|latex|csv|json] [--reference seminar] [--no-plots]
                          [--equivalence MARGIN] [--data-bound FRACTION]
+    compilebench compare SWEEP_A SWEEP_B [--threshold FRACTION] [--format markdown|json]
+                                                      # B against A, cell by cell: exit 1 on a regression
 
 `--wait` changes nothing for a local sweep, which runs in the foreground anyway; Ctrl-C stops
 the waiting, not the jobs. `--retry-failed` runs again only cells that neither completed nor
@@ -21,11 +23,12 @@ the sweep's own executor: Slurm job arrays as `sweep` submits them, or a local r
 Exit codes: 0 success (for Slurm: submitted; with --wait: every cell completed; with
 --retry-failed: resubmitted, or nothing to retry); 1 a cell failed (local sweep or local retry),
 an sbatch failed after earlier arrays were submitted (Slurm), not every cell completed (status,
-sweep --wait), or nothing to analyse (analyze); 2 bad input (a bad override, cluster profile,
-config dir, partition or GPU type, a Hydra launcher or sweeper; for status, a directory that is
-not a sweep), reported in one line on stderr before anything runs or is submitted; 130 Ctrl-C
-(for --wait: the jobs keep running), 130 or 143 SIGINT or SIGTERM while arrays are submitted
-(after the array in flight is recorded; the same command again submits the rest).
+sweep --wait), nothing to analyse (analyze), or a regression (compare); 2 bad input (a bad
+override, cluster profile, config dir, partition or GPU type, a Hydra launcher or sweeper; for
+status, a directory that is not a sweep; for compare, a path that is not a sweep, or two sweeps
+without a common cell), reported in one line on stderr before anything runs or is submitted; 130
+Ctrl-C (for --wait: the jobs keep running), 130 or 143 SIGINT or SIGTERM while arrays are
+submitted (after the array in flight is recorded; the same command again submits the rest).
 """
 
 from __future__ import annotations
@@ -290,6 +293,21 @@ def cmd_analyze(sweep_dir: Path, fmt: str, reference: str | None = None, plots: 
     return EXIT_OK
 
 
+def cmd_compare(sweep_a: Path, sweep_b: Path, threshold: float | None, fmt: str) -> int:
+    from analysis.compare import THRESHOLD, CompareError, compare, to_json, to_markdown
+    from workloads.sweep_dir import is_sweep_dir
+
+    for sweep in (sweep_a, sweep_b):
+        if not is_sweep_dir(sweep):
+            return _error(f"not a sweep directory (no manifest.parquet, no cells/): {sweep}")
+    try:
+        result = compare(sweep_a, sweep_b, THRESHOLD if threshold is None else threshold)
+    except CompareError as exc:
+        return _error(str(exc))
+    print(to_json(result) if fmt == "json" else to_markdown(result, sweep_a, sweep_b))
+    return EXIT_FAILED if len(result.regressions) else EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -309,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # a running local cell got the same SIGINT and records its own state
         print("\ninterrupted", file=sys.stderr)
         return 130
+    if args.command == "compare":
+        return cmd_compare(args.sweep_a, args.sweep_b, args.threshold, args.format)
     return cmd_analyze(args.sweep_dir, args.format, args.reference, args.plots, args.equivalence, args.data_bound)
 
 

@@ -40,7 +40,7 @@ def _positive_seconds(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of `compilebench` and its commands sweep, status and analyze."""
+    """The parser of `compilebench` and its commands sweep, status, analyze and compare."""
     parser = argparse.ArgumentParser(
         prog="compilebench", description="Does torch.compile make my training faster? Sweep, run, analyse."
     )
@@ -107,6 +107,21 @@ def build_parser() -> argparse.ArgumentParser:
                          help="a cell that spends more than this share of its step time waiting for data is "
                          "data-bound: its verdicts rest on end-to-end throughput, not the median step "
                          "(default: 0.10)")
+
+    compare = commands.add_parser(
+        "compare", help="the same cells in two sweeps: ratios B/A with intervals, regressions (exit 1)",
+        description="Match the cells of SWEEP_B with those of SWEEP_A by their axes (not torch version, cluster, GPU "
+        "or date) and print B/A of the median step time and of end-to-end throughput with 95%% bootstrap intervals. "
+        "A regression: the step time interval lies above 1 + THRESHOLD. Exit 1 when there is one, else 0; 2 for bad "
+        "input.",
+    )
+    compare.add_argument("sweep_a", type=Path, metavar="SWEEP_A", help="the reference sweep (before)")
+    compare.add_argument("sweep_b", type=Path, metavar="SWEEP_B", help="the sweep compared with it (after)")
+    compare.add_argument("--threshold", type=_fraction(below_one=True), default=None, metavar="FRACTION",
+                         help="a cell regresses when B's median step is slower than A's by more than this at 95%% "
+                         "confidence (default: 0.05)")
+    compare.add_argument("--format", choices=("markdown", "json"), default="markdown",
+                         help="a table and lists (markdown) or one JSON object")
     return parser
 
 

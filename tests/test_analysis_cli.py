@@ -16,7 +16,8 @@ from analysis.plots import FIGURES
 from orchestrator.cli import main
 from tests.analysis_sweeps import write_cell, write_seminar_sweep
 
-SWEEP_TITLES = ["### Cells", "### Cells by status", "### Geometric-mean speedup over eager"]
+SWEEP_TITLES = ["### Cells", "### Cells by status", "### Geometric-mean speedup over eager",
+                "### Break-even: steps until compiling pays off"]
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -42,14 +43,14 @@ def test_markdown_tables_and_report_page(tmp_path: Path, capsys: pytest.CaptureF
     code, out, err = run(capsys, str(tmp_path))
     assert code == 0
     titles = re.findall(r"^### .*$", out, flags=re.M)
-    assert titles[:3] == SWEEP_TITLES and len(titles) == 6  # and the three seminar tables
+    assert titles[:4] == SWEEP_TITLES and len(titles) == 7  # and the three seminar tables
     assert "published" not in out and "claims" not in out
     index = tmp_path / "report" / "index.md"
     assert f"report: {index.with_suffix('.html')} (and index.md)" in err and "12 cells: 10 completed, 1 failed, 1 not_compiled" in err
     page = index.read_text()
     links = re.findall(r"\]\(([^)]+)\)", page)
     assert sum(link.endswith(".png") for link in links) == len(FIGURES)
-    assert sum(link.endswith(".csv") for link in links) == 6  # no scaling table: every cell ran one process
+    assert sum(link.endswith(".csv") for link in links) == 7  # no scaling table: every cell ran one process
     for link in links:
         assert (index.parent / link).is_file(), link
 
@@ -58,7 +59,7 @@ def test_reference_seminar_and_latex(tmp_path: Path, capsys: pytest.CaptureFixtu
     write_seminar_sweep(tmp_path)
     code, out, _ = run(capsys, str(tmp_path), "--reference", "seminar", "--format", "latex", "--no-plots")
     assert code == 0
-    assert out.count(r"\begin{table}") == 3 + 3 + 1  # sweep tables, seminar tables, claims
+    assert out.count(r"\begin{table}") == 4 + 3 + 1  # sweep tables, seminar tables, claims
     assert r"gpt2 published $\mu$" in out and "inductor is slower than eager for resnet18" in out
     assert not (tmp_path / "report" / "plots").exists()
     claims = pd.read_csv(tmp_path / "report" / "tables" / "seminar_claims.csv")

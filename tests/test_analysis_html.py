@@ -20,7 +20,7 @@ from tests.analysis_sweeps import write_cell, write_seminar_sweep
 from tests.browser import Page, open_page
 
 #: Tables of the seminar sweep without --reference: the sweep's three and the seminar's three.
-TABLES = ["summary", "status", "geomean", "seminar_table1", "seminar_table2", "seminar_table3"]
+TABLES = ["summary", "status", "geomean", "break_even", "seminar_table1", "seminar_table2", "seminar_table3"]
 
 
 @pytest.fixture(scope="module")

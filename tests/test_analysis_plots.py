@@ -216,3 +216,17 @@ def test_break_even_is_compile_time_over_the_step_saved(seminar) -> None:
         n = int(label.split()[0].replace(",", ""))
         x, y = line.get_xdata(), line.get_ydata()
         assert y == pytest.approx(1 / (1 - x / n))
+
+
+def test_a_warm_compile_is_a_second_point_with_its_own_break_even(tmp_path: Path) -> None:
+    write_cell(tmp_path, "e", "eager", step_ms=[10.0, 10.0, 10.0])
+    write_cell(tmp_path, "i", "inductor", step_ms=[8.0, 8.0, 8.0], compile_time_s=3.5)
+    data = load_sweep(tmp_path, warn=None)
+    data.cells["compile_warm_s"] = data.cells["cell_id"].map({"i": 0.5})  # as run.parquet will have it
+    ax = compile_speedup_figure(cell_metrics(data), data.steps).axes[0]
+    assert "gpt tiny: 1,750 steps (warm 250)" in {text.get_text() for text in ax.texts}
+    # Compile time in eager steps: cold 3,500 / 10 ms = 350 (filled), warm 500 / 10 = 50 (hollow).
+    points = {(round(float(line.get_xdata()[0])), line.get_markerfacecolor() == "white")
+              for line in ax.lines if line.get_marker() == "o" and len(line.get_xdata())}
+    assert {(350, False), (50, True)} <= points
+    assert ax.get_xlim()[0] < 50

@@ -17,7 +17,7 @@ import pytest
 
 from analysis.claims import AGREES, DISAGREES, NO_DIFFERENCE, check_claims, claims_table
 from analysis.collect import load_sweep, read_cell
-from analysis.metrics import E2E_BASIS, MEDIAN_BASIS, RESAMPLES, SEED, _stable_hash, cell_metrics
+from analysis.metrics import E2E_BASIS, MEDIAN_BASIS, RESAMPLES, SEED, stable_hash, cell_metrics
 from analysis.render import markdown
 from analysis.stats import (
     EXACT_MEAN_STEPS, ReplicateSamples, SortedSamples, equivalence_verdict, hierarchical_means, percentile_interval,
@@ -52,7 +52,7 @@ def samples(replicates: list[list[float]]) -> ReplicateSamples:
 
 def generator(cell_id: str, *stream: int) -> list[np.random.Generator]:
     """The generator analysis.metrics seeds for a cell (the median's; stream 2: the mean's)."""
-    return [np.random.default_rng([SEED, _stable_hash(cell_id), *stream])]
+    return [np.random.default_rng([SEED, stable_hash(cell_id), *stream])]
 
 
 def test_replicates_are_one_row_with_the_median_of_their_medians(tmp_path: Path) -> None:

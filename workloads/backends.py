@@ -1,8 +1,8 @@
 """Execution backends: how a cell's model (and optionally its optimizer step) is compiled.
 
 `apply_backend` returns the module to train and a `CompiledRun` describing what was asked
-for; `compile_stats` reads dynamo's own counters afterwards so that a cell can prove that
-compilation happened (graph count > 0) instead of trusting that it did.
+for; workloads/dynamo_records.py reads dynamo's own records afterwards, so that a cell can prove
+that compilation happened (graph count > 0) instead of trusting that it did.
 """
 
 from __future__ import annotations
@@ -40,15 +40,6 @@ class CompiledRun:
     otherwise treat gradient-accumulation micro-steps as one step and overwrite live outputs)."""
     setup_time_s: float
     """Time spent compiling ahead of the first step (torchscript tracing); dynamo compiles lazily."""
-
-
-@dataclass
-class CompileStats:
-    graph_count: int
-    graph_break_count: int
-    recompile_count: int
-    cudagraph_skips: int
-    """Compiled graphs that fell back from CUDA graphs (CPU tensors, mutated inputs, ...)."""
 
 
 #: Dynamo backends every torch 2.x has. Checking other names lists dynamo's registry, which
@@ -141,23 +132,3 @@ def compile_optimizer_step(optimizer: torch.optim.Optimizer, cfg: BackendConfig)
         optimizer.step()
 
     return step
-
-
-def reset_compile_stats() -> None:
-    """Forget earlier compilations (counters, caches) so that stats describe this cell alone."""
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    torch._dynamo.utils.clear_compilation_metrics()
-
-
-def compile_stats() -> CompileStats:
-    """Graphs, graph breaks and recompilations since the last `reset_compile_stats`, from dynamo."""
-    counters = torch._dynamo.utils.counters
-    metrics = torch._dynamo.utils.get_compilation_metrics()
-    recompiles = sum(1 for m in metrics if getattr(m, "recompile_reason", None))
-    return CompileStats(
-        graph_count=int(counters["stats"]["unique_graphs"]),
-        graph_break_count=int(sum(counters["graph_break"].values())),
-        recompile_count=recompiles,
-        cudagraph_skips=int(counters["inductor"]["cudagraph_skips"]),
-    )

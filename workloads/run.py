@@ -40,7 +40,7 @@ if __name__ == "__main__":
 import torch  # noqa: E402  (after the early handlers: this import takes seconds)
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from workloads import backends, distributed, provenance, turns
+from workloads import backends, distributed, dynamo_records, provenance, turns
 from workloads.config import CellConfig, ConfigError, cell_config_to_dict, config_digest, load_cell_config
 from workloads.data import check_data_source, load_token_source, make_batches
 from workloads.distributed import LaunchError, Ranks
@@ -169,7 +169,7 @@ def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> 
     rec.peak = cfg.peak_tflops or peak_tflops(gpu_name, precision.peak_key)
     rec.run.update(flops_per_step=rec.flops_per_step, peak_tflops=rec.peak)
 
-    backends.reset_compile_stats()
+    dynamo_records.reset_compile_stats()
     example_x, example_y = next(batches)
     model_inputs = (example_x,) if spec.kind == "images" else (example_x, example_y)  # GPT takes targets
     data_parallel = distributed.DataParallel(ranks, device, cfg.distributed)
@@ -193,9 +193,10 @@ def _peak_memory_bytes(device: torch.device) -> int:
 def _record_compile_stats(cfg: CellConfig, compiled: backends.CompiledRun, rec: CellRecorder,
                           ddp_buckets: list[int]) -> None:
     if compiled.uses_dynamo or cfg.backend.compile_optimizer:
-        stats = backends.compile_stats()
+        stats = dynamo_records.compile_stats()
         rec.run.update(graph_count=stats.graph_count, graph_break_count=stats.graph_break_count,
                        recompile_count=stats.recompile_count, cudagraph_skips=stats.cudagraph_skips,
+                       graph_break_reasons=stats.graph_break_reasons, recompile_reasons=stats.recompile_reasons,
                        ddp_graph_splits=sum(buckets - 1 for buckets in ddp_buckets))
     elif cfg.backend.name == "torchscript":
         rec.run.update(graph_count=int(isinstance(compiled.module, torch.jit.ScriptModule)),

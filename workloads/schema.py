@@ -12,6 +12,10 @@ steps row per step still, its step time the slowest rank's, `items`/`items_per_s
 `flops_per_step` over all ranks, and the `rank_*` list columns (one entry per rank, in rank
 order); in run.parquet `world_size`, `nodes`, `dist_backend` and `ddp_graph_splits`. Cells of one
 process have world_size 1 and one-entry lists. Files of version 1 read with nulls there.
+
+Added within version 2 (no bump: files without them read with nulls): `graph_break_reasons` and
+`recompile_reasons` in run.parquet (workloads/dynamo_records.py), why graphs broke or recompiled,
+one {reason, count} per distinct reason; null for backends that dynamo does not compile.
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ STEPS_SCHEMA = pa.schema(
     ]
 )
 
+#: Why graphs broke or recompiled (workloads/dynamo_records.py): one entry per distinct reason.
+REASONS = pa.list_(pa.struct([("reason", pa.string()), ("count", pa.int64())]))
+
 RUN_SCHEMA = pa.schema(
     [
         ("cell_id", pa.string()),
@@ -79,6 +86,8 @@ RUN_SCHEMA = pa.schema(
         ("graph_count", pa.int64()),
         ("graph_break_count", pa.int64()),
         ("recompile_count", pa.int64()),
+        ("graph_break_reasons", REASONS),  # dynamo's message per distinct graph break, how often
+        ("recompile_reasons", REASONS),  # the failed guards per distinct recompile, how often
         ("cudagraph_skips", pa.int64()),  # graphs that ran without the CUDA graphs asked for
         ("peak_mem_bytes", pa.int64()),  # the largest of the ranks'
         ("ddp_graph_splits", pa.int64()),  # extra graphs from DDPOptimizer's cuts at gradient buckets

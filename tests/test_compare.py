@@ -1,0 +1,102 @@
+"""`compilebench compare SWEEP_A SWEEP_B` through the command line's main(), on sweeps written by the
+workloads' own writer: cells matched by their axes, ratios with intervals, regressions and the exit
+codes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestrator.cli import main
+from tests.analysis_sweeps import H100, write_cell, write_manifest
+
+
+def steps(median: float, seed: int, n: int = 40) -> list[float]:
+    """Tight step times (1% spread) around `median`."""
+    return list(np.random.default_rng(seed).lognormal(np.log(median), 0.01, n))
+
+
+def write_sweep(root: Path, inductor_ms: float, eager_ms: float = 10.0, prefix: str = "", **run) -> Path:
+    """An eager and an inductor cell of gpt tiny; cell ids with `prefix`, so that matching by id
+    would find nothing between two sweeps of different prefixes."""
+    write_cell(root, f"{prefix}e", "eager", step_ms=steps(eager_ms, 1), **run)
+    write_cell(root, f"{prefix}i", "inductor", step_ms=steps(inductor_ms, 2), **run)
+    write_manifest(root, [{"cell_id": f"{prefix}{c}"} for c in ("e", "i")])
+    return root
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["compare", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_identical_sweeps_have_no_regression(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = write_sweep(tmp_path / "a", 8.0)
+    shutil.copytree(a, tmp_path / "b")
+    code, out, _ = run(capsys, a, tmp_path / "b")
+    assert code == 0
+    assert out.count("| within threshold |") == 2 and "2 cell(s) compared, 0 regression(s)" in out
+    assert "1.000x [" in out
+
+
+def test_b_ten_percent_slower_is_a_regression_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = write_sweep(tmp_path / "a", 8.0)
+    b = write_sweep(tmp_path / "b", 8.8, prefix="new-", **H100)  # another GPU: hardware is not matched
+    code, out, _ = run(capsys, a, b, "--format", "json")
+    assert code == 1
+    result = json.loads(out)
+    cells = {cell["backend"]: cell for cell in result["cells"]}
+    inductor = cells["inductor"]
+    assert (inductor["a_cell_id"], inductor["b_cell_id"], inductor["verdict"]) == ("i", "new-i", "regression")
+    assert inductor["step_ratio"] == pytest.approx(1.1, rel=0.01)
+    assert 1.05 < inductor["step_ratio_low"] < 1.1 < inductor["step_ratio_high"] < 1.15
+    assert inductor["throughput_ratio"] == pytest.approx(1 / 1.1, rel=0.01)
+    assert inductor["throughput_ratio_low"] < 1 / 1.1 < inductor["throughput_ratio_high"] < 1 / 1.05
+    assert cells["eager"]["verdict"] == "within threshold" and result["regressions"] == 1
+    assert inductor["b_gpu_name"] == H100["gpu_name"] and inductor["a_gpu_name"] is None
+    code, out, _ = run(capsys, a, b)  # the table names the cell
+    assert code == 1 and out.rstrip().endswith("1 regression(s): gpt tiny · inductor 1.100x")
+    assert "| gpt tiny · inductor" in out and "| NVIDIA H100 80GB HBM3 |" in out
+
+
+def test_three_percent_slower_is_within_the_default_threshold(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = write_sweep(tmp_path / "a", 8.0), write_sweep(tmp_path / "b", 8.24)
+    code, out, _ = run(capsys, a, b, "--format", "json")
+    inductor = next(cell for cell in json.loads(out)["cells"] if cell["backend"] == "inductor")
+    assert code == 0 and inductor["verdict"] == "within threshold"
+    assert 1.0 < inductor["step_ratio_low"] and inductor["step_ratio_high"] < 1.05  # slower, by less than 5%
+    assert run(capsys, a, b, "--threshold", "0.01")[0] == 1  # beyond 1%: a regression
+
+
+def test_cells_only_in_one_sweep_are_listed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = write_sweep(tmp_path / "a", 8.0)
+    write_cell(a, "seed1", "aot_eager", step_ms=steps(9.0, 3), seed=1)
+    b = write_sweep(tmp_path / "b", 8.0)
+    write_cell(b, "bf", "inductor", step_ms=steps(9.0, 4), precision="fp32")
+    write_cell(b, "fails", "aot_eager", status="failed", error="boom", seed=1)  # in both, not completed in B
+    code, out, _ = run(capsys, a, b)
+    assert code == 0
+    assert "Only in A" not in out  # A's seed-1 cell is in B, failed there
+    assert "Not compared (not completed in both):\n- gpt tiny bf16 seed 1 · aot_eager (A seed1 completed, B fails failed)" in out
+    assert f"Only in B ({b}):\n- gpt tiny fp32 seed 1337 · inductor (bf, completed)" in out
+    result = json.loads(run(capsys, a, b, "--format", "json")[1])
+    assert [cell["cell_id"] for cell in result["only_in_b"]] == ["bf"] and result["only_in_a"] == []
+
+
+def test_bad_input_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = write_sweep(tmp_path / "a", 8.0)
+    (tmp_path / "empty").mkdir()
+    code, out, err = run(capsys, a, tmp_path / "empty")
+    assert (code, out) == (2, "") and err == f"error: not a sweep directory (no manifest.parquet, no cells/): " \
+                                            f"{tmp_path / 'empty'}\n"
+    other = tmp_path / "other"
+    write_cell(other, "r", "eager", step_ms=steps(20.0, 5), model="resnet")
+    code, out, err = run(capsys, a, other)
+    assert code == 2 and out == "" and err.splitlines()[-1].startswith("error: no cell of")
+    assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1
