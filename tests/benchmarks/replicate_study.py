@@ -23,18 +23,23 @@ from pathlib import Path
 
 SWEEPS = Path("/tmp/study")
 REPEATS = "repeats=3"
-#: `steps` is the minimum count; measure.min_seconds (5 s) governs every cell faster than 1 s a step.
-#: GPT-2 (1.1-1.4 s a step, GPU-bound) then measures 5 steps a replicate instead of 20.
+#: `steps` is the minimum count; the measuring time (MEASURE) governs every cell faster than 0.4 s a
+#: step. GPT-2 (1.1-1.4 s a step, GPU-bound) then measures 5 steps a replicate instead of 20.
 STEPS = "steps=5"
+#: Measure as long as the answer needs: 2 s where the median's own 95% interval is within ±0.5% by
+#: then (the ResNets' replicates differed by 0.0-0.2% after 5 s), up to 5 s (the default) where it
+#: is not (launch-bound cells); GPT-2 (1.1-1.4 s a step) measures its 5 steps.
+MEASURE = ["measure.min_seconds=2", "measure.rel_ci=0.005", "measure.max_seconds=5"]
 #: GPT-2's steps after the first are within 0.3% of the measured median under every backend (the
 #: warm-up steps of the 2026-11-22 study, docs/gpu-results.md): one more warm-up step than the
 #: compiling one suffices, where 5 cost 5.6 s of a 1.4 s step per replicate.
 GPT2_WARMUP = "warmup_steps=2"
 PARTS: dict[str, list[tuple[str, list[str]]]] = {
-    "llm_small": [("seminar_llm_small", ["+experiment=seminar_llm", "size=small", "device=cuda", STEPS, REPEATS])],
+    "llm_small": [("seminar_llm_small", ["+experiment=seminar_llm", "size=small", "device=cuda", STEPS, *MEASURE,
+                                         REPEATS])],
     "llm_medium": [("seminar_llm_medium", ["+experiment=seminar_llm", "size=medium", "device=cuda", STEPS, GPT2_WARMUP,
-                                           REPEATS])],
-    "cnn": [("seminar_cnn", ["+experiment=seminar_cnn", "device=cuda", STEPS, REPEATS])],
+                                           *MEASURE, REPEATS])],
+    "cnn": [("seminar_cnn", ["+experiment=seminar_cnn", "device=cuda", STEPS, *MEASURE, REPEATS])],
     "pair": [("gpt_small_pair", ["model=gpt", "size=small", "backend=eager,inductor", "precision=bf16", "device=cuda",
                                  "steps=300", "warmup_steps=10", "seed=1,2", REPEATS])],
     "jpeg": [("jpeg_resnet18", ["+experiment=seminar_cnn", "size=small", "backend=eager,inductor", "device=cuda",
