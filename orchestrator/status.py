@@ -9,8 +9,9 @@ still knows (pending, running, and those that ended a few minutes ago), then `sa
 others where accounting exists. A job that left no result is `lost` when its node died (Slurm's
 NODE_FAIL, for a job that may not be requeued; one that may is pending again), or when neither
 knows it (the controller forgot it; also an array task cancelled while it still pended together
-with other tasks of its array: Slurm 22.05 keeps no record of it, in squeue or sacct); a cell without a job id and without a result is `not run` (a --dry-run, or a local
-sweep that has not reached it); `unknown` when the scheduler could not be asked. Every
+with other tasks of its array: Slurm 22.05 keeps no record of it, in squeue or sacct); a cell
+without a job id and without a result is `not run` (a --dry-run, or a local sweep that has not
+reached it); `unknown` when the scheduler could not be asked. Every
 scheduler call has a short timeout, and a `sacct` that is missing or reports accounting storage
 disabled is simply not used: `status` never hangs.
 """

@@ -9,9 +9,14 @@ other cells' results intact, and the sweep brought to completion without re-runn
 - slurmd killed (as if it crashed) and restarted, slurmctld restarted, while cells run (their run
   rows' start and end enclose the kill): they complete once;
 - a cell that raises and one out of memory record `failed`/`oom`; with the cause fixed,
-  `status --retry-failed` runs exactly those two again.
-every fault on both clusters, without and with accounting (slurmdbd). Corrupt and half-written
-files are the analysis tests' part (tests/test_analysis_collect.py).
+  `status --retry-failed` runs exactly those two again;
+each of these on both clusters, without and with accounting (slurmdbd). On the cluster without:
+- a real time limit of one minute: Slurm's own USR2 reaches a cell training and one compiling;
+- the node dying under running cells: a requeued job's cell runs again, a NODE_FAIL one is `lost`
+  and `--retry-failed` completes it;
+- slurmctld not answering (stopped) while `--wait` follows: `unknown`, and `--wait` gives up;
+- the kernel's OOM killer under a cgroup memory limit: the killed attempt is recorded `oom`.
+Corrupt and half-written files are the analysis tests' part (tests/test_analysis_collect.py).
 
 A fault comes once the cells are training: their logs say `measuring` (workloads/run.py), and they
 measure for MEASURE_S more, far longer than the fault takes to arrive. The fault's recorded
@@ -112,6 +117,7 @@ def install_slow_backend(directory: Path) -> str:
     return os.pathsep.join([str(REPO_ROOT), str(directory)])
 
 
+@pytest.mark.slow  # about 95 s: two one-minute jobs, each timing out twice
 def test_a_real_time_limit_while_training_and_while_compiling(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     """Jobs of one minute (`cluster.time_min=1`): Slurm itself sends USR2 ahead of the limit (the
     `--signal` submitit sets; its check runs every 30 s, so `signal_delay_s=20` makes it come 10 to
