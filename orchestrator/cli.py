@@ -5,7 +5,8 @@ flags and their help: orchestrator/cli_args.py).
                                                       # cluster (cluster=grete) submits job arrays
     compilebench sweep [OVERRIDES...] --smoke         # every cell here first, tiny, 2+1 steps (SWEEP_DIR/smoke)
     compilebench sweep [OVERRIDES...] --wait          # Slurm: then follow the jobs (cells per state
-                         [--poll SECONDS]             # at once, then every 30 s) and print the status table
+                         [--poll SECONDS]             # at once, then every 30 s) and print the status table;
+                         [--give-up SECONDS]          # stop after 120 s of a squeue that does not answer
     compilebench sweep [OVERRIDES...] --cfg job       # print each cell's resolved config, run nothing
     compilebench sweep --config-dir DIR [OVERRIDES...] # a site's own profiles (DIR/cluster/<site>.yaml)
     compilebench status SWEEP_DIR [--retry-failed | --json]  # each cell's state: results, then squeue/sacct;
@@ -23,12 +24,13 @@ the sweep's own executor: Slurm job arrays as `sweep` submits them, or a local r
 Exit codes: 0 success (for Slurm: submitted; with --wait: every cell completed; with
 --retry-failed: resubmitted, or nothing to retry); 1 a cell failed (local sweep or local retry),
 an sbatch failed after earlier arrays were submitted (Slurm), not every cell completed (status,
-sweep --wait), nothing to analyse (analyze), or a regression (compare); 2 bad input (a bad
-override, cluster profile, config dir, partition or GPU type, a Hydra launcher or sweeper; for
-status, a directory that is not a sweep; for compare, a path that is not a sweep, or two sweeps
-without a common cell), reported in one line on stderr before anything runs or is submitted; 130
-Ctrl-C (for --wait: the jobs keep running), 130 or 143 SIGINT or SIGTERM while arrays are
-submitted (after the array in flight is recorded; the same command again submits the rest).
+sweep --wait, also when it gave up on a squeue that did not answer), nothing to analyse
+(analyze), or a regression (compare); 2 bad input (a bad override, cluster profile, config dir,
+partition or GPU type, a Hydra launcher or sweeper; for status, a directory that is not a sweep;
+for compare, a path that is not a sweep, or two sweeps without a common cell), reported in one
+line on stderr before anything runs or is submitted; 130 Ctrl-C (for --wait: the jobs keep
+running), 130 or 143 SIGINT or SIGTERM while arrays are submitted (after the array in flight is
+recorded; the same command again submits the rest).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def _error(message: str) -> int:
 
 def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke: bool = False,
               cfg: str | None = None, first: int | None = None, config_dirs: Sequence[Path] = (),
-              poll_s: float | None = None) -> int:
+              poll_s: float | None = None, give_up_s: float | None = None) -> int:
     if dry_run and wait:
         return _error("--wait and --dry-run exclude each other: a dry run submits nothing to wait for")
     if smoke and wait:
@@ -63,6 +65,8 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
         return _error("--cfg job prints the cells' configs and runs nothing: leave out --dry-run, --wait and --smoke")
     if poll_s is not None and not wait:
         return _error("--poll SECONDS goes with --wait: how often to look at the queue while following the jobs")
+    if give_up_s is not None and not wait:
+        return _error("--give-up SECONDS goes with --wait: how long to wait for a squeue that does not answer")
     if first is not None and (not cfg or first < 1):
         return _error("--first N (N >= 1) goes with --cfg job: how many cells' configs to print")
     # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.
@@ -81,7 +85,7 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
     except (GridError, SweepDirError) as exc:
         return _error(str(exc))
     if grid.executor == "slurm":
-        return sweep_slurm(grid, dry_run, wait, poll_s)
+        return sweep_slurm(grid, dry_run, wait, poll_s, give_up_s)
     if grid.executor != "local":
         return _error(f"unknown executor {grid.executor!r} (cluster={grid.cluster.get('name')}); use local or slurm")
     if problem := why_not_local(grid):
@@ -139,7 +143,8 @@ def smoke_of(overrides: Sequence[str], config_dirs: Sequence[Path] = ()) -> Grid
     return smoke
 
 
-def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False, poll_s: float | None = None) -> int:
+def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False, poll_s: float | None = None,
+                give_up_s: float | None = None) -> int:
     """Submit the grid's cells as job arrays (or only write the scripts: --dry-run); returns once
     submitted, or with `wait` once no cell is queued any more."""
     from analysis.tables import render_markdown
@@ -168,14 +173,14 @@ def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False, poll_s: float | N
           flush=True)
     if not the_plan.arrays:
         print(f"nothing to submit: {skipped} cell(s) completed or still queued")
-        return follow_sweep(grid.sweep_dir, poll_s) if wait else EXIT_OK
+        return follow_sweep(grid.sweep_dir, poll_s, give_up_s) if wait else EXIT_OK
     prepare(grid)
     code = submit_plan(the_plan)
     if code != EXIT_OK:
         return code
     print(f"{cells} cell(s) submitted in {len(the_plan.arrays)} job array(s), {skipped} not submitted (completed or "
           f"queued); job ids in {grid.sweep_dir}/manifest.parquet, scripts in {scripts}/")
-    return follow_sweep(grid.sweep_dir, poll_s) if wait else EXIT_OK
+    return follow_sweep(grid.sweep_dir, poll_s, give_up_s) if wait else EXIT_OK
 
 
 def submit_plan(the_plan: SlurmPlan) -> int:
@@ -196,21 +201,27 @@ def submit_plan(the_plan: SlurmPlan) -> int:
     return EXIT_OK
 
 
-def follow_sweep(sweep_dir: Path, poll_s: float | None = None) -> int:
-    """--wait: the cells per state at once, then every `poll_s` seconds until none is queued, then
-    the status table. Ctrl-C stops the waiting, not the jobs."""
-    from orchestrator.scheduler import WAIT_INTERVAL_S
+def follow_sweep(sweep_dir: Path, poll_s: float | None = None, give_up_s: float | None = None) -> int:
+    """--wait: the cells per state at once, then every `poll_s` seconds until none is queued (or
+    squeue has not answered for `give_up_s`), then the status table. Ctrl-C stops the waiting, not
+    the jobs."""
+    from orchestrator.scheduler import UNANSWERED_LIMIT_S, WAIT_INTERVAL_S
     from orchestrator.status import all_completed, follow, render
+    from workloads.vocabulary import UNKNOWN
 
     poll_s = WAIT_INTERVAL_S if poll_s is None else poll_s
+    give_up_s = UNANSWERED_LIMIT_S if give_up_s is None else give_up_s
     print(f"waiting for the jobs, a look every {poll_s:g} s (Ctrl-C stops waiting, not the jobs)", flush=True)
     try:
-        rows = follow(sweep_dir, interval_s=poll_s)
+        rows = follow(sweep_dir, interval_s=poll_s, give_up_s=give_up_s)
     except KeyboardInterrupt:
         print(f"\nstopped waiting; the jobs keep running. Check them with: compilebench status {sweep_dir}",
               file=sys.stderr)
         return 130
     print(render(rows))
+    if any(row.state == UNKNOWN for row in rows):  # follow gave up on a squeue that did not answer
+        print(f"error: squeue has not answered for {give_up_s:g} s: stopped waiting; the jobs may still run. "
+              f"Check them with: compilebench status {sweep_dir}", file=sys.stderr)
     return EXIT_OK if all_completed(rows) else EXIT_FAILED
 
 
@@ -321,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "sweep":
             return cmd_sweep([*args.overrides, *extra], args.dry_run, args.wait, args.smoke, args.cfg, args.first,
-                             args.config_dir or (), args.poll)
+                             args.config_dir or (), args.poll, args.give_up)
         if args.command == "status":
             return cmd_status(args.sweep_dir, args.retry_failed, args.json)
     except KeyboardInterrupt:  # a running local cell got the same SIGINT and records its own state

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 from orchestrator.config_groups import groups_help
 from orchestrator.package_data import version
-from orchestrator.scheduler import WAIT_INTERVAL_S
+from orchestrator.scheduler import UNANSWERED_LIMIT_S, WAIT_INTERVAL_S
 
 
 class _SweepHelp(argparse.Action):
@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--poll", type=_positive_seconds, default=None, metavar="SECONDS",
                        help=f"with --wait: seconds between looks at the queue after the first, which comes at once "
                        f"(default: {WAIT_INTERVAL_S:g}, gentle on a shared scheduler)")
+    sweep.add_argument("--give-up", type=_positive_seconds, default=None, metavar="SECONDS",
+                       help=f"with --wait: stop waiting once squeue has not answered for this long; the jobs run "
+                       f"on (default: {UNANSWERED_LIMIT_S:g})")
     sweep.add_argument("-m", "--multirun", action="store_true",
                        help="accepted as in Hydra; changes nothing: a sweep is always a multirun")
     sweep.add_argument("-c", "--cfg", choices=("job",),

@@ -22,15 +22,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, TextIO
 
-from workloads.sweep_dir import LOGS_DIR, cell_dir, config_path, missing_repeats, newest_attempt
+from workloads.sweep_dir import (
+    LOGS_DIR, cell_dir, config_path, missing_repeats, newest_attempt, record_killed_attempt,
+)
 from workloads import turns
 from workloads.config import distributed_section
 from workloads.vocabulary import COMPLETED
@@ -88,6 +92,29 @@ def why_not_local(grid: Grid) -> str | None:
             f"{many[0]}); the local executor runs one process per cell: use a Slurm cluster profile")
 
 
+def memory_oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer has killed in this process's memory cgroup (the
+    `oom_kill` count of cgroup v1's memory.oom_control, or of v2's memory.events), None where it
+    cannot be read. A cell's process is in its starter's cgroup: Slurm's step cgroup (--mem) or the node's."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    groups = {controllers: path.lstrip("/") for _, controllers, path in (line.split(":", 2) for line in lines)}
+    v1 = next((path for controllers, path in groups.items() if "memory" in controllers.split(",")), None)
+    if v1 is not None:
+        counts = Path("/sys/fs/cgroup/memory", v1, "memory.oom_control")
+    elif "" in groups:
+        counts = Path("/sys/fs/cgroup", groups[""], "memory.events")
+    else:
+        return None
+    try:
+        fields = dict(line.split() for line in counts.read_text().splitlines())
+        return int(fields["oom_kill"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 def log_paths(logs: Path, rank: int = 0) -> tuple[Path, Path]:
     """stdout and stderr of a cell's process: `stdout.log`/`stderr.log` for rank 0 (every
     single-process cell), `stdout.rank<N>.log`/`stderr.rank<N>.log` for rank N of a distributed cell."""
@@ -106,6 +133,8 @@ class CellProcess:
     process: subprocess.Popen
     attempts_before: int
     stderr_log: Path
+    oom_kills_before: int | None = field(default_factory=memory_oom_kills)
+    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     def kill(self) -> None:
         with contextlib.suppress(OSError):
@@ -134,12 +163,26 @@ class CellProcess:
         attempts, status, error = (newest_attempt(directory) if self.rank == 0
                                    else (self.attempts_before, None, None))
         wrote_attempt = attempts > self.attempts_before
+        if code < 0 and self.rank == 0 and not wrote_attempt:  # killed by a signal it could not catch
+            status, reason = self._killed(signal.Signals(-code).name)
+            record_killed_attempt(directory, self.cell_id, self.repeat, status, reason, self.started_at)
+            return Outcome(self.cell_id, status, seconds, f"exit {code}: {reason} [{self.stderr_log}]")
         status = status if wrote_attempt and status and status != COMPLETED else "failed"
         if wrote_attempt and isinstance(error, str) and error.strip():
             reason = error.strip().splitlines()[0]  # the workload's own one-line reason
         else:
             reason = _last_line(self.stderr_log) or "(no output)"  # e.g. the exception of a traceback
         return Outcome(self.cell_id, status, seconds, f"exit {code}: {reason} [{self.stderr_log}]")
+
+
+    def _killed(self, signal_name: str) -> tuple[str, str]:
+        """The status and error of the process killed by `signal_name` before it wrote a result:
+        `oom` where its memory cgroup counts an OOM kill more than when it started."""
+        after = memory_oom_kills()
+        if self.oom_kills_before is not None and after is not None and after > self.oom_kills_before:
+            return "oom", (f"killed by the kernel's OOM killer ({signal_name}): the memory limit of its cgroup "
+                           "(Slurm's --mem) or the node's memory was reached")
+        return "failed", f"killed by {signal_name} before it wrote a result"
 
 
 def start_cell(sweep_dir: Path, cell_id: str, rank: int = 0, repeat: int = 0,

@@ -46,6 +46,7 @@ class SlurmProfile:
     cpus_per_gpu: int | None = None
     mem_per_gpu_gb: float | None = None
     time_min: int | None = None
+    signal_delay_s: int = 90
     account: str | None = None
     qos: str | None = None
     max_array_size: int = 1000
@@ -126,7 +127,7 @@ def load_profile(cluster: Mapping[str, Any]) -> SlurmProfile:
     if not profile.partitions:
         raise _fail(name, "partitions is empty; map each GPU type to a partition, e.g. {A100: 'grete:shared'}")
     _mapping_of_str(name, profile.gpu_type_by_model, "gpu_type_by_model")
-    for key in ("gpus_per_node", "cpus_per_gpu", "max_array_size", "array_parallelism"):
+    for key in ("gpus_per_node", "cpus_per_gpu", "max_array_size", "array_parallelism", "signal_delay_s"):
         _positive(name, getattr(profile, key), key)
     _positive(name, profile.time_min, "time_min (required for Slurm: minutes per job)", optional=False)
     _positive(name, profile.mem_per_gpu_gb, "mem_per_gpu_gb", integer=False)

@@ -113,6 +113,8 @@ def slurm_parameters(profile: SlurmProfile, resources: Resources, sweep_dir: Pat
         "job_name": job_name(sweep_dir),
         "partition": resources.partition,
         "time": resources.time_min,
+        # --signal=USR2@N: the cell records `timeout` and the job is requeued (orchestrator/slurm_job.py)
+        "signal_delay_s": profile.signal_delay_s,
         "array_parallelism": profile.array_parallelism,
         "setup": [*preamble_lines(profile), *profile.setup, *compile_cache_lines(profile.compile_cache, sweep_dir)],
     }

@@ -17,6 +17,8 @@ QUERY_TIMEOUT_S = 10
 #: Default seconds between two looks at the queue while `sweep --wait` follows a sweep (after the
 #: first, which comes at once): submitit's guidance for a shared scheduler is at least 30 s.
 WAIT_INTERVAL_S = 30.0
+#: Default seconds `sweep --wait` goes on following while squeue does not answer (cells `unknown`).
+UNANSWERED_LIMIT_S = 120.0
 
 #: Slurm job states (squeue %T, sacct State) -> cell state.
 SLURM_STATES = {
@@ -25,9 +27,10 @@ SLURM_STATES = {
     "RUNNING": "running", "COMPLETING": "running", "STAGE_OUT": "running", "SIGNALING": "running",
     "SUSPENDED": "running", "STOPPED": "running", "RESIZING": "running",
     "TIMEOUT": "timeout", "DEADLINE": "timeout", "CANCELLED": "cancelled", "OUT_OF_MEMORY": "oom",
-    "FAILED": "failed", "NODE_FAIL": "failed", "BOOT_FAIL": "failed", "PREEMPTED": "failed",
-    "SPECIAL_EXIT": "failed", "REVOKED": "failed",
-    "COMPLETED": "lost",  # the job ended well but the cell wrote no result
+    "FAILED": "failed", "BOOT_FAIL": "failed", "PREEMPTED": "failed", "SPECIAL_EXIT": "failed", "REVOKED": "failed",
+    # Gone without a result, by no fault of the cell: its node died (a job that may be requeued,
+    # as by default, is PENDING again instead), or the job ended well but the cell wrote nothing.
+    "NODE_FAIL": "lost", "COMPLETED": "lost",
 }
 
 

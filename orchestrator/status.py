@@ -6,11 +6,12 @@ A cell's state comes from its result first: the status of the attempt that count
 result (or with a failed one whose newer job is in the queue again) takes its state from the
 scheduler, for the job id that `manifest.parquet` records: `squeue` for the jobs the controller
 still knows (pending, running, and those that ended a few minutes ago), then `sacct` for the
-others where accounting exists. A job that neither knows and that left no result is `lost`
-(e.g. a node died, or the controller forgot it; also an array task cancelled while it still
-pended together with other tasks of its array: Slurm 22.05 keeps no record of it, in squeue or
-sacct); a cell without a job id and without a result is `not run` (a --dry-run, or a local
-sweep that has not reached it); `unknown` when the scheduler could not be asked. Every
+others where accounting exists. A job that left no result is `lost` when its node died (Slurm's
+NODE_FAIL, for a job that may not be requeued; one that may is pending again), or when neither
+knows it (the controller forgot it; also an array task cancelled while it still pended together
+with other tasks of its array: Slurm 22.05 keeps no record of it, in squeue or sacct); a cell
+without a job id and without a result is `not run` (a --dry-run, or a local sweep that has not
+reached it); `unknown` when the scheduler could not be asked. Every
 scheduler call has a short timeout, and a `sacct` that is missing or reports accounting storage
 disabled is simply not used: `status` never hangs.
 """
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from orchestrator.scheduler import SLURM_STATES, WAIT_INTERVAL_S, job_states
+from orchestrator.scheduler import SLURM_STATES, UNANSWERED_LIMIT_S, WAIT_INTERVAL_S, job_states
 from workloads.sweep_dir import (
     STDERR, cell_dir, cell_dirs, is_sweep_dir, last_status, read_cell_config, read_manifest,
 )
@@ -34,8 +35,6 @@ from workloads.vocabulary import (
     shown_axes,
 )
 
-#: How long `--wait` goes on following while squeue does not answer (cells `unknown`).
-UNANSWERED_LIMIT_S = 120.0
 #: Cells that `status --retry-failed` runs again: no result that counts and no job in the queue.
 RETRY = (*STATUSES[1:], LOST, NOT_RUN)
 
@@ -170,13 +169,15 @@ def _elapsed(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def follow(sweep_dir: Path, out: TextIO = sys.stdout, interval_s: float = WAIT_INTERVAL_S) -> list[CellStatus]:
+def follow(sweep_dir: Path, out: TextIO = sys.stdout, interval_s: float = WAIT_INTERVAL_S,
+           give_up_s: float = UNANSWERED_LIMIT_S) -> list[CellStatus]:
     """Look at the sweep every `interval_s` seconds until no cell is pending or running, showing
     the cells per state (`[12s] 3 completed, 1 running`): rewritten in place on a terminal, one
     line per look otherwise (a log file). Returns the last look's rows.
 
     A squeue that stops answering turns queued cells `unknown`; they are waited for, but for at
-    most UNANSWERED_LIMIT_S in a row, so that --wait cannot hang on a broken scheduler.
+    most `give_up_s` in a row, so that --wait cannot hang on a broken scheduler: the rows returned
+    then hold `unknown` cells.
     """
     tty = out.isatty()
     start = time.monotonic()
@@ -191,12 +192,10 @@ def follow(sweep_dir: Path, out: TextIO = sys.stdout, interval_s: float = WAIT_I
             unanswered_since = None
         elif unanswered_since is None:
             unanswered_since = now
-        given_up = unanswered_since is not None and now - unanswered_since > UNANSWERED_LIMIT_S
+        given_up = unanswered_since is not None and now - unanswered_since > give_up_s
         if given_up or not states & {*QUEUED, UNKNOWN}:
             break
         time.sleep(interval_s)
     if tty:
         print(file=out)  # end the line rewritten in place
-    if given_up:
-        print(f"squeue has not answered for {UNANSWERED_LIMIT_S:.0f} s: stopped waiting", file=out, flush=True)
     return rows

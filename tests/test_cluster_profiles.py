@@ -25,7 +25,7 @@ INHERIT = "/cluster_base@_here_"
 SITE = {"partitions": {"A100": "grete:shared", "H100": "grete-h100"},
         "gpu_type_by_model": {"default": "A100", "gpt": "A100", "resnet": "H100", "timm": "H100"}}
 SLURM_DEFAULTS = {"executor": "slurm", "gpu_type": None, "partition": None, "gpus": 1, "account": None, "qos": None,
-                  "max_requeue": 1, "compile_cache": "per_job", "sbatch_template": "default", "modules": [],
+                  "max_requeue": 1, "signal_delay_s": 90, "compile_cache": "per_job", "sbatch_template": "default", "modules": [],
                   "venv": None, "conda_env": None, "env": {}, "setup": [], "sbatch_extra": {}}
 RESOLVED = {
     "grete": {**SLURM_DEFAULTS, **SITE, "name": "grete", "gpus_per_node": 4, "cpus_per_gpu": 16, "mem_per_gpu_gb": 120,

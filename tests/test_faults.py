@@ -9,9 +9,14 @@ other cells' results intact, and the sweep brought to completion without re-runn
 - slurmd killed (as if it crashed) and restarted, slurmctld restarted, while cells run (their run
   rows' start and end enclose the kill): they complete once;
 - a cell that raises and one out of memory record `failed`/`oom`; with the cause fixed,
-  `status --retry-failed` runs exactly those two again.
-every fault on both clusters, without and with accounting (slurmdbd). Corrupt and half-written
-files are the analysis tests' part (tests/test_analysis_collect.py).
+  `status --retry-failed` runs exactly those two again;
+each of these on both clusters, without and with accounting (slurmdbd). On the cluster without:
+- a real time limit of one minute: Slurm's own USR2 reaches a cell training and one compiling;
+- the node dying under running cells: a requeued job's cell runs again, a NODE_FAIL one is `lost`
+  and `--retry-failed` completes it;
+- slurmctld not answering (stopped) while `--wait` follows: `unknown`, and `--wait` gives up;
+- the kernel's OOM killer under a cgroup memory limit: the killed attempt is recorded `oom`.
+Corrupt and half-written files are the analysis tests' part (tests/test_analysis_collect.py).
 
 A fault comes once the cells are training: their logs say `measuring` (workloads/run.py), and they
 measure for MEASURE_S more, far longer than the fault takes to arrive. The fault's recorded
@@ -20,7 +25,9 @@ state (or, for the daemons, the run rows' times) shows that it did arrive while 
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -28,9 +35,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.helpers import MEASURING, WAIT, always_overcommits, cli, manifest_jobs, table, wait_until
-from tests.slurm.cluster import LocalSlurm
-from tests.slurm.fixtures import SlurmClusters
+from tests.helpers import (
+    MEASURING, REPO_ROOT, WAIT, cli, cli_popen, manifest_jobs, require_refused_allocations, table, wait_until,
+)
+from tests.slurm.cluster import LocalSlurm, memory_cgroup_unavailable
+from tests.slurm.fixtures import REQUIRE_ENV, SlurmClusters, slurm_required
 
 #: Seconds a LONG cell measures once its log says `measuring`, however fast the machine: the
 #: margin within which a fault sent then arrives (scancel and a daemon's kill take milliseconds).
@@ -86,6 +95,62 @@ def test_time_limit_requeues_the_job(slurm_clusters: SlurmClusters, accounting: 
     assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", job_id).stdout
 
 
+#: A third-party dynamo backend whose compile lasts until Slurm's warning signal interrupts it,
+#: installed as any is: a module and an entry point of the group torch_dynamo_backends.
+SLOW_BACKEND = """import sys, time
+
+def compile_until_the_limit(gm, example_inputs):
+    print("compile_until_the_limit: compiling", file=sys.stderr, flush=True)
+    time.sleep(600)  # the cell's SIGUSR2 handler raises in here, and dynamo wraps what it raised
+    return gm.forward
+"""
+
+
+def install_slow_backend(directory: Path) -> str:
+    """SLOW_BACKEND installed into `directory`; a PYTHONPATH that finds it (and the checkout)."""
+    (directory / "cb_slow_backend.py").write_text(SLOW_BACKEND)
+    info = directory / "cb_slow_backend-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: cb-slow-backend\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(
+        "[torch_dynamo_backends]\ncompile_until_the_limit = cb_slow_backend:compile_until_the_limit\n")
+    return os.pathsep.join([str(REPO_ROOT), str(directory)])
+
+
+@pytest.mark.slow  # about 95 s: two one-minute jobs, each timing out twice
+def test_a_real_time_limit_while_training_and_while_compiling(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    """Jobs of one minute (`cluster.time_min=1`): Slurm itself sends USR2 ahead of the limit (the
+    `--signal` submitit sets; its check runs every 30 s, so `signal_delay_s=20` makes it come 10 to
+    40 s after the job started, once the job step runs). A cell that trains longer and one whose
+    backend compiles until then both record `timeout` (dynamo wraps the second one's signal in its
+    own exception), their jobs are requeued once (`max_requeue=1`) and time out again."""
+    limit = ["cluster.time_min=1", "cluster.signal_delay_s=20", "cluster.max_requeue=1", "measure.min_seconds=120"]
+    env = {**slurm_cluster.env(), "PYTHONPATH": install_slow_backend(tmp_path)}
+    for backend in (["backend=eager"], ["backend=aot_eager", "backend.name=compile_until_the_limit"]):
+        submitted = cli(tmp_path, "sweep", *LONG, *limit, *backend, "hydra.sweep.dir=sw", env=env)
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    jobs = manifest_jobs(tmp_path / "sw")
+    waited = cli(tmp_path, "sweep", *LONG, *limit, "backend=eager", "hydra.sweep.dir=sw", *WAIT, env=env,
+                 timeout=600)
+    assert waited.returncode == 1, waited.stdout + waited.stderr  # no cell completed
+    assert {cell: row["state"] for cell, row in table(waited.stdout).items()} == dict.fromkeys(jobs, "timeout")
+    assert attempts(tmp_path / "sw") == dict.fromkeys(jobs, ["timeout", "timeout"])
+    for cell, job in jobs.items():
+        script = (tmp_path / "sw" / "sbatch" / f"{job}.sh").read_text()
+        assert "#SBATCH --time=1\n" in script and "#SBATCH --signal=USR2@20\n" in script
+        runs = pd.read_parquet(tmp_path / "sw" / "cells" / cell / "run.parquet")
+        assert all(error.startswith("received SIGUSR2") for error in runs["error"]), list(runs["error"])
+        assert set(runs["slurm_job_id"]) == {job}  # the same job both times: requeued, not submitted again
+        assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", job).stdout
+        assert manifest_jobs(tmp_path / "sw")[cell] == job
+    compiling = next(cell for cell in jobs if
+                     "compile_until_the_limit" in (tmp_path / "sw" / "cells" / cell / "config.yaml").read_text())
+    log = (tmp_path / "sw" / "cells" / compiling / "logs" / "stderr.log").read_text()
+    assert log.count("compile_until_the_limit: compiling") == 2  # the signal came while it compiled, twice
+    assert not (tmp_path / "sw" / "cells" / compiling / "steps.parquet").exists() or \
+        pd.read_parquet(tmp_path / "sw" / "cells" / compiling / "steps.parquet").empty
+
+
 @pytest.mark.parametrize("accounting", [False, True], ids=["no-accounting", "accounting"])
 def test_timeout_and_scancel_then_retry_failed(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
     cluster = slurm_clusters.get(accounting)
@@ -125,11 +190,94 @@ def test_daemons_restarted_while_cells_run(slurm_clusters: SlurmClusters, accoun
         assert run["started_at"] < killed < run["finished_at"], (cell, run["started_at"], killed, run["finished_at"])
 
 
-@pytest.mark.skipif(always_overcommits(), reason="vm.overcommit_memory=1: the OOM killer, not the allocator, would answer")
+def test_node_lost_under_running_cells(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    """The node dies while two cells train (slurmd, the job steps and the cells killed at once, the
+    node set down). Slurm requeues a job that may be requeued (the default): its cell is `pending`
+    and runs again once the node is back. A job that may not (here made so with `scontrol update
+    requeue=0`, as on a site with JobRequeue=0) ends NODE_FAIL: its cell is `lost`, and `status
+    --retry-failed` completes it."""
+    jobs = submit(slurm_cluster, tmp_path, "seed=1,2")
+    (kept, kept_job), (lost, lost_job) = jobs.items()
+    slurm_cluster.run("scontrol", "update", f"jobid={lost_job}", "requeue=0")
+    wait_measuring(tmp_path / "sw", list(jobs))
+    try:
+        slurm_cluster.kill_node()
+        shown = cli(tmp_path, "status", "sw", env=slurm_cluster.env())
+    finally:
+        slurm_cluster.revive_node()
+    rows = table(shown.stdout)
+    assert shown.returncode == 1 and rows[kept]["state"] == "pending", shown.stdout + shown.stderr
+    assert (rows[lost]["state"], rows[lost]["error"]) == ("lost", "job NODE_FAIL, no result (see logs/)"), shown.stdout
+    retried = cli(tmp_path, "status", "sw", "--retry-failed", env=slurm_cluster.env())
+    assert retried.returncode == 0 and "1 cell(s) resubmitted" in retried.stdout, retried.stdout + retried.stderr
+    wait_sweep(slurm_cluster, tmp_path, "seed=1,2")
+    assert attempts(tmp_path / "sw") == dict.fromkeys(jobs, ["completed"])  # the killed runs left nothing
+    after = manifest_jobs(tmp_path / "sw")
+    assert after[kept] == kept_job and after[lost] != lost_job  # requeued by Slurm; resubmitted by --retry-failed
+
+
+def test_squeue_not_answering(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    """The controller stops answering (stopped) while `sweep --wait` follows a queued job: `status`
+    says `unknown` after squeue's 10 s timeout, `--wait` stops once squeue has not answered for
+    `--give-up` seconds (one line, exit 1); the job is still queued when the controller answers again."""
+    submitted = cli(tmp_path, "sweep", *LONG, "+cluster.sbatch_extra.hold=true", "hydra.sweep.dir=sw",
+                    env=slurm_cluster.env())
+    assert submitted.returncode == 0, submitted.stderr
+    (cell, job), = manifest_jobs(tmp_path / "sw").items()
+    out, err = tmp_path / "wait.out", tmp_path / "wait.err"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        waiting = cli_popen(tmp_path, "sweep", *LONG, "+cluster.sbatch_extra.hold=true", "hydra.sweep.dir=sw", *WAIT,
+                            "--give-up", "3", env=slurm_cluster.env(), stdout=stdout, stderr=stderr)
+    try:
+        wait_until(lambda: "] 1 pending" in out.read_text(), 120, lambda _: f"--wait never followed: {out.read_text()}")
+        with slurm_cluster.controller_stopped():
+            shown = cli_popen(tmp_path, "status", "sw", env=slurm_cluster.env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+            stdout_text, stderr_text = shown.communicate(timeout=60)
+            waiting.wait(timeout=120)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert shown.returncode == 1 and "Traceback" not in stderr_text, stderr_text
+    assert (table(stdout_text)[cell]["state"], table(stdout_text)[cell]["error"]) == ("unknown", "squeue did not answer")
+    assert waiting.returncode == 1 and table(out.read_text())[cell]["state"] == "unknown", out.read_text()
+    assert err.read_text().splitlines() == [
+        f"error: squeue has not answered for 3 s: stopped waiting; the jobs may still run. Check them with: "
+        f"compilebench status {tmp_path / 'sw'}"], err.read_text()
+    again = table(cli(tmp_path, "status", "sw", env=slurm_cluster.env()).stdout)
+    assert again[cell]["state"] == "pending"
+    slurm_cluster.run("scancel", job)
+
+
+def test_a_cell_killed_by_the_oom_killer(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    """The node's memory is a cgroup limit of 1.5 GiB (slurmd in it, so every job step, as Slurm's
+    task/cgroup puts a step under --mem): of two cells, the one whose batch needs far more is
+    SIGKILLed by the kernel's OOM killer, which no process can catch; its job's task sees its memory
+    cgroup count the kill and records the attempt `oom`. The other cell completes."""
+    if reason := memory_cgroup_unavailable():
+        if slurm_required():
+            pytest.fail(f"{reason} and {REQUIRE_ENV} is set", pytrace=False)
+        pytest.skip(reason)
+    overrides = [*LONG[:-3], "steps=2", "measure.min_seconds=0", "batch_size=4,16384", "hydra.sweep.dir=sw", *WAIT]
+    with slurm_cluster.node_memory_limited(3 << 29) as node:
+        waited = cli(tmp_path, "sweep", *overrides, env=slurm_cluster.env(), timeout=600)
+        kills = dict(line.split() for line in (node / "memory.oom_control").read_text().splitlines())["oom_kill"]
+    assert int(kills) >= 1  # the kernel's OOM killer did it
+    assert waited.returncode == 1, waited.stdout + waited.stderr
+    manifest = pd.read_parquet(tmp_path / "sw" / "manifest.parquet")
+    small, big = (manifest.loc[manifest["batch_size"] == batch, "cell_id"].item() for batch in (4, 16384))
+    rows = table(waited.stdout)
+    assert (rows[small]["state"], rows[big]["state"]) == ("completed", "oom"), waited.stdout
+    assert rows[big]["error"].startswith("killed by the kernel's OOM killer (SIGKILL)"), waited.stdout
+    (run,) = pd.read_parquet(tmp_path / "sw" / "cells" / big / "run.parquet").to_dict("records")
+    assert (run["status"], run["attempt"], run["batch_size"]) == ("oom", 1, 16384)
+
+
 @pytest.mark.parametrize("accounting", [False, True], ids=["no-accounting", "accounting"])
 def test_exception_and_out_of_memory_cells(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
     """Three sweeps into one directory: a cell whose data is too short (it raises), one far too big
     (out of memory), one that completes; then the data is fixed and only the two are run again."""
+    require_refused_allocations()
     slurm_cluster = slurm_clusters.get(accounting)
     data = tmp_path / "tokens.bin"
     np.arange(10, dtype=np.uint16).tofile(data)  # shorter than one block: the workload raises

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import MEASURING, always_overcommits, wait_until
+from tests.helpers import MEASURING, require_refused_allocations, wait_until
 from workloads.config import cell_config_from_dict, config_digest
 
 SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_PARTITION")
@@ -47,14 +47,13 @@ def test_exception_during_the_run_is_a_failed_row(tmp_path, workloads_cli, tiny_
     assert cli.cell.steps == []
 
 
-@pytest.mark.skipif(always_overcommits(), reason="vm.overcommit_memory=1: a huge allocation would succeed "
-                                                 "and the kernel's OOM killer end the process instead")
 @pytest.mark.parametrize("model, overrides, gigabytes", [
     pytest.param("resnet", {"model": {"image_size": 10**5}}, 480, id="resnet-4-images-of-100000x100000"),
     pytest.param("gpt", {"batch_size": 10**10}, 5200, id="gpt-batch-10**10"),
 ])
 def test_out_of_memory_is_an_oom_row(model, overrides, gigabytes, tmp_path, workloads_cli, tiny_config):
     """Far more memory than any node has: the CPU allocator refuses at once."""
+    require_refused_allocations()
     cli = workloads_cli(tiny_config(model, **overrides), tmp_path / "cell")
     run = assert_ended(cli, "oom")
     assert f"can't allocate memory: you tried to allocate {gigabytes * 10**9} bytes" in run["error"]

@@ -17,7 +17,10 @@ None, an unreadable one is reported, columns a file lacks (an older schema) come
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
@@ -28,8 +31,10 @@ import pyarrow.parquet as pq
 import yaml
 
 from workloads.file_lock import exclusive
-from workloads.schema import MANIFEST_SCHEMA, RUN_SCHEMA, atomic_output, table_from_rows, write_parquet_atomic
-from workloads.vocabulary import COMPLETED
+from workloads.schema import (
+    MANIFEST_SCHEMA, RUN_SCHEMA, SCHEMA_VERSION, append_rows_atomic, atomic_output, table_from_rows, write_parquet_atomic,
+)
+from workloads.vocabulary import COMPLETED, axes_from_config
 
 MANIFEST_FILE = "manifest.parquet"
 MANIFEST_LOCK = ".manifest.lock"
@@ -283,3 +288,18 @@ def next_attempt(directory: Path) -> int:
         return 1
     attempts = pq.read_table(path, columns=["attempt"]).column("attempt").to_pylist()
     return max(attempts, default=0) + 1
+
+
+def record_killed_attempt(directory: Path, cell_id: str, repeat: int, status: str, error: str,
+                          started_at: datetime) -> None:
+    """A run row for an attempt whose process was killed before it could write one (the kernel's
+    OOM killer sends SIGKILL, which no process can catch): written by the process that started it,
+    so that the attempt is a recorded status, not a cell without a result."""
+    directory = Path(directory)
+    row = {**axes_from_config(read_cell_config(directory, None)), "cell_id": cell_id,
+           "attempt": next_attempt(directory), "repeat": repeat, "status": status, "error": error,
+           "hostname": socket.gethostname(), "started_at": started_at, "finished_at": datetime.now(timezone.utc),
+           "slurm_job_id": os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID"),
+           "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
+           "partition": os.environ.get("SLURM_JOB_PARTITION"), "schema_version": SCHEMA_VERSION}
+    append_rows_atomic(directory / RUN_FILE, [row], RUN_SCHEMA)

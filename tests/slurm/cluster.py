@@ -271,14 +271,70 @@ class LocalSlurm:
         """Stop `slurmd` or `slurmctld` with `sig` (SIGKILL: as if it crashed), leave it down for
         `down_s` seconds, start it again and wait for the node to be up. Jobs keep running meanwhile
         (their slurmstepd are separate processes); the controller recovers its state from disk."""
-        pid_path = self.root / "run" / f"{daemon}.pid"
-        pid = _read_pid(pid_path)
+        pid = _read_pid(self.root / "run" / f"{daemon}.pid")
         if pid is not None and _alive(pid):
             self._terminate([pid], timeout=30, signals=(sig, signal.SIGKILL))
-        if pid in self._started_pids:
-            self._started_pids.remove(pid)
+        self._forget(pid)
         time.sleep(down_s)
         self._daemon(daemon, f"{daemon}.pid")
+        self._wait_idle(time.monotonic() + 120)
+
+    def _forget(self, pid: int | None) -> None:
+        """A daemon stopped on purpose is no failure for `_wait`."""
+        if pid in self._started_pids:
+            self._started_pids.remove(pid)
+
+    @contextlib.contextmanager
+    def controller_stopped(self) -> Iterator[None]:
+        """Within: slurmctld is stopped (SIGSTOP), so that every client command waits for it until
+        its MessageTimeout, as with a controller that hangs or is overloaded; the jobs run on."""
+        pid = _read_pid(self.root / "run" / "slurmctld.pid")
+        if pid is None or not _alive(pid):
+            raise RuntimeError("slurmctld does not run")
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    def kill_node(self) -> None:
+        """The node dies as if its power went: slurmd, every slurmstepd and every process of a job
+        are killed at once (SIGKILL; none of them records anything), and the node is set down as
+        slurmctld sets a node that stopped answering (after SlurmdTimeout). `revive_node()` undoes it."""
+        keep = {_read_pid(self.root / "run" / name) for name in ("slurmctld.pid", "slurmdbd.pid", "mysqld.pid",
+                                                                  "munged.pid")}
+        if self._mysqld_safe is not None:
+            keep.add(self._mysqld_safe.pid)
+        doomed = [pid for pid in self.processes() if pid not in keep]
+        self._terminate(doomed, timeout=10, signals=(signal.SIGKILL,))
+        self._forget(_read_pid(self.root / "run" / "slurmd.pid"))
+        self.run("scontrol", "update", f"nodename={self.hostname}", "state=down", "reason=compilebench test: node lost")
+
+    @contextlib.contextmanager
+    def node_memory_limited(self, limit_bytes: int) -> Iterator[Path]:
+        """Within: the node has `limit_bytes` of memory, a cgroup-v1 memory limit that slurmd is put
+        in, and with it every job step it starts from then on (as Slurm's task/cgroup puts a step
+        under `--mem`): a job that needs more is killed by the kernel's OOM killer. Yields the
+        cgroup's directory (memory.oom_control counts the kills). See `memory_cgroup_unavailable`."""
+        parent = _own_memory_cgroup()
+        if parent is None or memory_cgroup_unavailable():
+            raise RuntimeError(memory_cgroup_unavailable() or "no memory cgroup")
+        group = parent / f"compilebench-node-{secrets.token_hex(4)}"
+        group.mkdir()
+        try:
+            (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
+            slurmd = _read_pid(self.root / "run" / "slurmd.pid")
+            (group / "cgroup.procs").write_text(str(slurmd))
+            yield group
+        finally:  # slurmd and what is left of its jobs back in the parent; the cgroup removed
+            for pid in (group / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):  # a process that ended meanwhile
+                    (parent / "cgroup.procs").write_text(pid)
+            group.rmdir()
+
+    def revive_node(self) -> None:
+        """slurmd starts again after `kill_node()`; the node comes back (ReturnToService=2)."""
+        self._daemon("slurmd", "slurmd.pid")
         self._wait_idle(time.monotonic() + 120)
 
     def _start_munged(self, deadline: float) -> None:
@@ -475,3 +531,24 @@ def _mem_available_mb() -> int:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) // 1024
     return 1024
+
+
+def _own_memory_cgroup() -> Path | None:
+    """The cgroup-v1 memory cgroup of this process (its directory), None without one."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return Path("/sys/fs/cgroup/memory", path.lstrip("/"))
+    return None
+
+
+def memory_cgroup_unavailable() -> str | None:
+    """Why `LocalSlurm.node_memory_limited` cannot work here (None when it can): it needs root and
+    the cgroup-v1 memory controller mounted writable at /sys/fs/cgroup/memory (a cgroup-v2-only
+    host would need the memory controller delegated to a cgroup without processes: not done here)."""
+    parent = _own_memory_cgroup()
+    if parent is None:
+        return "no cgroup-v1 memory controller (/proc/self/cgroup names none)"
+    if not (parent / "memory.oom_control").exists() or not os.access(parent, os.W_OK):
+        return f"the memory cgroup {parent} is not writable here"
+    return None
