@@ -17,7 +17,7 @@ from orchestrator.grid import CONF_DIR, GridError, cell_id_of, expand, smoke_gri
 from tests.helpers import cli
 
 #: Config files that cannot stand alone: the extra overrides that make them a runnable cell.
-NEEDS = {"model/timm": ["model.arch=resnet18"]}
+NEEDS = {"model/timm": ["model.arch=resnet18"], "model/custom": ["model.target=tests.custom_targets:returns_dict"]}
 
 
 def conf_files() -> list[str]:
