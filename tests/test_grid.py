@@ -28,7 +28,7 @@ def conf_files() -> list[str]:
 @pytest.mark.parametrize("option", conf_files())
 def test_every_config_file_composes(option: str) -> None:
     group, name = option.split("/")
-    override = f"+experiment={name}" if group == "experiment" else f"{group}={name}"
+    override = f"+{group}={name}" if group in ("experiment", "suite") else f"{group}={name}"
     grid = expand([override, *NEEDS.get(option, [])])
     assert grid.cells
     for cell in grid.cells:

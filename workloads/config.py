@@ -246,7 +246,7 @@ class CellConfig:
 
 
 #: Top-level keys that belong to the orchestrator; a workload ignores them.
-FOREIGN_TOP_LEVEL_KEYS = frozenset({"cluster", "hydra", "experiment", "executor", "sweep"})
+FOREIGN_TOP_LEVEL_KEYS = frozenset({"cluster", "hydra", "experiment", "executor", "sweep", "suite"})
 
 
 #: Python types a YAML value may have for each annotated scalar type (an int is a valid float).
