@@ -133,11 +133,11 @@ def axis_rows(frame: pd.DataFrame, axes: list[str]) -> list[list[object]]:
 
 
 def workload_labels(metrics: pd.DataFrame, settings: list[str] = SAME_WORKLOAD) -> pd.Series:
-    """`gpt small`, `resnet small\nfp32 b128`: model (or timm arch) and size, and on a second line
+    """`gpt small`, `resnet small\nfp32 b128`: model (or timm arch, custom target) and size, and on a second line
     those of `settings` (workload axes) that differ between the cells with a result."""
     with_result = metrics[~metrics["status"].isin([NO_RESULT, UNREADABLE])]
     varying = varying_axes(with_result, [a for a in settings if a not in ("model", "arch", "size")])
-    names = [" ".join(filter(None, (axis_text(arch if model == "timm" else model), axis_text(size))))
+    names = [" ".join(filter(None, (axis_text(arch if model in ("timm", "custom") else model), axis_text(size))))
              for model, arch, size in zip(metrics["model"], metrics["arch"], metrics["size"])]
     lines = [" ".join(f"{SETTING_PREFIXES.get(a, '')}{axis_text(v)}" for a, v in zip(varying, values) if axis_text(v))
              for values in axis_rows(metrics, varying)]

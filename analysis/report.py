@@ -24,6 +24,7 @@ from analysis.metrics import DATA_BOUND, EQUIVALENCE, cell_metrics
 from analysis.reasons import reasons_table
 from analysis.render import ONE_TABLE, RENDERERS, Table, csv, latex, markdown
 from analysis.seminar import seminar_tables
+from analysis.suite import suite_name, suite_tables
 from analysis.tables import SUMMARY, ordered_statuses, sweep_tables
 
 TABLES_DIR = "tables"
@@ -53,14 +54,17 @@ class Analysis:
 def analyze(sweep_dir: Path, reference: str | None = None, warn: TextIO | None = STDERR,
             equivalence: float = EQUIVALENCE, data_bound: float = DATA_BOUND) -> Analysis:
     """Read the sweep and build its tables: the sweep's own, why graphs broke or recompiled (where
-    any run recorded a reason), the seminar layouts it has cells for,
+    any run recorded a reason), the suite tables of a suite (`+suite=...`, analysis/suite.py), the
+    seminar layouts it has cells for,
     and with `reference="seminar"` every seminar table beside the published values and the claims.
     `equivalence`: the margin of practical equivalence of the verdicts (0: none); `data_bound`: the
     share of step time waiting for data above which a cell's verdict rests on end-to-end throughput."""
     data = load_sweep(Path(sweep_dir), warn)
     metrics = cell_metrics(data, equivalence=equivalence, data_bound=data_bound)
     reasons = reasons_table(data.cells, metrics)
+    suite = suite_name(Path(sweep_dir))
     tables = [*sweep_tables(metrics, equivalence, data_bound), *([reasons] if reasons else []),
+              *(suite_tables(metrics, data.steps, suite) if suite else []),
               *seminar_tables(metrics, with_reference=reference is not None)]
     if reference is not None:
         tables.append(claims_table(metrics, margin=equivalence))

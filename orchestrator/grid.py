@@ -138,7 +138,7 @@ def _checked(values: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]
     """The cell's plain config validated by the workload schema, `cell_id` set."""
     try:
         cell_config = cell_config_from_dict(values)
-        check_cell(cell_config)  # unknown size/backend, unfit data: before any run
+        check_cell(cell_config, submitting=True)  # unknown size/backend, unfit data, a bad target: before any run
     except ConfigError as exc:
         raise GridError(f"{' '.join(overrides) or '(defaults)'}: {one_line(exc)}") from exc
     values["cell_id"] = config_digest(cell_config)  # = cell_id_of(values), converted once

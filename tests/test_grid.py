@@ -17,7 +17,7 @@ from orchestrator.grid import CONF_DIR, GridError, cell_id_of, expand, smoke_gri
 from tests.helpers import cli
 
 #: Config files that cannot stand alone: the extra overrides that make them a runnable cell.
-NEEDS = {"model/timm": ["model.arch=resnet18"]}
+NEEDS = {"model/timm": ["model.arch=resnet18"], "model/custom": ["model.target=tests.custom_targets:returns_dict"]}
 
 
 def conf_files() -> list[str]:
@@ -28,7 +28,7 @@ def conf_files() -> list[str]:
 @pytest.mark.parametrize("option", conf_files())
 def test_every_config_file_composes(option: str) -> None:
     group, name = option.split("/")
-    override = f"+experiment={name}" if group == "experiment" else f"{group}={name}"
+    override = f"+{group}={name}" if group in ("experiment", "suite") else f"{group}={name}"
     grid = expand([override, *NEEDS.get(option, [])])
     assert grid.cells
     for cell in grid.cells:

@@ -24,7 +24,7 @@ from workloads.precision import PRECISIONS
 
 #: Inductor compile modes accepted for `backend.mode` (None and "default" mean the default mode).
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-DATA_SOURCES = ("synthetic", "text", "bin", "imagefolder")
+DATA_SOURCES = ("synthetic", "text", "bin", "imagefolder", "custom")
 DIST_BACKENDS = ("auto", "nccl", "gloo")
 
 
@@ -35,7 +35,9 @@ class ConfigError(ValueError):
 @dataclass
 class ModelConfig:
     name: str = "gpt"
-    """Model family from `workloads.models.MODEL_FAMILIES`: `gpt`, `resnet`, or `timm`."""
+    """Model family from `workloads.models.MODEL_FAMILIES`: `gpt`, `resnet`, `timm`, or `custom`."""
+    target: str | None = None
+    """model=custom: the user's builder, `package.module:function` (workloads/custom_model.py)."""
     arch: str | None = None
     """timm model name (e.g. `convnext_tiny`); null = the size's default architecture."""
     channels_last: bool = True
@@ -73,9 +75,10 @@ class PrecisionConfig:
 @dataclass
 class DataConfig:
     source: str = "synthetic"
-    """synthetic | text (char-level file) | bin (uint16 token memmap) | imagefolder."""
+    """synthetic | text (char-level file) | bin (uint16 token memmap) | imagefolder | custom (model=custom's
+    own reader)."""
     path: str | None = None
-    """File (text, bin) or directory (imagefolder); required for every source but synthetic."""
+    """File (text, bin), directory (imagefolder) or either (custom); required for every source but synthetic."""
     workers: int = 4
     """DataLoader worker processes for imagefolder."""
 
@@ -190,9 +193,10 @@ class CellConfig:
             path = Path(self.data.path)
             if not path.exists():
                 raise ConfigError(f"data.path does not exist: {self.data.path}")
-            # text and bin are one file each, an image folder is a directory of class folders
-            wants_dir = self.data.source == "imagefolder"
-            if path.is_dir() != wants_dir:
+            # text and bin are one file each, an image folder is a directory of class folders;
+            # a custom model's reader takes what it takes
+            wants_dir = {"imagefolder": True, "text": False, "bin": False}.get(self.data.source)
+            if wants_dir is not None and path.is_dir() != wants_dir:
                 raise ConfigError(f"data.source={self.data.source} needs a {'directory' if wants_dir else 'file'}"
                                   f" as data.path, got {self.data.path}")
         if self.data.workers < 0:
@@ -242,7 +246,7 @@ class CellConfig:
 
 
 #: Top-level keys that belong to the orchestrator; a workload ignores them.
-FOREIGN_TOP_LEVEL_KEYS = frozenset({"cluster", "hydra", "experiment", "executor", "sweep"})
+FOREIGN_TOP_LEVEL_KEYS = frozenset({"cluster", "hydra", "experiment", "executor", "sweep", "suite"})
 
 
 #: Python types a YAML value may have for each annotated scalar type (an int is a valid float).

@@ -42,6 +42,7 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from workloads import backends, distributed, dynamo_records, provenance, turns
 from workloads.config import CellConfig, ConfigError, cell_config_to_dict, config_digest, load_cell_config
+from workloads.custom_model import check_target
 from workloads.data import check_data_source, load_token_source, make_batches
 from workloads.distributed import LaunchError, Ranks
 from workloads.environment import describe_environment, peak_tflops, resolve_device
@@ -121,12 +122,16 @@ class PreparedCell:
     compiled: backends.CompiledRun
 
 
-def check_cell(cfg: CellConfig) -> None:
+def check_cell(cfg: CellConfig, submitting: bool = False) -> None:
     """The configuration errors that need the registries — an unknown model, size or backend,
-    a data source the model cannot read — raised as ConfigError before any work starts."""
+    a data source the model cannot read — raised as ConfigError before any work starts. With
+    `submitting` (the orchestrator's check of a grid) also a custom model's target, imported: in the
+    cell's own process a target that fails is recorded as the cell's status instead."""
     family = check_model(cfg)
     check_data_source(cfg, family.kind)
     backends.check_backend(cfg.backend)
+    if submitting and family.kind == "custom":
+        check_target(cfg.model.target)
 
 
 def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> PreparedCell:
@@ -155,7 +160,7 @@ def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> 
     if spec.kind == "images" and cfg.model.channels_last:
         module = module.to(memory_format=torch.channels_last)
     batches = make_batches(cfg, spec.kind, batch_size, spec.sample_shape, spec.num_classes, device, tokens,
-                           ranks.rank, ranks.world_size)
+                           ranks.rank, ranks.world_size, spec.custom)
 
     def autocast(cache_enabled: bool = True):
         return precision.autocast(device.type, cache_enabled)
@@ -171,7 +176,7 @@ def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> 
 
     dynamo_records.reset_compile_stats()
     example_x, example_y = next(batches)
-    model_inputs = (example_x,) if spec.kind == "images" else (example_x, example_y)  # GPT takes targets
+    model_inputs = (example_x, example_y) if spec.kind == "tokens" else (example_x,)  # GPT takes targets
     data_parallel = distributed.DataParallel(ranks, device, cfg.distributed)
     compiled = backends.apply_backend(module, cfg.backend, model_inputs, autocast, device.type == "cuda",
                                       data_parallel)

@@ -53,6 +53,11 @@ def _compile_mode(config: Mapping[str, Any]) -> str | None:
     return compile_mode(config_value(config, "backend.name"), config_value(config, "backend.mode"))
 
 
+def _arch(config: Mapping[str, Any]) -> str | None:
+    # A custom model's target names what is built, as a timm name does (two targets: two workloads).
+    return config_value(config, "model.arch") or config_value(config, "model.target")
+
+
 def _processes(config: Mapping[str, Any]) -> int:
     # A one-process cell's config may have no `distributed` section (its id stays what it was).
     return (config_value(config, "distributed.nodes") or 1) * (config_value(config, "distributed.tasks_per_node") or 1)
@@ -94,7 +99,7 @@ class Axis:
 
 AXES: tuple[Axis, ...] = (
     Axis("model", pa.string(), WORKLOAD, "model.name", headline=True),
-    Axis("arch", pa.string(), WORKLOAD, "model.arch"),
+    Axis("arch", pa.string(), WORKLOAD, "model.arch", _arch),
     Axis("size", pa.string(), WORKLOAD, "size", headline=True),
     Axis("backend", pa.string(), TREATMENT, "backend.name", headline=True),
     Axis("compile_mode", pa.string(), TREATMENT, "backend.mode", _compile_mode, headline=True),

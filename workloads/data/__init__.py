@@ -3,6 +3,7 @@
 Which sources fit which model kind:
     tokens: synthetic, text (char-level file), bin (uint16 memmap)
     images: synthetic, imagefolder
+    custom: synthetic, custom (the model's own reader of data.path; workloads/custom_model.py)
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import numpy as np
 import torch
 
 from workloads.config import CellConfig, ConfigError
+from workloads.custom_model import CustomModel, custom_batches
 from workloads.data.images import imagefolder_batches, synthetic_image_batches
 from workloads.data.tokens import (
     Batch, bin_vocab_size, encode_text_file, stream_batches, synthetic_token_batches,
 )
 
-SOURCES_BY_KIND = {"tokens": ("synthetic", "text", "bin"), "images": ("synthetic", "imagefolder")}
+SOURCES_BY_KIND = {"tokens": ("synthetic", "text", "bin"), "images": ("synthetic", "imagefolder"),
+                   "custom": ("synthetic", "custom")}
 
 
 def check_data_source(cfg: CellConfig, kind: str) -> None:
@@ -46,10 +49,14 @@ def load_token_source(cfg: CellConfig) -> tuple[np.ndarray | None, int | None]:
 
 def make_batches(cfg: CellConfig, kind: str, batch_size: int, sample_shape: tuple[int, ...],
                  num_classes: int, device: torch.device,
-                 tokens: np.ndarray | None = None, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
+                 tokens: np.ndarray | None = None, rank: int = 0, world_size: int = 1,
+                 custom: CustomModel | None = None) -> Iterator[Batch]:
     """Endless batches of the configured source, already on `device`; with several ranks, this
-    rank's share (its own random samples, or its DistributedSampler part of an image folder)."""
+    rank's share (its own random samples, or its DistributedSampler part of an image folder).
+    `custom`: a custom model's own batch maker and reader (kind `custom`)."""
     generator = _data_generator(cfg, rank)
+    if custom is not None:
+        return custom_batches(custom, cfg.data.source, cfg.data.path, batch_size, device, generator)
     if kind == "tokens":
         (block_size,) = sample_shape
         if tokens is not None:

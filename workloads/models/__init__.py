@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from workloads.config import CellConfig, ConfigError
+from workloads.custom_model import SIZES as CUSTOM_SIZES, CustomModel, build_custom_model
 from workloads.models.gpt import GPT, GPT_SIZES
 from workloads.models.vision import NUM_CLASSES, VISION_SIZES, create_timm_model, is_timm_model
 
@@ -47,6 +48,8 @@ class ModelSpec:
     """(module, fused) -> optimizer; fused kernels are used on CUDA unless the step is compiled."""
     default_grad_clip: float
     """Gradient clipping when the config leaves it null (nanoGPT 1.0, timm none)."""
+    custom: CustomModel | None = None
+    """model=custom: what its target returned; its batches replace the data sources' (workloads/data)."""
 
 
 def _gpt_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -123,13 +126,35 @@ def build_timm(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
     )
 
 
+def build_custom(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
+    """The user's own model (`model.target`, workloads/custom_model.py), trained as it says."""
+    target = str(cfg.model.target)
+    built = build_custom_model(target, cfg.size)
+    return ModelSpec(
+        module=built.module,
+        arch=target,
+        kind="custom",
+        batch_size=built.batch_size,
+        grad_accum=1,
+        sample_shape=(),  # the model's own batches have their own shape
+        num_classes=0,
+        items_per_sample=built.items_per_sample,
+        params=sum(p.numel() for p in built.module.parameters()),
+        flops_per_item=built.flops_per_item,
+        loss=built.loss,
+        make_optimizer=lambda module, fused: built.make_optimizer(module),  # fused is the user's choice
+        default_grad_clip=0.0,
+        custom=built,
+    )
+
+
 @dataclass(frozen=True)
 class ModelFamily:
     build: Callable[[CellConfig, int | None], ModelSpec]
     sizes: Mapping[str, object]
     """Size presets by name (tiny, small, ...)."""
     kind: str
-    """What the model reads: `tokens` or `images` (decides which data sources fit)."""
+    """What the model reads: `tokens`, `images` or `custom` (decides which data sources fit)."""
     library: str | None = None
     """The package that builds it, imported lazily (seconds), or None for the project's own models."""
 
@@ -138,6 +163,7 @@ MODEL_FAMILIES: dict[str, ModelFamily] = {
     "gpt": ModelFamily(build_gpt, GPT_SIZES, "tokens"),
     "resnet": ModelFamily(build_timm, VISION_SIZES, "images", "timm"),
     "timm": ModelFamily(build_timm, VISION_SIZES, "images", "timm"),
+    "custom": ModelFamily(build_custom, dict.fromkeys(CUSTOM_SIZES), "custom"),
 }
 
 
@@ -152,6 +178,8 @@ def check_model(cfg: CellConfig) -> ModelFamily:
         raise ConfigError(f"model=resnet with arch {cfg.model.arch!r}: use model=timm for other architectures")
     if family.kind == "images" and cfg.model.arch and not is_timm_model(cfg.model.arch):
         raise ConfigError(f"timm has no model named {cfg.model.arch!r} (model.arch)")
+    if (family.kind == "custom") != bool(cfg.model.target):
+        raise ConfigError("model.target goes with model=custom (model=custom model.target=package.module:function)")
     return family
 
 

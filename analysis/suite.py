@@ -1,0 +1,156 @@
+"""The suite tables of a model-zoo sweep (`+suite=timm_train`, conf/suite/): per compiled backend,
+how many models pass and how much faster they train, as PyTorch's dynamo benchmarks report their
+suites; and every model that does not pass, named with its first error line.
+
+Each compiled cell is compared with the eager cell of the same model (all workload and process
+axes equal) and ends in exactly one outcome (OUTCOMES, first that applies):
+
+    no result       the compiled cell has no result (not run, queued, lost, cancelled, unreadable)
+    eager failed    the eager cell of the model did not complete: nothing to compare with
+    compile error   the compiled cell failed while eager completed (compiling, or the compiled code)
+    not compiled    a compiled backend was asked for and nothing compiled (status not_compiled)
+    OOM, timeout    the compiled cell's status
+    loss diverges   completed, but its loss differs from eager's by more than LOSS_RTOL in one of
+                    the first LOSS_STEPS steps (same seed, same weights and batches)
+    passed          completed and trains as eager does
+
+The pass rate counts every model of the backend, whatever its outcome; speedups, compile times
+and memory are over the passed models only, and the failures table names the others, so that a
+failing model never leaves a mean unseen.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.metrics import axis_text, backend_labels
+from analysis.render import Table, fmt_number, fmt_percent, fmt_speedup
+from analysis.stats import geometric_mean
+from workloads.sweep_dir import cell_dirs, read_cell_config
+from workloads.vocabulary import COMPLETED, PROCESSES, WORKLOAD, names, short_error
+
+#: The top-level key a suite's config (conf/suite/*.yaml) gives every cell: {name: ...}.
+SUITE_KEY = "suite"
+#: The loss is compared in the first steps only: step 0 sees the same weights and batch in eager
+#: and compiled training, and rounding has had two optimizer steps to grow. Later, chaos and a loss
+#: near zero (a few cycled synthetic batches are learnt by heart) make relative differences
+#: meaningless. 2% is PyTorch's training-accuracy tolerance of 1e-2 with room for bf16 autocast.
+LOSS_STEPS, LOSS_RTOL = 3, 0.02
+PASSED, LOSS_DIVERGED, COMPILE_ERROR, NOT_COMPILED, OOM, TIMEOUT, EAGER_FAILED, NO_RESULT = (
+    "passed", "loss diverges", "compile error", "not compiled", "OOM", "timeout", "eager failed", "no result")
+OUTCOMES = (PASSED, LOSS_DIVERGED, COMPILE_ERROR, NOT_COMPILED, OOM, TIMEOUT, EAGER_FAILED, NO_RESULT)
+_BY_STATUS = {"failed": COMPILE_ERROR, "not_compiled": NOT_COMPILED, "oom": OOM, "timeout": TIMEOUT}
+#: What tells the models of a suite apart; the eager cell of a model agrees on all of them.
+_MODEL = names(WORKLOAD, PROCESSES)
+
+
+def suite_name(sweep_dir: Path) -> str | None:
+    """The suite a sweep directory was run as (its first cell's config), None for another sweep."""
+    for directory in cell_dirs(sweep_dir):
+        suite = read_cell_config(directory, None).get(SUITE_KEY)
+        return str(suite.get("name")) if isinstance(suite, dict) else None
+    return None
+
+
+def early_loss_rel_diff(metrics: pd.DataFrame, steps: pd.DataFrame, eager: pd.Series) -> pd.Series:
+    """Largest |loss - eager's| / |eager's| over the first LOSS_STEPS steps of each cell's first
+    replicate, against the cell `eager` names (NaN where either recorded none)."""
+    early = steps[steps["step"] < LOSS_STEPS]
+    early = early[early["repeat"] == early.groupby("cell_id", observed=True)["repeat"].transform("min")]
+    loss = early.assign(cell_id=early["cell_id"].astype(str)).set_index(["cell_id", "step"])["loss"]
+    pairs = pd.DataFrame({"cell_id": metrics["cell_id"], "eager": eager}).dropna()
+    own = pairs.merge(loss.rename("own").reset_index(), on="cell_id")
+    both = own.merge(loss.rename("ref").rename_axis(["eager", "step"]).reset_index(), on=["eager", "step"])
+    worst = ((both["own"] - both["ref"]).abs() / both["ref"].abs()).groupby(both["cell_id"]).max()
+    return metrics["cell_id"].map(worst)
+
+
+def outcomes(metrics: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per compiled cell: backend label, model, outcome, speedup and the line that says why."""
+    model = metrics.groupby(_MODEL, dropna=False, sort=False).ngroup()
+    eager = metrics[metrics["backend"] == "eager"].assign(_model=model)
+    eager = eager.sort_values("status", key=lambda s: s != COMPLETED, kind="stable").drop_duplicates("_model")
+    eager = eager.set_index("_model")
+    compiled = metrics["backend"] != "eager"
+    base_status = model.map(eager["status"])
+    base_error = model.map(eager["error"])
+    diff = early_loss_rel_diff(metrics, steps, model.map(eager["cell_id"]).where(compiled))
+    labels = backend_labels(metrics)
+    rows = []
+    for i in np.flatnonzero(compiled.to_numpy()):
+        cell = metrics.iloc[i]
+        status, error = cell["status"], cell["error"]
+        if status == COMPLETED and base_status.iloc[i] == COMPLETED:
+            diverges = diff.iloc[i] > LOSS_RTOL
+            outcome = LOSS_DIVERGED if diverges else PASSED
+            why = f"loss {fmt_percent(diff.iloc[i])} off eager's in the first {LOSS_STEPS} steps" if diverges else ""
+        elif status not in (COMPLETED, *_BY_STATUS):
+            outcome, why = NO_RESULT, axis_text(status)
+        elif base_status.iloc[i] != COMPLETED:
+            outcome, why = EAGER_FAILED, f"eager {axis_text(base_status.iloc[i]) or 'missing'}: {short_error(base_error.iloc[i])}"
+        else:
+            outcome, why = _BY_STATUS[status], short_error(error)
+        rows.append({"cell_id": cell["cell_id"], "backend": labels.iloc[i],
+                     "model": axis_text(cell["arch"]) or axis_text(cell["model"]), "outcome": outcome,
+                     "speedup": cell["speedup"], "compile_time_s": cell["compile_time_s"],
+                     "peak_mem_ratio": cell["peak_mem_ratio"], "why": why.rstrip(": ")})
+    return pd.DataFrame(rows, columns=["cell_id", "backend", "model", "outcome", "speedup", "compile_time_s",
+                                       "peak_mem_ratio", "why"])
+
+
+def _summary(cells: pd.DataFrame) -> dict[str, object]:
+    """The suite row of one backend's outcomes."""
+    passed = cells[cells["outcome"] == PASSED]
+    speedup = passed["speedup"].to_numpy(float)
+    compile_s = passed["compile_time_s"].dropna().to_numpy(float)
+    known = speedup[np.isfinite(speedup)]
+    return {
+        "models": len(cells), "passed": len(passed), "pass_rate": len(passed) / len(cells),
+        **{outcome: int((cells["outcome"] == outcome).sum()) for outcome in OUTCOMES[1:]},
+        "geomean_speedup": geometric_mean(speedup)[0],
+        "geomean_speedup_clipped": geometric_mean(np.maximum(speedup, 1.0))[0],
+        "slower_share": float((known < 1).mean()) if len(known) else np.nan,
+        "compile_s_median": float(np.median(compile_s)) if len(compile_s) else np.nan,
+        "compile_s_p90": float(np.quantile(compile_s, 0.9)) if len(compile_s) else np.nan,
+        "peak_mem_ratio_geomean": geometric_mean(passed["peak_mem_ratio"].to_numpy(float))[0],
+    }
+
+
+#: (header, column, format) of the numbers over the passed models.
+_OVER_PASSED = (
+    ("geomean speedup", "geomean_speedup", fmt_speedup), ("geomean clipped ≥1", "geomean_speedup_clipped", fmt_speedup),
+    ("slower than eager", "slower_share", fmt_percent), ("compile s median", "compile_s_median", fmt_number),
+    ("compile s p90", "compile_s_p90", fmt_number), ("peak mem vs eager", "peak_mem_ratio_geomean", fmt_number),
+)
+
+
+def suite_tables(metrics: pd.DataFrame, steps: pd.DataFrame, name: str) -> list[Table]:
+    """The suite table (one row per compiled backend) and the failures table (one row per model
+    and backend that did not pass) of suite `name`."""
+    cells = outcomes(metrics, steps)
+    data = pd.DataFrame([{"backend": backend, **_summary(group)} for backend, group in cells.groupby("backend")])
+    if data.empty:
+        return []
+    text = pd.DataFrame({
+        "backend": data["backend"],
+        "pass rate": [f"{fmt_percent(r)} ({p} of {n})" for r, p, n in zip(data["pass_rate"], data["passed"],
+                                                                          data["models"])],
+        **{outcome: data[outcome].astype(str) for outcome in OUTCOMES[1:]},
+        **{header: data[column].map(fmt) for header, column, fmt in _OVER_PASSED},
+    })  # fmt: skip
+    note = (f"Suite {name}: each model compiled by the backend against the eager cell of the same model. Pass rate "
+            "over every model, whatever its outcome (each counted in one column: loss diverges = completed, but "
+            f"the loss is more than {fmt_percent(LOSS_RTOL, 0)} off eager's in one of the first {LOSS_STEPS} "
+            "steps; compile error = failed while eager completed; eager failed = the eager cell did not "
+            "complete); the models that did not pass are named in the next table. Over the passed models: "
+            "geometric-mean speedup (eager median step / own), unclipped and clipped at 1 (PyTorch's dashboard "
+            "convention: a model slower than eager counts as 1x), the share slower than eager, median and 90th "
+            "percentile of compile time, geometric mean of peak memory / eager's.")
+    failures = cells[cells["outcome"] != PASSED].sort_values(["backend", "outcome", "model"], kind="stable")
+    failures = failures[["backend", "model", "outcome", "why", "cell_id"]].reset_index(drop=True)
+    return [Table("suite", f"Suite {name}: pass rate and speedup per backend", data, text, note),
+            Table("suite_failures", f"Suite {name}: models that did not pass", failures, failures.astype(str),
+                  "One row per model and backend; why: the first error line (of the eager cell where eager failed).")]

@@ -1,0 +1,111 @@
+"""Suite mode (`+suite=...`, conf/suite/, analysis/suite.py): the timm preset expands to one cell per
+listed model and backend in one job array; the suite table's arithmetic on a hand-made sweep;
+and `+suite=timm_smoke` run for real on the CPU (real timm models, real aot_eager), its failing
+model named in the suite table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from analysis.report import analyze
+from analysis.suite import suite_tables
+from orchestrator.cli import main
+from orchestrator.grid import expand
+from tests.analysis_sweeps import write_cell
+from tests.helpers import cli, table
+
+#: Families the model zoo must cover, by the prefix of their timm names.
+FAMILIES = ("resnet", "resnext", "efficientnet", "mobilenet", "convnext", "regnet", "vit_", "deit_", "swin_", "mixer_")
+
+
+def test_timm_train_preset_expands_to_one_cell_per_model_and_backend(capsys, no_slurm_here, tmp_path: Path) -> None:
+    import timm
+
+    cells = expand(["+suite=timm_train"]).cells
+    archs = sorted({cell.axes["arch"] for cell in cells})
+    assert len(archs) == 44 and set(archs) <= set(timm.list_models())
+    assert all(any(arch.startswith(family) for arch in archs) for family in FAMILIES)
+    pairs = sorted((cell.axes["arch"], cell.axes["backend"]) for cell in cells)
+    assert pairs == sorted((arch, backend) for arch in archs for backend in ("eager", "inductor"))
+    for cell in cells:
+        config = cell.config
+        assert (config["model"]["name"], config["size"], config["precision"]["name"], config["batch_size"],
+                config["suite"]) == ("timm", "small", "bf16", 128, {"name": "timm_train"})
+
+    # On a Slurm site every cell asks for the same resources: one job array of 88 tasks.
+    code = main(["sweep", "+suite=timm_train", "cluster=grete", "hydra.sweep.dir=sw", "--dry-run"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "88 cell(s): 88 in 1 job array(s)" in out
+    assert "#SBATCH --array=0-87%16" in (tmp_path / "sw" / "sbatch" / "dryrun-00.sh").read_text()
+
+
+def _model(sweep: Path, arch: str, eager: dict, compiled: dict) -> None:
+    """An eager and an inductor cell of one timm model (three measured steps each)."""
+    for backend, cell in (("eager", eager), ("inductor", compiled)):
+        write_cell(sweep, f"{arch}-{backend}", backend, model="timm", arch=arch, **cell)
+
+
+def test_suite_table_arithmetic(tmp_path: Path) -> None:
+    """Seven models, one of each outcome; the numbers worked out by hand."""
+    sweep = tmp_path / "sweep"
+    done = lambda ms, **run: {"step_ms": [ms] * 3, **run}  # noqa: E731
+    _model(sweep, "a", done(100.0, peak_mem_bytes=1000), done(50.0, compile_time_s=10.0, peak_mem_bytes=500))
+    _model(sweep, "b", done(100.0, peak_mem_bytes=1000), done(125.0, compile_time_s=20.0, peak_mem_bytes=1000))
+    _model(sweep, "c", done(100.0), {"status": "failed", "error": "BackendCompilerFailed: boom\nmore"})
+    _model(sweep, "d", {"status": "failed", "error": "RuntimeError: eager broke"}, {"status": "failed", "error": "x"})
+    _model(sweep, "e", done(100.0), {"status": "oom", "error": "OutOfMemoryError: CUDA out of memory"})
+    _model(sweep, "f", done(100.0, loss=[4.0] * 5), done(90.0, loss=[4.0, 4.2, 4.0, 4.0, 4.0]))
+    _model(sweep, "g", done(100.0), {"status": "not_compiled", "step_ms": [100.0] * 3})
+
+    result = analyze(sweep, warn=None)
+    assert "suite" not in [t.name for t in result.tables]  # a sweep that is no suite has no suite table
+    for config in sweep.glob("cells/*/config.yaml"):  # as conf/suite/*.yaml gives every cell
+        config.write_text(config.read_text() + yaml.safe_dump({"suite": {"name": "hand"}}))
+    suite, failures = (t for t in analyze(sweep, warn=None).tables if t.name.startswith("suite"))
+    assert suite_tables(result.metrics, result.data.steps, "hand")[0].data.equals(suite.data)
+
+    (row,) = suite.data.to_dict("records")
+    assert (row["backend"], row["models"], row["passed"], row["pass_rate"]) == ("inductor", 7, 2, pytest.approx(2 / 7))
+    counts = {k: row[k] for k in ("loss diverges", "compile error", "not compiled", "OOM", "timeout", "eager failed",
+                                  "no result")}
+    assert counts == {"loss diverges": 1, "compile error": 1, "not compiled": 1, "OOM": 1, "timeout": 0,
+                      "eager failed": 1, "no result": 0}
+    assert row["geomean_speedup"] == pytest.approx((2.0 * 0.8) ** 0.5)  # a: 2x, b: 0.8x
+    assert row["geomean_speedup_clipped"] == pytest.approx(2.0 ** 0.5)  # b counts as 1x
+    assert row["slower_share"] == 0.5
+    assert (row["compile_s_median"], row["compile_s_p90"]) == (pytest.approx(15.0), pytest.approx(19.0))
+    assert row["peak_mem_ratio_geomean"] == pytest.approx(0.5 ** 0.5)
+    text = suite.text.iloc[0]
+    assert (text["pass rate"], text["geomean speedup"], text["geomean clipped ≥1"]) == ("28.6% (2 of 7)", "1.26x", "1.41x")
+
+    named = {(r["model"], r["outcome"]): r["why"] for r in failures.data.to_dict("records")}
+    assert named == {("c", "compile error"): "BackendCompilerFailed: boom",
+                     ("d", "eager failed"): "eager failed: RuntimeError: eager broke",
+                     ("e", "OOM"): "OutOfMemoryError: CUDA out of memory",
+                     ("f", "loss diverges"): "loss 5.0% off eager's in the first 3 steps",
+                     ("g", "not compiled"): ""}
+
+
+def test_timm_smoke_suite_on_the_cpu(capsys, tmp_path: Path) -> None:
+    """Real timm models, real aot_eager on the CPU through the command line; the model that fails on
+    purpose (a fixed-224-px ViT at 32 px) is counted and named."""
+    result = cli(tmp_path, "sweep", "+suite=timm_smoke", "hydra.sweep.dir=sw", timeout=600)
+    assert result.returncode == 1, result.stdout + result.stderr  # the failing model's two cells
+    assert "4 completed, 0 already completed, 2 failed" in result.stdout
+
+    assert main(["analyze", str(tmp_path / "sw"), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    suite = out.split("### Suite timm_smoke: pass rate and speedup per backend")[1].split("###")[0]
+    (row,) = table(suite.replace("| backend ", "| cell_id ", 1)).values()
+    assert (row["cell_id"], row["pass rate"], row["eager failed"], row["compile error"]) == (
+        "aot_eager", "66.7% (2 of 3)", "1", "0")
+    assert row["geomean speedup"].endswith("x") and row["compile s median"]
+    failures = out.split("### Suite timm_smoke: models that did not pass")[1].split("###")[0]
+    (failed,) = table(failures.replace("| backend ", "| cell_id ", 1)).values()
+    assert (failed["model"], failed["outcome"]) == ("vit_tiny_patch16_224", "eager failed")
+    assert "Input height (32) doesn't match model (224)" in failed["why"]
