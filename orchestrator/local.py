@@ -174,7 +174,6 @@ class CellProcess:
             reason = _last_line(self.stderr_log) or "(no output)"  # e.g. the exception of a traceback
         return Outcome(self.cell_id, status, seconds, f"exit {code}: {reason} [{self.stderr_log}]")
 
-
     def _killed(self, signal_name: str) -> tuple[str, str]:
         """The status and error of the process killed by `signal_name` before it wrote a result:
         `oom` where its memory cgroup counts an OOM kill more than when it started."""
