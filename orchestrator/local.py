@@ -12,6 +12,12 @@ until the others have finished importing. The turn passes on when the one runnin
 its results, while it exits (the protocol is in workloads/turns.py). Only one process at a time
 builds, compiles and measures on the device.
 
+Compile caches as `cluster.compile_cache` says, through the workload's own mechanism
+(workloads/compile_cache.py, COMPILEBENCH_COMPILE_CACHE): `shared` (the local profile's default)
+= SWEEP_DIR/compile_cache, so a sweep's replicates and cells after the first compile warm, and
+each run row says whether it did; `per_job` = a fresh directory per process, removed when it has
+ended: every replicate compiles cold.
+
 A distributed cell (several processes) is not for this executor: it starts one process per
 cell and is no launcher; Slurm starts a distributed cell's processes, one task each, and each
 task runs `run_cell` for its rank (orchestrator/slurm_job.py).
@@ -22,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,8 +39,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, TextIO
 
+from workloads.compile_cache import BASE_ENV
 from workloads.sweep_dir import (
-    LOGS_DIR, cell_dir, config_path, missing_repeats, newest_attempt, record_killed_attempt,
+    COMPILE_CACHE_DIR, LOGS_DIR, cell_dir, config_path, missing_repeats, newest_attempt, record_killed_attempt,
 )
 from workloads import turns
 from workloads.config import distributed_section
@@ -220,15 +228,23 @@ def processes_ahead(cpus: int | None = None) -> int:
 class _Turns:
     """The executor's side of workloads/turns.py: a directory of its own, the `turn` file, an
     `importing.<index>` file per process started ahead until it has imported, and the
-    `leaving.<index>` file a process writes when it is done with the device."""
+    `leaving.<index>` file a process writes when it is done with the device. With
+    `compile_cache=per_job` it also holds each process's `compile_cache.<index>`."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, compile_cache: str):
         self.directory = directory
+        self.compile_cache = compile_cache
+
+    def _cache(self, sweep_dir: Path, index: int) -> Path:
+        if self.compile_cache == "shared":
+            return Path(sweep_dir) / COMPILE_CACHE_DIR
+        return self.directory / f"compile_cache.{index}"
 
     def start(self, sweep_dir: Path, cell: Cell, repeat: int, index: int) -> CellProcess:
         marker = self.directory / f"{turns.IMPORTING_PREFIX}{index}"
         marker.touch()  # before the process exists: the one measuring must not miss it
-        env = {turns.DIR_ENV: str(self.directory), turns.INDEX_ENV: str(index)}
+        env = {turns.DIR_ENV: str(self.directory), turns.INDEX_ENV: str(index),
+               BASE_ENV: str(self._cache(sweep_dir, index))}
         started = start_cell(sweep_dir, cell.cell_id, repeat=repeat, env=env)
         with contextlib.suppress(FileNotFoundError):  # a process that ends at once takes it with it
             with open(marker, "r+") as fh:
@@ -250,12 +266,13 @@ class _Turns:
         """Process `index` is gone: it imports and exits no more, whatever it managed to say."""
         for prefix in (turns.IMPORTING_PREFIX, turns.LEAVING_PREFIX):
             (self.directory / f"{prefix}{index}").unlink(missing_ok=True)
+        shutil.rmtree(self.directory / f"compile_cache.{index}", ignore_errors=True)  # per_job's
 
 
 @contextlib.contextmanager
-def _turns() -> Iterator[_Turns]:
+def _turns(compile_cache: str) -> Iterator[_Turns]:
     with tempfile.TemporaryDirectory(prefix="compilebench-turns-") as directory:
-        yield _Turns(Path(directory))
+        yield _Turns(Path(directory), compile_cache)
 
 
 def run_grid(grid: Grid, out: TextIO = sys.stdout, ahead: int | None = None) -> list[Outcome]:
@@ -272,7 +289,7 @@ def run_grid(grid: Grid, out: TextIO = sys.stdout, ahead: int | None = None) -> 
         cell, repeat = todo[index]
         return repeat in missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), cell.repeats)
 
-    with _turns() as turns_dir:
+    with _turns(str(grid.cluster.get("compile_cache") or "per_job")) as turns_dir:
         waiting: dict[int, CellProcess] = {}  # started ahead, by index, in order
         given: dict[int, float] = {}  # when each got its turn (perf_counter)
 

@@ -7,7 +7,7 @@ The text is always produced by submitit's own `SlurmExecutor._make_submission_fi
 1. the site preamble from `sbatch_templates/<profile.sbatch_template>.sh.tmpl`, filled from the
    profile with every value shell-quoted;
 2. the profile's `setup` lines, verbatim (shell written by the profile's author);
-3. the compile-cache exports of `cluster.compile_cache`.
+3. the compile-cache lines of `cluster.compile_cache` (`compile_cache_lines`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from submitit import SlurmExecutor
 from orchestrator.package_data import TEMPLATES_DIR
 from orchestrator.private_apis import RenderOnlyExecutor, convert_mem, submission_script_text
 from orchestrator.profile import ProfileError, Resources, SlurmProfile
+from workloads.compile_cache import BASE_ENV
 from workloads.sweep_dir import COMPILE_CACHE_DIR, SUBMITIT_DIR
 
 TEMPLATE_SUFFIX = ".sh.tmpl"
-CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 #: Every job's name starts with this; the sweep directory's name follows (`job_name`).
 JOB_NAME = "compilebench"
 #: What a job name keeps of the sweep directory's name; anything else becomes `_`.
@@ -88,15 +88,15 @@ def preamble_lines(profile: SlurmProfile) -> list[str]:
 
 
 def compile_cache_lines(policy: str, sweep_dir: Path) -> list[str]:
-    """Exports of the inductor and triton cache directories for `cluster.compile_cache`."""
+    """The job's compile-cache base directory for `cluster.compile_cache`, exported as
+    COMPILEBENCH_COMPILE_CACHE; the workload points inductor and triton into a subdirectory keyed
+    by its GPU and versions (workloads/compile_cache.py)."""
     if policy == "shared":  # one cache for the sweep: cells after the first compile warm
-        root = Path(sweep_dir) / COMPILE_CACHE_DIR
-        return [f"export {var}={shlex.quote(str(root / sub))}" for var, sub in zip(CACHE_VARIABLES, ("inductor", "triton"))]
+        return [f"export {BASE_ENV}={shlex.quote(str(Path(sweep_dir) / COMPILE_CACHE_DIR))}"]
     # per_job: a fresh directory on the node, removed when the job script ends: every cell compiles cold
     return [
-        'COMPILEBENCH_COMPILE_CACHE="$(mktemp -d "${TMPDIR:-/tmp}/compilebench-compile-cache.XXXXXX")"',
-        "trap 'rm -rf \"$COMPILEBENCH_COMPILE_CACHE\"' EXIT",
-        *(f'export {var}="$COMPILEBENCH_COMPILE_CACHE/{sub}"' for var, sub in zip(CACHE_VARIABLES, ("inductor", "triton"))),
+        f'export {BASE_ENV}="$(mktemp -d "${{TMPDIR:-/tmp}}/compilebench-compile-cache.XXXXXX")"',
+        f"trap 'rm -rf \"${BASE_ENV}\"' EXIT",
     ]
 
 

@@ -36,8 +36,9 @@ from orchestrator.grid import Cell, Grid
 from orchestrator.grid_files import record_grid
 from orchestrator.private_apis import SUBMISSION_ERRORS
 from orchestrator.profile import ProfileError, Resources, SlurmProfile, cell_resources, load_profile
-from orchestrator.sbatch import CACHE_VARIABLES, make_executor, script_text, slurm_parameters
+from orchestrator.sbatch import make_executor, script_text, slurm_parameters
 from orchestrator.scheduler import partitions, queued_jobs
+from workloads.compile_cache import BASE_ENV, INDUCTOR_ENV, TRITON_ENV
 from workloads.sweep_dir import SBATCH_DIR, cell_dir, missing_repeats, recorded_job_ids
 
 DRY_RUN_PREFIX = "dryrun-"
@@ -189,7 +190,7 @@ def clean_submission_env() -> Iterator[None]:
     import submitit.helpers
 
     keep = {name: os.environ[name] for name in KEEP_VARIABLES if name in os.environ}
-    extra = [name for name in os.environ if name.startswith("SALLOC_")] + list(CACHE_VARIABLES)
+    extra = [name for name in os.environ if name.startswith("SALLOC_")] + [BASE_ENV, INDUCTOR_ENV, TRITON_ENV]
     with submitit.helpers.clean_env(extra_names=extra):
         os.environ.update(keep)
         try:

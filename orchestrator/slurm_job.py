@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.local import SKIPPED, Outcome, log_paths, run_cell
+from workloads.compile_cache import BASE_ENV
 from workloads.sweep_dir import LOGS_DIR, cell_dir, missing_repeats, newest_attempt
 
 #: Variables written to logs/slurm-<job>.env: names starting with these, or equal to them.
 ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SUBMITIT_", "TORCHINDUCTOR_", "TRITON_", "MASTER_", "RANK",
-                "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+                "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", BASE_ENV)
 
 
 #: Seconds a task waits, on SIGUSR2, for the cell's process to record its `timeout` (Slurm sends

@@ -33,7 +33,7 @@ RESOLVED = {
     "test_slurm": {**SLURM_DEFAULTS, **SITE, "name": "test_slurm", "gpus_per_node": 2, "cpus_per_gpu": 1,
                    "mem_per_gpu_gb": 1, "time_min": 10, "max_array_size": 1001, "array_parallelism": 4},
     # local had only these keys; it now has the base's others too, at their defaults (checked below).
-    "local": {"name": "local", "executor": "local", "partitions": {}, "gpu_type": None, "gpus_per_node": 1,
+    "local": {"name": "local", "executor": "local", "partitions": {}, "gpu_type": None, "gpus_per_node": 1, "compile_cache": "shared",
               "cpus_per_gpu": None, "mem_per_gpu_gb": None, "time_min": None, "account": None, "qos": None,
               "setup": []},
 }

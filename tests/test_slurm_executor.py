@@ -290,9 +290,9 @@ def test_sweep_through_job_arrays(slurm_cluster: LocalSlurm, tmp_path: Path) -> 
         assert "SLURM_COMPILEBENCH_LEAK" not in seen and "SBATCH_PARTITION" not in seen
         assert (seen["SLURM_JOB_PARTITION"], seen["SLURM_CPUS_PER_TASK"]) == ("grete:shared", "1")
         assert seen["SLURM_ARRAY_JOB_ID"] == array_id and seen["SLURM_JOB_ID"] != LEAKY_ENV["SLURM_JOB_ID"]
-        cache = Path(seen["TORCHINDUCTOR_CACHE_DIR"])  # per_job (the default): fresh, and removed at the end
-        assert cache.parent.name.startswith("compilebench-compile-cache.") and not cache.parent.exists()
-        assert seen["TRITON_CACHE_DIR"] == str(cache.parent / "triton")
+        cache = Path(seen["COMPILEBENCH_COMPILE_CACHE"])  # per_job (the default): fresh, and removed at the end
+        assert cache.name.startswith("compilebench-compile-cache.") and not cache.exists()
+        assert "TORCHINDUCTOR_CACHE_DIR" not in seen and "TRITON_CACHE_DIR" not in seen  # the leaked ones unset
 
     # Re-running the finished sweep skips every cell and submits nothing.
     final = slurm_cli(slurm_cluster, tmp_path, *args)
@@ -302,27 +302,36 @@ def test_sweep_through_job_arrays(slurm_cluster: LocalSlurm, tmp_path: Path) -> 
     assert sorted(p.name for p in (sweep / "sbatch").iterdir()) == sorted(["dryrun-00.sh", f"{array_id}.sh"])
 
 
-def test_lone_cell_on_h100_with_shared_compile_cache(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
-    """One inductor cell: a plain job (no array), the H100 partition and gres by override, and a
-    compile cache in the sweep directory that inductor really writes to."""
+def test_shared_compile_cache_makes_the_next_job_start_warm(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    """Two replicates of an inductor cell on the H100 partition, one array task after the other
+    (%1), with cluster.compile_cache=shared: the first compiles cold into the sweep's cache, in a
+    directory keyed by what it ran on, and the second job finds it there and starts warm, as its
+    run row says (dynamo's own cache hit counters, and the cache held entries when it began)."""
     sweep = tmp_path / "sw"
-    result = slurm_cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY, "backend=inductor",
-                       "cluster.gpu_type=H100", "++cluster.compile_cache=shared", "hydra.sweep.dir=sw")
+    result = slurm_cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY, "backend=inductor", "repeats=2",
+                       "cluster.gpu_type=H100", "cluster.array_parallelism=1", "++cluster.compile_cache=shared",
+                       "hydra.sweep.dir=sw")
     assert result.returncode == 0, result.stderr
-    (job_id,) = pd.read_parquet(sweep / "manifest.parquet")["job_id"]
-    assert job_id.isdigit(), job_id
-    script = (sweep / "sbatch" / f"{job_id}.sh").read_text()
-    assert "--array" not in script and "#SBATCH --partition=grete-h100" in script
-    assert f"export TORCHINDUCTOR_CACHE_DIR={sweep}/compile_cache/inductor" in script
-    shown = slurm_cluster.run("scontrol", "show", "job", job_id).stdout
+    job_ids = set(pd.read_parquet(sweep / "manifest.parquet")["job_id"])
+    (array_id,) = {job_id.split("_")[0] for job_id in job_ids}
+    script = (sweep / "sbatch" / f"{array_id}.sh").read_text()
+    assert "#SBATCH --array=0-1%1" in script and "#SBATCH --partition=grete-h100" in script
+    assert f"export COMPILEBENCH_COMPILE_CACHE={sweep}/compile_cache" in script
+    shown = slurm_cluster.run("scontrol", "show", "job", array_id).stdout
     assert "Partition=grete-h100" in shown and "TresPerNode=gres:gpu:H100:1" in shown, shown
 
     (cell_dir,) = (sweep / "cells").iterdir()
-    wait_until_done(slurm_cluster, {job_id}, [cell_dir])
-    run = pd.read_parquet(cell_dir / "run.parquet").iloc[-1]
-    assert (run["status"], run["partition"], run["slurm_job_id"]) == ("completed", "grete-h100", job_id), run["error"]
-    assert run["graph_count"] >= 1
-    assert any((sweep / "compile_cache" / "inductor").rglob("*")), "inductor wrote nothing to the shared cache"
+    wait_until_done(slurm_cluster, {f"{array_id}_{i}" for i in range(2)}, [cell_dir])
+    runs = pd.read_parquet(cell_dir / "run.parquet").sort_values("repeat")
+    assert list(runs["status"]) == ["completed", "completed"], list(runs["error"])
+    assert list(runs["partition"]) == ["grete-h100"] * 2 and runs["graph_count"].min() >= 1
+    cold, warm = runs.iloc[0], runs.iloc[1]
+    (keyed,) = (sweep / "compile_cache").iterdir()  # one machine, one key
+    assert set(runs["compile_cache_dir"]) == {str(keyed / "inductor")}
+    assert json.loads((keyed / "key.json").read_text())["device"].startswith("cpu: ")
+    assert not cold["compile_cache_warm"] and cold["fx_graph_cache_hits"] == 0 and cold["fx_graph_cache_misses"] > 0
+    assert warm["compile_cache_warm"] and warm["fx_graph_cache_hits"] > 0 and warm["fx_graph_cache_misses"] == 0
+    assert warm["aot_autograd_cache_hits"] > 0 and warm["aot_autograd_cache_misses"] == 0
 
 
 def test_partition_the_cluster_lacks_is_refused(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:

@@ -26,6 +26,8 @@ from workloads.precision import PRECISIONS
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DATA_SOURCES = ("synthetic", "text", "bin", "imagefolder", "custom")
 DIST_BACKENDS = ("auto", "nccl", "gloo")
+#: `compile.measure`: one compile with whatever the caches hold, or a cold and a warm one.
+COMPILE_MEASURES = ("once", "cold_warm")
 
 
 class ConfigError(ValueError):
@@ -141,6 +143,18 @@ class MeasureConfig:
 
 
 @dataclass
+class CompileConfig:
+    """How a compiled cell's compile is measured (docs/measurement.md "Compile cost")."""
+
+    measure: str = "once"
+    """`once`: the attempt compiles with the caches it finds (`compile_time_s`; `cluster.compile_cache`
+    says which). `cold_warm`: first a separate process compiles the cell (its warm-up steps) with
+    empty caches of its own (`compile_cold_s`), then the attempt compiles with the caches that one
+    left and measures as usual (`compile_warm_s` = its `compile_time_s`). No-op for eager and
+    torchscript."""
+
+
+@dataclass
 class CellConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     size: str = "tiny"
@@ -151,6 +165,7 @@ class CellConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
     seed: int = 1337
     """Seeds torch (model init, synthetic data, batch sampling)."""
     steps: int = 20
@@ -210,6 +225,11 @@ class CellConfig:
             raise ConfigError(f"backend.mode={mode} is an inductor mode; backend is {self.backend.name}")
         if self.backend.name != "eager" and self.warmup_steps < 1:
             raise ConfigError("compiled backends need warmup_steps >= 1: compilation must not be measured")
+        if self.compile.measure not in COMPILE_MEASURES:
+            raise ConfigError(f"compile.measure must be one of {COMPILE_MEASURES}, got {self.compile.measure!r}")
+        if self.compile.measure == "cold_warm" and self.distributed.world_size > 1:
+            raise ConfigError("compile.measure=cold_warm measures one process's compile; this cell trains as "
+                              f"{self.distributed.world_size} processes")
         if self.backend.compile_optimizer and self.precision.name == "fp16":
             raise ConfigError("backend.compile_optimizer with fp16: GradScaler calls the optimizer itself")
         self._validate_distributed()
@@ -352,7 +372,8 @@ def _plain(value: Any) -> Any:
 @functools.cache
 def _later_section_defaults() -> dict[str, dict[str, Any]]:
     """The sections added after cells existed, at their defaults (built once: a sweep digests every cell)."""
-    return {"distributed": cell_config_to_dict(DistributedConfig()), "measure": cell_config_to_dict(MeasureConfig())}
+    return {"distributed": cell_config_to_dict(DistributedConfig()), "measure": cell_config_to_dict(MeasureConfig()),
+            "compile": cell_config_to_dict(CompileConfig())}
 
 
 def config_digest(cfg: CellConfig | Mapping[str, Any]) -> str:
@@ -360,7 +381,7 @@ def config_digest(cfg: CellConfig | Mapping[str, Any]) -> str:
     values = cell_config_to_dict(cfg) if isinstance(cfg, CellConfig) else dict(cfg)
     values.pop("cell_id", None)
     values.pop("repeats", None)  # more replicates of a cell are the same cell
-    # Sections added after cells existed (`distributed`, `measure`) are left out at their defaults,
+    # Sections added after cells existed (`distributed`, `measure`, `compile`) are left out at their defaults,
     # so that re-running an older sweep still finds its completed cells.
     for section, defaults in _later_section_defaults().items():
         if values.get(section) == defaults:

@@ -1,17 +1,22 @@
-"""What dynamo recorded about a cell's compilation: graphs, graph breaks, recompiles, and why.
+"""What dynamo recorded about a cell's compilation: graphs, graph breaks, recompiles, why, and
+which compile caches it hit.
 
 Every private dynamo API that workloads read is used here and nowhere else (dynamo has no public
 API for these records; torch 2.11 on the H100 and 2.15 on the CPU machines have them as below):
 
     torch._dynamo.utils.counters              "stats"/"unique_graphs" (graphs compiled),
                                               "graph_break" (dynamo's message -> times it broke there),
-                                              "inductor"/"cudagraph_skips"
+                                              "inductor"/"cudagraph_skips",
+                                              "inductor"/"fxgraph_cache_hit|miss|bypass" (FX graph cache),
+                                              "aot_autograd"/"autograd_cache_hit|miss|bypass" (AOTAutograd cache)
     torch._dynamo.utils.get_compilation_metrics()   one record per frame compile; `recompile_reason`
                                               (the guard that failed) is set on a recompile
     torch._dynamo.utils.clear_compilation_metrics(), torch._dynamo.reset()
+    torch._inductor.runtime.cache_dir_utils.cache_dir()   the inductor cache directory in use (created)
+    <inductor cache>/fxgraph/, <inductor cache>/aotautograd/   where those two caches keep entries
 
 A torch that renames one of them fails tests/test_compile_reasons.py (a real model that breaks and
-recompiles), not a sweep. In a distributed cell these are rank 0's records.
+recompiles) or tests/test_compile_cache.py (a real cold and warm compile), not a sweep. In a distributed cell these are rank 0's records.
 
 Reasons are recorded as dynamo words them, stripped; a recompile's without its compile id
 (`0/1: `), which differs between recompiles for one reason. Identical reasons are counted once
@@ -20,12 +25,16 @@ each with how often they occurred: run.parquet's `graph_break_reasons` and `reco
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from workloads.compile_cache import CACHE_COUNTERS
 
 #: The compile id dynamo puts before each failed guard of a recompile reason (`0/1: `, `[0/1] `).
 _COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:?\s*", re.M)
@@ -42,6 +51,11 @@ class CompileStats:
     """{reason, count} per distinct graph-break message, most frequent first."""
     recompile_reasons: list[dict[str, Any]]
     """{reason, count} per distinct recompile reason (failed guards), most frequent first."""
+    cache: dict[str, int]
+    """compile_cache.CACHE_COUNTERS' columns: lookups of inductor's FX graph cache and of the AOTAutograd cache that
+    hit, missed or bypassed the cache (a graph it cannot cache)."""
+
+
 
 
 def reset_compile_stats() -> None:
@@ -68,4 +82,24 @@ def compile_stats() -> CompileStats:
         cudagraph_skips=int(counters["inductor"]["cudagraph_skips"]),
         graph_break_reasons=_counted(breaks),
         recompile_reasons=_counted(Counter(_COMPILE_ID.sub("", str(reason)).strip() for reason in recompiles)),
+        cache={column: int(counters[group][name]) for column, (group, name) in CACHE_COUNTERS.items()},
     )
+
+
+def inductor_cache_dir() -> Path:
+    """The directory inductor caches in (TORCHINDUCTOR_CACHE_DIR, else its default), created."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir())
+
+
+def has_cache_entries(inductor_dir: Path) -> bool:
+    """Whether an inductor cache directory holds FX graph or AOTAutograd cache entries."""
+    for name in ("fxgraph", "aotautograd"):
+        try:
+            with os.scandir(inductor_dir / name) as entries:
+                if next(entries, None) is not None:
+                    return True
+        except OSError:  # not there (yet)
+            continue
+    return False

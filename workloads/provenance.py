@@ -62,7 +62,8 @@ def _run(args: list[str]) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
-def _cpu_model() -> str | None:
+def cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo, else lscpu), None where unknown."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -97,7 +98,7 @@ def describe_host() -> dict[str, Any]:
         threads: int | None = torch.get_num_threads()
     except Exception:  # noqa: BLE001 - provenance never fails the attempt
         threads = None
-    return {"cpu_model": _cpu_model(), "cpu_affinity": None if allowed is None else format_cpu_list(allowed),
+    return {"cpu_model": cpu_model(), "cpu_affinity": None if allowed is None else format_cpu_list(allowed),
             "cpu_count_allowed": None if allowed is None else len(allowed), "torch_threads": threads,
             "node_name": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
             "slurm_cpu_bind": _slurm_cpu_bind()}

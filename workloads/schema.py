@@ -15,7 +15,10 @@ process have world_size 1 and one-entry lists. Files of version 1 read with null
 
 Added within version 2 (no bump: files without them read with nulls): `graph_break_reasons` and
 `recompile_reasons` in run.parquet (workloads/dynamo_records.py), why graphs broke or recompiled,
-one {reason, count} per distinct reason; null for backends that dynamo does not compile.
+one {reason, count} per distinct reason; null for backends that dynamo does not compile. The compile
+cache (workloads/compile_cache.py): `compile_cache_dir`, `compile_cache_warm`, the FX graph and
+AOTAutograd cache counts (`fx_graph_cache_hits`, ...), and with `compile.measure=cold_warm`
+`compile_cold_s` and `compile_warm_s`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workloads.compile_cache import CACHE_COUNTERS
 from workloads.provenance import PROVENANCE_FIELDS
 from workloads.vocabulary import AXES, CONFIG_AXES
 
@@ -82,6 +86,11 @@ RUN_SCHEMA = pa.schema(
         ("data_wait_s", pa.float64()),  # waiting for batches in the measured steps: sum of their data_time_ms
         ("stop_reason", pa.string()),  # why measuring stopped: steps | min_seconds | rel_ci | max_steps | max_seconds
         ("compile_time_s", pa.float64()),
+        ("compile_cold_s", pa.float64()),  # compile.measure=cold_warm: the compile with empty caches, its own process
+        ("compile_warm_s", pa.float64()),  # ... and with the caches that one left: this attempt's compile_time_s
+        ("compile_cache_dir", pa.string()),  # the inductor cache directory the attempt compiled with
+        ("compile_cache_warm", pa.bool_()),  # it held FX graph or AOTAutograd entries when the attempt began
+        *((name, pa.int64()) for name in CACHE_COUNTERS),  # cache lookups: hits, misses, bypasses
         ("first_step_ms", pa.float64()),
         ("graph_count", pa.int64()),
         ("graph_break_count", pa.int64()),

@@ -16,10 +16,8 @@
 #SBATCH --wckey=submitit
 
 # setup
-COMPILEBENCH_COMPILE_CACHE="$(mktemp -d "${TMPDIR:-/tmp}/compilebench-compile-cache.XXXXXX")"
+export COMPILEBENCH_COMPILE_CACHE="$(mktemp -d "${TMPDIR:-/tmp}/compilebench-compile-cache.XXXXXX")"
 trap 'rm -rf "$COMPILEBENCH_COMPILE_CACHE"' EXIT
-export TORCHINDUCTOR_CACHE_DIR="$COMPILEBENCH_COMPILE_CACHE/inductor"
-export TRITON_CACHE_DIR="$COMPILEBENCH_COMPILE_CACHE/triton"
 
 # command
 export SUBMITIT_EXECUTOR=slurm

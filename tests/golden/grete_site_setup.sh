@@ -26,8 +26,7 @@ export NCCL_DEBUG=WARN
 export WHO='$(whoami)'
 module purge
 nvidia-smi -L
-export TORCHINDUCTOR_CACHE_DIR=SWEEP_DIR/compile_cache/inductor
-export TRITON_CACHE_DIR=SWEEP_DIR/compile_cache/triton
+export COMPILEBENCH_COMPILE_CACHE=SWEEP_DIR/compile_cache
 
 # command
 export SUBMITIT_EXECUTOR=slurm
