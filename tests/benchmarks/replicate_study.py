@@ -78,6 +78,11 @@ def sweep(name: str, overrides: list[str]) -> float:
     return seconds
 
 
+def _without_compile_cache(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """The sweep without its compile cache (hundreds of MB of kernels nobody analyses)."""
+    return None if "/compile_cache" in member.name else member
+
+
 def timm_peer(runs: list[tuple[str, list[str]]]) -> None:
     """timm's benchmark.py at the train size (224 px), as our cells: bf16, batch 256, channels-last."""
     for model, extra in runs:
@@ -100,7 +105,7 @@ def main() -> None:
         for name, overrides in PARTS[part]:
             sweep(name, overrides)
             with tarfile.open(args.out / f"{name}.tar.gz", "w:gz") as tar:  # back even if a later part runs out of time
-                tar.add(SWEEPS / name, arcname=name)
+                tar.add(SWEEPS / name, arcname=name, filter=_without_compile_cache)
         if part in PEER_RUNS:
             timm_peer(PEER_RUNS[part])
 
