@@ -2,7 +2,8 @@
 run row says about the measured span (workloads/recorder.py): the stop rule against cases and
 against a brute-force reference, the measured loop with fake steps on a fake clock (exact counts)
 and with real sleeps (generous bounds), two real gloo ranks agreeing on a count, the end-to-end
-columns from known steps, the config's validation, and cell ids that stay what they were.
+columns from known steps, the config's validation, and cell ids that stay what they were. The loop
+on a real CUDA device is in the GPU tier (tests/test_gpu.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from workloads import distributed
 from workloads.config import CellConfig, ConfigError, MeasureConfig, cell_config_from_dict, config_digest
 from workloads.recorder import CellRecorder, RankReport
 from workloads.schema import RUN_SCHEMA
-from workloads.train import (HOST_LEAD_STEPS, STOP_REASONS, StepRecord, StopRule, median_interval_ranks,
+from workloads.train import (STOP_REASONS, StepRecord, StopRule, median_interval_ranks,
                              median_rel_halfwidth, run_steps)
 
 NO_CAPS = {"max_steps": None, "max_seconds": None}
@@ -307,29 +308,6 @@ def test_a_real_training_step_is_measured_for_min_seconds() -> None:
     assert rec.run["measured_s"] >= 0.3 and rec.run["e2e_items_per_s"] > 0
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_loop_stops_from_the_reported_steps() -> None:
-    """On CUDA the rule sees steps HOST_LEAD_STEPS late: the steps already launched are kept, so
-    at most that many more are measured; every step's loss comes back through the ring of slots."""
-    device = torch.device("cuda")
-    calls = [0]
-
-    def step() -> tuple[torch.Tensor, float]:
-        torch.cuda._sleep(2_000_000)  # about a millisecond of GPU time
-        calls[0] += 1
-        return torch.full((), float(calls[0] - 1), device=device), 0.0
-
-    records: list[StepRecord] = []
-    reason = run_steps(step, 3, 5, device, records.append, measure(min_seconds=0.2))
-    times = [r.step_time_ms / 1e3 for r in measured(records)]
-    ruled = next(n for n in range(1, len(times) + 1) if math.fsum(times[:n]) >= 0.2)
-    assert reason == "min_seconds" and ruled <= len(times) <= ruled + HOST_LEAD_STEPS
-    assert [r.loss for r in records] == [float(r.step) for r in records] and len(records) == calls[0]
-    records.clear()
-    assert run_steps(step, 0, 5, device, records.append, measure(min_seconds=100.0, max_steps=9)) == "max_steps"
-    assert len(records) == 9
-
-
 def test_steps_in_flight_that_meet_the_rule_stop_the_launches() -> None:
     """With the host ahead, a slow step (GPT-2: 1.4 s) is not launched past the rule: once the
     steps in flight would meet its count and time at the mean step so far, launching stops."""
@@ -348,19 +326,6 @@ def test_steps_in_flight_that_meet_the_rule_stop_the_launches() -> None:
         ruled.measured(1400.0, launched=7)
         ruled.measured(1400.0, launched=7)
         assert not ruled.in_flight_suffice(7)  # an interval, or ranks that agree on a count
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_loop_does_not_run_slow_steps_past_the_rule() -> None:
-    device = torch.device("cuda")
-
-    def step() -> tuple[torch.Tensor, float]:
-        torch.cuda._sleep(60_000_000)  # tens of milliseconds of GPU time
-        return torch.zeros((), device=device), 0.0
-
-    records: list[StepRecord] = []
-    assert run_steps(step, 2, 5, device, records.append, measure(min_seconds=0.0)) == "steps"
-    assert len(measured(records)) == 5  # not 5 + HOST_LEAD_STEPS
 
 
 def test_the_pause_before_measuring_comes_before_the_last_warmup_step_and_is_no_steps_time() -> None:
