@@ -33,7 +33,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from workloads.backends import compile_stats
+from workloads.dynamo_records import compile_stats
 from workloads.config import MeasureConfig, cell_config_from_dict
 from workloads.environment import peak_tflops
 from workloads.recorder import CellRecorder

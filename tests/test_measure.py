@@ -326,6 +326,11 @@ def test_steps_in_flight_that_meet_the_rule_stop_the_launches() -> None:
         ruled.measured(1400.0, launched=7)
         ruled.measured(1400.0, launched=7)
         assert not ruled.in_flight_suffice(7)  # an interval, or ranks that agree on a count
+    capped = train._Stopping(2, 5, measure(min_seconds=2.0, rel_ci=0.005, max_seconds=5.0), gather=None)
+    for _ in range(2):
+        capped.measured(1400.0, launched=7)
+    assert capped.in_flight_suffice(7)  # whatever the interval: 7 s foreseen, past max_seconds
+    assert not capped.in_flight_suffice(6)  # 4 steps: the count falls short
 
 
 def test_the_pause_before_measuring_comes_before_the_last_warmup_step_and_is_no_steps_time() -> None:

@@ -376,15 +376,22 @@ def _later_section_defaults() -> dict[str, dict[str, Any]]:
             "compile": cell_config_to_dict(CompileConfig())}
 
 
+#: Keys added to a section after cells existed, with the value at which they stay out of the digest.
+_LATER_KEYS: dict[str, dict[str, Any]] = {"model": {"target": None}}
+
+
 def config_digest(cfg: CellConfig | Mapping[str, Any]) -> str:
     """A stable 12-hex-digit id of a resolved config (the `cell_id` field itself excluded)."""
     values = cell_config_to_dict(cfg) if isinstance(cfg, CellConfig) else dict(cfg)
     values.pop("cell_id", None)
     values.pop("repeats", None)  # more replicates of a cell are the same cell
-    # Sections added after cells existed (`distributed`, `measure`, `compile`) are left out at their defaults,
+    # Sections (`distributed`, `measure`, `compile`) and keys added after cells existed are left out at their defaults,
     # so that re-running an older sweep still finds its completed cells.
     for section, defaults in _later_section_defaults().items():
         if values.get(section) == defaults:
             del values[section]
+    for section, keys in _LATER_KEYS.items():  # likewise keys added to a section (model.target)
+        if isinstance(part := values.get(section), Mapping):
+            values[section] = {k: v for k, v in part.items() if not (k in keys and v == keys[k])}
     blob = json.dumps(values, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:12]

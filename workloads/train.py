@@ -247,15 +247,20 @@ class _Stopping:
 
     def in_flight_suffice(self, launched: int) -> bool:
         """Whether the measured steps launched but not reported yet will, at the mean step so
-        far, meet the rule's count and time: then a further launch would only run past it. One
-        process without `rel_ci` only (ranks agree on a count; an interval cannot be foreseen).
-        If they fall short after all, the loop launches again once they are reported."""
-        rule = self.rule
-        if self.gather is not None or rule.measure.rel_ci is not None or self.reason or rule.n == 0:
+        far, stop the loop: they reach the rule's count and its time (without `rel_ci`: an
+        interval cannot be foreseen), or its `max_seconds` cap (with or without it). Then a further
+        launch would only run past the rule. One process only (ranks agree on a count). If they
+        fall short after all, the loop launches again once they are reported."""
+        rule, m = self.rule, self.rule.measure
+        if self.gather is not None or self.reason or rule.n == 0:
             return False
         in_flight = launched - self.warmup_steps - rule.n
         n = rule.n + in_flight
-        return in_flight > 0 and n >= rule.steps and rule.elapsed_s * n / rule.n >= rule.measure.min_seconds
+        if in_flight <= 0 or n < rule.steps:
+            return False
+        foreseen_s = rule.elapsed_s * n / rule.n
+        return ((m.rel_ci is None and foreseen_s >= m.min_seconds)
+                or (m.max_seconds is not None and foreseen_s >= m.max_seconds))
 
     def measured(self, step_time_ms: float, launched: int) -> None:
         """One more measured step was reported, `launched` steps having been started."""
