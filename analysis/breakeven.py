@@ -26,7 +26,7 @@ import pandas as pd
 #: Run columns of the cold and the warm compile time; analysis reads them where run.parquet has them.
 COMPILE_COLD, COMPILE_WARM = "compile_cold_s", "compile_warm_s"
 #: The columns `break_even_columns` adds to the per-cell metrics.
-BREAK_EVEN_COLUMNS = ["pays_off", "compile_warm_s", "break_even_steps", "break_even_gpu_min", "break_even_steps_warm",
+BREAK_EVEN_COLUMNS = ["pays_off", "break_even_compile_s", "compile_warm_s", "break_even_steps", "break_even_gpu_min", "break_even_steps_warm",
                       "break_even_gpu_min_warm"]
 
 
@@ -56,8 +56,10 @@ def _steps(compile_s: np.ndarray, eager_ms: np.ndarray, speedup: np.ndarray) -> 
 
 
 def break_even_columns(cells: pd.DataFrame, e2e: pd.Series) -> pd.DataFrame:
-    """BREAK_EVEN_COLUMNS of every cell (null for eager cells and cells without a speedup): `cells`
-    has the metrics up to the verdicts, `e2e` says which verdicts rest on end-to-end throughput."""
+    """BREAK_EVEN_COLUMNS of every cell (null for eager cells and cells without a speedup; the
+    compile seconds the counts use are there for every compiled cell: `break_even_compile_s`, the cold
+    one where measured): `cells` has the metrics up to the verdicts, `e2e` says which verdicts rest
+    on end-to-end throughput."""
     compiled = (cells["backend"] != "eager").to_numpy() & (cells["baseline_cell_id"] != cells["cell_id"]).to_numpy()
     speedup = np.where(e2e, cells["e2e_speedup"], cells["speedup"]).astype(float)
     speedup[~compiled] = np.nan
@@ -65,7 +67,7 @@ def break_even_columns(cells: pd.DataFrame, e2e: pd.Series) -> pd.DataFrame:
     processes = pd.to_numeric(cells["world_size"], errors="coerce").fillna(1).to_numpy(float)
     cold, warm = compile_seconds(cells)
     pays_off = pd.Series(speedup > 1, index=cells.index, dtype=object).where(~np.isnan(speedup * eager_ms * cold))
-    columns = {"pays_off": pays_off, "compile_warm_s": warm}
+    columns = {"pays_off": pays_off, "break_even_compile_s": cold, "compile_warm_s": warm}
     for suffix, compile_s in (("", cold), ("_warm", warm)):
         steps = _steps(compile_s, eager_ms, speedup)
         columns[f"break_even_steps{suffix}"] = steps

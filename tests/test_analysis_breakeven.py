@@ -60,6 +60,17 @@ def test_steps_and_gpu_minutes_cold_and_warm(tmp_path: Path) -> None:
     assert rows.at["a", "steps"] == "never" and rows.at["a", "GPU-min"] == "never"
 
 
+def test_a_cold_and_warm_cell_breaks_even_on_its_cold_compile(tmp_path: Path) -> None:
+    """Under compile.measure=cold_warm the run row's compile_time_s is the warm compile: the
+    break-even counts and its table's compile seconds are the cold one's."""
+    write_cell(tmp_path, "e", "eager", step_ms=[10.0, 10.0, 10.0])
+    write_cell(tmp_path, "i", "inductor", step_ms=[8.0, 8.0, 8.0], compile_time_s=0.5, compile_cold_s=3.5,
+               compile_warm_s=0.5)
+    flat = cell_metrics(load_sweep(tmp_path, warn=None))
+    rows = break_even_table(flat).text.set_index("cell")
+    assert rows.loc["i", ["compile s", "steps", "warm compile s", "steps (warm)"]].tolist() == ["3.50", "1,750", "0.5", "250"]
+
+
 def test_the_csv_and_the_report_page_carry_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_sweep(tmp_path)
     assert main(["analyze", str(tmp_path), "--format", "csv", "--no-plots"]) == 0
