@@ -127,12 +127,18 @@ def queue(cluster: LocalSlurm) -> set[str]:
     return set(cluster.run("squeue", "-h", "-r", "-o", "%i").stdout.split())
 
 
+def job_states_from(cluster: LocalSlurm, workdir: Path) -> dict[str, str]:
+    """{job id: Slurm state} of the queued and running jobs (array tasks one by one) submitted
+    from `workdir` (squeue's WorkDir: the command line's directory, a test's tmp_path): the jobs
+    that one test could have created, whatever other tests left in the session's shared queue."""
+    lines = cluster.run("squeue", "-h", "-r", "-o", "%i|%T|%Z").stdout.splitlines()
+    rows = (line.split("|", 2) for line in lines)
+    return {job: state for job, state, where in rows if Path(where) == Path(workdir)}
+
+
 def jobs_from(cluster: LocalSlurm, workdir: Path) -> set[str]:
-    """The queued and running jobs (array tasks one by one) submitted from `workdir` (squeue's
-    WorkDir: the command line's directory, a test's tmp_path): the jobs that one test could have
-    created, whatever other tests left in the session's shared queue."""
-    lines = cluster.run("squeue", "-h", "-r", "-o", "%i|%Z").stdout.splitlines()
-    return {job for job, _, where in (line.partition("|") for line in lines) if Path(where) == Path(workdir)}
+    """The ids of `job_states_from`."""
+    return set(job_states_from(cluster, workdir))
 
 
 def wait_until_done(cluster: LocalSlurm, job_ids: set[str], cell_dirs: list[Path],
