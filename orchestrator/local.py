@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, TextIO
 
 from workloads.compile_cache import BASE_ENV
+from workloads.schema import atomic_output
 from workloads.sweep_dir import (
     COMPILE_CACHE_DIR, LOGS_DIR, cell_dir, config_path, missing_repeats, newest_attempt, record_killed_attempt,
 )
@@ -252,9 +253,8 @@ class _Turns:
         return started
 
     def give(self, index: int) -> None:
-        partial = self.directory / f"{turns.TURN_FILE}.tmp"
-        partial.write_text(str(index))
-        os.replace(partial, self.directory / turns.TURN_FILE)  # whole, never half-written
+        with atomic_output(self.directory / turns.TURN_FILE) as fh:  # whole, never half-written
+            fh.write(str(index).encode())
 
     def wait_done_with_device(self, index: int, running: CellProcess) -> None:
         """Until process `index` has handed the device over (its results written) or exited."""

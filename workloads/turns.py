@@ -29,6 +29,8 @@ import os
 import time
 from pathlib import Path
 
+from workloads.schema import atomic_output
+
 DIR_ENV = "COMPILEBENCH_TURNS"
 INDEX_ENV = "COMPILEBENCH_TURN"
 TURN_FILE = "turn"
@@ -62,9 +64,8 @@ def hand_over() -> None:
     start on it while this one exits."""
     if found := _directory():
         directory, index = found
-        partial = directory / f".{LEAVING_PREFIX}{index}"
-        partial.write_text(str(os.getpid()))
-        os.replace(partial, directory / f"{LEAVING_PREFIX}{index}")  # never seen without its pid
+        with atomic_output(directory / f"{LEAVING_PREFIX}{index}") as fh:  # never seen without its pid
+            fh.write(str(os.getpid()).encode())
 
 
 def wait_for_turn() -> float:
