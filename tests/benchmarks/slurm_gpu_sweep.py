@@ -65,6 +65,13 @@ def cell_evidence(sweep_dir: Path) -> pd.DataFrame:
     return pd.concat(runs)[columns] if runs else pd.DataFrame(columns=columns)
 
 
+def _packed(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """What the pack keeps: not submitit's pickles, nor a shared compile cache (gigabytes)."""
+    if "/submitit/" in info.name and info.name.endswith(".pkl") or "/compile_cache" in info.name:
+        return None
+    return info
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prefix", type=Path, required=True, help="unpacked Debian packages of Slurm")
@@ -73,6 +80,8 @@ def main() -> int:
     parser.add_argument("--cpus-per-gpu", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=480, help="seconds to follow the sweep")
     parser.add_argument("--out", type=Path, help="directory to write sweep.tar.gz into")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="run `status SWEEP_DIR --retry-failed` (a sweep packed by an earlier run) instead of the sweep")
     parser.add_argument("overrides", nargs="*", help="compilebench sweep overrides (after --)")
     args = parser.parse_args()
 
@@ -80,9 +89,11 @@ def main() -> int:
     gpu_type = next(iter(gpus))
     with LocalSlurm(args.root, install=SlurmInstall(args.prefix.resolve()), gpus=gpus) as cluster:
         print(cluster.run("sinfo", "-N", "-o", "%N %P %t %G").stdout, flush=True)
-        command = [sys.executable, "-m", "orchestrator.cli", "sweep", "cluster=test_slurm",
-                   f"cluster.gpu_type={gpu_type}", f"cluster.cpus_per_gpu={args.cpus_per_gpu}",
-                   *args.overrides, f"hydra.sweep.dir={args.sweep_dir}"]
+        command = ([sys.executable, "-m", "orchestrator.cli", "status", str(args.sweep_dir), "--retry-failed"]
+                   if args.retry_failed else
+                   [sys.executable, "-m", "orchestrator.cli", "sweep", "cluster=test_slurm",
+                    f"cluster.gpu_type={gpu_type}", f"cluster.cpus_per_gpu={args.cpus_per_gpu}",
+                    *args.overrides, f"hydra.sweep.dir={args.sweep_dir}"])
         print("$", " ".join(command), flush=True)
         submitted = cluster.run(*command, check=False, timeout=600)
         print(submitted.stdout, submitted.stderr, flush=True)
@@ -98,8 +109,7 @@ def main() -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         with tarfile.open(args.out / f"{args.sweep_dir.name}.tar.gz", "w:gz") as tar:
-            tar.add(args.sweep_dir, arcname=args.sweep_dir.name,
-                    filter=lambda info: None if "/submitit/" in info.name and info.name.endswith(".pkl") else info)
+            tar.add(args.sweep_dir, arcname=args.sweep_dir.name, filter=_packed)
     return status.returncode
 
 
