@@ -9,7 +9,8 @@ inductor cache between calls, as a cluster's shared cache would.
     PYTHONPATH=/tmp/site:. python tests/benchmarks/replicate_study.py --part llm_small pair --out "$OUT"
     parts: llm_small, llm_medium (seminar_llm, repeats 3), cnn (seminar_cnn, repeats 3), pair (gpt small eager/inductor,
     seeds 1 and 2, repeats 3), jpeg (resnet18 on real JPEGs, 4 workers, repeats 3), timm (timm's
-    benchmark.py from .carry/peers beside our cells, 224 px, bf16, batch 256, channels-last)
+    benchmark.py from .carry/peers beside our cells, 224 px, bf16, batch 256, channels-last), timm_depthwise
+    (the same for mobilenetv2_100 and efficientnet_b0 at the timm_train suite's batch 128)
 """
 
 from __future__ import annotations
@@ -48,10 +49,17 @@ PARTS: dict[str, list[tuple[str, list[str]]]] = {
                                     "batch_size=256", "device=cuda"])],
     "timm_r18_eager": [("timm_side_by_side_r18_eager", ["model=resnet", "size=small", "backend=eager", "precision=bf16",
                                                         "batch_size=256", "device=cuda"])],
+    # Two of the depthwise-convolution models that the timm_train suite found slower compiled, at its settings.
+    "timm_depthwise": [("timm_side_by_side_depthwise", ["model=timm", "model.arch=mobilenetv2_100,efficientnet_b0",
+                                                        "size=small", "backend=eager,inductor", "precision=bf16",
+                                                        "batch_size=128", "measure.min_seconds=2", "device=cuda"])],
 }
-#: timm's benchmark.py runs beside the parts that compare with it: (model, extra arguments).
-PEER_RUNS = {"timm": [(model, extra) for model in ("resnet18", "resnet50") for extra in ([], ["--torchcompile", "inductor"])],
-             "timm_r18_eager": [("resnet18", [])]}
+#: timm's benchmark.py runs beside the parts that compare with it: (model, batch, extra arguments).
+COMPILED = ([], ["--torchcompile", "inductor"])
+PEER_RUNS = {"timm": [(model, 256, extra) for model in ("resnet18", "resnet50") for extra in COMPILED],
+             "timm_r18_eager": [("resnet18", 256, [])],
+             "timm_depthwise": [(model, 128, extra) for model in ("mobilenetv2_100", "efficientnet_b0")
+                                for extra in COMPILED]}
 TIMM_BENCHMARK = Path(".carry/peers/timm_benchmark.py")
 
 
@@ -83,11 +91,11 @@ def _without_compile_cache(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return None if "/compile_cache" in member.name else member
 
 
-def timm_peer(runs: list[tuple[str, list[str]]]) -> None:
-    """timm's benchmark.py at the train size (224 px), as our cells: bf16, batch 256, channels-last."""
-    for model, extra in runs:
+def timm_peer(runs: list[tuple[str, int, list[str]]]) -> None:
+    """timm's benchmark.py at the train size (224 px), as our cells: bf16, the cells' batch, channels-last."""
+    for model, batch, extra in runs:
         command = [sys.executable, str(TIMM_BENCHMARK), "--model", model, "--bench", "train", "--amp",
-                   "--amp-dtype", "bfloat16", "-b", "256", "--channels-last", "--use-train-size", *extra]
+                   "--amp-dtype", "bfloat16", "-b", str(batch), "--channels-last", "--use-train-size", *extra]
         print("== timm", " ".join(command[2:]), flush=True)
         subprocess.call(command)
 
