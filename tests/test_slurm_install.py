@@ -40,7 +40,7 @@ def test_cluster_from_unpacked_debs_schedules_typed_gpus(unpacked_prefix: Path, 
     assert install.missing(accounting=False) == []
     assert install.command("slurmd") == str(unpacked_prefix / "usr/sbin/slurmd-wlm")  # no plain name there
     slurm_clusters.stop()  # one local Slurm at a time; the fixtures restart theirs when needed
-    with LocalSlurm(tmp_path / "cluster", install=install) as cluster:
+    with LocalSlurm(tmp_path / "cluster", install=install, bind_cores=True) as cluster:
         # Started under its file name `slurmd-wlm`, slurmd ignored the node's gres: (null) here.
         assert cluster.run("sinfo", "-h", "-N", "-o", "%G").stdout.split()[0] == "gpu:A100:2,gpu:H100:2"
         out = tmp_path / "job.out"
@@ -49,3 +49,7 @@ def test_cluster_from_unpacked_debs_schedules_typed_gpus(unpacked_prefix: Path, 
         partition, gpus, sbatch = out.read_text().split()
         assert (partition, gpus) == ("grete-h100", "1")
         assert sbatch == str(unpacked_prefix / "usr/bin/sbatch")  # the job sees the prefix's commands
+        # As the GPU machines' sweeps run it: a job bound to the one core it asked for, not the node's.
+        cluster.run("sbatch", "--wait", "-c", "1", "-o", str(out), "--wrap",
+                    "python3 -c 'import os; print(len(os.sched_getaffinity(0)))'", timeout=120)
+        assert int(out.read_text()) == 1 < cluster.cpus, (out.read_text(), cluster.cpus)

@@ -87,7 +87,8 @@ def main() -> int:
 
     gpus = real_gpus()
     gpu_type = next(iter(gpus))
-    with LocalSlurm(args.root, install=SlurmInstall(args.prefix.resolve()), gpus=gpus) as cluster:
+    # Cores bound: array tasks running side by side on the GPUs of this node get CPUs of their own.
+    with LocalSlurm(args.root, install=SlurmInstall(args.prefix.resolve()), gpus=gpus, bind_cores=True) as cluster:
         print(cluster.run("sinfo", "-N", "-o", "%N %P %t %G").stdout, flush=True)
         command = ([sys.executable, "-m", "orchestrator.cli", "status", str(args.sweep_dir), "--retry-failed"]
                    if args.retry_failed else

@@ -100,8 +100,10 @@ class LocalSlurm:
     """
 
     def __init__(self, root_dir: str | os.PathLike[str], accounting: bool = False,
-                 gpus: dict[str, list[str]] | None = None, install: SlurmInstall = SlurmInstall()):
+                 gpus: dict[str, list[str]] | None = None, install: SlurmInstall = SlurmInstall(),
+                 bind_cores: bool = False):
         self.root = Path(root_dir).resolve()
+        self.bind_cores = bind_cores
         self.accounting = accounting
         self.install = install
         self.gpus = gpus
@@ -210,7 +212,7 @@ class LocalSlurm:
                         # slurmd reads the free memory; a RealMemory above it would make the node invalid.
                         real_memory_mb=max(1, int(_mem_available_mb() * 0.5)),
                         gpus=self.gpus or self._placeholder_gpus(), munge_socket=self.munge_socket,
-                        ports=self.ports, plugin_dir=self.install.plugin_dir)
+                        ports=self.ports, plugin_dir=self.install.plugin_dir, bind_cores=self.bind_cores)
         self.conf.write_text(slurm_conf(node, self.accounting))
         (self.conf.parent / "gres.conf").write_text(gres_conf(node))  # looked up beside slurm.conf
         (self.conf.parent / "cgroup.conf").write_text(cgroup_conf())

@@ -31,6 +31,8 @@ class NodeSpec:
     munge_socket: Path
     ports: dict[str, int]
     plugin_dir: Path | None = None
+    bind_cores: bool = False
+    """Bind each job to the cores it was given (task/affinity, as real sites do; no cgroups needed)."""
 
 
 def slurm_conf(node: NodeSpec, accounting: bool) -> str:
@@ -55,7 +57,9 @@ def slurm_conf(node: NodeSpec, accounting: bool) -> str:
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
         "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
+        # Unbound, a test cell may use both cores of a CI machine; bound, two array tasks on a GPU
+        # machine do not share CPUs (an inductor compile beside a measured step disturbs it).
+        f"TaskPlugin={'task/affinity' if node.bind_cores else 'task/none'}",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "ReturnToService=2",
