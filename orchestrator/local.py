@@ -275,11 +275,12 @@ def _turns(compile_cache: str) -> Iterator[_Turns]:
         yield _Turns(Path(directory), compile_cache)
 
 
-def run_grid(grid: Grid, out: TextIO = sys.stdout, ahead: int | None = None) -> list[Outcome]:
+def run_grid(grid: Grid, out: TextIO | None = None, ahead: int | None = None) -> list[Outcome]:
     """Run every replicate of every cell not completed before, in `Grid.replicates` order,
     printing one progress line each. Each replicate gets its turn when the one before has handed
     the device over; when none is waiting behind the one given its turn, the next `ahead`
     replicates to run (default `processes_ahead()`) are started at once (module doc)."""
+    out = sys.stdout if out is None else out  # looked up per call: tests and callers redirect it
     outcomes: list[Outcome] = []
     todo = grid.replicates()
     ahead = ahead or processes_ahead()

@@ -248,12 +248,13 @@ def deferred_signals(signums: Sequence[int] = (signal.SIGINT, signal.SIGTERM)) -
             signal.signal(signum, handler)
 
 
-def submit(plan: SlurmPlan, out: TextIO = sys.stdout) -> dict[str, str]:
+def submit(plan: SlurmPlan, out: TextIO | None = None) -> dict[str, str]:
     """Submit every array of the plan; the manifest is rewritten after each, so the job ids of
     what was submitted are kept even when a later sbatch fails (SubmitError is raised then).
     SIGINT and SIGTERM wait for the array being submitted to be recorded, then end the
     submission with SubmissionInterrupted: a job sbatch created but the manifest missed would
     be submitted a second time by the next run of the sweep."""
+    out = sys.stdout if out is None else out  # looked up per call: tests and callers redirect it
     job_ids = dict(plan.job_ids)
     ours: dict[str, list[str]] = {}  # the jobs of each cell's replicates submitted now (maybe in two arrays)
     total = len(plan.arrays)

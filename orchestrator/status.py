@@ -169,7 +169,7 @@ def _elapsed(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def follow(sweep_dir: Path, out: TextIO = sys.stdout, interval_s: float = WAIT_INTERVAL_S,
+def follow(sweep_dir: Path, out: TextIO | None = None, interval_s: float = WAIT_INTERVAL_S,
            give_up_s: float = UNANSWERED_LIMIT_S) -> list[CellStatus]:
     """Look at the sweep every `interval_s` seconds until no cell is pending or running, showing
     the cells per state (`[12s] 3 completed, 1 running`): rewritten in place on a terminal, one
@@ -179,6 +179,7 @@ def follow(sweep_dir: Path, out: TextIO = sys.stdout, interval_s: float = WAIT_I
     most `give_up_s` in a row, so that --wait cannot hang on a broken scheduler: the rows returned
     then hold `unknown` cells.
     """
+    out = sys.stdout if out is None else out  # looked up per call: tests and callers redirect it
     tty = out.isatty()
     start = time.monotonic()
     unanswered_since: float | None = None

@@ -10,6 +10,8 @@ alone, and `--retry-failed` resubmitting just those two."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import pty
@@ -25,6 +27,8 @@ import pandas as pd
 import pytest
 
 from orchestrator.scheduler import expand_job_ids, parse_states
+from orchestrator.status import follow
+from tests.analysis_sweeps import write_cell, write_manifest
 from tests.helpers import TINY, WAIT, cli, cli_popen, manifest_jobs, table, wait_until
 from tests.slurm.cluster import LocalSlurm
 from workloads.vocabulary import ERROR_WIDTH
@@ -290,3 +294,16 @@ def test_sacct_states_and_retry_failed(slurm_cluster_accounting: LocalSlurm, tmp
     attempts = {cell: len(pd.read_parquet(tmp_path / "sw" / "cells" / cell / "run.parquet")) for cell in jobs}
     assert attempts == {done: 1, broken: 1, cancelled: 1}  # the completed cell never ran again
     assert cli(tmp_path, "status", "sw", env=env).returncode == 0
+
+
+def test_follow_writes_to_the_stdout_of_its_call(tmp_path: Path) -> None:
+    """`follow` (like `run_grid` and `submit`) prints to sys.stdout as it is when called, so that a
+    caller that redirects it gets the lines: a default bound when the module was imported would
+    write to whatever sys.stdout was then."""
+    write_cell(tmp_path, "e", "eager", step_ms=[1.0, 1.0])
+    write_manifest(tmp_path, [{"cell_id": "e"}])
+    caught = io.StringIO()
+    with contextlib.redirect_stdout(caught):
+        rows = follow(tmp_path, interval_s=0)
+    assert [row.state for row in rows] == ["completed"]
+    assert caught.getvalue() == "[0s] 1 completed\n"
