@@ -4,8 +4,9 @@ Each run row records dynamo's own reasons (workloads/dynamo_records.py): `graph_
 and `recompile_reasons`, one {reason, count} per distinct reason. Here the reasons of every cell's
 attempt that counts are grouped across the sweep by a short form of their text — the first line
 (for a recompile the guard that failed and the line of code it guards; dynamo's long hints left
-out) and, for a graph break, its explanation — and ranked by how many cells they hit, then by how
-often they occurred. A sweep whose runs recorded no reason (eager and torchscript cells, cells that
+out) and, for a graph break, its explanation — with the numbers a guard compared written `N`
+(`expected 64, actual 256`, `== 8`: one reason for every stage of a ResNet, not one per size), and
+ranked by how many cells they hit, then by how often they occurred. run.parquet keeps the literals. A sweep whose runs recorded no reason (eager and torchscript cells, cells that
 compiled in one graph, runs written before these columns) gets no table.
 """
 
@@ -25,16 +26,18 @@ KINDS = {"graph_break_reasons": "graph break", "recompile_reasons": "recompile"}
 #: Cells named per reason (the CSV has them all); longest short reason.
 CELLS_SHOWN, REASON_WIDTH = 5, 200
 _HINT = re.compile(r"\s*\(HINT:.*$")
+#: A number a guard compared: after expected/actual or a comparison operator.
+_COMPARED = re.compile(r"\b(expected|actual)\s+-?\d+(?:\.\d+)?\b|([=!<>]=|[<>])\s*-?\d+(?:\.\d+)?\b")
 
 
 def short_reason(text: str) -> str:
     """`Unsupported Tensor.item() call ...: Dynamo does not support ...`, `self.odd == False # self.odd = not
     self.odd # model.py:33 in forward`: the first line without dynamo's hint, white space folded,
-    and the `Explanation:` line where there is one; cut to REASON_WIDTH."""
+    compared numbers as `N`, and the `Explanation:` line where there is one; cut to REASON_WIDTH."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return ""
-    head = " ".join(_HINT.sub("", lines[0]).split())
+    head = _COMPARED.sub(lambda m: f"{m[1]} N" if m[1] else f"{m[2]} N", " ".join(_HINT.sub("", lines[0]).split()))
     explanation = next((line.removeprefix("Explanation:").strip() for line in lines if line.startswith("Explanation:")),
                        "")
     short = f"{head}: {explanation}" if explanation else head

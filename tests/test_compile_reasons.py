@@ -76,7 +76,8 @@ def test_graph_break_and_recompile_reasons_are_recorded_and_reported(
 
 def test_the_top_reasons_across_a_sweep_name_the_cells_they_hit(tmp_path: Path) -> None:
     """Reasons written through the workloads' writer, as dynamo words them: one graph break in three
-    cells (its hint differs, the short form does not), another in one; a sweep's other cells have none."""
+    cells (its hint differs, the short form does not), another in one; one recompile reason at two
+    sizes (as a ResNet's stages give it) and another; a sweep's other cells have none."""
     item = ("Unsupported Tensor.item() call with capture_scalar_outputs=False\n  Explanation: Dynamo does not support "
             "tracing `Tensor.item()`.\n  Hint: {hint}")
     for cell, hint in (("a", "one"), ("b", "two"), ("c", "three")):
@@ -84,17 +85,21 @@ def test_the_top_reasons_across_a_sweep_name_the_cells_they_hit(tmp_path: Path) 
                    graph_break_reasons=[{"reason": item.format(hint=hint), "count": 2}],
                    recompile_reasons=[{"reason": "x.size()[0] == 8  # return x  # m.py:3 in f (HINT: mark it dynamic)",
                                        "count": 1}] if cell == "c" else None)
+    size = "tensor 'x' size mismatch at index 1. expected {}, actual {}"
+    write_cell(tmp_path, "r", "inductor", step_ms=[5.0], seed=7, recompile_reasons=[
+        {"reason": size.format(64, 256), "count": 1}, {"reason": size.format(256, 512), "count": 1}])
     write_cell(tmp_path, "d", "aot_eager", step_ms=[5.0], graph_break_reasons=[{"reason": "print", "count": 9}])
     write_cell(tmp_path, "e", "eager", step_ms=[6.0])
     data = load_sweep(tmp_path, warn=None)
     table = reasons_table(data.cells, cell_metrics(data))
     rows = table.text.to_dict("records")
     assert [(r["kind"], r["times"], r["cells"]) for r in rows] == [("graph break", "6", "3"), ("graph break", "9", "1"),
-                                                                  ("recompile", "1", "1")]
+                                                                  ("recompile", "2", "1"), ("recompile", "1", "1")]
     assert rows[0]["reason"] == ("Unsupported Tensor.item() call with capture_scalar_outputs=False: Dynamo does not "
                                  "support tracing `Tensor.item()`.")
     assert rows[0]["which"] == "a (gpt tiny seed 97 · inductor), b (gpt tiny seed 98 · inductor), c (gpt tiny seed 99 · inductor)"
-    assert rows[2]["reason"] == "x.size()[0] == 8 # return x # m.py:3 in f"
+    assert rows[2]["reason"] == "tensor 'x' size mismatch at index 1. expected N, actual N"
+    assert rows[3]["reason"] == "x.size()[0] == N # return x # m.py:3 in f"
     write_cell(tmp_path / "none", "e", "eager", step_ms=[6.0])
     plain = load_sweep(tmp_path / "none", warn=None)
     assert reasons_table(plain.cells, cell_metrics(plain)) is None
