@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ContextManager
 
 from workloads import backends, compile_cache, dynamo_records, turns
+from workloads.child_env import child_env
 from workloads.config import CellConfig, cell_config_to_dict, config_digest
 from workloads.recorder import CellRecorder, compile_time_s
 from workloads.sweep_dir import config_yaml
@@ -35,9 +36,6 @@ from workloads.train import run_steps
 
 if TYPE_CHECKING:  # the cell's process passes its prepare_cell in: run.py imports this module
     from workloads.run import PreparedCell
-
-#: The checkout (or site-packages) that holds `workloads`, for the cold compile's process.
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 
 
 def measures_cold_and_warm(cfg: CellConfig) -> bool:
@@ -61,12 +59,11 @@ def compile_cold(cfg: CellConfig) -> list[float] | None:
     base = Path(os.environ[compile_cache.BASE_ENV])
     config, result = base / "cold.yaml", base / "cold.json"
     config.write_text(config_yaml(cell_config_to_dict(cfg)))
-    env = {name: value for name, value in os.environ.items() if name not in (turns.DIR_ENV, turns.INDEX_ENV)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), _PACKAGE_ROOT) if p)
     print("compilebench: compiling cold in a process of its own (compile.measure=cold_warm)", file=sys.stderr, flush=True)
     sys.stdout.flush()
     code = subprocess.run([sys.executable, "-m", "workloads.run", str(config), "--compile-cold", str(result)],
-                          env=env, stdin=subprocess.DEVNULL).returncode
+                          # not one of the local executor's replicates: it takes no turn on the device
+                          env=child_env(drop=(turns.DIR_ENV, turns.INDEX_ENV)), stdin=subprocess.DEVNULL).returncode
     if code != 0:
         raise RuntimeError(f"the cold compile's process (compile.measure=cold_warm) exited {code}; its output is "
                            "in this log, before this line")
