@@ -39,6 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, TextIO
 
+from workloads.child_env import child_env
 from workloads.compile_cache import BASE_ENV
 from workloads.schema import atomic_output
 from workloads.sweep_dir import (
@@ -53,8 +54,6 @@ if TYPE_CHECKING:  # grid imports Hydra and torch; run_cell in a Slurm task need
 
 #: An Outcome's status for a cell that an earlier run completed (not run again).
 SKIPPED = "skipped"
-#: The repository root, so `workloads` imports in the child even without `pip install -e`.
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -70,15 +69,6 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.status in (COMPLETED, SKIPPED)
-
-
-def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    # Appended, not prepended: an explicit PYTHONPATH (a test stand-in, a site package) still wins.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(REPO_ROOT)) if p)
-    env["PYTHONUNBUFFERED"] = "1"  # logs grow while the cell runs, for `tail -f`
-    env.update(extra or {})
-    return env
 
 
 def _last_line(path: Path, limit: int = 65536) -> str:
@@ -204,7 +194,7 @@ def start_cell(sweep_dir: Path, cell_id: str, rank: int = 0, repeat: int = 0,
     command = [sys.executable, "-m", "workloads.run", str(config_path(sweep_dir, cell_id)), "--repeat", str(repeat)]
     stdout_log, stderr_log = log_paths(logs, rank)
     with open(stdout_log, "ab") as out, open(stderr_log, "ab") as err:  # the child keeps its own copies
-        process = subprocess.Popen(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=_child_env(env))
+        process = subprocess.Popen(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=child_env(env))
     return CellProcess(sweep_dir, cell_id, rank, repeat, process, attempts_before, stderr_log)
 
 

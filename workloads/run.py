@@ -13,14 +13,10 @@ status is `completed` (so Slurm marks the job failed).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import importlib
-import json
-import os
 import resource
 import signal
-import subprocess
 import sys
 import traceback
 from dataclasses import dataclass
@@ -37,8 +33,6 @@ _PROCESS_STARTED = datetime.now(timezone.utc)
 #: Device memory a finished process may still hold (its CUDA context aside) and let the next
 #: replicate start beside it (`hand_over`): a little, never what a large cell's build may need.
 HAND_OVER_MAX_RESERVED = 256 << 20
-#: The checkout (or site-packages) that holds `workloads`, for the cold compile's process.
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 if __name__ == "__main__":
     for _signum in (signal.SIGTERM, signal.SIGUSR2):
         signal.signal(_signum, lambda signum, frame: _EARLY_SIGNALS.append(signum))
@@ -46,7 +40,7 @@ if __name__ == "__main__":
 import torch  # noqa: E402  (after the early handlers: this import takes seconds)
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from workloads import backends, compile_cache, distributed, dynamo_records, provenance, turns
+from workloads import backends, cold_compile, compile_cache, distributed, dynamo_records, provenance, turns
 from workloads.config import CellConfig, ConfigError, cell_config_to_dict, config_digest, load_cell_config
 from workloads.custom_model import check_target
 from workloads.data import check_data_source, load_token_source, make_batches
@@ -54,8 +48,8 @@ from workloads.distributed import LaunchError, Ranks
 from workloads.environment import describe_environment, peak_tflops, resolve_device
 from workloads.models import MODEL_FAMILIES, ModelSpec, build_model, check_model
 from workloads.precision import PRECISIONS
-from workloads.recorder import CellRecorder, compile_time_s
-from workloads.sweep_dir import config_yaml, next_attempt
+from workloads.recorder import CellRecorder
+from workloads.sweep_dir import next_attempt
 from workloads.train import StepRecord, TrainStep, run_steps
 from workloads.vocabulary import COMPLETED, axes_from_config
 
@@ -228,48 +222,9 @@ def _announcing(rec: CellRecorder, warmup_steps: int) -> Callable[[StepRecord], 
     return on_step
 
 
-def _measures_cold_and_warm(cfg: CellConfig) -> bool:
-    """`compile.measure=cold_warm` on a backend that compiles through dynamo (else a no-op)."""
-    return cfg.compile.measure == "cold_warm" and cfg.backend.name not in backends.NON_DYNAMO_BACKENDS
-
-
-def _compile_cold(cfg: CellConfig) -> list[float]:
-    """The cold compile of `compile.measure=cold_warm`: the cell's build and warm-up steps (and one
-    more step) in a process of its own, with the caches of COMPILEBENCH_COMPILE_CACHE (a fresh
-    base: empty), which it leaves filled; returns its warm-up steps' times (ms). Its output goes to
-    this process's log; a failure raises."""
-    base = Path(os.environ[compile_cache.BASE_ENV])
-    config, result = base / "cold.yaml", base / "cold.json"
-    config.write_text(config_yaml(cell_config_to_dict(cfg)))
-    env = {name: value for name, value in os.environ.items() if name not in (turns.DIR_ENV, turns.INDEX_ENV)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), _PACKAGE_ROOT) if p)
-    print("compilebench: compiling cold in a process of its own (compile.measure=cold_warm)", file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    code = subprocess.run([sys.executable, "-m", "workloads.run", str(config), "--compile-cold", str(result)],
-                          env=env, stdin=subprocess.DEVNULL).returncode
-    if code != 0:
-        raise RuntimeError(f"the cold compile's process (compile.measure=cold_warm) exited {code}; its output is "
-                           "in this log, before this line")
-    return json.loads(result.read_text())["warmup_ms"]
-
-
-def _compile_cold_here(cfg: CellConfig, result: Path) -> None:
-    """What `--compile-cold RESULT` runs: build, compile and run the warm-up steps and one more,
-    then write the warm-up steps' times (ms) into RESULT (JSON)."""
-    rec = CellRecorder(cfg.cell_id or config_digest(cfg), 0, 1)
-    cell = prepare_cell(cfg, rec)
-    warmup: list[float] = []
-    run_steps(cell.step, cfg.warmup_steps, 1, cell.device,
-              lambda record: warmup.append(record.step_time_ms) if record.phase == "warmup" else None)
-    stats = dynamo_records.compile_stats()
-    print(f"compilebench: cold compile done: warm-up steps {[round(t) for t in warmup]} ms, caches {stats.cache}",
-          file=sys.stderr, flush=True)
-    result.write_text(json.dumps({"warmup_ms": warmup, "cache": stats.cache}))
-
-
 def _train(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
     """Everything between a valid config (and a joined process group) and the final status."""
-    cold_warmup_ms = _compile_cold(cfg) if _measures_cold_and_warm(cfg) else None
+    cold_warmup_ms = cold_compile.compile_cold(cfg)  # None unless compile.measure=cold_warm
     cell = prepare_cell(cfg, rec, ranks)
     compiled, device = cell.compiled, cell.device
     finished = False
@@ -289,10 +244,8 @@ def _train(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
             reports = distributed.gather(ranks, own) if finished else [own]
             rec.summarise(reports, cfg.backend.name != "eager", compiled.setup_time_s)
             _record_compile_stats(cfg, compiled, rec, ddp_buckets)
-            if cold_warmup_ms is not None:  # the same measure as compile_time_s, against this run's steps
-                measured = [row["step_time_ms"] for row in rec.steps if row["phase"] == "measure"]
-                rec.run.update(compile_cold_s=compile_time_s(cold_warmup_ms, measured, compiled.setup_time_s),
-                               compile_warm_s=rec.run.get("compile_time_s"))
+            if cold_warmup_ms is not None:
+                cold_compile.record(rec, cold_warmup_ms, compiled.setup_time_s)
 
     if cfg.backend.name != "eager" and not rec.run.get("graph_count"):
         rec.run["error"] = (f"backend {cfg.backend.name} was requested but no graph was compiled "
@@ -326,7 +279,7 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
         ranks = distributed.join(cfg.distributed, resolve_device(cfg.device).type)
         rec.run["dist_backend"] = ranks.backend
         # cold_warm: both compiles in a fresh cache directory of the attempt's own, not the sweep's.
-        with compile_cache.private_base() if _measures_cold_and_warm(cfg) else contextlib.nullcontext():
+        with cold_compile.private_caches(cfg):
             status = _train(cfg, rec, ranks)
         finished = True  # every rank took part in the gather after its loop: all are here
     except Exception as err:  # a failed cell is a result to record, whatever the cause
@@ -414,8 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.repeat < cfg.repeats:
         print(f"compilebench: --repeat {args.repeat} outside 0..{cfg.repeats - 1} (repeats={cfg.repeats})", file=sys.stderr)
         return 2
-    if args.compile_cold:  # the first process of compile.measure=cold_warm (_compile_cold): no results of its own
-        _compile_cold_here(cfg, args.compile_cold)
+    if args.compile_cold:  # the first process of compile.measure=cold_warm (cold_compile): no results of its own
+        cold_compile.compile_cold_here(cfg, args.compile_cold, prepare_cell)
         return 0
     take_turn(cfg)
     status = run_cell(cfg, args.cell_dir or args.config.parent, args.repeat)

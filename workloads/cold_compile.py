@@ -1,0 +1,95 @@
+"""The cold compile of `compile.measure=cold_warm`: each attempt of a dynamo-compiled cell compiles
+first with nothing cached, in a process of its own, then again in its own process from what that
+one left, and measures (docs/measurement.md, "Cold and warm compiles").
+
+A compile's cost depends on what torch.compile's disk caches hold (inductor's FX graph and
+AOTAutograd caches, triton's kernels), so the attempt makes a fresh, empty cache directory
+(`private_caches`) and starts `python -m workloads.run CONFIG --compile-cold RESULT` in it
+(`compile_cold`): that process builds the cell, runs its warm-up steps and one more step, which
+fills the caches, and writes its warm-up steps' times into RESULT (`compile_cold_here`). The
+attempt then builds and compiles the cell itself, warm from those caches, and measures as always;
+both compiles are set against its median measured step (`record`).
+
+The cold compile has a process of its own because a process keeps more of what it compiled than
+the disk caches do (dynamo's cache entries on the model's code, inductor's loaded modules and
+kernels, the counters): a second compile in the same process would be warmer than a new process
+with the same caches, which is what every other cell, replicate and Slurm job is. The measured
+process stays such a new process, and shares nothing with the cold one but the disk caches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, ContextManager
+
+from workloads import backends, compile_cache, dynamo_records, turns
+from workloads.child_env import child_env
+from workloads.config import CellConfig, cell_config_to_dict, config_digest
+from workloads.recorder import CellRecorder, compile_time_s
+from workloads.sweep_dir import config_yaml
+from workloads.train import run_steps
+
+if TYPE_CHECKING:  # the cell's process passes its prepare_cell in: run.py imports this module
+    from workloads.run import PreparedCell
+
+
+def measures_cold_and_warm(cfg: CellConfig) -> bool:
+    """`compile.measure=cold_warm` on a backend that compiles through dynamo (else a no-op)."""
+    return cfg.compile.measure == "cold_warm" and cfg.backend.name not in backends.NON_DYNAMO_BACKENDS
+
+
+def private_caches(cfg: CellConfig) -> ContextManager[Path | None]:
+    """Around the attempt: under cold_warm both compiles use a fresh cache directory of the
+    attempt's own (compile_cache.private_base), not the sweep's; else nothing changes."""
+    return compile_cache.private_base() if measures_cold_and_warm(cfg) else contextlib.nullcontext()
+
+
+def compile_cold(cfg: CellConfig) -> list[float] | None:
+    """The cold compile, where the cell measures cold and warm (else None): the cell's build and
+    warm-up steps (and one more step) in a process of its own, with the caches of
+    COMPILEBENCH_COMPILE_CACHE (a fresh base: empty), which it leaves filled; returns its warm-up
+    steps' times (ms). Its output goes to this process's log; a failure raises."""
+    if not measures_cold_and_warm(cfg):
+        return None
+    base = Path(os.environ[compile_cache.BASE_ENV])
+    config, result = base / "cold.yaml", base / "cold.json"
+    config.write_text(config_yaml(cell_config_to_dict(cfg)))
+    print("compilebench: compiling cold in a process of its own (compile.measure=cold_warm)", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    code = subprocess.run([sys.executable, "-m", "workloads.run", str(config), "--compile-cold", str(result)],
+                          # not one of the local executor's replicates: it takes no turn on the device
+                          env=child_env(drop=(turns.DIR_ENV, turns.INDEX_ENV)), stdin=subprocess.DEVNULL).returncode
+    if code != 0:
+        raise RuntimeError(f"the cold compile's process (compile.measure=cold_warm) exited {code}; its output is "
+                           "in this log, before this line")
+    return json.loads(result.read_text())["warmup_ms"]
+
+
+def compile_cold_here(cfg: CellConfig, result: Path,
+                      prepare: Callable[[CellConfig, CellRecorder], PreparedCell]) -> None:
+    """What `--compile-cold RESULT` runs: build, compile (`prepare`: workloads.run.prepare_cell)
+    and run the warm-up steps and one more, then write the warm-up steps' times (ms) into RESULT
+    (JSON)."""
+    rec = CellRecorder(cfg.cell_id or config_digest(cfg), 0, 1)
+    cell = prepare(cfg, rec)
+    warmup: list[float] = []
+    run_steps(cell.step, cfg.warmup_steps, 1, cell.device,
+              lambda record: warmup.append(record.step_time_ms) if record.phase == "warmup" else None)
+    stats = dynamo_records.compile_stats()
+    print(f"compilebench: cold compile done: warm-up steps {[round(t) for t in warmup]} ms, caches {stats.cache}",
+          file=sys.stderr, flush=True)
+    result.write_text(json.dumps({"warmup_ms": warmup, "cache": stats.cache}))
+
+
+def record(rec: CellRecorder, cold_warmup_ms: list[float], setup_time_s: float) -> None:
+    """`compile_cold_s` and `compile_warm_s` into the run row, once it has its steps and its
+    `compile_time_s` (the warm compile's): the same measure as compile_time_s, against this
+    attempt's measured steps."""
+    measured = [row["step_time_ms"] for row in rec.steps if row["phase"] == "measure"]
+    rec.run.update(compile_cold_s=compile_time_s(cold_warmup_ms, measured, setup_time_s),
+                   compile_warm_s=rec.run.get("compile_time_s"))
