@@ -32,10 +32,10 @@ import pandas as pd
 
 from analysis.collect import REPEAT, SweepData, load_sweep
 from analysis.metrics import (
-    RESAMPLES, SEED, axis_rows, axis_text, cell_labels, cell_metrics, representatives, stable_hash,
+    RESAMPLES, SEED, axis_rows, axis_text, cell_labels, cell_metrics, representatives,
 )
 from analysis.render import fmt_number, fmt_speedup, render_markdown
-from analysis.stats import ReplicateSamples, hierarchical_means, ratio_interval
+from analysis.stats import ReplicateSamples, hierarchical_means, ratio_interval, stable_hash
 from workloads.sweep_dir import STDERR
 from workloads.vocabulary import COMPLETED, HARDWARE, PROCESSES, WORKLOAD, names
 

@@ -41,8 +41,6 @@ per-rank medians.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pandas as pd
 
@@ -51,7 +49,7 @@ from analysis.collect import REPEAT, SweepData
 from analysis.render import fmt_speedup, is_null
 from analysis.stats import (
     ReplicateSamples, SortedSamples, equivalence_verdict, group_mean_std, group_moments, group_ratio_of_sums,
-    hierarchical_means, median_over_replicates, ratio_interval, subset_cells,
+    hierarchical_means, median_over_replicates, ratio_interval, stable_hash, subset_cells,
 )
 from workloads.vocabulary import (
     COMPLETED, HARDWARE, NO_RESULT, PROCESSES, TREATMENT, UNREADABLE, WORKLOAD, backend_label, names,
@@ -378,11 +376,6 @@ def _rank_imbalance(cells: pd.DataFrame) -> np.ndarray:
         if status == COMPLETED and len(known) > 1:
             imbalance[i] = known.max() / known.min() - 1
     return imbalance
-
-
-def stable_hash(text: str) -> int:
-    """A 64-bit number of the text, the same in every process (unlike hash())."""
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
 
 
 def sort_cells(frame: pd.DataFrame) -> pd.DataFrame:
