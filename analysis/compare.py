@@ -4,7 +4,7 @@ Cells are matched by their axes (workloads/vocabulary.py: model, size, backend, 
 precision, data, seed, batch, processes, ...) except the hardware ones (device, GPU): what differs
 between two sweeps by design — torch version, cluster, GPU, date, commit, host — is not an axis or
 is left out, so a module upgrade or another cluster finds its cells. Where one sweep has several
-cells of one key (other step counts), the one that speaks for them is `metrics.representatives`'.
+cells of one key (other step counts), the one that speaks for them is `axes.representatives`'.
 
 For each cell completed in both, with measured steps:
 
@@ -30,12 +30,11 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
+from analysis.axes import axis_rows, axis_text, cell_labels, representatives
 from analysis.collect import REPEAT, SweepData, load_sweep
-from analysis.metrics import (
-    RESAMPLES, SEED, axis_rows, axis_text, cell_labels, cell_metrics, representatives, stable_hash,
-)
+from analysis.metrics import RESAMPLES, SEED, cell_metrics
 from analysis.render import fmt_number, fmt_speedup, render_markdown
-from analysis.stats import ReplicateSamples, hierarchical_means, ratio_interval
+from analysis.stats import ReplicateSamples, hierarchical_means, ratio_interval, stable_hash
 from workloads.sweep_dir import STDERR
 from workloads.vocabulary import COMPLETED, HARDWARE, PROCESSES, WORKLOAD, names
 

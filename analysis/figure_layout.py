@@ -13,7 +13,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from analysis.metrics import E2E_BASIS, backend_labels
+from analysis.axes import backend_labels
+from analysis.metrics import E2E_BASIS
 from analysis.palette import backend_colors
 
 FIGSIZE = (10.0, 6.0)  # inches: the width of every figure, the height of those without rows

@@ -5,6 +5,8 @@ so warm-up and compilation never leak into them; compile time is the workload's 
 `compile_time_s`. Only `completed` cells get numbers: a failed or `not_compiled` cell stays in
 the frame with its status, but what it measured is not a result (a `not_compiled` cell ran
 eagerly while claiming a compiled backend).
+Which cells are compared with which (SAME_WORKLOAD, SCALING_WORKLOAD), and how cells are named
+and ordered, is analysis/axes.py's.
 
 A cell may have been run as several replicates (`repeats`, one process each): they are one cell,
 one row. Its median step is the median of the replicates' median steps (analysis.stats.
@@ -41,28 +43,19 @@ per-rank medians.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pandas as pd
 
+from analysis.axes import SAME_WORKLOAD, SCALING_WORKLOAD, reference_positions, sort_cells
 from analysis.breakeven import BREAK_EVEN_COLUMNS, break_even_columns
 from analysis.collect import REPEAT, SweepData
-from analysis.render import fmt_speedup, is_null
+from analysis.render import fmt_speedup
 from analysis.stats import (
     ReplicateSamples, SortedSamples, equivalence_verdict, group_mean_std, group_moments, group_ratio_of_sums,
-    hierarchical_means, median_over_replicates, ratio_interval, subset_cells,
+    hierarchical_means, median_over_replicates, ratio_interval, stable_hash, subset_cells,
 )
-from workloads.vocabulary import (
-    COMPLETED, HARDWARE, NO_RESULT, PROCESSES, TREATMENT, UNREADABLE, WORKLOAD, backend_label, names,
-)
+from workloads.vocabulary import COMPLETED, names
 
-#: How many processes trained a cell, and where (`batch_size` and `grad_accum` are per process).
-DISTRIBUTED_AXES = names(PROCESSES)
-#: Cells compared with each other must agree on all of these; only the treatment (backend) may differ.
-SAME_WORKLOAD = names(WORKLOAD, HARDWARE, PROCESSES)
-#: Cells of one scaling series agree on all of these; only the processes (and their nodes) differ.
-SCALING_WORKLOAD = names(WORKLOAD, HARDWARE, TREATMENT)
 #: What names a cell in tables and plots, besides its id: every axis.
 AXES = names()
 METRIC_COLUMNS = [
@@ -84,11 +77,6 @@ COUNT_COLUMNS = ["replicates", "measured_steps", "graph_count", "graph_break_cou
 RUN_SUMMARY = {"measured_steps": "measured_steps", "mean_step_ms": "mean_step_ms", "std_step_ms": "std_step_ms",
                "median_step_ms": "median_step_ms", "items_per_s": "items_per_s", "mfu_mean": "mfu",
                "e2e_items_per_s": "e2e_items_per_s", "e2e_mfu": "e2e_mfu"}
-#: How a workload setting reads in a label: `b128` for batch 128, `procs 2` for two processes;
-#: precision, data source, device and the process group's backend are recognisable by their values.
-SETTING_PREFIXES = {"batch_size": "b", "grad_accum": "accum ", "seed": "seed ", "world_size": "procs ",
-                    "nodes": "nodes "}
-SIZE_ORDER = {"tiny": 0, "small": 1, "medium": 2, "large": 3, "xl": 4}
 #: Bootstrap resamples of each cell's measured steps, and the seed that, with the cell's id, seeds
 #: its generators: a cell gets the same interval in every analysis, alone or in any sweep.
 RESAMPLES, SEED = 1000, 0
@@ -109,69 +97,9 @@ UNSTABLE_TOLERANCE = 0.01
 MEDIAN_BASIS, E2E_BASIS = "median step", "end-to-end"
 
 
-def backend_labels(metrics: pd.DataFrame) -> pd.Series:
-    """The backend label (workloads.vocabulary.backend_label) of every cell."""
-    treatments = names(TREATMENT)
-    return pd.Series([backend_label(dict(zip(treatments, values))) for values in axis_rows(metrics, treatments)],
-                     index=metrics.index, dtype=object)
-
-
-def axis_text(value: object) -> str:
-    """An axis value as text ('' for null), e.g. for labels and for telling values apart."""
-    return "" if is_null(value) else str(value)
-
-
-def varying_axes(frame: pd.DataFrame, axes: list[str]) -> list[str]:
-    """The axes whose values (null counting as one) differ between the rows of `frame`."""
-    return [axis for axis in axes if frame[axis].map(axis_text).nunique() > 1]
-
-
-def axis_rows(frame: pd.DataFrame, axes: list[str]) -> list[list[object]]:
-    """Each row's values of `axes`, one list per row also when `axes` is empty (where pandas 2's
-    itertuples yields no rows at all)."""
-    return frame[axes].to_numpy(dtype=object).tolist()
-
-
-def workload_labels(metrics: pd.DataFrame, settings: list[str] = SAME_WORKLOAD) -> pd.Series:
-    """`gpt small`, `resnet small\nfp32 b128`: model (or timm arch, custom target) and size, and on a second line
-    those of `settings` (workload axes) that differ between the cells with a result."""
-    with_result = metrics[~metrics["status"].isin([NO_RESULT, UNREADABLE])]
-    varying = varying_axes(with_result, [a for a in settings if a not in ("model", "arch", "size")])
-    names = [" ".join(filter(None, (axis_text(arch if model in ("timm", "custom") else model), axis_text(size))))
-             for model, arch, size in zip(metrics["model"], metrics["arch"], metrics["size"])]
-    lines = [" ".join(f"{SETTING_PREFIXES.get(a, '')}{axis_text(v)}" for a, v in zip(varying, values) if axis_text(v))
-             for values in axis_rows(metrics, varying)]
-    return pd.Series([f"{n}\n{s}" if s else n for n, s in zip(names, lines)], index=metrics.index)
-
-
-def cell_labels(metrics: pd.DataFrame, settings: list[str] = SAME_WORKLOAD) -> pd.Series:
-    """`gpt small b64 · inductor`: a cell's workload (`workload_labels`, on one line) and backend."""
-    return workload_labels(metrics, settings).str.replace("\n", " ") + " · " + backend_labels(metrics)
-
-
 def _cell_codes(cell_ids: pd.Series, cells: pd.DataFrame) -> np.ndarray:
     """Position in `cells` of each id (-1 for ids it lacks)."""
     return pd.Categorical(cell_ids, categories=cells["cell_id"]).codes.astype(np.int64)
-
-
-def representatives(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """The cell that speaks for each combination of `by` where several share one: a completed one
-    first, then the one with most measured steps (other step counts of the same workload), then
-    the first by id."""
-    ranked = frame.assign(_done=frame["status"] == COMPLETED, _steps=frame["measured_steps"].fillna(0))
-    ranked = ranked.sort_values(["_done", "_steps", "cell_id"], ascending=[False, False, True], kind="stable")
-    return ranked.drop_duplicates(by).drop(columns=["_done", "_steps"])
-
-
-def _references(cells: pd.DataFrame, by: list[str], candidates: pd.Series) -> np.ndarray:
-    """Position in `cells` of each cell's reference (-1: none): the representative of the completed
-    `candidates` (a mask) with a median step among the cells that agree with it on `by`."""
-    workload = cells.groupby(by, dropna=False, sort=False).ngroup().to_numpy()
-    chosen = cells[candidates & (cells["status"] == COMPLETED) & cells["median_step_ms"].notna()]
-    first = representatives(chosen.assign(_workload=workload[chosen.index]), ["_workload"])
-    by_workload = np.full(workload.max() + 1 if len(workload) else 0, -1)
-    by_workload[first["_workload"].to_numpy()] = first.index.to_numpy()
-    return by_workload[workload]
 
 
 def _pooled(replicas: ReplicateSamples, group: np.ndarray, times: np.ndarray, n: int) -> SortedSamples:
@@ -355,7 +283,7 @@ def _verdicts(cells: pd.DataFrame, base: np.ndarray, data_bound: float, equivale
 
 def _scaling(cells: pd.DataFrame, draws: _Draws) -> None:
     """Scaling speedup and efficiency against the 1-process cell, with bootstrap intervals."""
-    one_process = _references(cells, SCALING_WORKLOAD, cells["world_size"] == 1)
+    one_process = reference_positions(cells, SCALING_WORKLOAD, cells["world_size"] == 1)
     has_base, base = _against(cells, one_process)
     throughput = cells["items_per_s"].to_numpy(float)
     # Throughput ratio = ratio of global items per step x ratio of median steps (the bootstrapped part).
@@ -380,21 +308,6 @@ def _rank_imbalance(cells: pd.DataFrame) -> np.ndarray:
     return imbalance
 
 
-def stable_hash(text: str) -> int:
-    """A 64-bit number of the text, the same in every process (unlike hash())."""
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-
-
-def sort_cells(frame: pd.DataFrame) -> pd.DataFrame:
-    """Cells ordered model, architecture, size (tiny..xl), precision, batch, processes, eager first,
-    backend, mode."""
-    order = frame.assign(_size=frame["size"].map(SIZE_ORDER).fillna(len(SIZE_ORDER)),
-                         _compiled=frame["backend"] != "eager")
-    order = order.sort_values(["model", "arch", "_size", "size", "precision", "batch_size", "world_size", "nodes",
-                               "_compiled", "backend", "compile_mode", "cell_id"], kind="stable", na_position="last")
-    return frame.loc[order.index].reset_index(drop=True)
-
-
 def cell_metrics(data: SweepData, resamples: int = RESAMPLES, seed: int = SEED, equivalence: float = EQUIVALENCE,
                  data_bound: float = DATA_BOUND) -> pd.DataFrame:
     """One row per cell (CELL_COLUMNS), ordered by `sort_cells`. `equivalence`: the margin of practical
@@ -409,7 +322,7 @@ def cell_metrics(data: SweepData, resamples: int = RESAMPLES, seed: int = SEED, 
     replicas = _step_stats(cells, data.steps, code)
     _stability(cells, replicas, resamples, seed, max(equivalence, UNSTABLE_TOLERANCE))
     draws = _Draws(cells, replicas, resamples, seed)
-    baseline = _references(cells, SAME_WORKLOAD, cells["backend"] == "eager")
+    baseline = reference_positions(cells, SAME_WORKLOAD, cells["backend"] == "eager")
     base = _comparisons(cells, draws, baseline)
     _verdicts(cells, base, data_bound, equivalence)
     cells[BREAK_EVEN_COLUMNS] = break_even_columns(cells, cells["verdict_basis"] == E2E_BASIS)

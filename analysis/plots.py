@@ -17,13 +17,13 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
+from analysis.axes import DISTRIBUTED_AXES, SAME_WORKLOAD, backend_labels, cell_labels, workload_labels
 from analysis.breakeven import baseline_step_ms, compile_seconds
 from analysis.collect import REPEAT
 from analysis.figure_layout import (
     DPI, FIGSIZE, LABEL_SIZE, colors, decisive_speedup, empty, figure, rows_height, set_row_labels,
     shown_rows, whiskers,
 )
-from analysis.metrics import DISTRIBUTED_AXES, SAME_WORKLOAD, backend_labels, cell_labels, workload_labels
 from analysis.palette import DATA_WAIT, NO_VALUE
 from analysis.render import fmt_break_even, fmt_number, fmt_speedup
 from analysis.scaling import scaling_cells

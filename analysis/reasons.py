@@ -16,7 +16,7 @@ import re
 
 import pandas as pd
 
-from analysis.metrics import cell_labels
+from analysis.axes import cell_labels
 from analysis.render import Table
 
 #: Name of the table (its file stem in report/tables/), and how many reasons it lists.

@@ -1,6 +1,6 @@
 """Scaling over processes (DDP): throughput and speedup from 1 to N processes, scaling efficiency.
 
-A scaling series is the cells of one workload and backend (analysis.metrics.SCALING_WORKLOAD)
+A scaling series is the cells of one workload and backend (analysis.axes.SCALING_WORKLOAD)
 at different numbers of processes; its numbers (speedup over the 1-process cell, efficiency,
 rank imbalance) are computed per cell in analysis.metrics. Here they become a table, one row per
 number of processes of every series that has a multi-process cell; a sweep without such cells
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.metrics import (
+from analysis.axes import (
     DISTRIBUTED_AXES, SAME_WORKLOAD, SCALING_WORKLOAD, backend_labels, representatives, workload_labels,
 )
 from analysis.render import (

@@ -15,7 +15,7 @@ from importlib import resources
 
 import pandas as pd
 
-from analysis.metrics import axis_rows, axis_text, representatives, varying_axes
+from analysis.axes import axis_rows, axis_text, representatives, varying_axes
 from analysis.render import Table, fmt_change, is_null
 from workloads.vocabulary import COMPLETED
 

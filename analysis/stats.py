@@ -14,6 +14,7 @@ interval against a margin of practical equivalence.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -331,3 +332,9 @@ def hierarchical_means(samples: ReplicateSamples, resamples: int, rngs: Sequence
 def median_over_replicates(samples: ReplicateSamples, values: np.ndarray) -> np.ndarray:
     """Each cell's median of one value per replicate (`values[r]` for replicate r; NaN left out)."""
     return SortedSamples.from_groups(samples.cell, np.asarray(values, dtype=float), len(samples.first)).quantile(0.5)
+
+
+def stable_hash(text: str) -> int:
+    """A 64-bit number of the text, the same in every process (unlike hash()): with a cell's id it
+    seeds the cell's own generators."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")

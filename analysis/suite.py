@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import axis_text, backend_labels
+from analysis.axes import axis_text, backend_labels
 from analysis.render import Table, fmt_number, fmt_percent, fmt_speedup
 from analysis.stats import geometric_mean
 from workloads.sweep_dir import cell_dirs, read_cell_config

@@ -13,12 +13,10 @@ from typing import Iterable, TextIO
 import numpy as np
 import pandas as pd
 
+from analysis.axes import axis_text, backend_labels, varying_axes, workload_labels
 from analysis.breakeven import BREAK_EVEN_COLUMNS, baseline_step_ms
 from analysis.collect import SweepData, load_sweep, read_cell
-from analysis.metrics import (
-    DATA_BOUND, E2E_BASIS, EQUIVALENCE, axis_text, backend_labels, cell_metrics, varying_axes, verdict_reasons,
-    workload_labels,
-)
+from analysis.metrics import DATA_BOUND, E2E_BASIS, EQUIVALENCE, cell_metrics, verdict_reasons
 from analysis.render import (
     Table, fmt_break_even, fmt_count, fmt_number, fmt_percent, fmt_speedup, is_null, render_markdown,
 )

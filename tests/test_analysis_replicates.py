@@ -17,11 +17,11 @@ import pytest
 
 from analysis.claims import AGREES, DISAGREES, NO_DIFFERENCE, check_claims, claims_table
 from analysis.collect import load_sweep, read_cell
-from analysis.metrics import E2E_BASIS, MEDIAN_BASIS, RESAMPLES, SEED, stable_hash, cell_metrics
+from analysis.metrics import E2E_BASIS, MEDIAN_BASIS, RESAMPLES, SEED, cell_metrics
 from analysis.render import markdown
 from analysis.stats import (
     EXACT_MEAN_STEPS, ReplicateSamples, SortedSamples, equivalence_verdict, hierarchical_means, percentile_interval,
-    ratio_interval,
+    ratio_interval, stable_hash,
 )
 from analysis.tables import summarize, summary_table
 from orchestrator.cli import main

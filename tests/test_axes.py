@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from analysis.metrics import SAME_WORKLOAD, SCALING_WORKLOAD, backend_labels
+from analysis.axes import SAME_WORKLOAD, SCALING_WORKLOAD, backend_labels
 from tests.helpers import TINY, cli, table
 from workloads.schema import MANIFEST_SCHEMA, RUN_SCHEMA
 from workloads.vocabulary import AXES, CONFIG_AXES, TREATMENT, axes_from_config, backend_label, shown_axes
