@@ -11,10 +11,12 @@ COMPILEBENCH_REQUIRE_BROWSER is set (.ci/run sets it): then it is an error.
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -30,6 +32,8 @@ REQUIRE_ENV = "COMPILEBENCH_REQUIRE_BROWSER"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars")
 LOAD_TIMEOUT_S = 60.0
+#: How long chromium may take to close on its own before its processes are killed.
+CLOSE_TIMEOUT_S = 10.0
 WINDOW = (1200, 900)
 
 
@@ -87,13 +91,17 @@ class _Pipe:
         message, self._buffer = self._buffer.split(b"\0", 1)
         return json.loads(message)
 
-    def call(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> dict[str, Any]:
-        """Send one command and wait for its answer; events that arrive meanwhile are kept in `events`."""
+    def send(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> None:
+        """Send one command, not waiting for its answer."""
         self._next_id += 1
         message = {"id": self._next_id, "method": method, "params": params or {}}
         if session:
             message["sessionId"] = session
         os.write(self._out, json.dumps(message).encode() + b"\0")
+
+    def call(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> dict[str, Any]:
+        """Send one command and wait for its answer; events that arrive meanwhile are kept in `events`."""
+        self.send(method, params, session)
         deadline = time.monotonic() + LOAD_TIMEOUT_S
         while True:
             reply = self._read(deadline)
@@ -126,6 +134,18 @@ def _collect(page: Page, events: list[dict[str, Any]]) -> None:
             page.requests.append(params["request"]["url"])
 
 
+def _close(browser: _Pipe) -> None:
+    """Ask chromium to close, which ends its helper processes (renderer, GPU, network) and their
+    writes into the profile; then kill its process group (its own session) for what is left."""
+    with contextlib.suppress(OSError):
+        browser.send("Browser.close")
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        browser.process.wait(timeout=CLOSE_TIMEOUT_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(browser.process.pid, signal.SIGKILL)
+    browser.process.wait()
+
+
 def _above_four(fd: int) -> int:
     """The descriptor moved above 4 (close-on-exec), so that placing the child's 3 and 4 cannot
     overwrite it."""
@@ -146,11 +166,13 @@ def open_page(url: str) -> Iterator[Page]:
         os.dup2(to_read, 3)
         os.dup2(to_write, 4)
 
-    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+    # A helper process killed late may leave a file in the profile: the directory is only scratch.
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-", ignore_cleanup_errors=True) as profile:
         process = subprocess.Popen(
             [chromium(), *FLAGS, f"--user-data-dir={profile}", f"--window-size={WINDOW[0]},{WINDOW[1]}",
              "--remote-debugging-pipe", "about:blank"],
-            pass_fds=(3, 4), preexec_fn=pipes_as_3_and_4, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            pass_fds=(3, 4), preexec_fn=pipes_as_3_and_4, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.close(to_read)
         os.close(to_write)
         browser = _Pipe(process, to_browser, from_browser)
@@ -165,7 +187,6 @@ def open_page(url: str) -> Iterator[Page]:
             _collect(page, browser.events)
             yield page
         finally:
-            process.kill()
-            process.wait()
+            _close(browser)
             os.close(to_browser)
             os.close(from_browser)
