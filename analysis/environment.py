@@ -22,7 +22,8 @@ from workloads.vocabulary import COMPLETED
 FIELDS = (
     ("gpu_name", "GPU"), ("device", "device"), ("gpu_driver", "NVIDIA driver"), ("cuda_version", "CUDA"),
     ("torch_version", "torch"), ("triton_version", "triton"), ("timm_version", "timm"),
-    ("cpu_model", "CPU"), ("cpu_count_allowed", "CPUs allowed"), ("torch_threads", "torch threads"),
+    ("cpu_model", "CPU"), ("cpu_count_allowed", "CPUs allowed"), ("slurm_cpus", "CPUs given by Slurm"),
+    ("torch_threads", "torch threads"),
     ("node_name", "node"), ("partition", "partition"), ("slurm_cpu_bind", "CPU binding"),
     ("gpu_max_sm_clock_mhz", "max SM clock (MHz)"), ("gpu_sm_clock_mhz", "SM clock at the end (MHz)"),
     ("gpu_power_limit_w", "power limit (W)"), ("gpu_temp_start_c", "GPU temperature at start (°C)"),
@@ -45,7 +46,8 @@ def _summary(column: str, values: pd.Series) -> str:
         return f"{values.max():%Y-%m-%d %H:%M} UTC"
     if pd.api.types.is_numeric_dtype(values):
         low, high = values.min(), values.max()
-        return fmt_number(low) if low == high else f"{fmt_number(low)}–{fmt_number(high)}"
+        fmt = (lambda v: str(int(v))) if (values == values.round()).all() else fmt_number  # counts, MHz, W
+        return fmt(low) if low == high else f"{fmt(low)}–{fmt(high)}"
     counts = values.astype(str).value_counts()
     listed = [f"{value} ({count} runs)" if len(counts) > 1 else str(value)
               for value, count in counts.iloc[:MAX_VALUES].items()]
@@ -63,4 +65,9 @@ def environment_table(sweep_dir: Path) -> Table:
     data = pd.DataFrame([row for row in rows if not is_null(row["value"]) and row["value"]],
                         columns=["field", "value", "column"])
     note = f"Over {len(runs)} {'completed ' if len(completed) else ''}runs (each replicate and attempt once)."
+    unbound = int((runs["cpu_count_allowed"] > runs["slurm_cpus"]).sum())
+    if unbound:
+        note += (f" {unbound} of them could run on more CPUs than Slurm gave them: the cluster did not bind them "
+                 "to their cores, so other jobs on the node shared their CPUs (an inductor compile beside a "
+                 "measured step slows it); TaskPlugin=task/affinity or task/cgroup binds them.")
     return Table("environment", "Environment", data, data[["field", "value"]], note)

@@ -17,6 +17,8 @@ import pyarrow as pa
 import pytest
 import torch
 
+from analysis.environment import environment_table
+from tests.analysis_sweeps import write_cell
 from workloads import provenance
 from workloads.provenance import PROVENANCE_FIELDS, describe_host, finish, format_cpu_list, gpu_state, start
 
@@ -76,13 +78,31 @@ def test_restricted_affinity_is_reported() -> None:
 
 
 def test_slurm_environment_is_recorded() -> None:
-    clean = {key: "" for key in ("SLURM_CPU_BIND", "SLURM_CPU_BIND_TYPE", "SLURM_CPU_BIND_LIST")}
+    clean = {key: "" for key in ("SLURM_CPU_BIND", "SLURM_CPU_BIND_TYPE", "SLURM_CPU_BIND_LIST",
+                                 "SLURM_CPUS_PER_TASK", "SLURM_JOB_CPUS_PER_NODE")}
     host = _host_in_subprocess({**clean, "SLURM_CPU_BIND": "quiet,mask_cpu:0x3", "SLURMD_NODENAME": "gpu-node-17"})
     assert host["slurm_cpu_bind"] == "quiet,mask_cpu:0x3"
     assert host["node_name"] == "gpu-node-17"
     parts = _host_in_subprocess({**clean, "SLURM_CPU_BIND_TYPE": "map_cpu:", "SLURM_CPU_BIND_LIST": "4"})
     assert parts["slurm_cpu_bind"] == "map_cpu:4"
     assert _host_in_subprocess(clean)["slurm_cpu_bind"] is None
+    given = {**clean, "SLURM_JOB_CPUS_PER_NODE": "32(x2)"}
+    assert _host_in_subprocess(given)["slurm_cpus"] == 32
+    assert _host_in_subprocess({**given, "SLURM_CPUS_PER_TASK": "16"})["slurm_cpus"] == 16
+    assert _host_in_subprocess(clean)["slurm_cpus"] is None
+
+
+def test_the_environment_names_runs_that_slurm_did_not_bind(tmp_path: Path) -> None:
+    """A run that could use more CPUs than its Slurm job was given shared them with the node's other
+    jobs: the report's environment table says how many runs did, and a sweep of bound runs has no such line."""
+    write_cell(tmp_path, "bound", step_ms=[5.0], cpu_count_allowed=16, slurm_cpus=16)
+    write_cell(tmp_path, "free", "inductor", step_ms=[4.0], cpu_count_allowed=32, slurm_cpus=16)
+    table = environment_table(tmp_path)
+    assert "1 of them could run on more CPUs than Slurm gave them" in table.note
+    values = dict(zip(table.text["field"], table.text["value"]))
+    assert (values["CPUs allowed"], values["CPUs given by Slurm"]) == ("16–32", "16")
+    write_cell(tmp_path / "bound_only", "bound", step_ms=[5.0], cpu_count_allowed=16, slurm_cpus=16)
+    assert "could run on more CPUs" not in environment_table(tmp_path / "bound_only").note
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="for a machine without a GPU")

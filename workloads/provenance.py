@@ -27,6 +27,7 @@ PROVENANCE_FIELDS: list[pa.Field] = [
     pa.field("torch_threads", pa.int64()),  # torch.get_num_threads(): intra-op CPU threads
     pa.field("node_name", pa.string()),  # SLURMD_NODENAME, else the hostname
     pa.field("slurm_cpu_bind", pa.string()),  # srun's SLURM_CPU_BIND (else _TYPE+_LIST); null outside srun
+    pa.field("slurm_cpus", pa.int64()),  # CPUs Slurm gave the task (SLURM_CPUS_PER_TASK, else the job's on this node)
     pa.field("gpu_driver", pa.string()),  # NVIDIA driver version, e.g. "570.86.15"
     pa.field("gpu_sm_clock_mhz", pa.int64()),  # SM clock, MHz, sampled at finish (under load), else at start
     pa.field("gpu_mem_clock_mhz", pa.int64()),  # memory clock, MHz, sampled like gpu_sm_clock_mhz
@@ -86,8 +87,16 @@ def _slurm_cpu_bind() -> str | None:
     return env.get("SLURM_CPU_BIND") or parts or None
 
 
+def _slurm_cpus() -> int | None:
+    # A job's CPUs on this node are "16", or "16(x2)" for several nodes alike; per task when given.
+    env = os.environ
+    text = env.get("SLURM_CPUS_PER_TASK") or env.get("SLURM_JOB_CPUS_PER_NODE", "")
+    digits = text.split("(")[0].split(",")[0]
+    return int(digits) if digits.isdigit() else None
+
+
 def describe_host() -> dict[str, Any]:
-    """CPU model, affinity, torch threads, node name and Slurm CPU binding of this process."""
+    """CPU model, affinity, torch threads, node name, Slurm CPU binding and Slurm CPUs of this process."""
     try:
         allowed: set[int] | None = os.sched_getaffinity(0)  # Linux only; the binding in force, not nproc
     except (AttributeError, OSError):
@@ -101,7 +110,7 @@ def describe_host() -> dict[str, Any]:
     return {"cpu_model": cpu_model(), "cpu_affinity": None if allowed is None else format_cpu_list(allowed),
             "cpu_count_allowed": None if allowed is None else len(allowed), "torch_threads": threads,
             "node_name": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
-            "slurm_cpu_bind": _slurm_cpu_bind()}
+            "slurm_cpu_bind": _slurm_cpu_bind(), "slurm_cpus": _slurm_cpus()}
 
 
 def _gpu_id(device_index: int) -> tuple[str | None, int | None]:

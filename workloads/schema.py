@@ -18,7 +18,8 @@ Added within version 2 (no bump: files without them read with nulls): `graph_bre
 one {reason, count} per distinct reason; null for backends that dynamo does not compile. The compile
 cache (workloads/compile_cache.py): `compile_cache_dir`, `compile_cache_warm`, the FX graph and
 AOTAutograd cache counts (`fx_graph_cache_hits`, ...), and with `compile.measure=cold_warm`
-`compile_cold_s` and `compile_warm_s`.
+`compile_cold_s` and `compile_warm_s`. `slurm_cpus` (workloads/provenance.py), the CPUs Slurm gave
+the task, to tell an unbound cell (`cpu_count_allowed` above it) from a bound one.
 """
 
 from __future__ import annotations
