@@ -6,8 +6,9 @@ attempt that counts are grouped across the sweep by a short form of their text â
 (for a recompile the guard that failed and the line of code it guards; dynamo's long hints left
 out) and, for a graph break, its explanation â€” with the numbers a guard compared written `N`
 (`expected 64, actual 256`, `== 8`: one reason for every stage of a ResNet, not one per size), and
-ranked by how many cells they hit, then by how often they occurred. run.parquet keeps the literals. A sweep whose runs recorded no reason (eager and torchscript cells, cells that
-compiled in one graph, runs written before these columns) gets no table.
+ranked by how many cells they hit, then by how often they occurred; run.parquet keeps the
+literals. A sweep whose runs recorded no reason (eager and torchscript cells, cells that compiled
+in one graph, runs written before these columns) gets no table.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def short_reason(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return ""
-    head = _COMPARED.sub(lambda m: f"{m[1]} N" if m[1] else f"{m[2]} N", " ".join(_HINT.sub("", lines[0]).split()))
+    head = _COMPARED.sub(lambda m: f"{m[1] or m[2]} N", " ".join(_HINT.sub("", lines[0]).split()))
     explanation = next((line.removeprefix("Explanation:").strip() for line in lines if line.startswith("Explanation:")),
                        "")
     short = f"{head}: {explanation}" if explanation else head
