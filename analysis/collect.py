@@ -32,7 +32,7 @@ from workloads.vocabulary import AXES, CONFIG_AXES, COMPLETED, NO_RESULT, UNREAD
 RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
     "cell_id", "attempt", "repeat", "status", "error", *(axis.name for axis in AXES), "items_per_step", "measured_steps",
     "median_step_ms", "mean_step_ms", "std_step_ms", "items_per_s", "mfu", "e2e_items_per_s", "e2e_mfu",
-    "compile_time_s", "first_step_ms", "graph_count", "graph_break_count", "recompile_count", "peak_mem_bytes",
+    "compile_time_s", "fx_graph_cache_hits", "aot_autograd_cache_hits", "first_step_ms", "graph_count", "graph_break_count", "recompile_count", "peak_mem_bytes",
     "ddp_graph_splits", "rank_median_step_ms", "graph_break_reasons", "recompile_reasons",
     # Cold and warm compile times, once the workload records them (analysis/breakeven.py).
     *(name for name in (COMPILE_COLD, COMPILE_WARM) if name in RUN_SCHEMA.names))])

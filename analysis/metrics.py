@@ -2,7 +2,8 @@
 
 Step statistics come from the measured steps (`phase == "measure"`) of the attempts that count,
 so warm-up and compilation never leak into them; compile time is the workload's own
-`compile_time_s`. Only `completed` cells get numbers: a failed or `not_compiled` cell stays in
+`compile_time_s`, and `compile_cache_hits` counts the graphs it found in the compile cache (FX
+graph and AOTAutograd hits: more than 0, and the compile was not a cold one). Only `completed` cells get numbers: a failed or `not_compiled` cell stays in
 the frame with its status, but what it measured is not a result (a `not_compiled` cell ran
 eagerly while claiming a compiled backend).
 Which cells are compared with which (SAME_WORKLOAD, SCALING_WORKLOAD), and how cells are named
@@ -63,13 +64,13 @@ METRIC_COLUMNS = [
     "p5_step_ms", "p95_step_ms", "replicate_spread", "unstable", "items_per_s", "e2e_items_per_s", "mfu_mean",
     "mfu_std", "e2e_mfu", "speedup", "speedup_low", "speedup_high", "e2e_speedup", "e2e_speedup_low",
     "e2e_speedup_high", "data_bound", "verdict", "verdict_basis", "baseline_cell_id", "compile_time_s",
-    *BREAK_EVEN_COLUMNS, "first_step_ms", "peak_mem_bytes", "peak_mem_ratio", "graph_count", "graph_break_count", "recompile_count",
+    "compile_cache_hits", *BREAK_EVEN_COLUMNS, "first_step_ms", "peak_mem_bytes", "peak_mem_ratio", "graph_count", "graph_break_count", "recompile_count",
     "loss_max_rel_diff", "data_wait_share", "items_per_step",
     "scaling_baseline_cell_id", "scaling_speedup", "scaling_speedup_low", "scaling_speedup_high",
     "scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high", "ddp_graph_splits", "rank_imbalance",
 ]  # fmt: skip
 CELL_COLUMNS = ["cell_id", *AXES, *METRIC_COLUMNS]
-COUNT_COLUMNS = ["replicates", "measured_steps", "graph_count", "graph_break_count", "recompile_count",
+COUNT_COLUMNS = ["replicates", "measured_steps", "compile_cache_hits", "graph_count", "graph_break_count", "recompile_count",
                  "peak_mem_bytes", "batch_size", "grad_accum", "seed", "world_size", "nodes", "items_per_step",
                  "ddp_graph_splits"]
 #: Our step statistics that the workload's run row summarises too (our name: its column): what a
@@ -329,6 +330,8 @@ def cell_metrics(data: SweepData, resamples: int = RESAMPLES, seed: int = SEED, 
     _loss_max_rel_diff(cells, data.steps, code, baseline)
     _scaling(cells, draws)
     cells["rank_imbalance"] = _rank_imbalance(cells)
+    # Graphs the compile found in the cache (FX graph or AOTAutograd): its compile time was not a cold one.
+    cells["compile_cache_hits"] = cells[["fx_graph_cache_hits", "aot_autograd_cache_hits"]].sum(axis=1, min_count=1)
     cells[COUNT_COLUMNS] = cells[COUNT_COLUMNS].apply(pd.to_numeric, errors="coerce").astype("Int64")
     return sort_cells(cells[CELL_COLUMNS])
 

@@ -51,7 +51,8 @@ def _model(sweep: Path, arch: str, eager: dict, compiled: dict) -> None:
 
 
 def test_suite_table_arithmetic(tmp_path: Path) -> None:
-    """Seven models, one of each outcome; the numbers worked out by hand."""
+    """Eight models, one of each outcome and one whose compile came from the cache; the numbers
+    worked out by hand."""
     sweep = tmp_path / "sweep"
     done = lambda ms, **run: {"step_ms": [ms] * 3, **run}  # noqa: E731
     _model(sweep, "a", done(100.0, peak_mem_bytes=1000), done(50.0, compile_time_s=10.0, peak_mem_bytes=500))
@@ -61,6 +62,8 @@ def test_suite_table_arithmetic(tmp_path: Path) -> None:
     _model(sweep, "e", done(100.0), {"status": "oom", "error": "OutOfMemoryError: CUDA out of memory"})
     _model(sweep, "f", done(100.0, loss=[4.0] * 5), done(90.0, loss=[4.0, 4.2, 4.0, 4.0, 4.0]))
     _model(sweep, "g", done(100.0), {"status": "not_compiled", "step_ms": [100.0] * 3})
+    _model(sweep, "h", done(100.0, peak_mem_bytes=1000),
+           done(100.0, compile_time_s=2.0, fx_graph_cache_hits=2, peak_mem_bytes=1000))
 
     result = analyze(sweep, warn=None)
     assert "suite" not in [t.name for t in result.tables]  # a sweep that is no suite has no suite table
@@ -70,18 +73,20 @@ def test_suite_table_arithmetic(tmp_path: Path) -> None:
     assert suite_tables(result.metrics, result.data.steps, "hand")[0].data.equals(suite.data)
 
     (row,) = suite.data.to_dict("records")
-    assert (row["backend"], row["models"], row["passed"], row["pass_rate"]) == ("inductor", 7, 2, pytest.approx(2 / 7))
+    assert (row["backend"], row["models"], row["passed"], row["pass_rate"]) == ("inductor", 8, 3, pytest.approx(3 / 8))
     counts = {k: row[k] for k in ("loss diverges", "compile error", "not compiled", "OOM", "timeout", "eager failed",
                                   "no result")}
     assert counts == {"loss diverges": 1, "compile error": 1, "not compiled": 1, "OOM": 1, "timeout": 0,
                       "eager failed": 1, "no result": 0}
-    assert row["geomean_speedup"] == pytest.approx((2.0 * 0.8) ** 0.5)  # a: 2x, b: 0.8x
-    assert row["geomean_speedup_clipped"] == pytest.approx(2.0 ** 0.5)  # b counts as 1x
-    assert row["slower_share"] == 0.5
+    assert row["geomean_speedup"] == pytest.approx((2.0 * 0.8 * 1.0) ** (1 / 3))  # a: 2x, b: 0.8x, h: 1x
+    assert row["geomean_speedup_clipped"] == pytest.approx(2.0 ** (1 / 3))  # b counts as 1x
+    assert row["slower_share"] == pytest.approx(1 / 3)
+    # h's 2 s compile found its graphs in the cache: counted as such, not as a cold compile.
     assert (row["compile_s_median"], row["compile_s_p90"]) == (pytest.approx(15.0), pytest.approx(19.0))
-    assert row["peak_mem_ratio_geomean"] == pytest.approx(0.5 ** 0.5)
+    assert row["compiled_from_cache"] == 1
+    assert row["peak_mem_ratio_geomean"] == pytest.approx(0.5 ** (1 / 3))
     text = suite.text.iloc[0]
-    assert (text["pass rate"], text["geomean speedup"], text["geomean clipped ≥1"]) == ("28.6% (2 of 7)", "1.26x", "1.41x")
+    assert (text["pass rate"], text["geomean speedup"], text["geomean clipped ≥1"]) == ("37.5% (3 of 8)", "1.17x", "1.26x")
 
     named = {(r["model"], r["outcome"]): r["why"] for r in failures.data.to_dict("records")}
     assert named == {("c", "compile error"): "BackendCompilerFailed: boom",
