@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from analysis.render import Table, fmt_number, is_null
+from analysis.render import Table, fmt_number, fmt_percent, is_null
 from workloads.schema import RUN_SCHEMA
 from workloads.sweep_dir import RUN_FILE, cell_dirs, read_tables
 from workloads.vocabulary import COMPLETED
@@ -28,8 +28,13 @@ FIELDS = (
     ("gpu_max_sm_clock_mhz", "max SM clock (MHz)"), ("gpu_sm_clock_mhz", "SM clock at the end (MHz)"),
     ("gpu_power_limit_w", "power limit (W)"), ("gpu_temp_start_c", "GPU temperature at start (°C)"),
     ("gpu_temp_end_c", "GPU temperature at the end (°C)"), ("gpu_other_processes", "other processes on the GPU"),
+    ("host_op_us", "host µs per tiny op, before measuring"),
+    ("node_cpus_busy_other", "node CPUs busy with other work, while measuring"),
+    ("cpu_steal_share", "CPU time taken by the hypervisor, while measuring"),
     ("git_sha", "compilebench commit"), ("started_at", "first start"), ("finished_at", "last finish"),
 )  # fmt: skip
+#: A run that lost more of the node's CPU time than this to other guests is named in the note.
+STEAL_NOTED = 0.05
 #: Distinct text values listed per field; the rest are counted.
 MAX_VALUES = 4
 _SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in ("status", *(column for column, _ in FIELDS))])
@@ -70,4 +75,9 @@ def environment_table(sweep_dir: Path) -> Table:
         note += (f" {unbound} of them could run on more CPUs than Slurm gave them: the cluster did not bind them "
                  "to their cores, so other jobs on the node shared their CPUs (an inductor compile beside a "
                  "measured step slows it); TaskPlugin=task/affinity or task/cgroup binds them.")
+    stolen = int((runs["cpu_steal_share"] > STEAL_NOTED).sum())
+    if stolen:
+        note += (f" {stolen} of them measured while the hypervisor took more than {fmt_percent(STEAL_NOTED, 0)} of "
+                 "the node's CPU time for other guests: their host ran slower than its CPUs say, and a "
+                 "launch-bound step (small kernels, eager or compiled without CUDA graphs) slower with it.")
     return Table("environment", "Environment", data, data[["field", "value"]], note)

@@ -412,3 +412,6 @@ def test_a_real_gpu_is_described() -> None:
     row = finish("cuda", row)
     assert row["gpu_driver"] and row["gpu_max_sm_clock_mhz"] and row["gpu_temp_end_c"] is not None
     assert row["gpu_sm_clock_mhz"] and row["gpu_mem_clock_mhz"] and row["gpu_power_limit_w"]
+    from workloads.host_load import op_overhead_us
+
+    assert 0 < op_overhead_us("cuda") < 1000  # a launch costs microseconds

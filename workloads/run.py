@@ -40,7 +40,9 @@ if __name__ == "__main__":
 import torch  # noqa: E402  (after the early handlers: this import takes seconds)
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from workloads import backends, cold_compile, compile_cache, distributed, dynamo_records, provenance, turns
+from workloads import (
+    backends, cold_compile, compile_cache, distributed, dynamo_records, host_load, provenance, turns,
+)
 from workloads.config import CellConfig, ConfigError, cell_config_to_dict, config_digest, load_cell_config
 from workloads.custom_model import check_target
 from workloads.data import check_data_source, load_token_source, make_batches
@@ -229,15 +231,22 @@ def _train(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
     compiled, device = cell.compiled, cell.device
     finished = False
     started = provenance.start(device)
+    measured = host_load.MeasuredWindow()
+
+    def before_measuring() -> None:
+        _wait_for_quiet()
+        measured.open(device)
+
     with distributed.count_ddp_splits() as ddp_buckets:
         try:
             gather = (lambda value: distributed.gather(ranks, value)) if ranks.world_size > 1 else None
             rec.run["stop_reason"] = run_steps(cell.step, cfg.warmup_steps, cfg.steps, device,
                                                _announcing(rec, cfg.warmup_steps), cfg.measure, gather,
-                                               before_measuring=_wait_for_quiet)
+                                               before_measuring=before_measuring)
             finished = True
         finally:
             rec.run.update(provenance.finish(device, started))  # rank 0's: its GPU, its host
+            rec.run.update(measured.close())
             own = rec.report(ranks.rank, _peak_memory_bytes(device))
             # Gathering is a collective: only once this rank's loop finished, else rank 0 keeps
             # its own steps (a rank that died would never join, and the gather would wait forever).

@@ -19,7 +19,9 @@ one {reason, count} per distinct reason; null for backends that dynamo does not 
 cache (workloads/compile_cache.py): `compile_cache_dir`, `compile_cache_warm`, the FX graph and
 AOTAutograd cache counts (`fx_graph_cache_hits`, ...), and with `compile.measure=cold_warm`
 `compile_cold_s` and `compile_warm_s`. `slurm_cpus` (workloads/provenance.py), the CPUs Slurm gave
-the task, to tell an unbound cell (`cpu_count_allowed` above it) from a bound one.
+the task, to tell an unbound cell (`cpu_count_allowed` above it) from a bound one. `host_op_us`,
+`node_cpus_busy_other` and `cpu_steal_share` (workloads/host_load.py): the host's speed and load
+while the cell measured.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from workloads.compile_cache import CACHE_COUNTERS
+from workloads.host_load import HOST_LOAD_FIELDS
 from workloads.provenance import PROVENANCE_FIELDS
 from workloads.vocabulary import AXES, CONFIG_AXES
 
@@ -106,6 +109,7 @@ RUN_SCHEMA = pa.schema(
         ("rank_compile_time_s", pa.list_(pa.float64())),  # compile_time_s from each rank's own steps
         ("rank_peak_mem_bytes", pa.list_(pa.int64())),
         *PROVENANCE_FIELDS,  # what explains variance: CPU, affinity, threads, node, binding, GPU state
+        *HOST_LOAD_FIELDS,  # and the host's speed and load while measuring
         ("torch_version", pa.string()),
         ("triton_version", pa.string()),
         ("cuda_version", pa.string()),
