@@ -18,6 +18,10 @@ each with a 95% two-level bootstrap interval (replicates, then steps: analysis/s
     improvement       it lies below 1 - t
     within threshold  it lies within [1 - t, 1 + t]
     undecided         otherwise (too noisy to say: more steps or replicates)
+
+And per compiled backend, the speedup over eager (analyze's `speedup`) of the cells that have one
+in both sweeps: its geometric mean in A and in B, and the cell whose speedup changed most. A suite
+run twice is read there: a model's speedup may move with the machine while the mean holds.
 """
 
 from __future__ import annotations
@@ -30,11 +34,11 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
-from analysis.axes import axis_rows, axis_text, cell_labels, representatives
+from analysis.axes import axis_rows, axis_text, backend_labels, cell_labels, representatives
 from analysis.collect import REPEAT, SweepData, load_sweep
 from analysis.metrics import RESAMPLES, SEED, cell_metrics
 from analysis.render import fmt_number, fmt_speedup, render_markdown
-from analysis.stats import ReplicateSamples, hierarchical_means, ratio_interval, stable_hash
+from analysis.stats import ReplicateSamples, geometric_mean, hierarchical_means, ratio_interval, stable_hash
 from workloads.sweep_dir import STDERR
 from workloads.vocabulary import COMPLETED, HARDWARE, PROCESSES, WORKLOAD, names
 
@@ -43,6 +47,9 @@ MATCHED_AXES = [axis for axis in names() if axis not in names(HARDWARE)]
 #: The default threshold of a regression (`--threshold`): B slower than A by more than 5%.
 THRESHOLD = 0.05
 REGRESSION, IMPROVEMENT, WITHIN, UNDECIDED = "regression", "improvement", "within threshold", "undecided"
+#: The columns of the speedup summary (JSON's `speedups` records), one row per compiled backend.
+SPEEDUP_COLUMNS = ["backend", "cells", "a_geomean_speedup", "b_geomean_speedup", "geomean_ratio", "most_changed",
+                   "most_changed_a", "most_changed_b"]
 #: What is said of a cell only one sweep has.
 UNMATCHED = ["cell_id", "label", "status"]
 #: The columns of a compared cell (JSON's `cells` records).
@@ -65,6 +72,8 @@ class Comparison:
     only_in_b: pd.DataFrame
     not_compared: pd.DataFrame = field(default_factory=pd.DataFrame)
     """Cells in both, not completed with measured steps in both: their key and both statuses."""
+    speedups: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SPEEDUP_COLUMNS))
+    """Per compiled backend, the speedups over eager of the cells with one in both (SPEEDUP_COLUMNS)."""
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -86,6 +95,22 @@ def _keyed(metrics: pd.DataFrame) -> pd.DataFrame:
     """One cell per key (the axes as text, null as ''), with the key in `_key`."""
     keys = ["\x1f".join(map(axis_text, values)) for values in axis_rows(metrics, MATCHED_AXES)]
     return representatives(metrics.assign(_key=keys), ["_key"]).sort_index().set_index("_key")
+
+
+def _speedups(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """SPEEDUP_COLUMNS of the matched cells `a` and `b` (same keys, same order)."""
+    both = ((a["backend"] != "eager").to_numpy() & (a["speedup"].to_numpy(float) > 0)
+            & (b["speedup"].to_numpy(float) > 0))  # NaN: no speedup (no eager cell, or not completed)
+    a, b = a[both], b[both]
+    rows = []
+    for backend, keys in a.groupby(backend_labels(a), sort=False).groups.items():
+        a_speedup, b_speedup = a.loc[keys, "speedup"].to_numpy(float), b.loc[keys, "speedup"].to_numpy(float)
+        a_mean, b_mean = geometric_mean(a_speedup)[0], geometric_mean(b_speedup)[0]
+        most = int(np.argmax(np.abs(np.log(b_speedup / a_speedup))))
+        rows.append({"backend": backend, "cells": len(keys), "a_geomean_speedup": a_mean, "b_geomean_speedup": b_mean,
+                     "geomean_ratio": b_mean / a_mean, "most_changed": a.loc[keys, "label"].iloc[most],
+                     "most_changed_a": a_speedup[most], "most_changed_b": b_speedup[most]})
+    return pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
 
 
 def _draws(data: SweepData, cell_ids: list[str], side: int) -> tuple[np.ndarray, np.ndarray]:
@@ -116,6 +141,7 @@ def compare(sweep_a: Path, sweep_b: Path, threshold: float = THRESHOLD, warn: Te
     if not len(common):
         raise CompareError(f"no cell of {sweep_a} has the axes of a cell of {sweep_b}: nothing to compare")
     a, b = every_a.loc[common], every_b.loc[common]
+    speedups = _speedups(a, b)
     done = ((a["status"] == COMPLETED) & (b["status"] == COMPLETED) & a["median_step_ms"].notna()
             & b["median_step_ms"].notna()).to_numpy()
     a_draws, b_draws = (_draws(part, side["cell_id"][done].tolist(), number)
@@ -141,16 +167,18 @@ def compare(sweep_a: Path, sweep_b: Path, threshold: float = THRESHOLD, warn: Te
                                  "b_cell_id": rest[1]["cell_id"].to_numpy(), "a_status": rest[0]["status"].to_numpy(),
                                  "b_status": rest[1]["status"].to_numpy()})
     alone = lambda own, other: own.loc[~own.index.isin(other.index), UNMATCHED].reset_index(drop=True)  # noqa: E731
-    return Comparison(threshold, cells[COLUMNS], alone(every_a, every_b), alone(every_b, every_a), not_compared)
+    return Comparison(threshold, cells[COLUMNS], alone(every_a, every_b), alone(every_b, every_a), not_compared,
+                      speedups)
 
 
 def to_json(comparison: Comparison) -> str:
     """The comparison as one JSON object: threshold, cells (COLUMNS), only_in_a, only_in_b (cell
-    id, label, status), not_compared, regressions (how many)."""
+    id, label, status), not_compared, speedups (SPEEDUP_COLUMNS), regressions (how many)."""
     records = lambda frame: json.loads(frame.to_json(orient="records", double_precision=15))  # noqa: E731
     return json.dumps({"threshold": comparison.threshold, "cells": records(comparison.cells),
                        "only_in_a": records(comparison.only_in_a), "only_in_b": records(comparison.only_in_b),
                        "not_compared": records(comparison.not_compared),
+                       "speedups": records(comparison.speedups),
                        "regressions": len(comparison.regressions)}, indent=1)
 
 
@@ -174,6 +202,17 @@ def to_markdown(comparison: Comparison, sweep_a: Path, sweep_b: Path) -> str:
     lines.append(f"Median step time and end-to-end throughput, B / A, 95% bootstrap intervals over runs, then "
                  f"steps. Regression: the step time interval lies above {1 + t:g} (B slower by more than "
                  f"{100 * t:g}%); improvement: below {1 - t:g}; within threshold: inside [{1 - t:g}, {1 + t:g}].")
+    if len(comparison.speedups):
+        speedups = [{"backend": row["backend"], "cells": str(row["cells"]),
+                     "A geomean speedup": fmt_speedup(row["a_geomean_speedup"], digits=3),
+                     "B geomean speedup": fmt_speedup(row["b_geomean_speedup"], digits=3),
+                     "B/A": f"{row['geomean_ratio']:.3f}",
+                     "changed most": f"{row['most_changed']}: {fmt_speedup(row['most_changed_a'], digits=2)} → "
+                                     f"{fmt_speedup(row['most_changed_b'], digits=2)}"}
+                    for row in comparison.speedups.to_dict("records")]
+        lines += ["", render_markdown(speedups, list(speedups[0])), "",
+                  "Speedup over eager (eager median step / own, as `analyze` gives it) of the cells with one in "
+                  "both sweeps, geometric mean per backend, and the cell whose speedup changed most."]
     for title, frame, status in (("Not compared (not completed in both)", comparison.not_compared, None),
                                  (f"Only in A ({sweep_a})", comparison.only_in_a, "status"),
                                  (f"Only in B ({sweep_b})", comparison.only_in_b, "status")):

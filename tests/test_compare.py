@@ -89,6 +89,25 @@ def test_cells_only_in_one_sweep_are_listed(tmp_path: Path, capsys: pytest.Captu
     assert [cell["cell_id"] for cell in result["only_in_b"]] == ["bf"] and result["only_in_a"] == []
 
 
+def test_the_speedups_of_two_runs_of_a_model_zoo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A suite run twice: per compiled backend, the geometric mean of the models' speedups in each,
+    and the model whose speedup moved most."""
+    for sweep, x_ms, y_ms in (("a", 5.0, 10.0), ("b", 8.0, 5.0)):  # x: 2x then 1.25x; y: 1x then 2x
+        for arch, inductor_ms in (("x", x_ms), ("y", y_ms)):
+            write_cell(tmp_path / sweep, f"{arch}e", "eager", step_ms=steps(10.0, 1), model="timm", arch=arch)
+            write_cell(tmp_path / sweep, f"{arch}i", "inductor", step_ms=steps(inductor_ms, 2), model="timm", arch=arch)
+    code, out, _ = run(capsys, tmp_path / "a", tmp_path / "b", "--format", "json")
+    (row,) = json.loads(out)["speedups"]  # eager, its own baseline, has no row
+    assert (row["backend"], row["cells"]) == ("inductor", 2)
+    assert row["a_geomean_speedup"] == pytest.approx(2 ** 0.5, rel=0.01)
+    assert row["b_geomean_speedup"] == pytest.approx(2.5 ** 0.5, rel=0.01)
+    assert row["geomean_ratio"] == pytest.approx(1.25 ** 0.5, rel=0.01)
+    assert (row["most_changed_a"], row["most_changed_b"]) == (pytest.approx(1.0, rel=0.01), pytest.approx(2.0, rel=0.01))
+    assert row["most_changed"].startswith("y")
+    out = run(capsys, tmp_path / "a", tmp_path / "b")[1]
+    assert "| y tiny · inductor: 1.00x → 2.00x |" in out  # the medians of lognormal steps: 1.413x, 1.580x
+
+
 def test_bad_input_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a = write_sweep(tmp_path / "a", 8.0)
     (tmp_path / "empty").mkdir()
