@@ -15,6 +15,9 @@ follow=${2:-450}
 name=${3:-suite}
 mkdir -p /tmp/sweeps
 if [ -n "$pack" ]; then
+    # A clean copy of the pack, as on a fresh machine: on one still warm from the last call, the
+    # compile cache left behind would make a retried cell's compile a warm one.
+    rm -rf "/tmp/sweeps/$name"
     tar xzf "$pack" -C /tmp/sweeps
     how=(--retry-failed)
 else
