@@ -121,7 +121,7 @@ def install_slow_backend(directory: Path) -> str:
     return os.pathsep.join([str(REPO_ROOT), str(directory)])
 
 
-@pytest.mark.slow  # about 95 s: two one-minute jobs, each timing out twice
+@pytest.mark.slow  # about 60 s: two one-minute jobs, each timing out twice
 def test_a_real_time_limit_while_training_and_while_compiling(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     """Jobs of one minute (`cluster.time_min=1`): Slurm itself sends USR2 ahead of the limit (the
     `--signal` submitit sets; its check runs every 30 s, so `signal_delay_s=20` makes it come 10 to
