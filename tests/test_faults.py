@@ -47,6 +47,10 @@ MEASURE_S = 8
 #: A tiny cell that trains for MEASURE_S seconds on a CPU: long enough to be hit while it runs.
 LONG = ["cluster=test_slurm", "model=gpt", "size=tiny", "precision=fp32", "device=cpu", "backend=eager",
         "warmup_steps=1", "steps=3", f"measure.min_seconds={MEASURE_S}", "measure.max_steps=null"]
+#: A test on both clusters, without and with accounting. Module scope orders the tests by cluster,
+#: all of one before any of the other: each change of cluster stops one and starts the other.
+ON_BOTH_CLUSTERS = pytest.mark.parametrize("accounting", [False, True], ids=["no-accounting", "accounting"],
+                                           scope="module")
 
 
 def attempts(sweep: Path) -> dict[str, list[str]]:
@@ -81,7 +85,7 @@ def wait_sweep(cluster: LocalSlurm, cwd: Path, *overrides: str) -> str:
     return waited.stdout
 
 
-@pytest.mark.parametrize("accounting", [False, True], ids=["no-accounting", "accounting"])
+@ON_BOTH_CLUSTERS
 def test_time_limit_requeues_the_job(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
     slurm_cluster = slurm_clusters.get(accounting)
     (cell_id, job_id), = submit(slurm_cluster, tmp_path, "cluster.max_requeue=1").items()
@@ -117,7 +121,7 @@ def install_slow_backend(directory: Path) -> str:
     return os.pathsep.join([str(REPO_ROOT), str(directory)])
 
 
-@pytest.mark.slow  # about 95 s: two one-minute jobs, each timing out twice
+@pytest.mark.slow  # about 60 s: two one-minute jobs, each timing out twice
 def test_a_real_time_limit_while_training_and_while_compiling(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     """Jobs of one minute (`cluster.time_min=1`): Slurm itself sends USR2 ahead of the limit (the
     `--signal` submitit sets; its check runs every 30 s, so `signal_delay_s=20` makes it come 10 to
@@ -151,7 +155,7 @@ def test_a_real_time_limit_while_training_and_while_compiling(slurm_cluster: Loc
         pd.read_parquet(tmp_path / "sw" / "cells" / compiling / "steps.parquet").empty
 
 
-@pytest.mark.parametrize("accounting", [False, True], ids=["no-accounting", "accounting"])
+@ON_BOTH_CLUSTERS
 def test_timeout_and_scancel_then_retry_failed(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
     cluster = slurm_clusters.get(accounting)
     jobs = submit(cluster, tmp_path, "cluster.max_requeue=0", "seed=1,2,3")
@@ -174,7 +178,7 @@ def test_timeout_and_scancel_then_retry_failed(slurm_clusters: SlurmClusters, ac
                                          untouched: ["completed"]}
 
 
-@pytest.mark.parametrize("accounting", [False, True], ids=["no-accounting", "accounting"])
+@ON_BOTH_CLUSTERS
 def test_daemons_restarted_while_cells_run(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
     cluster = slurm_clusters.get(accounting)
     jobs = submit(cluster, tmp_path, "seed=1,2")
@@ -273,7 +277,7 @@ def test_a_cell_killed_by_the_oom_killer(slurm_cluster: LocalSlurm, tmp_path: Pa
     assert (run["status"], run["attempt"], run["batch_size"]) == ("oom", 1, 16384)
 
 
-@pytest.mark.parametrize("accounting", [False, True], ids=["no-accounting", "accounting"])
+@ON_BOTH_CLUSTERS
 def test_exception_and_out_of_memory_cells(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
     """Three sweeps into one directory: a cell whose data is too short (it raises), one far too big
     (out of memory), one that completes; then the data is fixed and only the two are run again."""

@@ -76,6 +76,14 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _parent(pid: int) -> int | None:
+    """The parent's pid of a process, None once it has ended."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError):
+        return None
+
+
 def _read_pid(path: Path) -> int | None:
     try:
         return int(path.read_text().split()[0])
@@ -304,10 +312,12 @@ class LocalSlurm:
         are killed at once (SIGKILL; none of them records anything), and the node is set down as
         slurmctld sets a node that stopped answering (after SlurmdTimeout). `revive_node()` undoes it."""
         keep = {_read_pid(self.root / "run" / name) for name in ("slurmctld.pid", "slurmdbd.pid", "mysqld.pid",
-                                                                  "munged.pid")}
+                                                                  "munged.pid")} - {None}
         if self._mysqld_safe is not None:
             keep.add(self._mysqld_safe.pid)
-        doomed = [pid for pid in self.processes() if pid not in keep]
+        # The daemons' own children live on the controller too: slurmctld's slurmscriptd, killed,
+        # would leave slurmctld waiting for it when it stops, until stop() kills it 20 s later.
+        doomed = [pid for pid in self.processes() if pid not in keep and _parent(pid) not in keep]
         self._terminate(doomed, timeout=10, signals=(signal.SIGKILL,))
         self._forget(_read_pid(self.root / "run" / "slurmd.pid"))
         self.run("scontrol", "update", f"nodename={self.hostname}", "state=down", "reason=compilebench test: node lost")
@@ -432,13 +442,11 @@ class LocalSlurm:
         the jobs (`SLURM_JOB_ID` and this cluster's `SLURM_CONF` in their environment). This process
         and its ancestors are never counted."""
         ours = {os.getpid()}
-        pid = os.getpid()
-        while pid > 1:
-            try:
-                pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError):
-                break
-            ours.add(pid)
+        pid: int | None = os.getpid()
+        while pid is not None and pid > 1:
+            pid = _parent(pid)
+            if pid is not None:
+                ours.add(pid)
         root = str(self.root).encode()
         marker = f"{MARKER_ENV}={self.root}".encode()
         conf = f"SLURM_CONF={self.conf}".encode()

@@ -46,8 +46,9 @@ def slurm_conf(node: NodeSpec, accounting: bool) -> str:
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        # cred_expire also holds a requeued job back (default 120 s): short here, tests requeue.
-        f"AuthInfo=socket={node.munge_socket},cred_expire=10",
+        # cred_expire also holds a requeued job back (default 120 s): short here (5 s, Slurm's
+        # least), tests requeue.
+        f"AuthInfo=socket={node.munge_socket},cred_expire=5",
         f"StateSaveLocation={root}/state",
         f"SlurmdSpoolDir={root}/spool",
         f"SlurmctldPidFile={root}/run/slurmctld.pid",
@@ -65,6 +66,10 @@ def slurm_conf(node: NodeSpec, accounting: bool) -> str:
         "ReturnToService=2",
         "MpiDefault=none",
         "SchedulerType=sched/backfill",
+        # A requeued job becomes eligible when its hold (cred_expire) ends, an event that starts no
+        # scheduling pass: the main scheduler's periodic one starts it, every 60 s by default (a
+        # backfill pass runs only after a change); every second here.
+        "SchedulerParameters=sched_interval=1",
         f"MaxArraySize={MAX_ARRAY_SIZE}",
         "MaxJobCount=20000",
         "InactiveLimit=0",
