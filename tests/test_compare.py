@@ -102,7 +102,8 @@ def test_the_speedups_of_two_runs_of_a_model_zoo(tmp_path: Path, capsys: pytest.
     assert row["a_geomean_speedup"] == pytest.approx(2 ** 0.5, rel=0.01)
     assert row["b_geomean_speedup"] == pytest.approx(2.5 ** 0.5, rel=0.01)
     assert row["geomean_ratio"] == pytest.approx(1.25 ** 0.5, rel=0.01)
-    assert (row["most_changed_a"], row["most_changed_b"]) == (pytest.approx(1.0, rel=0.01), pytest.approx(2.0, rel=0.01))
+    assert row["most_changed_a"] == pytest.approx(1.0, rel=0.01)
+    assert row["most_changed_b"] == pytest.approx(2.0, rel=0.01)
     assert row["most_changed"].startswith("y")
     out = run(capsys, tmp_path / "a", tmp_path / "b")[1]
     assert "| y tiny · inductor: 1.00x → 2.00x |" in out  # the medians of lognormal steps: 1.413x, 1.580x

@@ -13,7 +13,9 @@ import pytest
 
 from analysis.environment import environment_table
 from tests.analysis_sweeps import write_cell
-from workloads.host_load import HOST_LOAD_FIELDS, CpuSample, MeasuredWindow, op_overhead_us, parse_proc_stat, sample, window
+from workloads.host_load import (
+    HOST_LOAD_FIELDS, CpuSample, MeasuredWindow, op_overhead_us, parse_proc_stat, sample, window,
+)
 
 #: A neighbour that spins until told to stop, and says how much CPU time it spent between "go" and "stop".
 SPINNER = """
@@ -43,7 +45,8 @@ def test_proc_stat_arithmetic() -> None:
 
 
 def test_a_busy_neighbour_is_counted() -> None:
-    spinner = subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    spinner = subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)
     try:
         begin = sample()
         spinner.stdin.write("go\n")

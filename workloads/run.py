@@ -245,8 +245,8 @@ def _train(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
                                                before_measuring=before_measuring)
             finished = True
         finally:
+            rec.run.update(measured.close())  # first: the GPU probes below run nvidia-smi, not part of the window
             rec.run.update(provenance.finish(device, started))  # rank 0's: its GPU, its host
-            rec.run.update(measured.close())
             own = rec.report(ranks.rank, _peak_memory_bytes(device))
             # Gathering is a collective: only once this rank's loop finished, else rank 0 keeps
             # its own steps (a rank that died would never join, and the gather would wait forever).
