@@ -94,17 +94,18 @@ def op_overhead_us(device: Any) -> float | None:
     try:
         import torch
 
+        from workloads.train import synchronize  # imports torch: not at this module's import
+
         device = torch.device(device)
         x = torch.zeros(1, device=device)
-        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         per_op = []
         for _ in range(BLOCKS):
-            sync()
+            synchronize(device)
             start = time.perf_counter()
             for _ in range(OPS_PER_BLOCK):
                 x.add_(1.0)
             per_op.append((time.perf_counter() - start) / OPS_PER_BLOCK * 1e6)
-        sync()
+        synchronize(device)
         return statistics.median(per_op)
     except Exception:  # noqa: BLE001 - a probe never fails the attempt
         return None
