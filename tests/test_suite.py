@@ -69,7 +69,7 @@ def test_suite_table_arithmetic(tmp_path: Path) -> None:
     assert "suite" not in [t.name for t in result.tables]  # a sweep that is no suite has no suite table
     for config in sweep.glob("cells/*/config.yaml"):  # as conf/suite/*.yaml gives every cell
         config.write_text(config.read_text() + yaml.safe_dump({"suite": {"name": "hand"}}))
-    suite, failures = (t for t in analyze(sweep, warn=None).tables if t.name.startswith("suite"))
+    suite, failures, per_model = (t for t in analyze(sweep, warn=None).tables if t.name.startswith("suite"))
     assert suite_tables(result.metrics, result.data.steps, "hand")[0].data.equals(suite.data)
 
     (row,) = suite.data.to_dict("records")
@@ -94,6 +94,13 @@ def test_suite_table_arithmetic(tmp_path: Path) -> None:
                      ("e", "OOM"): "OutOfMemoryError: CUDA out of memory",
                      ("f", "loss diverges"): "loss 5.0% off eager's in the first 3 steps",
                      ("g", "not compiled"): ""}
+
+    # Every model, the passed ones fastest first, then the others.
+    assert per_model.text["model"].tolist()[:3] == ["a", "h", "b"]
+    assert sorted(per_model.text["model"].tolist()[3:]) == ["c", "d", "e", "f", "g"]
+    first, cached = per_model.text.iloc[0], per_model.text.iloc[1]
+    assert first["speedup [95% CI]"].startswith("2.00x") and first["compile s"] == "10.00"
+    assert (cached["compile s"], cached["peak mem vs eager"]) == ("from cache", "1.000")
 
 
 def test_timm_smoke_suite_on_the_cpu(capsys, tmp_path: Path) -> None:
