@@ -1,6 +1,7 @@
 """The suite tables of a model-zoo sweep (`+suite=timm_train`, conf/suite/): per compiled backend,
 how many models pass and how much faster they train, as PyTorch's dynamo benchmarks report their
-suites; and every model that does not pass, named with its first error line.
+suites; every model that does not pass, named with its first error line; and every model's
+speedup, fastest first.
 
 Each compiled cell is compared with the eager cell of the same model (all workload and process
 axes equal) and ends in exactly one outcome (OUTCOMES, first that applies):
