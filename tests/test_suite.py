@@ -44,6 +44,30 @@ def test_timm_train_preset_expands_to_one_cell_per_model_and_backend(capsys, no_
     assert "#SBATCH --array=0-87%16" in (tmp_path / "sw" / "sbatch" / "dryrun-00.sh").read_text()
 
 
+def test_a_suite_narrowed_on_the_command_line_and_a_suite_of_your_own(no_slurm_here, tmp_path: Path) -> None:
+    """docs/suites.md: `model.arch=` overrides the preset's list; a `suite/<name>.yaml` in a config
+    directory of one's own is a suite like the shipped ones."""
+    narrowed = expand(["+suite=timm_train", "model.arch=resnet50,fbnetv3_b"]).cells
+    assert sorted((c.axes["arch"], c.axes["backend"]) for c in narrowed) == [
+        ("fbnetv3_b", "eager"), ("fbnetv3_b", "inductor"), ("resnet50", "eager"), ("resnet50", "inductor")]
+
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "my_zoo.yaml").write_text("""# @package _global_
+suite:
+  name: my_zoo
+hydra:
+  sweeper:
+    params:
+      model: timm
+      model.arch: resnet18,convnext_tiny,vit_small_patch16_224
+      size: small
+      backend: eager,inductor
+""")
+    cells = expand(["+suite=my_zoo"], config_dirs=[tmp_path]).cells
+    assert len(cells) == 6 and {c.axes["arch"] for c in cells} == {"resnet18", "convnext_tiny", "vit_small_patch16_224"}
+    assert all(c.config["suite"] == {"name": "my_zoo"} for c in cells)
+
+
 def _model(sweep: Path, arch: str, eager: dict, compiled: dict) -> None:
     """An eager and an inductor cell of one timm model (three measured steps each)."""
     for backend, cell in (("eager", eager), ("inductor", compiled)):
