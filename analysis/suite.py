@@ -152,7 +152,7 @@ def _per_model(cells: pd.DataFrame, name: str) -> Table:
     })  # fmt: skip
     note = ("One row per model and backend: speedup over the eager cell of the model (eager median step / own, "
             "bootstrap interval over the steps of this run: it does not cover another run of a launch-bound "
-            "model, see docs/measurement.md), compile time (from cache: its graphs were found in the shared "
+            "model, see docs/suites.md), compile time (from cache: its graphs were found in the shared "
             "compile cache), peak memory / eager's.")
     return Table("suite_models", f"Suite {name}: speedup per model", data, text, note)
 
