@@ -1,5 +1,6 @@
 """Suite mode (`+suite=...`, conf/suite/, analysis/suite.py): the timm preset expands to one cell per
-listed model and backend in one job array; the suite table's arithmetic on a hand-made sweep;
+listed model and backend in one job array, narrowed on the command line, and a suite of one's own
+composes; the suite tables' arithmetic on a hand-made sweep;
 and `+suite=timm_smoke` run for real on the CPU (real timm models, real aot_eager), its failing
 model named in the suite table.
 """
