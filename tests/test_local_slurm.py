@@ -51,6 +51,7 @@ def test_partition_and_typed_gpu_request(slurm_cluster: LocalSlurm, tmp_path: Pa
     assert (tmp_path / f"{job_id}.out").read_text().strip() == "grete:shared"
     assert "Partition=grete:shared" in shown
     assert "TresPerJob=gres:gpu:A100:1" in shown
+    assert int(job_id) >= slurm_cluster.first_job_id  # ids of its own (FirstJobId), not from 1 as the last cluster's
 
 
 def test_gpu_types_are_separate(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:

@@ -61,6 +61,13 @@ def missing_commands(accounting: bool, install: SlurmInstall = SlurmInstall()) -
     return install.missing(accounting)
 
 
+def _first_job_id() -> int:
+    """A first job id of this cluster's own: 1,000 ids per second of the clock, so that clusters
+    started a second or more apart hand out different ids; wraps every 60,000 s, below Slurm's
+    largest job id (MaxJobId, 67,043,328)."""
+    return 1001 + 1000 * (int(time.time()) % 60_000)
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -126,6 +133,7 @@ class LocalSlurm:
         self._mysqld_safe: subprocess.Popen | None = None
         self._started_pids: list[int] = []
         self.running = False
+        self.first_job_id = _first_job_id()
 
     # --- what callers use ---------------------------------------------------------------------
 
@@ -220,7 +228,8 @@ class LocalSlurm:
                         # slurmd reads the free memory; a RealMemory above it would make the node invalid.
                         real_memory_mb=max(1, int(_mem_available_mb() * 0.5)),
                         gpus=self.gpus or self._placeholder_gpus(), munge_socket=self.munge_socket,
-                        ports=self.ports, plugin_dir=self.install.plugin_dir, bind_cores=self.bind_cores)
+                        ports=self.ports, plugin_dir=self.install.plugin_dir, bind_cores=self.bind_cores,
+                        first_job_id=self.first_job_id)
         self.conf.write_text(slurm_conf(node, self.accounting))
         (self.conf.parent / "gres.conf").write_text(gres_conf(node))  # looked up beside slurm.conf
         (self.conf.parent / "cgroup.conf").write_text(cgroup_conf())

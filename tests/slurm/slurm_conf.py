@@ -33,6 +33,8 @@ class NodeSpec:
     plugin_dir: Path | None = None
     bind_cores: bool = False
     """Bind each job to the cores it was given (task/affinity, as real sites do; no cgroups needed)."""
+    first_job_id: int = 1
+    """The first job id this cluster hands out (Slurm's FirstJobId)."""
 
 
 def slurm_conf(node: NodeSpec, accounting: bool) -> str:
@@ -70,6 +72,10 @@ def slurm_conf(node: NodeSpec, accounting: bool) -> str:
         # scheduling pass: the main scheduler's periodic one starts it, every 60 s by default (a
         # backfill pass runs only after a change); every second here.
         "SchedulerParameters=sched_interval=1",
+        # A fresh cluster resubmitting an old sweep directory's cells (the GPU machines' retries)
+        # must not reuse the last cluster's job ids: submitit names its log files by job id, and
+        # the old cells' log links would show the new jobs' logs.
+        f"FirstJobId={node.first_job_id}",
         f"MaxArraySize={MAX_ARRAY_SIZE}",
         "MaxJobCount=20000",
         "InactiveLimit=0",
