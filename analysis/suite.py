@@ -83,6 +83,7 @@ def outcomes(metrics: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     base_error = model.map(eager["error"])
     diff = early_loss_rel_diff(metrics, steps, model.map(eager["cell_id"]).where(compiled))
     labels = backend_labels(metrics)
+    from_cache = metrics["compile_cache_hits"].fillna(0) > 0  # any FX graph or AOTAutograd hit; unknown: cold
     rows = []
     for i in np.flatnonzero(compiled.to_numpy()):
         cell = metrics.iloc[i]
@@ -101,10 +102,10 @@ def outcomes(metrics: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
                      "model": axis_text(cell["arch"]) or axis_text(cell["model"]), "outcome": outcome,
                      "speedup": cell["speedup"], "speedup_low": cell["speedup_low"],
                      "speedup_high": cell["speedup_high"], "compile_time_s": cell["compile_time_s"],
-                     "compile_cache_hits": cell["compile_cache_hits"],
+                     "from_cache": bool(from_cache.iloc[i]),
                      "peak_mem_ratio": cell["peak_mem_ratio"], "why": why.rstrip(": ")})
     return pd.DataFrame(rows, columns=["cell_id", "backend", "model", "outcome", "speedup", "speedup_low",
-                                       "speedup_high", "compile_time_s", "compile_cache_hits", "peak_mem_ratio",
+                                       "speedup_high", "compile_time_s", "from_cache", "peak_mem_ratio",
                                        "why"])
 
 
@@ -112,7 +113,7 @@ def _summary(cells: pd.DataFrame) -> dict[str, object]:
     """The suite row of one backend's outcomes."""
     passed = cells[cells["outcome"] == PASSED]
     speedup = passed["speedup"].to_numpy(float)
-    from_cache = passed["compile_cache_hits"].fillna(0).to_numpy(float) > 0  # unknown (older runs): cold
+    from_cache = passed["from_cache"].to_numpy(bool)
     compile_s = passed["compile_time_s"][~from_cache].dropna().to_numpy(float)
     known = speedup[np.isfinite(speedup)]
     return {
@@ -142,12 +143,11 @@ def _per_model(cells: pd.DataFrame, name: str) -> Table:
     order = cells.assign(_failed=cells["outcome"] != PASSED, _speedup=-cells["speedup"].fillna(0))
     data = order.sort_values(["backend", "_failed", "_speedup", "model"], kind="stable")[cells.columns]
     data = data.reset_index(drop=True)
-    from_cache = data["compile_cache_hits"].fillna(0) > 0
     text = pd.DataFrame({
         "backend": data["backend"], "model": data["model"], "outcome": data["outcome"],
         "speedup [95% CI]": [fmt_speedup(*values) for values in
                              zip(data["speedup"], data["speedup_low"], data["speedup_high"])],
-        "compile s": np.where(from_cache, "from cache", data["compile_time_s"].map(fmt_number)),
+        "compile s": np.where(data["from_cache"], "from cache", data["compile_time_s"].map(fmt_number)),
         "peak mem vs eager": data["peak_mem_ratio"].map(lambda ratio: "" if is_null(ratio) else f"{ratio:.3f}"),
     })  # fmt: skip
     note = ("One row per model and backend: speedup over the eager cell of the model (eager median step / own, "
