@@ -35,7 +35,7 @@ from orchestrator.private_apis import (
     apply_overrides, caching_repository, compose_groups, extend_search_path, group_exists, split_sweep,
 )
 from workloads.config import ConfigError, cell_config_from_dict, config_digest
-from workloads.run import check_cell
+from workloads.catalog import check_cell
 from workloads.sweep_dir import SMOKE_DIR
 from workloads.vocabulary import AXES, axes_from_config, backend_label, shown_axes
 
@@ -171,6 +171,7 @@ class _Composer:
         self._loader, self._master = loader, master
         self._parser = OverridesParser.create(config_loader=loader)
         self._parsed: dict[str, tuple[Override, bool]] = {}
+        self._groups: dict[str, bool] = {}
         self._composed: dict[tuple[str, ...], _Composed] = {}
         self._repo = caching_repository(loader)  # each config file read once per expansion
 
@@ -192,9 +193,15 @@ class _Composer:
         if line not in self._parsed:
             override = self._parser.parse_override(line)
             # Hydra's own split (defaults_list.Overrides): a group key with a non-dict value selects a config.
-            is_group = not isinstance(override.value(), dict) and group_exists(self._loader, override.key_or_group)
+            is_group = not isinstance(override.value(), dict) and self._is_group(override.key_or_group)
             self._parsed[line] = (override, is_group)
         return self._parsed[line]
+
+    def _is_group(self, key: str) -> bool:
+        """Whether `key` names a config group; asked once per key (`seed=range(10000)` is one key)."""
+        if key not in self._groups:
+            self._groups[key] = group_exists(self._loader, key)
+        return self._groups[key]
 
     def _compose(self, groups: tuple[str, ...]) -> _Composed:
         if groups not in self._composed:

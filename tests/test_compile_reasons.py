@@ -18,6 +18,7 @@ from analysis.reasons import reasons_table
 from orchestrator.cli import main
 from tests.analysis_sweeps import write_cell
 from workloads.config import CellConfig, cell_config_from_dict
+from workloads.catalog import FAMILY_KINDS
 from workloads.models import MODEL_FAMILIES, ModelFamily, ModelSpec
 from workloads.run import run_cell
 
@@ -51,7 +52,8 @@ def build(cfg: CellConfig, vocab_size: int | None) -> ModelSpec:
 
 def test_graph_break_and_recompile_reasons_are_recorded_and_reported(
         tmp_path: Path, tiny_config, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(MODEL_FAMILIES, "breaks", ModelFamily(build, {"tiny": None}, "tokens"))
+    monkeypatch.setitem(FAMILY_KINDS, "breaks", "tokens")
+    monkeypatch.setitem(MODEL_FAMILIES, "breaks", ModelFamily(build, {"tiny": None}))
     cell = tmp_path / "sweep" / "cells" / "breaky"
     assert run_cell(cell_config_from_dict(tiny_config("breaks", "aot_eager", steps=3, warmup_steps=2)), cell) == "completed"
     (run,) = pq.read_table(cell / "run.parquet").to_pylist()

@@ -219,7 +219,7 @@ def test_time_limit_warning_while_compiling_is_a_timeout_row(tmp_path, tiny_conf
     import pyarrow.parquet as pq
     import torch._dynamo
 
-    from workloads import backends
+    from workloads import catalog
     from workloads.config import cell_config_from_dict
     from workloads.run import run_cell
 
@@ -229,7 +229,7 @@ def test_time_limit_warning_while_compiling_is_a_timeout_row(tmp_path, tiny_conf
         return gm.forward
 
     # The registry is read once per process (earlier tests may have read it): read it again.
-    backends.dynamo_backend_names.cache_clear()
+    catalog.dynamo_backend_names.cache_clear()
 
     status = run_cell(cell_config_from_dict(tiny_config("gpt", "time_limit_while_compiling", steps=3)), tmp_path)
     (row,) = pq.read_table(tmp_path / "run.parquet").to_pylist()

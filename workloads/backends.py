@@ -7,7 +7,6 @@ that compilation happened (graph count > 0) instead of trusting that it did.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections import Counter
 from contextlib import AbstractContextManager
@@ -17,10 +16,9 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
+from workloads.catalog import check_backend
 from workloads.config import BackendConfig, ConfigError
 
-#: Backends that are not dynamo backends; every other name goes to torch.compile(backend=name).
-NON_DYNAMO_BACKENDS = ("eager", "torchscript")
 #: Inductor modes that replay CUDA graphs (cudagraph trees), like the dynamo `cudagraphs` backend.
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 
@@ -40,17 +38,6 @@ class CompiledRun:
     otherwise treat gradient-accumulation micro-steps as one step and overwrite live outputs)."""
     setup_time_s: float
     """Time spent compiling ahead of the first step (torchscript tracing); dynamo compiles lazily."""
-
-
-#: Dynamo backends every torch 2.x has. Checking other names lists dynamo's registry, which
-#: imports torch._dynamo (seconds); sweep expansion checks every cell before anything runs.
-BUILTIN_DYNAMO_BACKENDS = ("inductor", "cudagraphs", "aot_eager")
-
-
-@functools.cache
-def dynamo_backend_names() -> list[str]:
-    """Names accepted by torch.compile(backend=...) in this torch installation."""
-    return sorted(torch._dynamo.list_backends(exclude_tags=()))
 
 
 def _compile_kwargs(cfg: BackendConfig) -> dict:
@@ -77,15 +64,6 @@ def repeated_blocks(module: nn.Module) -> list[nn.Module]:
         return []
     block_type, _ = counts.most_common(1)[0]
     return [child for child in children if type(child) is block_type]
-
-
-def check_backend(cfg: BackendConfig) -> None:
-    """Raise ConfigError for a backend that does not exist here or options it cannot honour."""
-    if cfg.name in NON_DYNAMO_BACKENDS:
-        if cfg.regional or cfg.compile_optimizer:
-            raise ConfigError(f"backend={cfg.name}: regional/compile_optimizer need a dynamo backend")
-    elif cfg.name not in BUILTIN_DYNAMO_BACKENDS and cfg.name not in dynamo_backend_names():
-        raise ConfigError(f"unknown backend {cfg.name!r}; here: {[*NON_DYNAMO_BACKENDS, *dynamo_backend_names()]}")
 
 
 def apply_backend(module: nn.Module, cfg: BackendConfig, example_inputs: tuple[torch.Tensor, ...],

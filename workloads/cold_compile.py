@@ -27,7 +27,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ContextManager
 
-from workloads import backends, compile_cache, dynamo_records, turns
+from workloads import compile_cache, dynamo_records, turns
+from workloads.catalog import NON_DYNAMO_BACKENDS
 from workloads.child_env import child_env
 from workloads.config import CellConfig, cell_config_to_dict, config_digest
 from workloads.recorder import CellRecorder, compile_time_s
@@ -40,7 +41,7 @@ if TYPE_CHECKING:  # the cell's process passes its prepare_cell in: run.py impor
 
 def measures_cold_and_warm(cfg: CellConfig) -> bool:
     """`compile.measure=cold_warm` on a backend that compiles through dynamo (else a no-op)."""
-    return cfg.compile.measure == "cold_warm" and cfg.backend.name not in backends.NON_DYNAMO_BACKENDS
+    return cfg.compile.measure == "cold_warm" and cfg.backend.name not in NON_DYNAMO_BACKENDS
 
 
 def private_caches(cfg: CellConfig) -> ContextManager[Path | None]:

@@ -26,8 +26,6 @@ from workloads.config import ConfigError
 from workloads.vocabulary import short_error
 
 Batch = tuple[torch.Tensor, torch.Tensor]
-#: The size preset names a custom builder may be asked for (the same names as the built-in families).
-SIZES = ("tiny", "small", "medium", "large", "xl")
 
 
 @dataclass

@@ -43,12 +43,12 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from workloads import (
     backends, cold_compile, compile_cache, distributed, dynamo_records, host_load, provenance, turns,
 )
+from workloads.catalog import FAMILY_LIBRARIES, check_cell
 from workloads.config import CellConfig, ConfigError, cell_config_to_dict, config_digest, load_cell_config
-from workloads.custom_model import check_target
-from workloads.data import check_data_source, load_token_source, make_batches
+from workloads.data import load_token_source, make_batches
 from workloads.distributed import LaunchError, Ranks
 from workloads.environment import describe_environment, peak_tflops, resolve_device
-from workloads.models import MODEL_FAMILIES, ModelSpec, build_model, check_model
+from workloads.models import ModelSpec, build_model
 from workloads.precision import PRECISIONS
 from workloads.recorder import CellRecorder
 from workloads.sweep_dir import next_attempt
@@ -122,18 +122,6 @@ class PreparedCell:
     step: TrainStep
     device: torch.device
     compiled: backends.CompiledRun
-
-
-def check_cell(cfg: CellConfig, submitting: bool = False) -> None:
-    """The configuration errors that need the registries — an unknown model, size or backend,
-    a data source the model cannot read — raised as ConfigError before any work starts. With
-    `submitting` (the orchestrator's check of a grid) also a custom model's target, imported: in the
-    cell's own process a target that fails is recorded as the cell's status instead."""
-    family = check_model(cfg)
-    check_data_source(cfg, family.kind)
-    backends.check_backend(cfg.backend)
-    if submitting and family.kind == "custom":
-        check_target(cfg.model.target)
 
 
 def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> PreparedCell:
@@ -316,7 +304,7 @@ def take_turn(cfg: CellConfig) -> None:
         return
     # Dynamo too: every cell imports it (torch.optim's param groups are dynamo-disabled, and
     # workloads.distributed counts DDP splits through it); no compile time counts its import.
-    for module in filter(None, (MODEL_FAMILIES[cfg.model.name].library, "torch._dynamo")):
+    for module in filter(None, (FAMILY_LIBRARIES.get(cfg.model.name), "torch._dynamo")):
         importlib.import_module(module)
     cuda = cfg.device != "cpu" and torch.cuda.is_available()
     if cuda:

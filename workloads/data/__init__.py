@@ -13,23 +13,12 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from workloads.config import CellConfig, ConfigError
+from workloads.config import CellConfig
 from workloads.custom_model import CustomModel, custom_batches
 from workloads.data.images import imagefolder_batches, synthetic_image_batches
 from workloads.data.tokens import (
     Batch, bin_vocab_size, encode_text_file, stream_batches, synthetic_token_batches,
 )
-
-SOURCES_BY_KIND = {"tokens": ("synthetic", "text", "bin"), "images": ("synthetic", "imagefolder"),
-                   "custom": ("synthetic", "custom")}
-
-
-def check_data_source(cfg: CellConfig, kind: str) -> None:
-    """Raise ConfigError when the data source cannot feed a model reading `kind`."""
-    if cfg.data.source not in SOURCES_BY_KIND[kind]:
-        raise ConfigError(f"data.source={cfg.data.source} does not fit model {cfg.model.name} "
-                          f"(reads {kind}); use one of {SOURCES_BY_KIND[kind]}")
-
 
 def _data_generator(cfg: CellConfig, rank: int) -> torch.Generator:
     # Separate stream from model init, so data is identical whatever the model consumed; each

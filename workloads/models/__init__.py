@@ -1,4 +1,5 @@
-"""Model registry: `MODEL_FAMILIES[name]` = how to build the family, its sizes, its input kind.
+"""Model registry: `MODEL_FAMILIES[name]` = how to build the family and its size presets (its
+name, sizes and input kind are the catalogue's, workloads/catalog.py).
 
 A ModelSpec carries everything the training loop and the data pipeline need to know about a
 model family: the module, its default batch, the shape of one sample, how to compute the loss,
@@ -15,10 +16,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from workloads.catalog import SIZES, check_model
 from workloads.config import CellConfig, ConfigError
-from workloads.custom_model import SIZES as CUSTOM_SIZES, CustomModel, build_custom_model
+from workloads.custom_model import CustomModel, build_custom_model
 from workloads.models.gpt import GPT, GPT_SIZES
-from workloads.models.vision import NUM_CLASSES, VISION_SIZES, create_timm_model, is_timm_model
+from workloads.models.vision import NUM_CLASSES, VISION_SIZES, create_timm_model
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 OptimizerFactory = Callable[[nn.Module, bool], torch.optim.Optimizer]
@@ -152,39 +154,19 @@ def build_custom(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
 class ModelFamily:
     build: Callable[[CellConfig, int | None], ModelSpec]
     sizes: Mapping[str, object]
-    """Size presets by name (tiny, small, ...)."""
-    kind: str
-    """What the model reads: `tokens`, `images` or `custom` (decides which data sources fit)."""
-    library: str | None = None
-    """The package that builds it, imported lazily (seconds), or None for the project's own models."""
+    """Size presets by the catalogue's size names (tiny, small, ...)."""
 
 
 MODEL_FAMILIES: dict[str, ModelFamily] = {
-    "gpt": ModelFamily(build_gpt, GPT_SIZES, "tokens"),
-    "resnet": ModelFamily(build_timm, VISION_SIZES, "images", "timm"),
-    "timm": ModelFamily(build_timm, VISION_SIZES, "images", "timm"),
-    "custom": ModelFamily(build_custom, dict.fromkeys(CUSTOM_SIZES), "custom"),
+    "gpt": ModelFamily(build_gpt, GPT_SIZES),
+    "resnet": ModelFamily(build_timm, VISION_SIZES),
+    "timm": ModelFamily(build_timm, VISION_SIZES),
+    "custom": ModelFamily(build_custom, dict.fromkeys(SIZES)),  # the user's builder reads the name
 }
-
-
-def check_model(cfg: CellConfig) -> ModelFamily:
-    """The cell's model family, or a ConfigError for an unknown family, size or ResNet arch."""
-    family = MODEL_FAMILIES.get(cfg.model.name)
-    if family is None:
-        raise ConfigError(f"unknown model {cfg.model.name!r}; known: {sorted(MODEL_FAMILIES)}")
-    if cfg.size not in family.sizes:
-        raise ConfigError(f"model {cfg.model.name} has no size {cfg.size!r}; sizes: {list(family.sizes)}")
-    if cfg.model.name == "resnet" and cfg.model.arch and not cfg.model.arch.startswith("resnet"):
-        raise ConfigError(f"model=resnet with arch {cfg.model.arch!r}: use model=timm for other architectures")
-    if family.kind == "images" and cfg.model.arch and not is_timm_model(cfg.model.arch):
-        raise ConfigError(f"timm has no model named {cfg.model.arch!r} (model.arch)")
-    if (family.kind == "custom") != bool(cfg.model.target):
-        raise ConfigError("model.target goes with model=custom (model=custom model.target=package.module:function)")
-    return family
 
 
 def build_model(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
     """Build the model of a cell on the CPU (the caller moves it), seeded by `cfg.seed`."""
-    family = check_model(cfg)
+    check_model(cfg)
     torch.manual_seed(cfg.seed)
-    return family.build(cfg, vocab_size)
+    return MODEL_FAMILIES[cfg.model.name].build(cfg, vocab_size)

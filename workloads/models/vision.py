@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch.nn as nn
 
+from workloads.catalog import is_timm_model
+
 
 @dataclass(frozen=True)
 class VisionSize:
@@ -30,14 +32,6 @@ VISION_SIZES: dict[str, VisionSize] = {
 }
 
 NUM_CLASSES = 1000
-
-
-def is_timm_model(arch: str) -> bool:
-    """Whether timm can build `arch` (imported here: timm costs a second to import, and GPT-only
-    sweeps, which check every cell before submitting, never need it)."""
-    import timm
-
-    return arch in timm.list_models()
 
 
 def create_timm_model(arch: str) -> nn.Module:

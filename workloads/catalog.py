@@ -1,0 +1,89 @@
+"""What a cell may ask for, and `check_cell`, which refuses the rest: model families and what they
+read, size names, data sources per kind, backends. Torch-free, because the orchestrator checks
+every cell of a grid before submitting: importing torch took 1.8 of a 10,000-cell dry run's 7 s
+(2 cores). Packages that only some cells need (timm, torch._dynamo) are imported when asked.
+
+The builders live beside the things they build (workloads/models, workloads/backends.py); a test
+checks that they cover exactly the names here.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from workloads.config import BackendConfig, CellConfig, ConfigError
+
+#: The size presets of every model family.
+SIZES = ("tiny", "small", "medium", "large", "xl")
+#: Model family -> what it reads: `tokens`, `images` or `custom` (decides which data sources fit).
+FAMILY_KINDS = {"gpt": "tokens", "resnet": "images", "timm": "images", "custom": "custom"}
+#: The package that builds a family's models, where it is not the project itself.
+FAMILY_LIBRARIES = {"resnet": "timm", "timm": "timm"}
+#: Data sources that can feed each kind of model.
+SOURCES_BY_KIND = {"tokens": ("synthetic", "text", "bin"), "images": ("synthetic", "imagefolder"),
+                   "custom": ("synthetic", "custom")}
+#: Backends that are not dynamo backends; every other name goes to torch.compile(backend=name).
+NON_DYNAMO_BACKENDS = ("eager", "torchscript")
+#: Dynamo backends every torch 2.x has. Checking other names lists dynamo's registry, which
+#: imports torch._dynamo (seconds).
+BUILTIN_DYNAMO_BACKENDS = ("inductor", "cudagraphs", "aot_eager")
+
+
+@functools.cache
+def dynamo_backend_names() -> list[str]:
+    """Names accepted by torch.compile(backend=...) in this torch installation."""
+    import torch._dynamo
+
+    return sorted(torch._dynamo.list_backends(exclude_tags=()))
+
+
+def is_timm_model(arch: str) -> bool:
+    """Whether timm can build `arch` (timm costs a second to import; GPT-only grids never need it)."""
+    import timm
+
+    return arch in timm.list_models()
+
+
+def check_model(cfg: CellConfig) -> str:
+    """The kind of input the cell's model reads; ConfigError for an unknown family, size or arch."""
+    kind = FAMILY_KINDS.get(cfg.model.name)
+    if kind is None:
+        raise ConfigError(f"unknown model {cfg.model.name!r}; known: {sorted(FAMILY_KINDS)}")
+    if cfg.size not in SIZES:
+        raise ConfigError(f"model {cfg.model.name} has no size {cfg.size!r}; sizes: {list(SIZES)}")
+    if cfg.model.name == "resnet" and cfg.model.arch and not cfg.model.arch.startswith("resnet"):
+        raise ConfigError(f"model=resnet with arch {cfg.model.arch!r}: use model=timm for other architectures")
+    if kind == "images" and cfg.model.arch and not is_timm_model(cfg.model.arch):
+        raise ConfigError(f"timm has no model named {cfg.model.arch!r} (model.arch)")
+    if (kind == "custom") != bool(cfg.model.target):
+        raise ConfigError("model.target goes with model=custom (model=custom model.target=package.module:function)")
+    return kind
+
+
+def check_data_source(cfg: CellConfig, kind: str) -> None:
+    """ConfigError when the data source cannot feed a model reading `kind`."""
+    if cfg.data.source not in SOURCES_BY_KIND[kind]:
+        raise ConfigError(f"data.source={cfg.data.source} does not fit model {cfg.model.name} "
+                          f"(reads {kind}); use one of {SOURCES_BY_KIND[kind]}")
+
+
+def check_backend(cfg: BackendConfig) -> None:
+    """ConfigError for a backend that does not exist here, or options it cannot honour."""
+    if cfg.name in NON_DYNAMO_BACKENDS:
+        if cfg.regional or cfg.compile_optimizer:
+            raise ConfigError(f"backend={cfg.name}: regional/compile_optimizer need a dynamo backend")
+    elif cfg.name not in BUILTIN_DYNAMO_BACKENDS and cfg.name not in dynamo_backend_names():
+        raise ConfigError(f"unknown backend {cfg.name!r}; here: {[*NON_DYNAMO_BACKENDS, *dynamo_backend_names()]}")
+
+
+def check_cell(cfg: CellConfig, submitting: bool = False) -> None:
+    """The configuration errors that need the catalogue, raised as ConfigError before any work.
+    With `submitting` (the orchestrator's check of a grid) also a custom model's target, imported:
+    in the cell's own process a target that fails is recorded as the cell's status instead."""
+    kind = check_model(cfg)
+    check_data_source(cfg, kind)
+    check_backend(cfg.backend)
+    if submitting and kind == "custom":
+        from workloads.custom_model import check_target  # the user's module imports torch anyway
+
+        check_target(cfg.model.target)
