@@ -3,8 +3,10 @@ data, and the `compilebench` it installs into a fresh virtual environment plans 
 runs a tiny local one from another directory, without the checkout on its path.
 
 Offline: the wheel is built without build isolation from a copy of the checkout (so the checkout
-gets no build/ or egg-info), and the venv sees this machine's packages (torch, Hydra, ...) through
---system-site-packages; only compilebench itself comes from the wheel.
+gets no build/ or egg-info), and the new venv sees the packages of the environment that runs the
+tests (torch, Hydra, setuptools, ...) through a .pth file naming its site-packages; only
+compilebench itself comes from the wheel. (`--system-site-packages` would name the *base*
+interpreter's, which inside a venv, where most users run the tests, has none of them.)
 """
 
 from __future__ import annotations
@@ -60,11 +62,17 @@ def wheel(source: Path) -> Path:
 
 
 def fresh_venv(root: Path, *install: str | Path) -> Path:
-    """A virtual environment in `root` that sees this machine's packages, with `pip install
+    """A virtual environment in `root` that sees this environment's packages, with `pip install
     --no-deps --no-index INSTALL...` done by this interpreter's pip (and build backend: the venv's
-    own bundled setuptools may be too old for pyproject.toml); returns its bin/ directory."""
-    made = run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", root, cwd=root.parent)
+    own bundled setuptools may be too old for pyproject.toml); returns its bin/ directory.
+
+    The .pth file adds this environment's site-packages after the venv's own, without running
+    their .pth files: an editable install of the checkout stays invisible there."""
+    made = run(sys.executable, "-m", "venv", "--without-pip", root, cwd=root.parent)
     assert made.returncode == 0, made.stderr
+    (site,) = (root / "lib").glob("python3*/site-packages")
+    ours = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()]
+    (site / "compilebench-tests-environment.pth").write_text("\n".join(ours) + "\n")
     installed = run(sys.executable, "-m", "pip", "--python", root / "bin" / "python", "install", "--no-deps",
                     "--no-index", "--no-build-isolation", *install, cwd=root)
     assert installed.returncode == 0, installed.stdout + installed.stderr
