@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -86,6 +87,14 @@ CLI = (sys.executable, "-m", "orchestrator.cli")
 def cli_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment, PYTHONPATH at the checkout, `env` on top."""
     return {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+
+
+def as_foreground_job() -> None:
+    """`preexec_fn`: SIGINT at its default, as an interactive shell gives its foreground job (so
+    Python turns it into KeyboardInterrupt). A test run started in the background by a
+    non-interactive shell, as a CI job may be, inherits SIGINT *ignored*, and Python keeps an
+    ignored SIGINT ignored: the Ctrl-C a test sends would never arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def cli_popen(cwd: Path, *args: str, env: Mapping[str, str] | None = None, **popen: Any) -> subprocess.Popen:

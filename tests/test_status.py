@@ -29,7 +29,7 @@ import pytest
 from orchestrator.scheduler import expand_job_ids, parse_states
 from orchestrator.status import follow
 from tests.analysis_sweeps import write_cell, write_manifest
-from tests.helpers import TINY, WAIT, cli, cli_popen, manifest_jobs, table, wait_until
+from tests.helpers import TINY, WAIT, as_foreground_job, cli, cli_popen, manifest_jobs, table, wait_until
 from tests.slurm.cluster import LocalSlurm
 from workloads.vocabulary import ERROR_WIDTH
 
@@ -192,7 +192,8 @@ def test_wait_follows_the_sweep_and_ctrl_c_leaves_the_jobs(slurm_cluster: LocalS
             "--wait", "--poll", str(poll)]
     log = tmp_path / "wait.log"
     with open(log, "w") as out:
-        proc = cli_popen(tmp_path, *args, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
+        proc = cli_popen(tmp_path, *args, env=env, stdout=out, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=as_foreground_job)
         wait_until(lambda: proc.poll() is not None or progress_lines(log.read_text()), 120,
                    lambda _: f"no progress line: {log.read_text()}", interval=0.2)
         assert proc.poll() is None, log.read_text()
@@ -220,6 +221,59 @@ def test_wait_follows_the_sweep_and_ctrl_c_leaves_the_jobs(slurm_cluster: LocalS
     assert seconds[0] == 0 and all(b - a >= poll for a, b in zip(seconds, seconds[1:])), shown
     assert shown.rstrip().endswith("1 cell(s): 1 completed")
     assert pd.read_parquet(tmp_path / "sw" / "manifest.parquet")["job_id"].tolist() == [job_id]
+
+
+def not_running(pid: int) -> bool:
+    """Whether the process is gone or a zombie (killed, its exit not yet collected by whoever
+    inherited it when its parent ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+def hanging_squeue(directory: Path, real: str) -> Path:
+    """A `squeue` for PATH that runs the real one until `directory/hang` exists, then writes its pid
+    to `directory/pid` and never answers (a controller that has stopped responding)."""
+    directory.mkdir()
+    script = directory / "squeue"
+    script.write_text(f'#!/bin/sh\nif [ -e {directory}/hang ]; then echo $$ > {directory}/pid; exec sleep 100000; fi\n'
+                      f'exec {real} "$@"\n')
+    script.chmod(0o755)
+    return directory
+
+
+def test_ctrl_c_stops_the_waiting_while_squeue_hangs(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    """Ctrl-C while `--wait` waits for a squeue that does not answer ends it at once: exit 130, the
+    one line, no further look (the query's own 10 s timeout was not waited out), and the hung
+    squeue is killed rather than left behind."""
+    env = slurm_cluster.env()
+    fake = hanging_squeue(tmp_path / "bin", slurm_cluster.install.command("squeue"))
+    env["PATH"] = f"{fake}{os.pathsep}{env.get('PATH', os.environ['PATH'])}"
+    args = ["sweep", "cluster=test_slurm", *EAGER, "+cluster.sbatch_extra.hold=true", "hydra.sweep.dir=sw",
+            "--wait", "--poll", "1"]
+    log = tmp_path / "wait.log"
+    try:
+        with open(log, "w") as out:
+            proc = cli_popen(tmp_path, *args, env=env, stdout=out, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=as_foreground_job)
+            wait_until(lambda: proc.poll() is not None or progress_lines(log.read_text()), 120,
+                       lambda _: f"no progress line: {log.read_text()}", interval=0.2)
+            (fake / "hang").touch()
+            wait_until(lambda: proc.poll() is not None or (fake / "pid").exists() and (fake / "pid").read_text(), 120,
+                       lambda _: "squeue was not asked again", interval=0.2)
+            looks = progress_lines(log.read_text())
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 130, stderr
+        assert "stopped waiting; the jobs keep running" in stderr
+        assert progress_lines(log.read_text()) == looks and "unknown" not in log.read_text()
+        assert not_running(int((fake / "pid").read_text()))
+    finally:
+        (fake / "hang").unlink(missing_ok=True)
+        if (tmp_path / "sw" / "manifest.parquet").exists():
+            slurm_cluster.run("scancel", *manifest_jobs(tmp_path / "sw").values())
 
 
 # --- through the real single-node Slurm with accounting ---------------------------------------

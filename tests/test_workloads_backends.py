@@ -130,12 +130,16 @@ def test_compiled_cells_prove_they_compiled(cell: Cell):
     if cell.backend == "eager":
         assert run["graph_count"] in (None, 0)
         return
-    assert run["graph_count"] >= 1
+    assert run["graph_count"] >= 1  # dynamo's own count of the graphs it compiled (torchscript: traced)
     if cell.backend in DYNAMO_BACKENDS:
-        # dynamo compiles in the first warm-up step: seconds, against milliseconds per measured step
-        measured = [s["step_time_ms"] for s in steps if s["phase"] == "measure"]
-        assert steps[0]["step_time_ms"] > max(measured)
-        assert run["compile_time_s"] >= (steps[0]["step_time_ms"] - run["median_step_ms"]) / 1e3 * 0.999
+        # The proof is dynamo's and inductor's counters, not timing (a loaded CPU can make a
+        # measured step slower than the compiling one): inductor looked its graphs up in the FX
+        # graph cache, and the compile time is recorded, at least the first warm-up step's excess.
+        if cell.backend == "inductor":
+            lookups = run["fx_graph_cache_misses"] + run["fx_graph_cache_hits"] + run["fx_graph_cache_bypasses"]
+            assert lookups >= run["graph_count"]
+        assert run["compile_time_s"] is not None
+        assert run["compile_time_s"] >= max(0.0, steps[0]["step_time_ms"] - run["median_step_ms"]) / 1e3 * 0.999
         if not cell.backend_option.get("compile_optimizer"):
             assert run["graph_break_count"] == 0  # both tiny models trace as whole graphs
 
