@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -17,13 +16,13 @@ from workloads.host_load import (
     HOST_LOAD_FIELDS, CpuSample, MeasuredWindow, op_overhead_us, parse_proc_stat, sample, window,
 )
 
-#: A neighbour that spins until told to stop, and says how much CPU time it spent between "go" and "stop".
+#: A neighbour that, once told to go, spins until it has spent 0.5 s of CPU time (however long a
+#: loaded machine makes that take), then says how much it spent.
 SPINNER = """
-import select, sys, time
+import sys, time
 sys.stdin.readline()  # go
 start = time.process_time()
-print("spinning", flush=True)
-while not select.select([sys.stdin], [], [], 0)[0]:
+while time.process_time() - start < 0.5:
     pass
 print(time.process_time() - start, flush=True)
 """
@@ -51,17 +50,12 @@ def test_a_busy_neighbour_is_counted() -> None:
         begin = sample()
         spinner.stdin.write("go\n")
         spinner.stdin.flush()
-        assert spinner.stdout.readline().strip() == "spinning"
-        time.sleep(1.0)
-        spinner.stdin.write("stop\n")
-        spinner.stdin.flush()
         spun_s = float(spinner.stdout.readline())  # the neighbour's CPU time, all of it inside the window
         end = sample()
     finally:
         spinner.kill()
         spinner.wait()
     other = window(begin, end)
-    assert spun_s > 0.2  # it did spin (on any machine that gives it a tenth of a core)
     # The node's busy time holds the neighbour's; the clock ticks of 2 CPUs may each round one off.
     assert other["node_cpus_busy_other"] * (end.wall_s - begin.wall_s) >= spun_s - 0.05
     assert 0 <= other["cpu_steal_share"] <= 1

@@ -333,23 +333,28 @@ def test_steps_in_flight_that_meet_the_rule_stop_the_launches() -> None:
     assert not capped.in_flight_suffice(6)  # 4 steps: the count falls short
 
 
-def test_the_pause_before_measuring_comes_before_the_last_warmup_step_and_is_no_steps_time() -> None:
+def test_the_pause_before_measuring_comes_before_the_last_warmup_step_and_is_no_steps_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The local executor's wait for quiet (workloads/turns.py) runs before the last warm-up step,
-    so a warmed-up step separates it from the measured ones, and its seconds count in no step."""
+    so a warmed-up step separates it from the measured ones, and its seconds count in no step
+    (on the fake clock: each step takes 1 ms, the pause 1,000 s)."""
+    clock = FakeClock()
+    monkeypatch.setattr(train, "time", clock)
     calls: list[str] = []
 
     def step() -> tuple[torch.Tensor, float]:
         calls.append("step")
+        clock.now += 1e-3
         return torch.zeros(()), 0.0
 
     def pause() -> None:
         calls.append("pause")
-        time.sleep(0.3)
+        clock.now += 1000.0
 
     records: list[StepRecord] = []
     run_steps(step, 3, 2, torch.device("cpu"), records.append, measure(min_seconds=0.0), before_measuring=pause)
     assert calls == ["step", "step", "pause", "step", "step", "step"]
-    assert max(r.step_time_ms for r in records) < 300.0
+    assert [r.step_time_ms for r in records] == pytest.approx([1.0] * 5)
     calls.clear()
     run_steps(step, 0, 1, torch.device("cpu"), records.append, measure(min_seconds=0.0), before_measuring=pause)
     assert calls == ["pause", "step"]
