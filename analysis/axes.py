@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.render import is_null
-from workloads.vocabulary import (
+from workloads.contract.vocabulary import (
     COMPLETED, HARDWARE, NO_RESULT, PROCESSES, TREATMENT, UNREADABLE, WORKLOAD, backend_label, names,
 )
 
@@ -32,7 +32,7 @@ SIZE_ORDER = {"tiny": 0, "small": 1, "medium": 2, "large": 3, "xl": 4}
 
 
 def backend_labels(metrics: pd.DataFrame) -> pd.Series:
-    """The backend label (workloads.vocabulary.backend_label) of every cell."""
+    """The backend label (workloads.contract.vocabulary.backend_label) of every cell."""
     treatments = names(TREATMENT)
     return pd.Series([backend_label(dict(zip(treatments, values))) for values in axis_rows(metrics, treatments)],
                      index=metrics.index, dtype=object)

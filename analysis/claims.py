@@ -21,7 +21,7 @@ from analysis.metrics import E2E_BASIS, EQUIVALENCE, verdict_reasons
 from analysis.render import Table, fmt_change, fmt_percent, fmt_speedup, is_null
 from analysis.seminar import PUBLISHED_CAVEATS, UNIT_SYMBOLS, default_mode, load_reference, seminar_models
 from analysis.stats import equivalence_verdict
-from workloads.vocabulary import COMPLETED
+from workloads.contract.vocabulary import COMPLETED
 
 AGREES, DISAGREES, NO_DIFFERENCE = "agrees", "disagrees", "no difference"
 INCONCLUSIVE, NO_DATA = "inconclusive", "no data"

@@ -20,12 +20,12 @@ import pandas as pd
 import pyarrow as pa
 
 from analysis.breakeven import COMPILE_COLD, COMPILE_WARM
-from workloads.schema import RUN_SCHEMA, STEPS_SCHEMA
-from workloads.sweep_dir import (
+from workloads.contract.schema import RUN_SCHEMA, STEPS_SCHEMA
+from workloads.contract.sweep_dir import (
     MANIFEST_FILE, RUN_FILE, STDERR, STEPS_FILE, cell_dir, cell_dirs, counting_attempts, read_cell_config,
     read_tables, replicate_attempts, with_repeat,
 )
-from workloads.vocabulary import AXES, CONFIG_AXES, COMPLETED, NO_RESULT, UNREADABLE, axes_from_config
+from workloads.contract.vocabulary import AXES, CONFIG_AXES, COMPLETED, NO_RESULT, UNREADABLE, axes_from_config
 
 #: The columns analysis reads of each file (a run row has over 50: decoding the environment
 #: columns would cost a third of the time in a large sweep, and no table shows them).
@@ -78,7 +78,7 @@ class SweepData:
     `replicates`, how many of its replicates completed; a cell without a readable result has its
     axes (from config.yaml, else the manifest) and status `no_result` or `unreadable`.
     `replicates`: RUN_READ_SCHEMA's rows of the attempt that counts for each replicate of each
-    cell (workloads.sweep_dir.replicate_attempts). `steps`: STEPS_READ_SCHEMA's columns and
+    cell (workloads.contract.sweep_dir.replicate_attempts). `steps`: STEPS_READ_SCHEMA's columns and
     `repeat`, of the attempts that count: every completed replicate's, and the cell's own.
     """
 

@@ -1,6 +1,6 @@
 """`compilebench compare SWEEP_A SWEEP_B`: the same cells in two sweeps, B against A.
 
-Cells are matched by their axes (workloads/vocabulary.py: model, size, backend, mode, flags,
+Cells are matched by their axes (workloads/contract/vocabulary.py: model, size, backend, mode, flags,
 precision, data, seed, batch, processes, ...) except the hardware ones (device, GPU): what differs
 between two sweeps by design — torch version, cluster, GPU, date, commit, host — is not an axis or
 is left out, so a module upgrade or another cluster finds its cells. Where one sweep has several
@@ -39,8 +39,8 @@ from analysis.collect import REPEAT, SweepData, load_sweep
 from analysis.metrics import RESAMPLES, SEED, cell_metrics
 from analysis.render import fmt_number, fmt_speedup, render_markdown
 from analysis.stats import ReplicateSamples, geometric_mean, hierarchical_means, ratio_interval, stable_hash
-from workloads.sweep_dir import STDERR
-from workloads.vocabulary import COMPLETED, HARDWARE, PROCESSES, WORKLOAD, names
+from workloads.contract.sweep_dir import STDERR
+from workloads.contract.vocabulary import COMPLETED, HARDWARE, PROCESSES, WORKLOAD, names
 
 #: The axes cells are matched by: all but where they ran.
 MATCHED_AXES = [axis for axis in names() if axis not in names(HARDWARE)]

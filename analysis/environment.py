@@ -14,9 +14,9 @@ import pandas as pd
 import pyarrow as pa
 
 from analysis.render import Table, fmt_number, fmt_percent, is_null
-from workloads.schema import RUN_SCHEMA
-from workloads.sweep_dir import RUN_FILE, cell_dirs, read_tables
-from workloads.vocabulary import COMPLETED
+from workloads.contract.schema import RUN_SCHEMA
+from workloads.contract.sweep_dir import RUN_FILE, cell_dirs, read_tables
+from workloads.contract.vocabulary import COMPLETED
 
 #: (run.parquet column, what the table calls it), in the table's order.
 FIELDS = (

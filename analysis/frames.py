@@ -19,7 +19,7 @@ import pandas as pd
 
 from analysis.collect import load_sweep
 from analysis.metrics import DATA_BOUND, EQUIVALENCE, cell_metrics
-from workloads.sweep_dir import STDERR
+from workloads.contract.sweep_dir import STDERR
 
 
 class SweepFrames(NamedTuple):

@@ -55,7 +55,7 @@ from analysis.stats import (
     ReplicateSamples, SortedSamples, equivalence_verdict, group_mean_std, group_moments, group_ratio_of_sums,
     hierarchical_means, median_over_replicates, ratio_interval, stable_hash, subset_cells,
 )
-from workloads.vocabulary import COMPLETED, names
+from workloads.contract.vocabulary import COMPLETED, names
 
 #: What names a cell in tables and plots, besides its id: every axis.
 AXES = names()

@@ -32,6 +32,6 @@ DATA_WAIT = "#d9d9d9"
 
 
 def backend_colors(labels: Iterable[str]) -> dict[str, str]:
-    """{label: colour} for these backend labels (workloads.vocabulary.backend_label)."""
+    """{label: colour} for these backend labels (workloads.contract.vocabulary.backend_label)."""
     others = sorted(set(labels) - set(KNOWN))
     return {**KNOWN, **{label: SPARE[i % len(SPARE)] for i, label in enumerate(others)}}

@@ -27,7 +27,7 @@ from analysis.figure_layout import (
 from analysis.palette import DATA_WAIT, NO_VALUE
 from analysis.render import fmt_break_even, fmt_number, fmt_speedup
 from analysis.scaling import scaling_cells
-from workloads.vocabulary import COMPLETED
+from workloads.contract.vocabulary import COMPLETED
 
 FORMATS = ("png", "svg")
 #: Workloads a figure of panels shows (the title counts the others; the tables have every cell).

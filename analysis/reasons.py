@@ -1,6 +1,6 @@
 """Why graphs broke or recompiled: the top reasons across a sweep, with the cells they hit.
 
-Each run row records dynamo's own reasons (workloads/dynamo_records.py): `graph_break_reasons`
+Each run row records dynamo's own reasons (workloads/instruments/dynamo_records.py): `graph_break_reasons`
 and `recompile_reasons`, one {reason, count} per distinct reason. Here the reasons of every cell's
 attempt that counts are grouped across the sweep by a short form of their text — the first line
 (for a recompile the guard that failed and the line of code it guards; dynamo's long hints left

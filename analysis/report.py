@@ -18,8 +18,8 @@ from analysis.claims import claims_table
 from analysis.collect import SweepData, load_sweep
 from analysis.environment import environment_table
 from analysis.html import html_page
-from workloads.sweep_dir import REPORT_DIR, STDERR
-from workloads.vocabulary import NO_RESULT, UNREADABLE
+from workloads.contract.sweep_dir import REPORT_DIR, STDERR
+from workloads.contract.vocabulary import NO_RESULT, UNREADABLE
 from analysis.metrics import DATA_BOUND, EQUIVALENCE, cell_metrics
 from analysis.reasons import reasons_table
 from analysis.render import ONE_TABLE, RENDERERS, Table, csv, latex, markdown

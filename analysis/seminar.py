@@ -17,7 +17,7 @@ import pandas as pd
 
 from analysis.axes import axis_rows, axis_text, representatives, varying_axes
 from analysis.render import Table, fmt_change, is_null
-from workloads.vocabulary import COMPLETED
+from workloads.contract.vocabulary import COMPLETED
 
 REFERENCES = {"seminar": "seminar_2024.csv"}
 

@@ -33,8 +33,8 @@ import pandas as pd
 from analysis.axes import axis_text, backend_labels
 from analysis.render import Table, fmt_number, fmt_percent, fmt_speedup, is_null
 from analysis.stats import geometric_mean
-from workloads.sweep_dir import cell_dirs, read_cell_config
-from workloads.vocabulary import COMPLETED, PROCESSES, WORKLOAD, names, short_error
+from workloads.contract.sweep_dir import cell_dirs, read_cell_config
+from workloads.contract.vocabulary import COMPLETED, PROCESSES, WORKLOAD, names, short_error
 
 #: The top-level key a suite's config (conf/suite/*.yaml) gives every cell: {name: ...}.
 SUITE_KEY = "suite"

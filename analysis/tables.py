@@ -22,8 +22,8 @@ from analysis.render import (
 )
 from analysis.scaling import multi_process, scaling_table
 from analysis.stats import geometric_mean
-from workloads.sweep_dir import STDERR
-from workloads.vocabulary import (
+from workloads.contract.sweep_dir import STDERR
+from workloads.contract.vocabulary import (
     AXIS, CELL_STATES, COMPLETED, HARDWARE, PROCESSES, WORKLOAD, names, short_error,
 )
 

@@ -74,8 +74,8 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
     from orchestrator.grid import GridError, expand
     from orchestrator.grid_files import prepare
     from orchestrator.local import SKIPPED, run_grid, why_not_local
-    from workloads.sweep_dir import SweepDirError, cell_dir, check_sweep_dir
-    from workloads.vocabulary import COMPLETED
+    from workloads.contract.sweep_dir import SweepDirError, cell_dir, check_sweep_dir
+    from workloads.contract.vocabulary import COMPLETED
 
     try:
         grid = smoke_of(overrides, config_dirs) if smoke else expand(overrides, config_dirs=config_dirs)
@@ -113,7 +113,7 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
 def print_configs(grid: Grid, first: int | None) -> int:
     """--cfg job: each cell's resolved config as a YAML document (what its config.yaml will hold),
     headed by a comment naming the cell and its overrides; the first `first` cells only if given."""
-    from workloads.sweep_dir import config_yaml
+    from workloads.contract.sweep_dir import config_yaml
 
     shown = grid.cells[:first]
     for number, cell in enumerate(shown, 1):
@@ -151,7 +151,7 @@ def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False, poll_s: float | N
     from orchestrator.profile import ProfileError
     from orchestrator.grid_files import prepare
     from orchestrator.slurm import grid_rows, plan, write_dry_run
-    from workloads.sweep_dir import SBATCH_DIR
+    from workloads.contract.sweep_dir import SBATCH_DIR
 
     try:
         the_plan = plan(grid)
@@ -207,7 +207,7 @@ def follow_sweep(sweep_dir: Path, poll_s: float | None = None, give_up_s: float 
     the jobs."""
     from orchestrator.scheduler import UNANSWERED_LIMIT_S, WAIT_INTERVAL_S
     from orchestrator.status import all_completed, follow, render
-    from workloads.vocabulary import UNKNOWN
+    from workloads.contract.vocabulary import UNKNOWN
 
     poll_s = WAIT_INTERVAL_S if poll_s is None else poll_s
     give_up_s = UNANSWERED_LIMIT_S if give_up_s is None else give_up_s
@@ -249,7 +249,7 @@ def retry(sweep_dir: Path, rows: Sequence[CellStatus]) -> int:
     from orchestrator.slurm import plan
     from orchestrator.status import RETRY, count_states, to_retry
     from orchestrator.grid_files import read_grid
-    from workloads.sweep_dir import SweepDirError
+    from workloads.contract.sweep_dir import SweepDirError
 
     todo = to_retry(rows)
     if not todo:
@@ -306,7 +306,7 @@ def cmd_analyze(sweep_dir: Path, fmt: str, reference: str | None = None, plots: 
 
 def cmd_compare(sweep_a: Path, sweep_b: Path, threshold: float | None, fmt: str) -> int:
     from analysis.compare import THRESHOLD, CompareError, compare, to_json, to_markdown
-    from workloads.sweep_dir import is_sweep_dir
+    from workloads.contract.sweep_dir import is_sweep_dir
 
     for sweep in (sweep_a, sweep_b):
         if not is_sweep_dir(sweep):

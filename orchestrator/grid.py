@@ -34,10 +34,10 @@ from orchestrator.package_data import CONF_DIR
 from orchestrator.private_apis import (
     apply_overrides, caching_repository, compose_groups, extend_search_path, group_exists, split_sweep,
 )
-from workloads.config import ConfigError, cell_config_from_dict, config_digest
-from workloads.catalog import check_cell
-from workloads.sweep_dir import SMOKE_DIR
-from workloads.vocabulary import AXES, axes_from_config, backend_label, shown_axes
+from workloads.cell.config import ConfigError, cell_config_from_dict, config_digest
+from workloads.cell.catalog import check_cell
+from workloads.contract.sweep_dir import SMOKE_DIR
+from workloads.contract.vocabulary import AXES, axes_from_config, backend_label, shown_axes
 
 CONFIG_NAME = "config"
 
@@ -63,7 +63,7 @@ class Cell:
 
     @functools.cached_property
     def axes(self) -> dict[str, Any]:
-        """The cell's value of every axis its config gives (workloads/vocabulary.py)."""
+        """The cell's value of every axis its config gives (workloads/contract/vocabulary.py)."""
         return axes_from_config(self.config)
 
     def override_values(self) -> dict[str, str]:

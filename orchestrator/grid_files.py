@@ -1,6 +1,6 @@
 """A grid laid out in its sweep directory (each cell's resolved config and the manifest), and read back.
 
-Where the files lie and how they are read and written is workloads/sweep_dir.py; this module
+Where the files lie and how they are read and written is workloads/contract/sweep_dir.py; this module
 knows only what a Grid (orchestrator/grid.py) adds: the cells' overrides and the executor.
 """
 
@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workloads.sweep_dir import (
+from workloads.contract.sweep_dir import (
     SweepDirError, cell_dir, cell_dirs, config_path, read_cell_config, read_manifest, recorded_job_ids,
     write_cell_config, write_manifest,
 )

@@ -9,11 +9,11 @@ While one replicate runs, the next ones' processes are already started (a few at
 4 CPUs: `processes_ahead`): each imports torch and its model's library (seconds each) and waits
 for its turn before it touches the device; the one running waits, before its measured steps,
 until the others have finished importing. The turn passes on when the one running has written
-its results, while it exits (the protocol is in workloads/turns.py). Only one process at a time
+its results, while it exits (the protocol is in workloads/local/turns.py). Only one process at a time
 builds, compiles and measures on the device.
 
 Compile caches as `cluster.compile_cache` says, through the workload's own mechanism
-(workloads/compile_cache.py, COMPILEBENCH_COMPILE_CACHE): `shared` (the local profile's default)
+(workloads/instruments/compile_cache.py, COMPILEBENCH_COMPILE_CACHE): `shared` (the local profile's default)
 = SWEEP_DIR/compile_cache, so a sweep's replicates and cells after the first compile warm, and
 each run row says whether it did; `per_job` = a fresh directory per process, removed when it has
 ended: every replicate compiles cold.
@@ -39,15 +39,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, TextIO
 
-from workloads.child_env import child_env
-from workloads.compile_cache import BASE_ENV
-from workloads.schema import atomic_output
-from workloads.sweep_dir import (
+from workloads.local.child_env import child_env
+from workloads.instruments.compile_cache import BASE_ENV
+from workloads.contract.schema import atomic_output
+from workloads.contract.sweep_dir import (
     COMPILE_CACHE_DIR, LOGS_DIR, cell_dir, config_path, missing_repeats, newest_attempt, record_killed_attempt,
 )
-from workloads import turns
-from workloads.config import distributed_section
-from workloads.vocabulary import COMPLETED
+from workloads.local import turns
+from workloads.cell.config import distributed_section
+from workloads.contract.vocabulary import COMPLETED
 
 if TYPE_CHECKING:  # grid imports Hydra and torch; run_cell in a Slurm task needs neither
     from orchestrator.grid import Cell, Grid
@@ -217,7 +217,7 @@ def processes_ahead(cpus: int | None = None) -> int:
 
 
 class _Turns:
-    """The executor's side of workloads/turns.py: a directory of its own, the `turn` file, an
+    """The executor's side of workloads/local/turns.py: a directory of its own, the `turn` file, an
     `importing.<index>` file per process started ahead until it has imported, and the
     `leaving.<index>` file a process writes when it is done with the device. With
     `compile_cache=per_job` it also holds each process's `compile_cache.<index>`."""

@@ -9,7 +9,7 @@ from the profile and the cell's model: the GPU type is `cluster.gpu_type` when s
 ProfileError with a one-line message.
 
 A cell trains as `distributed.nodes × distributed.tasks_per_node` processes, one Slurm task each
-(workloads/distributed.py). `cluster.gpus` is what each task gets, so a node's request is
+(workloads/cell/distributed.py). `cluster.gpus` is what each task gets, so a node's request is
 `tasks_per_node × gpus` GPUs (`--gres` counts per node), `tasks_per_node` × the per-task memory,
 and every task `cpus_per_gpu × gpus` CPUs.
 """
@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from workloads.config import DistributedConfig, distributed_section
+from workloads.cell.config import DistributedConfig, distributed_section
 
 #: Compile-cache policies: one directory for the whole sweep (warm compiles), or a fresh one per job.
 COMPILE_CACHES = ("shared", "per_job")

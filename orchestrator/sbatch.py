@@ -23,8 +23,8 @@ from submitit import SlurmExecutor
 from orchestrator.package_data import TEMPLATES_DIR
 from orchestrator.private_apis import RenderOnlyExecutor, convert_mem, submission_script_text
 from orchestrator.profile import ProfileError, Resources, SlurmProfile
-from workloads.compile_cache import BASE_ENV
-from workloads.sweep_dir import COMPILE_CACHE_DIR, SUBMITIT_DIR
+from workloads.instruments.compile_cache import BASE_ENV
+from workloads.contract.sweep_dir import COMPILE_CACHE_DIR, SUBMITIT_DIR
 
 TEMPLATE_SUFFIX = ".sh.tmpl"
 #: Every job's name starts with this; the sweep directory's name follows (`job_name`).
@@ -90,7 +90,7 @@ def preamble_lines(profile: SlurmProfile) -> list[str]:
 def compile_cache_lines(policy: str, sweep_dir: Path) -> list[str]:
     """The job's compile-cache base directory for `cluster.compile_cache`, exported as
     COMPILEBENCH_COMPILE_CACHE; the workload points inductor and triton into a subdirectory keyed
-    by its GPU and versions (workloads/compile_cache.py)."""
+    by its GPU and versions (workloads/instruments/compile_cache.py)."""
     if policy == "shared":  # one cache for the sweep: cells after the first compile warm
         return [f"export {BASE_ENV}={shlex.quote(str(Path(sweep_dir) / COMPILE_CACHE_DIR))}"]
     # per_job: a fresh directory on the node, removed when the job script ends: every cell compiles cold

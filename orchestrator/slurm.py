@@ -38,8 +38,8 @@ from orchestrator.private_apis import SUBMISSION_ERRORS
 from orchestrator.profile import ProfileError, Resources, SlurmProfile, cell_resources, load_profile
 from orchestrator.sbatch import make_executor, script_text, slurm_parameters
 from orchestrator.scheduler import partitions, queued_jobs
-from workloads.compile_cache import BASE_ENV, INDUCTOR_ENV, TRITON_ENV
-from workloads.sweep_dir import SBATCH_DIR, cell_dir, missing_repeats, recorded_job_ids
+from workloads.instruments.compile_cache import BASE_ENV, INDUCTOR_ENV, TRITON_ENV
+from workloads.contract.sweep_dir import SBATCH_DIR, cell_dir, missing_repeats, recorded_job_ids
 
 DRY_RUN_PREFIX = "dryrun-"
 #: Client settings that must survive the clean environment: they say where the cluster is.

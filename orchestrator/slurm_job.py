@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.local import SKIPPED, Outcome, log_paths, run_cell
-from workloads.compile_cache import BASE_ENV
-from workloads.sweep_dir import LOGS_DIR, cell_dir, missing_repeats, newest_attempt
+from workloads.instruments.compile_cache import BASE_ENV
+from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, missing_repeats, newest_attempt
 
 #: Variables written to logs/slurm-<job>.env: names starting with these, or equal to them.
 ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SUBMITIT_", "TORCHINDUCTOR_", "TRITON_", "MASTER_", "RANK",

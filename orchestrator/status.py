@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, Sequence, TextIO
 
 from orchestrator.scheduler import SLURM_STATES, UNANSWERED_LIMIT_S, WAIT_INTERVAL_S, job_states
-from workloads.sweep_dir import (
+from workloads.contract.sweep_dir import (
     STDERR, cell_dir, cell_dirs, is_sweep_dir, last_status, read_cell_config, read_manifest,
 )
-from workloads.vocabulary import (
+from workloads.contract.vocabulary import (
     CELL_STATES, COMPLETED, LOST, NOT_RUN, QUEUED, STATUSES, UNKNOWN, axes_from_config, config_value, short_error,
     shown_axes,
 )
@@ -49,7 +49,7 @@ class CellStatus:
 
     cell_id: str
     axes: dict[str, Any] = field(default_factory=dict)
-    """The cell's axes (workloads/vocabulary.py), from the manifest or its config.yaml."""
+    """The cell's axes (workloads/contract/vocabulary.py), from the manifest or its config.yaml."""
     job_id: str | None = None
     state: str = NOT_RUN
     attempts: int = 0

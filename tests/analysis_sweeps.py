@@ -1,6 +1,6 @@
 """Sweep directories for the analysis tests and benchmark, written as a sweep leaves them: each
 cell's config.yaml, run.parquet and steps.parquet through the workloads' own writer
-(workloads.schema.append_rows_atomic; for cells of several processes workloads.recorder, which
+(workloads.contract.schema.append_rows_atomic; for cells of several processes workloads.cell.recorder, which
 merges the ranks' steps as a distributed cell does), and manifest.parquet through the
 orchestrator's schema."""
 
@@ -11,12 +11,12 @@ from typing import Any, Sequence
 
 import yaml
 
-from workloads.recorder import CellRecorder, RankReport
-from workloads.schema import (
+from workloads.cell.recorder import CellRecorder, RankReport
+from workloads.contract.schema import (
     MANIFEST_SCHEMA, RUN_SCHEMA, STEPS_SCHEMA, append_rows_atomic, table_from_rows, write_parquet_atomic,
 )
-from workloads.sweep_dir import MANIFEST_FILE, next_attempt
-from workloads.train import StepRecord
+from workloads.contract.sweep_dir import MANIFEST_FILE, next_attempt
+from workloads.cell.train import StepRecord
 
 #: Items (tokens or images) per step of every test cell.
 ITEMS = 1000
@@ -87,7 +87,7 @@ def write_ranks_cell(sweep: Path, cell_id: str, backend: str, rank_step_ms: Sequ
                      nodes: int = 1, **run: Any) -> Path:
     """A completed cell of one process per entry of `rank_step_ms` (rank r's measured step times,
     after WARMUP_MS on every rank) on `nodes` nodes, recorded as the workload records it: rank 0
-    merges the ranks' steps (workloads.recorder). ITEMS items per process and step."""
+    merges the ranks' steps (workloads.cell.recorder). ITEMS items per process and step."""
     directory = Path(sweep) / "cells" / cell_id
     world_size, compiles = len(rank_step_ms), backend != "eager"
     recorder = CellRecorder(cell_id, next_attempt(directory), world_size)

@@ -86,7 +86,7 @@ class CellResult:
 
     def assert_exact_schemas(self) -> None:
         """Both files have exactly the schema of the Parquet contract (names, order, types)."""
-        from workloads.schema import RUN_SCHEMA, STEPS_SCHEMA
+        from workloads.contract.schema import RUN_SCHEMA, STEPS_SCHEMA
 
         for name, schema in (("steps.parquet", STEPS_SCHEMA), ("run.parquet", RUN_SCHEMA)):
             written = pq.read_schema(self.cell_dir / name).remove_metadata()
@@ -107,7 +107,7 @@ class TinyCells:
         self.results: dict[str, CellResult] = {}
 
     def get(self, model: str, backend: str = "eager", /, **overrides: Any) -> CellResult:
-        from workloads.config import cell_config_from_dict
+        from workloads.cell.config import cell_config_from_dict
         from workloads.run import run_cell
 
         values = tiny_config(model, backend, **overrides)

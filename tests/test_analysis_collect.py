@@ -14,7 +14,7 @@ import yaml
 from analysis.collect import NO_RESULT, UNREADABLE, load_sweep
 from analysis.metrics import cell_metrics
 from tests.analysis_sweeps import write_cell, write_manifest
-from workloads.schema import RUN_SCHEMA, write_parquet_atomic
+from workloads.contract.schema import RUN_SCHEMA, write_parquet_atomic
 
 
 def problems(sweep: Path) -> tuple[dict[str, dict], dict[str, str], str]:

@@ -26,7 +26,7 @@ from analysis.stats import (
 from analysis.tables import summarize, summary_table
 from orchestrator.cli import main
 from tests.analysis_sweeps import H100, ITEMS, WARMUP_MS, write_cell, write_ranks_cell, write_replicates
-from workloads.schema import write_parquet_atomic
+from workloads.contract.schema import write_parquet_atomic
 
 GPT2 = dict(model="gpt", size="medium", arch="gpt-12x12x768", precision="bf16", batch_size=12, grad_accum=40, **H100)
 

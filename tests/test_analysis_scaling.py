@@ -1,5 +1,5 @@
 """Cells of several processes (DDP): kept apart from one-process cells, and the scaling table with
-its figure. The cells are recorded as a distributed cell records them (workloads.recorder merges
+its figure. The cells are recorded as a distributed cell records them (workloads.cell.recorder merges
 the ranks' steps); every golden number below follows by hand from the step times written."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from analysis.scaling import SCALING, scaling_table
 from analysis.tables import sweep_tables
 from orchestrator.cli import main
 from tests.analysis_sweeps import write_cell, write_manifest, write_ranks_cell
-from workloads.schema import write_parquet_atomic
+from workloads.contract.schema import write_parquet_atomic
 
 #: Step times constant within a rank, so that every bootstrap interval is its point estimate.
 #: e1: 110 ms. i1: 88 ms. e2: ranks 125 and 124 ms, a step lasts the slower's 125 ms. i2: 110 and

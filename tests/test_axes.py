@@ -1,4 +1,4 @@
-"""The cell's vocabulary (workloads/vocabulary.py) is the one definition of the axes: the Parquet
+"""The cell's vocabulary (workloads/contract/vocabulary.py) is the one definition of the axes: the Parquet
 columns, the manifest, `status`, the dry-run grid and analysis' comparisons all follow from it, and
 an axis flows from an override to the manifest, `status` and the per-cell table."""
 
@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 
 from analysis.axes import SAME_WORKLOAD, SCALING_WORKLOAD, backend_labels
 from tests.helpers import TINY, cli, table
-from workloads.schema import MANIFEST_SCHEMA, RUN_SCHEMA
-from workloads.vocabulary import AXES, CONFIG_AXES, TREATMENT, axes_from_config, backend_label, shown_axes
+from workloads.contract.schema import MANIFEST_SCHEMA, RUN_SCHEMA
+from workloads.contract.vocabulary import AXES, CONFIG_AXES, TREATMENT, axes_from_config, backend_label, shown_axes
 
 
 def test_every_axis_is_a_column_of_the_run_rows_and_every_config_axis_of_the_manifest() -> None:

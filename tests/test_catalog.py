@@ -1,4 +1,4 @@
-"""The catalogue (workloads/catalog.py) against what builds its entries, and the reason it exists:
+"""The catalogue (workloads/cell/catalog.py) against what builds its entries, and the reason it exists:
 the orchestrator checks every cell of a grid without importing torch."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from tests.helpers import REPO_ROOT
-from workloads.catalog import FAMILY_KINDS, SIZES
+from workloads.cell.catalog import FAMILY_KINDS, SIZES
 from workloads.models import MODEL_FAMILIES
 
 

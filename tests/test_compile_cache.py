@@ -13,8 +13,10 @@ import pandas as pd
 import pytest
 
 from tests.helpers import TINY, cli
-from workloads.config import ConfigError, cell_config_from_dict
-from workloads.compile_cache import BASE_ENV, INDUCTOR_ENV, KEY_FILE, TRITON_ENV, cache_key, key_inputs, use
+from workloads.cell.config import ConfigError, cell_config_from_dict
+from workloads.instruments.compile_cache import BASE_ENV, INDUCTOR_ENV, KEY_FILE, TRITON_ENV, cache_key, key_inputs, use
+from workloads.instruments.dynamo_records import CACHE_COUNTERS, cache_state
+from workloads.contract.schema import CACHE_COUNT_COLUMNS
 
 #: The environment columns of a run row on an H100 (workloads/environment.describe_environment).
 H100 = {"torch_version": "2.11.0+cu130", "triton_version": "3.6.0", "cuda_version": "13.0",
@@ -59,11 +61,18 @@ def test_a_different_machine_or_version_gets_another_directory(tmp_path: Path, m
     keys = [cache_key(inputs) for inputs in (same, *others, *cpus)]
     assert len(set(keys)) == len(keys) and cache_key(dict(same)) == keys[0]
 
-    dirs = [use(inputs)["compile_cache_dir"] for inputs in (same, others[0], same)]
+    dirs = []
+    for inputs in (same, others[0], same):
+        use(inputs)
+        dirs.append(cache_state()["compile_cache_dir"])
     assert dirs[0] == dirs[2] != dirs[1]
     assert dirs[0] == str(tmp_path / keys[0] / "inductor") and dirs[1] == str(tmp_path / keys[1] / "inductor")
     assert json.loads((tmp_path / keys[1] / KEY_FILE).read_text())["device"] == "NVIDIA A100-SXM4-80GB"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keys[:2])
+
+
+def test_every_cache_column_has_its_counter() -> None:
+    assert tuple(CACHE_COUNTERS) == CACHE_COUNT_COLUMNS
 
 
 def test_unknown_compile_measure_is_refused() -> None:

@@ -1,4 +1,4 @@
-"""Why a cell's graphs broke or recompiled, from dynamo's own records (workloads/dynamo_records.py):
+"""Why a cell's graphs broke or recompiled, from dynamo's own records (workloads/instruments/dynamo_records.py):
 a real model that breaks its graph and recompiles, trained under a real dynamo backend on the CPU,
 its reasons in run.parquet, and `analyze` listing them with the cell."""
 
@@ -17,8 +17,8 @@ from analysis.metrics import cell_metrics
 from analysis.reasons import reasons_table
 from orchestrator.cli import main
 from tests.analysis_sweeps import write_cell
-from workloads.config import CellConfig, cell_config_from_dict
-from workloads.catalog import FAMILY_KINDS
+from workloads.cell.config import CellConfig, cell_config_from_dict
+from workloads.cell.catalog import FAMILY_KINDS
 from workloads.models import MODEL_FAMILIES, ModelFamily, ModelSpec
 from workloads.run import run_cell
 

@@ -132,6 +132,6 @@ def test_example_reaches_the_slurm_job_through_cluster_setup(slurm_cluster: Loca
     runs = {name: pd.read_parquet(d / "run.parquet").iloc[-1] for name, d in cell_dirs.items()}
     assert (runs["with"]["status"], runs["with"]["arch"]) == ("completed", "my_model:build"), runs["with"]["error"]
     assert runs["without"]["status"] == "failed"
-    assert runs["without"]["error"].startswith("workloads.config.ConfigError: model.target=my_model:build: cannot "
+    assert runs["without"]["error"].startswith("workloads.cell.config.ConfigError: model.target=my_model:build: cannot "
                                                "import my_model (ModuleNotFoundError")
     assert jobs_from(slurm_cluster, tmp_path) == set()

@@ -11,10 +11,10 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from workloads.config import ConfigError, DistributedConfig, cell_config_from_dict, cell_config_to_dict, config_digest
-from workloads.distributed import LaunchError, Ranks, count_ddp_splits, join, launched_ranks
-from workloads.recorder import CellRecorder, RankReport, merge_steps
-from workloads.train import StepRecord
+from workloads.cell.config import ConfigError, DistributedConfig, cell_config_from_dict, cell_config_to_dict, config_digest
+from workloads.cell.distributed import LaunchError, Ranks, count_ddp_splits, join, launched_ranks
+from workloads.cell.recorder import CellRecorder, RankReport, merge_steps
+from workloads.cell.train import StepRecord
 
 
 def report(rank: int, times: list[float], losses: list[float] | None = None, warmup: int = 1,

@@ -1,5 +1,5 @@
 """The manifest lock where the filesystem refuses flock (Lustre or NFS without `-o flock`):
-workloads/file_lock.py falls back to a lock file made with link(), and breaks a stale one.
+workloads/contract/file_lock.py falls back to a lock file made with link(), and breaks a stale one.
 
 The refusal is forced: in each process `fcntl.flock` raises EOPNOTSUPP, as on such a mount (no
 filesystem refusing flock could be mounted here: see docs/testing.md). Real processes write one
@@ -25,8 +25,8 @@ import pandas as pd
 import pytest
 
 from tests.helpers import REPO_ROOT, wait_until
-from workloads import file_lock
-from workloads.sweep_dir import MANIFEST_LOCK, write_manifest
+from workloads.contract import file_lock
+from workloads.contract.sweep_dir import MANIFEST_LOCK, write_manifest
 
 #: Prepended to each child's code: flock refused as by a filesystem without it.
 REFUSE_FLOCK = textwrap.dedent("""
@@ -57,7 +57,7 @@ def rows(writer: str, count: int) -> list[dict]:
 WRITER = """
     import sys, time
     from pathlib import Path
-    from workloads.sweep_dir import write_manifest
+    from workloads.contract.sweep_dir import write_manifest
     sweep, name, times, start = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
     while not start.exists():  # all writers begin together
         time.sleep(0.01)
@@ -90,7 +90,7 @@ def test_lock_of_a_killed_holder_is_broken(tmp_path: Path, monkeypatch: pytest.M
     holder = child("""
         import sys, time
         from pathlib import Path
-        from workloads.sweep_dir import manifest_lock
+        from workloads.contract.sweep_dir import manifest_lock
         with manifest_lock(Path(sys.argv[1])):
             Path(sys.argv[2]).touch()
             time.sleep(600)  # killed here, holding the lock

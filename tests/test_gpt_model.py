@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from workloads.environment import peak_tflops
+from workloads.instruments.environment import peak_tflops
 from workloads.models.gpt import GPT, GPT_SIZES
 
 

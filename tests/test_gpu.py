@@ -6,7 +6,7 @@ CUDA every test here skips and says why, the two-GPU one also without a second G
   reference (perf_counter around windows of steps bracketed by torch.cuda.synchronize()), for a
   device-bound step and a real GPT-2 step eager, compiled by inductor and replayed as CUDA graphs.
 - Gradient accumulation under CUDA-graph replay trains exactly as eager (the kept gradients of
-  workloads/train.py TrainStep), and without that fix it does not.
+  workloads/cell/train.py TrainStep), and without that fix it does not.
 - MFU on a real GPU: between 0 and 1, above a floor for GPT-2, and no faster than the GPU's own
   dense matmuls, which in turn stay under the peak of the project's table.
 - A two-GPU NCCL DDP cell, launched as Slurm launches one: two processes of workloads.run's main
@@ -47,11 +47,11 @@ import yaml
 from torch import nn
 
 from tests.helpers import REPO_ROOT
-from workloads.config import MeasureConfig, cell_config_from_dict
-from workloads.dynamo_records import compile_stats
-from workloads.environment import peak_tflops
-from workloads.recorder import CellRecorder
-from workloads.train import HOST_LEAD_STEPS, StepRecord, run_steps, synchronize
+from workloads.cell.config import MeasureConfig, cell_config_from_dict
+from workloads.instruments.dynamo_records import compile_stats
+from workloads.instruments.environment import peak_tflops
+from workloads.cell.recorder import CellRecorder
+from workloads.cell.train import HOST_LEAD_STEPS, StepRecord, run_steps, synchronize
 
 pytestmark = [
     pytest.mark.gpu,
@@ -259,7 +259,7 @@ ACCUM_PARAM_RTOL = 1e-5
 def train_accumulating(backend: dict, keep_grads: bool = True) -> tuple[list[float], torch.Tensor, object]:
     """The tiny GPT in fp32 (no TF32) with 4 micro-steps per step, ACCUM_STEPS steps under
     `backend`: (every step's loss, all parameters flattened, dynamo's compile stats).
-    `keep_grads=False` undoes the fix of workloads/train.py (gradients set to None between steps)."""
+    `keep_grads=False` undoes the fix of workloads/cell/train.py (gradients set to None between steps)."""
     cell = prepared(backend=backend, grad_accum=4)
     step = cell.step
     if not keep_grads:
@@ -345,7 +345,7 @@ def test_mfu_of_gpt2_is_within_bounds(tiny_cells) -> None:
     run = cell.run
     table_peak = peak_tflops(run["gpu_name"], "bf16")
     if table_peak is None:
-        pytest.skip(f"{run['gpu_name']} is not in the peak table (workloads/environment.py): no MFU to check")
+        pytest.skip(f"{run['gpu_name']} is not in the peak table (workloads/instruments/environment.py): no MFU to check")
     assert run["peak_tflops"] == table_peak
     # MFU is the FLOPs of a step (nanoGPT's count) over its median time and the peak.
     assert run["mfu"] == pytest.approx(run["flops_per_step"] / (run["median_step_ms"] / 1e3) / 1e12
@@ -426,7 +426,7 @@ def start_rank(config: dict, cell_dir: Path, observed: Path, env: dict[str, str]
 
 def written_cell(cell_dir: Path) -> tuple[dict, list[dict]]:
     """The run row and step rows a cell wrote, both files with exactly the contract's schema."""
-    from workloads.schema import RUN_SCHEMA, STEPS_SCHEMA
+    from workloads.contract.schema import RUN_SCHEMA, STEPS_SCHEMA
 
     for name, schema in (("steps.parquet", STEPS_SCHEMA), ("run.parquet", RUN_SCHEMA)):
         written = pq.read_schema(cell_dir / name).remove_metadata()
@@ -588,7 +588,7 @@ def test_a_cuda_oom_cell_records_oom_and_the_next_cell_runs(tmp_path: Path) -> N
     all its steps on the GPU."""
     from orchestrator.local import run_grid
     from workloads.models.gpt import GPT_SIZES
-    from workloads.sweep_dir import config_path
+    from workloads.contract.sweep_dir import config_path
 
     gc.collect()
     torch.cuda.empty_cache()  # this process's cached blocks from the tests before: not the cells' memory
@@ -628,13 +628,13 @@ def test_a_cuda_oom_cell_records_oom_and_the_next_cell_runs(tmp_path: Path) -> N
 
 
 def test_a_real_gpu_is_described() -> None:
-    from workloads.provenance import finish, start
+    from workloads.instruments.provenance import finish, start
 
     row = start("cuda")
     torch.ones(1, device="cuda").sum().item()  # this process now holds a context: not an "other"
     row = finish("cuda", row)
     assert row["gpu_driver"] and row["gpu_max_sm_clock_mhz"] and row["gpu_temp_end_c"] is not None
     assert row["gpu_sm_clock_mhz"] and row["gpu_mem_clock_mhz"] and row["gpu_power_limit_w"]
-    from workloads.host_load import op_overhead_us
+    from workloads.instruments.host_load import op_overhead_us
 
     assert 0 < op_overhead_us("cuda") < 1000  # a launch costs microseconds

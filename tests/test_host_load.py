@@ -1,4 +1,4 @@
-"""workloads/host_load.py: the host's speed and load while a cell measures, against a neighbour
+"""workloads/instruments/host_load.py: the host's speed and load while a cell measures, against a neighbour
 process whose CPU time we know, hand-made /proc/stat lines, and a real CPU cell's run row."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from analysis.environment import environment_table
 from tests.analysis_sweeps import write_cell
-from workloads.host_load import (
+from workloads.instruments.host_load import (
     HOST_LOAD_FIELDS, CpuSample, MeasuredWindow, op_overhead_us, parse_proc_stat, sample, window,
 )
 

@@ -1,5 +1,5 @@
-"""How long a cell measures (`measure` in the config, workloads/train.py `StopRule`) and what the
-run row says about the measured span (workloads/recorder.py): the stop rule against cases and
+"""How long a cell measures (`measure` in the config, workloads/cell/train.py `StopRule`) and what the
+run row says about the measured span (workloads/cell/recorder.py): the stop rule against cases and
 against a brute-force reference, the measured loop with fake steps on a fake clock (exact counts)
 and with real sleeps (generous bounds), two real gloo ranks agreeing on a count, the end-to-end
 columns from known steps, the config's validation, and cell ids that stay what they were. The loop
@@ -21,12 +21,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-import workloads.train as train
-from workloads import distributed
-from workloads.config import CellConfig, ConfigError, MeasureConfig, cell_config_from_dict, config_digest
-from workloads.recorder import CellRecorder, RankReport
-from workloads.schema import RUN_SCHEMA
-from workloads.train import (STOP_REASONS, StepRecord, StopRule, median_interval_ranks,
+import workloads.cell.train as train
+from workloads.cell import distributed
+from workloads.cell.config import CellConfig, ConfigError, MeasureConfig, cell_config_from_dict, config_digest
+from workloads.cell.recorder import CellRecorder, RankReport
+from workloads.contract.schema import RUN_SCHEMA
+from workloads.cell.train import (STOP_REASONS, StepRecord, StopRule, median_interval_ranks,
                              median_rel_halfwidth, run_steps)
 
 NO_CAPS = {"max_steps": None, "max_seconds": None}
@@ -211,7 +211,7 @@ def test_plan_extrapolates_the_interval_as_one_over_root_n() -> None:
 
 
 class FakeClock:
-    """Stands in for `time` in workloads.train: perf_counter advances only when a step says so."""
+    """Stands in for `time` in workloads.cell.train: perf_counter advances only when a step says so."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -335,7 +335,7 @@ def test_steps_in_flight_that_meet_the_rule_stop_the_launches() -> None:
 
 def test_the_pause_before_measuring_comes_before_the_last_warmup_step_and_is_no_steps_time(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The local executor's wait for quiet (workloads/turns.py) runs before the last warm-up step,
+    """The local executor's wait for quiet (workloads/local/turns.py) runs before the last warm-up step,
     so a warmed-up step separates it from the measured ones, and its seconds count in no step
     (on the fake clock: each step takes 1 ms, the pause 1,000 s)."""
     clock = FakeClock()

@@ -1,4 +1,4 @@
-"""workloads/provenance.py on a machine without a GPU: the host columns against what the kernel
+"""workloads/instruments/provenance.py on a machine without a GPU: the host columns against what the kernel
 says, the GPU probes through a stand-in nvidia-smi, and every probe bounded and exception-free.
 A real GPU is described in the GPU tier (tests/test_gpu.py)."""
 
@@ -19,15 +19,15 @@ import torch
 
 from analysis.environment import environment_table
 from tests.analysis_sweeps import write_cell
-from workloads import provenance
-from workloads.provenance import PROVENANCE_FIELDS, describe_host, finish, format_cpu_list, gpu_state, start
+from workloads.instruments import provenance
+from workloads.instruments.provenance import PROVENANCE_FIELDS, describe_host, finish, format_cpu_list, gpu_state, start
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GPU_KEYS = provenance._GPU_KEYS
 
 
 def _host_in_subprocess(env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()) -> dict:
-    code = "import json; from workloads.provenance import describe_host; print(json.dumps(describe_host()))"
+    code = "import json; from workloads.instruments.provenance import describe_host; print(json.dumps(describe_host()))"
     out = subprocess.run([*prefix, sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
                          env={**os.environ, **(env or {})}, timeout=120, check=True)
     return json.loads(out.stdout)
@@ -44,7 +44,7 @@ def test_fields_are_unique_pyarrow_fields_and_take_the_start_and_finish_rows() -
 
 
 def test_module_imports_without_torch() -> None:
-    code = "import sys, workloads.provenance; assert 'torch' not in sys.modules"
+    code = "import sys, workloads.instruments.provenance; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True, timeout=60)
 
 

@@ -47,7 +47,7 @@ def test_local_replicates_run_in_turn_and_more_runs_add_only_the_missing(tmp_pat
     for runs in _runs(sweep).values():
         assert list(runs["repeat"]) == [0, 1] and set(runs["status"]) == {"completed"}
     # One process on the device at a time, in the sweep's order; each next one started ahead,
-    # while the one before it ran (workloads/turns.py), as its log says.
+    # while the one before it ran (workloads/local/turns.py), as its log says.
     runs = pd.concat(_runs(sweep).values()).sort_values("started_at")
     assert (runs["started_at"].iloc[1:].to_numpy() >= runs["finished_at"].iloc[:-1].to_numpy()).all()
     process_started = _process_starts(sweep)

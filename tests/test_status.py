@@ -31,7 +31,7 @@ from orchestrator.status import follow
 from tests.analysis_sweeps import write_cell, write_manifest
 from tests.helpers import TINY, WAIT, as_foreground_job, cli, cli_popen, manifest_jobs, table, wait_until
 from tests.slurm.cluster import LocalSlurm
-from workloads.vocabulary import ERROR_WIDTH
+from workloads.contract.vocabulary import ERROR_WIDTH
 
 EAGER = [*TINY, "backend=eager"]
 JOB_TIMEOUT_S = 300
@@ -111,8 +111,8 @@ def test_wait_and_dry_run_exclude_each_other(tmp_path: Path) -> None:
 
 def sweep_with_jobs(sweep: Path, job_ids: list[str]) -> Path:
     """A sweep directory of a manifest alone whose cells were submitted as `job_ids` (no results)."""
-    from workloads.schema import MANIFEST_SCHEMA, table_from_rows, write_parquet_atomic
-    from workloads.sweep_dir import MANIFEST_FILE
+    from workloads.contract.schema import MANIFEST_SCHEMA, table_from_rows, write_parquet_atomic
+    from workloads.contract.sweep_dir import MANIFEST_FILE
 
     sweep.mkdir(parents=True)
     rows = [{"cell_id": f"cell{i:08d}", "model": "gpt", "size": "tiny", "backend": "eager", "precision": "fp32",

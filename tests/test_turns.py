@@ -1,4 +1,4 @@
-"""The local executor's turns on one device (workloads/turns.py), with real processes: the one
+"""The local executor's turns on one device (workloads/local/turns.py), with real processes: the one
 started ahead waits for its turn, the one measuring waits while another imports, and a process
 that died while importing is not waited for."""
 
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import wait_until
-from workloads import turns
+from workloads.local import turns
 
 #: A process of the protocol: it "imports" until the file `imported` appears, then takes its
 #: turn, then waits for quiet before "measuring", writing a file at each point it reaches.
 CHILD = """
 import sys, time
 from pathlib import Path
-from workloads import turns
+from workloads.local import turns
 here = Path(sys.argv[1])
 while not (here / "imported").exists():
     time.sleep(0.02)
@@ -106,7 +106,7 @@ def test_without_an_executor_nothing_waits(monkeypatch: pytest.MonkeyPatch) -> N
 LEAVING_CHILD = """
 import sys, time
 from pathlib import Path
-from workloads import turns
+from workloads.local import turns
 here = Path(sys.argv[1])
 turns.done_importing()
 turns.wait_for_turn()

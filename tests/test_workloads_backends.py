@@ -23,10 +23,10 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from tests.helpers import REPO_ROOT
-from workloads.config import cell_config_from_dict, config_digest
+from workloads.cell.config import cell_config_from_dict, config_digest
 from workloads.models.gpt import GPT_SIZES
 from workloads.models.vision import VISION_SIZES
-from workloads.schema import SCHEMA_VERSION
+from workloads.contract.schema import SCHEMA_VERSION
 
 BACKENDS = ("eager", "inductor", "cudagraphs", "aot_eager", "torchscript")
 DYNAMO_BACKENDS = ("inductor", "cudagraphs", "aot_eager")
@@ -245,7 +245,7 @@ def test_git_sha_names_the_commit_of_a_tagged_release(tmp_path):
                     "-m", "a release"], cwd=clone, check=True)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True, check=True)
     env = {k: v for k, v in os.environ.items() if k != "COMPILEBENCH_GIT_SHA"}
-    code = ("import torch; from workloads.environment import describe_environment as d; "
+    code = ("import torch; from workloads.instruments.environment import describe_environment as d; "
             "print(d(torch.device('cpu'))['git_sha'])")
     out = subprocess.run([sys.executable, "-c", code], cwd=clone, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == head.stdout.strip()

@@ -15,8 +15,9 @@ import math
 import pytest
 import torch
 
-from workloads import backends, dynamo_records
-from workloads.config import cell_config_from_dict
+from workloads.cell import backends
+from workloads.instruments import dynamo_records
+from workloads.cell.config import cell_config_from_dict
 from workloads.models import build_model
 
 #: Backends that run the very aten ops eager runs. Measured max relative loss difference to

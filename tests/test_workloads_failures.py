@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import MEASURING, require_refused_allocations, wait_until
-from workloads.config import cell_config_from_dict, config_digest
+from workloads.cell.config import cell_config_from_dict, config_digest
 
 SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_PARTITION")
 
@@ -219,8 +219,8 @@ def test_time_limit_warning_while_compiling_is_a_timeout_row(tmp_path, tiny_conf
     import pyarrow.parquet as pq
     import torch._dynamo
 
-    from workloads import catalog
-    from workloads.config import cell_config_from_dict
+    from workloads.cell import catalog
+    from workloads.cell.config import cell_config_from_dict
     from workloads.run import run_cell
 
     @torch._dynamo.register_backend(name="time_limit_while_compiling")

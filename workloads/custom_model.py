@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.nn as nn
 
-from workloads.config import ConfigError
-from workloads.vocabulary import short_error
+from workloads.cell.config import ConfigError
+from workloads.contract.vocabulary import short_error
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

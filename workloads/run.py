@@ -2,8 +2,8 @@
 
 Builds data, model, optimizer and precision context; applies the backend; runs warm-up and
 measured steps; writes `steps.parquet` and `run.parquet` into the cell directory. A distributed
-cell runs this in each of its processes (workloads/distributed.py): every rank trains and
-measures, and rank 0 gathers the ranks' steps and alone writes the files (workloads/recorder.py).
+cell runs this in each of its processes (workloads/cell/distributed.py): every rank trains and
+measures, and rank 0 gathers the ranks' steps and alone writes the files (workloads/cell/recorder.py).
 Whatever happens after the config is read — an exception, CUDA OOM, a compile error, SIGTERM
 (`cancelled`), SIGUSR2 ahead of the time limit (`timeout`), or a backend that compiled nothing —
 a run row with the status and error text is written, and the process exits non-zero unless the
@@ -19,7 +19,6 @@ import resource
 import signal
 import sys
 import traceback
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -40,20 +39,20 @@ if __name__ == "__main__":
 import torch  # noqa: E402  (after the early handlers: this import takes seconds)
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from workloads import (
-    backends, cold_compile, compile_cache, distributed, dynamo_records, host_load, provenance, turns,
-)
-from workloads.catalog import FAMILY_LIBRARIES, check_cell
-from workloads.config import CellConfig, ConfigError, cell_config_to_dict, config_digest, load_cell_config
+from workloads.cell import backends, distributed
+from workloads.instruments import cold_compile, compile_cache, dynamo_records, host_load, provenance
+from workloads.local import turns
+from workloads.cell.catalog import FAMILY_LIBRARIES, check_cell
+from workloads.cell.config import CellConfig, ConfigError, cell_config_to_dict, config_digest, load_cell_config
 from workloads.data import load_token_source, make_batches
-from workloads.distributed import LaunchError, Ranks
-from workloads.environment import describe_environment, peak_tflops, resolve_device
+from workloads.cell.distributed import LaunchError, Ranks
+from workloads.instruments.environment import describe_environment, peak_tflops, resolve_device
 from workloads.models import ModelSpec, build_model
-from workloads.precision import PRECISIONS
-from workloads.recorder import CellRecorder
-from workloads.sweep_dir import next_attempt
-from workloads.train import StepRecord, TrainStep, run_steps
-from workloads.vocabulary import COMPLETED, axes_from_config
+from workloads.cell.precision import PRECISIONS
+from workloads.cell.recorder import CellRecorder
+from workloads.contract.sweep_dir import next_attempt
+from workloads.cell.train import PreparedCell, StepRecord, TrainStep, run_steps
+from workloads.contract.vocabulary import COMPLETED, axes_from_config
 
 
 class CellInterrupted(Exception):
@@ -115,15 +114,6 @@ def count_training_flops(spec: ModelSpec, batch: tuple[torch.Tensor, torch.Tenso
     return float(counter.get_total_flops())
 
 
-@dataclass
-class PreparedCell:
-    """A cell ready to train: the step to call, where it runs, and how it was compiled."""
-
-    step: TrainStep
-    device: torch.device
-    compiled: backends.CompiledRun
-
-
 def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> PreparedCell:
     """Build data, model, optimizer and precision, apply the backend (DDP inside it where the
     cell has several ranks); fills `rec` as it learns things. `batch_size` and `grad_accum` are
@@ -134,7 +124,8 @@ def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> 
     precision.apply_global_switches()
     rec.run.update(describe_environment(device))
     # Before anything compiles: inductor and triton read their directories when they first cache.
-    rec.run.update(compile_cache.use(compile_cache.key_inputs(rec.run, provenance.cpu_model())))
+    compile_cache.use(compile_cache.key_inputs(rec.run, provenance.cpu_model()))
+    rec.run.update(dynamo_records.cache_state())
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -298,12 +289,12 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
 
 
 def take_turn(cfg: CellConfig) -> None:
-    """Started ahead by the local executor (workloads/turns.py): import the rest of what the cell
+    """Started ahead by the local executor (workloads/local/turns.py): import the rest of what the cell
     needs, then wait for the device, and say so in the log; a no-op for any other process."""
     if not turns.taking_turns():
         return
     # Dynamo too: every cell imports it (torch.optim's param groups are dynamo-disabled, and
-    # workloads.distributed counts DDP splits through it); no compile time counts its import.
+    # workloads.cell.distributed counts DDP splits through it); no compile time counts its import.
     for module in filter(None, (FAMILY_LIBRARIES.get(cfg.model.name), "torch._dynamo")):
         importlib.import_module(module)
     cuda = cfg.device != "cpu" and torch.cuda.is_available()
@@ -322,7 +313,7 @@ def take_turn(cfg: CellConfig) -> None:
 
 def hand_over() -> None:
     """The cell's results are written: let the next replicate start on the device while this
-    process exits (workloads/turns.py), unless this one still holds device memory that the next
+    process exits (workloads/local/turns.py), unless this one still holds device memory that the next
     one's build and compile might need (CUDA graph pools, a tensor kept alive): then the executor
     gives the turn when this process has exited."""
     if not turns.taking_turns():

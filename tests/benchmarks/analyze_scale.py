@@ -1,5 +1,5 @@
 """How long does `compilebench analyze` take on a large sweep? Writes a sweep of N cells x S measured
-steps through the project's writers (tests/analysis_sweeps.py: workloads.schema.append_rows_atomic,
+steps through the project's writers (tests/analysis_sweeps.py: workloads.contract.schema.append_rows_atomic,
 the orchestrator's manifest schema), then times the analysis (read every file, per-cell statistics
 with bootstrap intervals, all tables including the seminar comparison, the report's tables written)
 and, separately, the figures.

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from workloads.host_load import op_overhead_us, sample, window  # noqa: E402
+from workloads.instruments.host_load import op_overhead_us, sample, window  # noqa: E402
 
 
 def spin(cpu: int) -> None:

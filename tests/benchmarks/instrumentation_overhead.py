@@ -11,10 +11,10 @@ import argparse
 import statistics
 import time
 
-from workloads.config import cell_config_from_dict
-from workloads.recorder import CellRecorder
+from workloads.cell.config import cell_config_from_dict
+from workloads.cell.recorder import CellRecorder
 from workloads.run import prepare_cell
-from workloads.train import run_steps, synchronize
+from workloads.cell.train import run_steps, synchronize
 
 CASES = {
     "cuda": [("gpt", "small", "inductor"), ("gpt", "small", "cudagraphs"), ("resnet", "small", "inductor")],

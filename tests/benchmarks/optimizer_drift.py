@@ -5,7 +5,7 @@ On the CPU, resnet tiny (timm resnet10t, 64 px, batch 4, fp32) trained with back
 backend.compile_optimizer=true drifts from the eager cell's loss curve by about 1.3e-4 relative in
 8 steps, where inductor with the eager optimizer step drifts about 1e-7. The optimizer is SGD with
 Nesterov momentum and weight decay (workloads/models build_timm); the compiled step is
-workloads/backends.py compile_optimizer_step. The cells are built as the tests' tiny cells are
+workloads/cell/backends.py compile_optimizer_step. The cells are built as the tests' tiny cells are
 (tests/conftest.py tiny_config, workloads.run.prepare_cell) and trained for their 8 steps (2 warm-up
 + 6 measured); the script prints one table:
 
@@ -40,11 +40,12 @@ import torch
 import torch.nn as nn
 
 from tests.conftest import tiny_config
-from workloads import backends, dynamo_records
-from workloads.config import CellConfig, cell_config_from_dict
+from workloads.cell import backends
+from workloads.instruments import dynamo_records
+from workloads.cell.config import CellConfig, cell_config_from_dict
 from workloads.models import ModelSpec, build_model
-from workloads.provenance import cpu_model
-from workloads.recorder import CellRecorder
+from workloads.instruments.provenance import cpu_model
+from workloads.cell.recorder import CellRecorder
 from workloads.run import prepare_cell
 
 #: The tiny cells' steps: 2 warm-up + 6 measured.

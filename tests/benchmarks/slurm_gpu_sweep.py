@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.status import sweep_status
-from workloads.vocabulary import QUEUED
+from workloads.contract.vocabulary import QUEUED
 from tests.slurm.cluster import LocalSlurm
 from tests.slurm.install import SlurmInstall
 

@@ -13,7 +13,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from workloads.config import CellConfig
+from workloads.cell.config import CellConfig
 from workloads.custom_model import CustomModel, custom_batches
 from workloads.data.images import imagefolder_batches, synthetic_image_batches
 from workloads.data.tokens import (

@@ -1,5 +1,5 @@
 """Model registry: `MODEL_FAMILIES[name]` = how to build the family and its size presets (its
-name, sizes and input kind are the catalogue's, workloads/catalog.py).
+name, sizes and input kind are the catalogue's, workloads/cell/catalog.py).
 
 A ModelSpec carries everything the training loop and the data pipeline need to know about a
 model family: the module, its default batch, the shape of one sample, how to compute the loss,
@@ -16,8 +16,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from workloads.catalog import SIZES, check_model
-from workloads.config import CellConfig, ConfigError
+from workloads.cell.catalog import SIZES, check_model
+from workloads.cell.config import CellConfig, ConfigError
 from workloads.custom_model import CustomModel, build_custom_model
 from workloads.models.gpt import GPT, GPT_SIZES
 from workloads.models.vision import NUM_CLASSES, VISION_SIZES, create_timm_model

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch.nn as nn
 
-from workloads.catalog import is_timm_model
+from workloads.cell.catalog import is_timm_model
 
 
 @dataclass(frozen=True)

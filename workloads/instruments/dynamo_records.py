@@ -34,8 +34,18 @@ from typing import Any
 
 import torch
 
-from workloads.compile_cache import CACHE_COUNTERS
 
+#: run.parquet's cache columns and the dynamo counters they count. Autotuning has no counter of its
+#: own: its results are cached in the inductor directory too, and a compile that hits the FX graph
+#: cache autotunes nothing.
+CACHE_COUNTERS = {
+    "fx_graph_cache_hits": ("inductor", "fxgraph_cache_hit"),
+    "fx_graph_cache_misses": ("inductor", "fxgraph_cache_miss"),
+    "fx_graph_cache_bypasses": ("inductor", "fxgraph_cache_bypass"),
+    "aot_autograd_cache_hits": ("aot_autograd", "autograd_cache_hit"),
+    "aot_autograd_cache_misses": ("aot_autograd", "autograd_cache_miss"),
+    "aot_autograd_cache_bypasses": ("aot_autograd", "autograd_cache_bypass"),
+}
 #: The compile id dynamo puts before each failed guard of a recompile reason (`0/1: `, `[0/1] `).
 _COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:?\s*", re.M)
 
@@ -52,7 +62,7 @@ class CompileStats:
     recompile_reasons: list[dict[str, Any]]
     """{reason, count} per distinct recompile reason (failed guards), most frequent first."""
     cache: dict[str, int]
-    """compile_cache.CACHE_COUNTERS' columns: lookups of inductor's FX graph cache and of the AOTAutograd cache that
+    """CACHE_COUNTERS' columns: lookups of inductor's FX graph cache and of the AOTAutograd cache that
     hit, missed or bypassed the cache (a graph it cannot cache)."""
 
 
@@ -91,6 +101,13 @@ def inductor_cache_dir() -> Path:
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     return Path(cache_dir())
+
+
+def cache_state() -> dict[str, Any]:
+    """The run columns `compile_cache_dir` (the inductor cache this process compiles with) and
+    `compile_cache_warm` (whether it held FX graph or AOTAutograd entries before the cell began)."""
+    inductor = inductor_cache_dir()
+    return {"compile_cache_dir": str(inductor), "compile_cache_warm": has_cache_entries(inductor)}
 
 
 def has_cache_entries(inductor_dir: Path) -> bool:

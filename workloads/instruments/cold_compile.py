@@ -25,18 +25,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ContextManager
+from typing import Callable, ContextManager
 
-from workloads import compile_cache, dynamo_records, turns
-from workloads.catalog import NON_DYNAMO_BACKENDS
-from workloads.child_env import child_env
-from workloads.config import CellConfig, cell_config_to_dict, config_digest
-from workloads.recorder import CellRecorder, compile_time_s
-from workloads.sweep_dir import config_yaml
-from workloads.train import run_steps
+from workloads.instruments import compile_cache, dynamo_records
+from workloads.local import turns
+from workloads.cell.catalog import NON_DYNAMO_BACKENDS
+from workloads.local.child_env import child_env
+from workloads.cell.config import CellConfig, cell_config_to_dict, config_digest
+from workloads.cell.recorder import CellRecorder, compile_time_s
+from workloads.contract.sweep_dir import config_yaml
+from workloads.cell.train import PreparedCell, run_steps
 
-if TYPE_CHECKING:  # the cell's process passes its prepare_cell in: run.py imports this module
-    from workloads.run import PreparedCell
 
 
 def measures_cold_and_warm(cfg: CellConfig) -> bool:

@@ -3,7 +3,7 @@ read, size names, data sources per kind, backends. Torch-free, because the orche
 every cell of a grid before submitting: importing torch took 1.8 of a 10,000-cell dry run's 7 s
 (2 cores). Packages that only some cells need (timm, torch._dynamo) are imported when asked.
 
-The builders live beside the things they build (workloads/models, workloads/backends.py); a test
+The builders live beside the things they build (workloads/models, workloads/cell/backends.py); a test
 checks that they cover exactly the names here.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from workloads.config import BackendConfig, CellConfig, ConfigError
+from workloads.cell.config import BackendConfig, CellConfig, ConfigError
 
 #: The size presets of every model family.
 SIZES = ("tiny", "small", "medium", "large", "xl")

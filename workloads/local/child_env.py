@@ -4,7 +4,7 @@ with the directory that holds `workloads` on PYTHONPATH, so that it imports even
 
 Two kinds of process start one: the local executor (orchestrator/local.py, also inside a Slurm
 task) starts each cell's, and a cell of `compile.measure=cold_warm` starts its cold compile's
-(workloads/cold_compile.py). This module imports no torch: a Slurm task imports the executor
+(workloads/instruments/cold_compile.py). This module imports no torch: a Slurm task imports the executor
 without it.
 """
 

@@ -23,8 +23,9 @@ import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-from workloads.config import MeasureConfig
-from workloads.precision import Precision
+from workloads.cell.backends import CompiledRun
+from workloads.cell.config import MeasureConfig
+from workloads.cell.precision import Precision
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -103,6 +104,15 @@ class TrainStep:
         return loss_sum / self.grad_accum, data_s
 
 
+@dataclass
+class PreparedCell:
+    """A cell ready to train: the step to call, where it runs, and how it was compiled."""
+
+    step: TrainStep
+    device: torch.device
+    compiled: CompiledRun
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for all queued device work; a no-op on the CPU, whose ops run synchronously."""
     if device.type == "cuda":
@@ -155,7 +165,7 @@ def median_rel_halfwidth(sorted_s: Sequence[float]) -> float:
 
 
 class StopRule:
-    """The stop rule of `measure` (workloads/config.py MeasureConfig), fed one measured step time
+    """The stop rule of `measure` (workloads/cell/config.py MeasureConfig), fed one measured step time
     at a time: O(1) per step, plus an insertion into a sorted list where `rel_ci` is set.
 
     After n measured steps whose times add up to `elapsed` seconds, measuring goes on while
@@ -282,10 +292,10 @@ def run_steps(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int,
     """Run warm-up steps, then measured steps until `measure` says stop (`StopRule`; None: exactly
     `steps`), reporting each step through `on_step` once it has ended on the device, so that a
     failure later in the run keeps the steps already measured. `gather` (every rank's value, in
-    rank order: `workloads.distributed.gather` bound to the ranks) makes the ranks of a distributed
+    rank order: `workloads.cell.distributed.gather` bound to the ranks) makes the ranks of a distributed
     cell agree on the count; None for one process. `before_measuring` is called once, before the
     last warm-up step (without warm-up, before the first step): it may wait
-    (workloads.turns.wait_for_quiet), and one more step then runs before anything is measured;
+    (workloads.local.turns.wait_for_quiet), and one more step then runs before anything is measured;
     the time it takes belongs to no step. Returns why measuring stopped (STOP_REASONS).
 
     Step boundaries follow one another: a step's time runs from the previous step's end to its own,

@@ -27,13 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
+from workloads.contract.schema import HOST_LOAD_FIELDS
 
-HOST_LOAD_FIELDS: list[pa.Field] = [
-    pa.field("host_op_us", pa.float64()),  # µs of host time per tiny op on the device, right before measuring
-    pa.field("node_cpus_busy_other", pa.float64()),  # node CPUs busy with others' work, mean over the window
-    pa.field("cpu_steal_share", pa.float64()),  # share of node CPU time stolen by the hypervisor in the window
-]
 #: The tiny ops timed per block, and the blocks (their median is reported): a few ms in all.
 OPS_PER_BLOCK, BLOCKS = 200, 5
 _PROC_STAT = "/proc/stat"
@@ -94,7 +89,7 @@ def op_overhead_us(device: Any) -> float | None:
     try:
         import torch
 
-        from workloads.train import synchronize  # imports torch: not at this module's import
+        from workloads.cell.train import synchronize  # imports torch: not at this module's import
 
         device = torch.device(device)
         x = torch.zeros(1, device=device)

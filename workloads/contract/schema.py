@@ -2,47 +2,43 @@
 
 Two files per cell directory: `steps.parquet` (one row per training step, every attempt) and
 `run.parquet` (one row per attempt: status, summary, environment); one `manifest.parquet` per
-sweep. Where they lie and how they are read is workloads/sweep_dir.py; the axis columns come from
-workloads/vocabulary.py. Files are rewritten whole through a temporary file and `os.replace`, so a
+sweep. Where they lie and how they are read is workloads/contract/sweep_dir.py; the axis columns come from
+workloads/contract/vocabulary.py. Files are rewritten whole through a temporary file and `os.replace`, so a
 reader sees either the old or the new file, never half of one. Bump SCHEMA_VERSION when a column
 changes meaning or disappears (adding a column needs no bump: readers fill it with nulls).
 
-Version 2 added the distributed cells (DDP over several processes, workloads/recorder.py): one
+Version 2 added the distributed cells (DDP over several processes, workloads/cell/recorder.py): one
 steps row per step still, its step time the slowest rank's, `items`/`items_per_step`/
 `flops_per_step` over all ranks, and the `rank_*` list columns (one entry per rank, in rank
 order); in run.parquet `world_size`, `nodes`, `dist_backend` and `ddp_graph_splits`. Cells of one
 process have world_size 1 and one-entry lists. Files of version 1 read with nulls there.
 
 Added within version 2 (no bump: files without them read with nulls): `graph_break_reasons` and
-`recompile_reasons` in run.parquet (workloads/dynamo_records.py), why graphs broke or recompiled,
+`recompile_reasons` in run.parquet (workloads/instruments/dynamo_records.py), why graphs broke or recompiled,
 one {reason, count} per distinct reason; null for backends that dynamo does not compile. The compile
-cache (workloads/compile_cache.py): `compile_cache_dir`, `compile_cache_warm`, the FX graph and
+cache (workloads/instruments/compile_cache.py): `compile_cache_dir`, `compile_cache_warm`, the FX graph and
 AOTAutograd cache counts (`fx_graph_cache_hits`, ...), and with `compile.measure=cold_warm`
-`compile_cold_s` and `compile_warm_s`. `slurm_cpus` (workloads/provenance.py), the CPUs Slurm gave
+`compile_cold_s` and `compile_warm_s`. `slurm_cpus` (workloads/instruments/provenance.py), the CPUs Slurm gave
 the task, to tell an unbound cell (`cpu_count_allowed` above it) from a bound one. `host_op_us`,
-`node_cpus_busy_other` and `cpu_steal_share` (workloads/host_load.py): the host's speed and load
+`node_cpus_busy_other` and `cpu_steal_share` (workloads/instruments/host_load.py): the host's speed and load
 while the cell measured.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workloads.compile_cache import CACHE_COUNTERS
-from workloads.host_load import HOST_LOAD_FIELDS
-from workloads.provenance import PROVENANCE_FIELDS
-from workloads.vocabulary import AXES, CONFIG_AXES
+from workloads.contract.atomic import atomic_output
+from workloads.contract.vocabulary import AXES, CONFIG_AXES
 
 SCHEMA_VERSION = 2
 
-#: The axis columns (workloads/vocabulary.py), in run.parquet and the manifest alike.
+#: The axis columns (workloads/contract/vocabulary.py), in run.parquet and the manifest alike.
 AXIS_FIELDS = [pa.field(axis.name, axis.type) for axis in AXES]
 
 STEPS_SCHEMA = pa.schema(
@@ -62,7 +58,39 @@ STEPS_SCHEMA = pa.schema(
     ]
 )
 
-#: Why graphs broke or recompiled (workloads/dynamo_records.py): one entry per distinct reason.
+#: What explains variance (filled by workloads/instruments/provenance.py): CPU, affinity, threads,
+#: node, binding, GPU state.
+PROVENANCE_FIELDS: list[pa.Field] = [
+    pa.field("cpu_model", pa.string()),  # CPU model name (/proc/cpuinfo "model name", else lscpu)
+    pa.field("cpu_affinity", pa.string()),  # CPUs this process may run on, compact: "0-7,16-23"
+    pa.field("cpu_count_allowed", pa.int64()),  # number of CPUs in cpu_affinity
+    pa.field("torch_threads", pa.int64()),  # torch.get_num_threads(): intra-op CPU threads
+    pa.field("node_name", pa.string()),  # SLURMD_NODENAME, else the hostname
+    pa.field("slurm_cpu_bind", pa.string()),  # srun's SLURM_CPU_BIND (else _TYPE+_LIST); null outside srun
+    pa.field("slurm_cpus", pa.int64()),  # CPUs Slurm gave the task (SLURM_CPUS_PER_TASK, else the job's on this node)
+    pa.field("gpu_driver", pa.string()),  # NVIDIA driver version, e.g. "570.86.15"
+    pa.field("gpu_sm_clock_mhz", pa.int64()),  # SM clock, MHz, sampled at finish (under load), else at start
+    pa.field("gpu_mem_clock_mhz", pa.int64()),  # memory clock, MHz, sampled like gpu_sm_clock_mhz
+    pa.field("gpu_max_sm_clock_mhz", pa.int64()),  # the SM clock's maximum, MHz; below it = throttled
+    pa.field("gpu_power_limit_w", pa.float64()),  # enforced power limit, W
+    pa.field("gpu_temp_start_c", pa.float64()),  # GPU die temperature before the first step, °C
+    pa.field("gpu_temp_end_c", pa.float64()),  # GPU die temperature after the last step, °C
+    pa.field("gpu_other_processes", pa.int64()),  # compute processes on this GPU besides ours, max of start/end
+    pa.field("gpu_other_process_list", pa.string()),  # those processes, "pid:name" comma-joined; "" if none
+]
+
+#: The host's speed and load while the cell measured (workloads/instruments/host_load.py).
+HOST_LOAD_FIELDS: list[pa.Field] = [
+    pa.field("host_op_us", pa.float64()),  # µs of host time per tiny op on the device, right before measuring
+    pa.field("node_cpus_busy_other", pa.float64()),  # node CPUs busy with others' work, mean over the window
+    pa.field("cpu_steal_share", pa.float64()),  # share of node CPU time stolen by the hypervisor in the window
+]
+#: Lookups of inductor's FX graph cache and of the AOTAutograd cache that hit, missed or
+#: bypassed it (dynamo's counters: workloads/instruments/dynamo_records.py).
+CACHE_COUNT_COLUMNS = ("fx_graph_cache_hits", "fx_graph_cache_misses", "fx_graph_cache_bypasses",
+                       "aot_autograd_cache_hits", "aot_autograd_cache_misses", "aot_autograd_cache_bypasses")
+
+#: Why graphs broke or recompiled (workloads/instruments/dynamo_records.py): one entry per distinct reason.
 REASONS = pa.list_(pa.struct([("reason", pa.string()), ("count", pa.int64())]))
 
 RUN_SCHEMA = pa.schema(
@@ -94,7 +122,7 @@ RUN_SCHEMA = pa.schema(
         ("compile_warm_s", pa.float64()),  # ... and with the caches that one left: this attempt's compile_time_s
         ("compile_cache_dir", pa.string()),  # the inductor cache directory the attempt compiled with
         ("compile_cache_warm", pa.bool_()),  # it held FX graph or AOTAutograd entries when the attempt began
-        *((name, pa.int64()) for name in CACHE_COUNTERS),  # cache lookups: hits, misses, bypasses
+        *((name, pa.int64()) for name in CACHE_COUNT_COLUMNS),  # cache lookups: hits, misses, bypasses
         ("first_step_ms", pa.float64()),
         ("graph_count", pa.int64()),
         ("graph_break_count", pa.int64()),
@@ -125,7 +153,7 @@ RUN_SCHEMA = pa.schema(
     ]
 )
 
-#: manifest.parquet: one row per cell of the sweep (workloads/sweep_dir.py reads and writes it).
+#: manifest.parquet: one row per cell of the sweep (workloads/contract/sweep_dir.py reads and writes it).
 MANIFEST_SCHEMA = pa.schema(
     [
         ("cell_id", pa.string()),
@@ -147,22 +175,6 @@ def table_from_rows(rows: Iterable[Mapping[str, Any]], schema: pa.Schema) -> pa.
             raise KeyError(f"columns not in the schema: {sorted(extra)}")
     columns = {name: [row.get(name) for row in rows] for name in schema.names}
     return pa.table(columns, schema=schema)
-
-
-@contextlib.contextmanager
-def atomic_output(path: str | Path) -> Iterator[BinaryIO]:
-    """A binary file whose content replaces `path` in one rename when the block ends without
-    error; it is a temporary file in the same directory until then, and removed on error."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            yield fh
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_parquet_atomic(table: pa.Table, path: str | Path) -> None:

@@ -29,7 +29,7 @@ import os
 import time
 from pathlib import Path
 
-from workloads.schema import atomic_output
+from workloads.contract.schema import atomic_output
 
 DIR_ENV = "COMPILEBENCH_TURNS"
 INDEX_ENV = "COMPILEBENCH_TURN"

@@ -2,9 +2,9 @@
 
 An axis is a setting that tells cells apart in the manifest, `compilebench status` and every
 table. It is defined here once, and everything else derives from `AXES`: the manifest's and
-run.parquet's columns (workloads/schema.py), the values the workload records, the status table,
+run.parquet's columns (workloads/contract/schema.py), the values the workload records, the status table,
 which cells analysis compares with which. Adding an axis is one `Axis(...)` line here, plus the
-field of its config key in workloads/config.py and its default in conf/ if the key is new
+field of its config key in workloads/cell/config.py and its default in conf/ if the key is new
 (docs/architecture.md walks through it).
 
 Roles say how analysis treats an axis:

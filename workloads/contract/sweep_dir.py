@@ -10,7 +10,7 @@
 
 Every package goes through this module: the orchestrator lays a grid out and asks whether a cell
 is done, the workload finds its attempt number, analysis reads everything. The columns are in
-workloads/schema.py. Readers tolerate what a shared filesystem shows mid-sweep: a missing file is
+workloads/contract/schema.py. Readers tolerate what a shared filesystem shows mid-sweep: a missing file is
 None, an unreadable one is reported, columns a file lacks (an older schema) come back null.
 """
 
@@ -30,11 +30,11 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import yaml
 
-from workloads.file_lock import exclusive
-from workloads.schema import (
+from workloads.contract.file_lock import exclusive
+from workloads.contract.schema import (
     MANIFEST_SCHEMA, RUN_SCHEMA, SCHEMA_VERSION, append_rows_atomic, atomic_output, table_from_rows, write_parquet_atomic,
 )
-from workloads.vocabulary import COMPLETED, axes_from_config
+from workloads.contract.vocabulary import COMPLETED, axes_from_config
 
 MANIFEST_FILE = "manifest.parquet"
 MANIFEST_LOCK = ".manifest.lock"
@@ -180,7 +180,7 @@ def read_cell_config(directory: Path, warn: TextIO | None = STDERR) -> dict[str,
 @contextlib.contextmanager
 def manifest_lock(sweep_dir: Path) -> Iterator[None]:
     """Hold the sweep directory's manifest lock (flock on SWEEP_DIR/.manifest.lock, or where the
-    filesystem refuses flock the lock file .manifest.lock.held: workloads/file_lock.py) for a
+    filesystem refuses flock the lock file .manifest.lock.held: workloads/contract/file_lock.py) for a
     read-merge-write of the manifest: two sweeps of one directory at once keep each other's rows."""
     with exclusive(Path(sweep_dir) / MANIFEST_LOCK):
         yield

@@ -37,22 +37,12 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from workloads.contract.atomic import atomic_output
+
 #: The base directory the executor gives the workload (the sbatch script exports it).
 BASE_ENV = "COMPILEBENCH_COMPILE_CACHE"
 INDUCTOR_ENV, TRITON_ENV = "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"
 KEY_FILE = "key.json"
-#: run.parquet's cache columns and the dynamo counters they count (read in workloads/dynamo_records.py):
-#: lookups of inductor's FX graph cache and of the AOTAutograd cache that hit, missed, or bypassed
-#: the cache (a graph it cannot cache). Autotuning has no counter of its own: its results are
-#: cached in the inductor directory too, and a compile that hits the FX graph cache autotunes nothing.
-CACHE_COUNTERS = {
-    "fx_graph_cache_hits": ("inductor", "fxgraph_cache_hit"),
-    "fx_graph_cache_misses": ("inductor", "fxgraph_cache_miss"),
-    "fx_graph_cache_bypasses": ("inductor", "fxgraph_cache_bypass"),
-    "aot_autograd_cache_hits": ("aot_autograd", "autograd_cache_hit"),
-    "aot_autograd_cache_misses": ("aot_autograd", "autograd_cache_miss"),
-    "aot_autograd_cache_bypasses": ("aot_autograd", "autograd_cache_bypass"),
-}
 
 
 def key_inputs(environment: Mapping[str, Any], cpu_model: str | None) -> dict[str, str | None]:
@@ -72,25 +62,18 @@ def cache_key(inputs: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(dict(inputs), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def use(inputs: Mapping[str, Any]) -> dict[str, Any]:
+def use(inputs: Mapping[str, Any]) -> None:
     """Point this process's (and its children's) inductor and triton caches into the keyed
-    directory under COMPILEBENCH_COMPILE_CACHE, before anything compiles; returns the run columns
-    `compile_cache_dir` (the inductor cache it compiles with) and `compile_cache_warm` (whether it
-    held FX graph or AOTAutograd entries already)."""
+    directory under COMPILEBENCH_COMPILE_CACHE, before anything compiles (where the executor gave
+    no base, the caches stay torch's own; dynamo_records.cache_state tells which one is used)."""
     base = os.environ.get(BASE_ENV)
     if base:
         keyed = Path(base) / cache_key(inputs)
         keyed.mkdir(parents=True, exist_ok=True)
         if not (keyed / KEY_FILE).exists():
-            from workloads.schema import atomic_output  # pyarrow: not for the login node's import
-
             with atomic_output(keyed / KEY_FILE) as fh:
                 fh.write(json.dumps(dict(inputs), indent=1, sort_keys=True).encode())
         os.environ[INDUCTOR_ENV], os.environ[TRITON_ENV] = str(keyed / "inductor"), str(keyed / "triton")
-    from workloads import dynamo_records  # torch: imported by the workload only
-
-    inductor = dynamo_records.inductor_cache_dir()
-    return {"compile_cache_dir": str(inductor), "compile_cache_warm": dynamo_records.has_cache_entries(inductor)}
 
 
 @contextlib.contextmanager

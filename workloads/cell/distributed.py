@@ -29,7 +29,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-from workloads.config import DistributedConfig
+from workloads.cell.config import DistributedConfig
 
 
 class LaunchError(RuntimeError):

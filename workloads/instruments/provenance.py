@@ -16,28 +16,9 @@ import subprocess
 import threading
 from typing import Any, Callable, Iterable
 
-import pyarrow as pa
+from workloads.contract.schema import PROVENANCE_FIELDS
 
 PROBE_TIMEOUT_S = 2.0  # bound of one subprocess (nvidia-smi, lscpu); gpu_state waits 2x this + 1 s at most
-
-PROVENANCE_FIELDS: list[pa.Field] = [
-    pa.field("cpu_model", pa.string()),  # CPU model name (/proc/cpuinfo "model name", else lscpu)
-    pa.field("cpu_affinity", pa.string()),  # CPUs this process may run on, compact: "0-7,16-23"
-    pa.field("cpu_count_allowed", pa.int64()),  # number of CPUs in cpu_affinity
-    pa.field("torch_threads", pa.int64()),  # torch.get_num_threads(): intra-op CPU threads
-    pa.field("node_name", pa.string()),  # SLURMD_NODENAME, else the hostname
-    pa.field("slurm_cpu_bind", pa.string()),  # srun's SLURM_CPU_BIND (else _TYPE+_LIST); null outside srun
-    pa.field("slurm_cpus", pa.int64()),  # CPUs Slurm gave the task (SLURM_CPUS_PER_TASK, else the job's on this node)
-    pa.field("gpu_driver", pa.string()),  # NVIDIA driver version, e.g. "570.86.15"
-    pa.field("gpu_sm_clock_mhz", pa.int64()),  # SM clock, MHz, sampled at finish (under load), else at start
-    pa.field("gpu_mem_clock_mhz", pa.int64()),  # memory clock, MHz, sampled like gpu_sm_clock_mhz
-    pa.field("gpu_max_sm_clock_mhz", pa.int64()),  # the SM clock's maximum, MHz; below it = throttled
-    pa.field("gpu_power_limit_w", pa.float64()),  # enforced power limit, W
-    pa.field("gpu_temp_start_c", pa.float64()),  # GPU die temperature before the first step, °C
-    pa.field("gpu_temp_end_c", pa.float64()),  # GPU die temperature after the last step, °C
-    pa.field("gpu_other_processes", pa.int64()),  # compute processes on this GPU besides ours, max of start/end
-    pa.field("gpu_other_process_list", pa.string()),  # those processes, "pid:name" comma-joined; "" if none
-]
 
 _GPU_KEYS = ("gpu_driver", "gpu_sm_clock_mhz", "gpu_mem_clock_mhz", "gpu_max_sm_clock_mhz",
              "gpu_power_limit_w", "gpu_temp_c", "gpu_other_processes", "gpu_other_process_list")

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from workloads.precision import PRECISIONS
+from workloads.cell.precision import PRECISIONS
 
 #: Inductor compile modes accepted for `backend.mode` (None and "default" mean the default mode).
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -99,7 +99,7 @@ class OptimConfig:
 @dataclass
 class DistributedConfig:
     """How many processes train the cell together (data parallel, DDP). The launcher — Slurm, one
-    task per process — starts them; see workloads/distributed.py."""
+    task per process — starts them; see workloads/cell/distributed.py."""
 
     nodes: int = 1
     """Nodes of the cell's Slurm job."""
@@ -120,7 +120,7 @@ class DistributedConfig:
 
 @dataclass
 class MeasureConfig:
-    """When the measured loop stops (workloads/train.py `StopRule`, docs/measurement.md "How long
+    """When the measured loop stops (workloads/cell/train.py `StopRule`, docs/measurement.md "How long
     a cell measures"): after at least `steps` measured steps, at the first step at which the
     measured time has reached `min_seconds` and, where `rel_ci` is set, the median step's 95%
     interval is that narrow; beyond `steps`, never past `max_steps` steps nor `max_seconds` of

@@ -1,7 +1,7 @@
 """Execution backends: how a cell's model (and optionally its optimizer step) is compiled.
 
 `apply_backend` returns the module to train and a `CompiledRun` describing what was asked
-for; workloads/dynamo_records.py reads dynamo's own records afterwards, so that a cell can prove
+for; workloads/instruments/dynamo_records.py reads dynamo's own records afterwards, so that a cell can prove
 that compilation happened (graph count > 0) instead of trusting that it did.
 """
 
@@ -16,8 +16,8 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from workloads.catalog import check_backend
-from workloads.config import BackendConfig, ConfigError
+from workloads.cell.catalog import check_backend
+from workloads.cell.config import BackendConfig, ConfigError
 
 #: Inductor modes that replay CUDA graphs (cudagraph trees), like the dynamo `cudagraphs` backend.
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")

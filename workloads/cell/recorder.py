@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from workloads.schema import RUN_SCHEMA, SCHEMA_VERSION, STEPS_SCHEMA, append_rows_atomic
-from workloads.sweep_dir import RUN_FILE, STEPS_FILE
-from workloads.train import StepRecord
+from workloads.contract.schema import RUN_SCHEMA, SCHEMA_VERSION, STEPS_SCHEMA, append_rows_atomic
+from workloads.contract.sweep_dir import RUN_FILE, STEPS_FILE
+from workloads.cell.train import StepRecord
 
 
 @dataclass
@@ -143,7 +143,7 @@ class CellRecorder:
 
     def _end_to_end(self, merged: Sequence[MergedStep]) -> dict[str, Any]:
         """Throughput and MFU over the whole measured span. The steps' boundaries follow one
-        another (workloads/train.py), so the span is the sum of the measured steps' times — of the
+        another (workloads/cell/train.py), so the span is the sum of the measured steps' times — of the
         slowest rank's per step in a distributed cell — and the device's idle time waiting for data
         or for the host is in it."""
         steps = [step for step in merged if step.phase == "measure"]

@@ -1,0 +1,153 @@
+"""Rules between the packages and the rooms of `workloads`, checked on the source with `ast`
+(nothing is imported; an import inside a function or under TYPE_CHECKING counts like any other).
+docs/architecture.md draws them.
+
+- One way: orchestrator -> analysis -> workloads; workloads imports neither of the others, and
+  analysis does not import the orchestrator.
+- The rooms of workloads: each imports only the rooms beneath it (ROOMS); `contract` none but
+  itself, and no torch.
+- No circles: no module imports, directly or through others, a module that imports it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.helpers import REPO_ROOT
+
+PACKAGES = ("orchestrator", "analysis", "workloads")
+#: Room of workloads -> the rooms it may import (itself included). `run` is the cell's entry point
+#: (`python -m workloads.run`), `custom_model` the users' interface for their own models.
+ROOMS = {
+    "contract": {"contract"},
+    "local": {"contract", "local"},
+    "cell": {"contract", "cell", "custom_model"},
+    "custom_model": {"contract", "cell", "custom_model"},
+    "models": {"contract", "cell", "custom_model", "models"},
+    "data": {"contract", "cell", "custom_model", "data"},
+    "instruments": {"contract", "cell", "local", "instruments"},
+    "run": {"contract", "cell", "custom_model", "models", "data", "instruments", "local", "run"},
+}
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted name -> file of every module of the three packages (a package by its __init__)."""
+    found = {}
+    for package in PACKAGES:
+        for path in (REPO_ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def imported(source: str, module: str, known: set[str]) -> set[str]:
+    """The modules of `known` that `source` (the module `module`) imports, anywhere in it."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*module.split(".")[: -node.level], *filter(None, [base])])
+            names |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names}
+    return {name for name in names if name in known}
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    known = set(sources)
+    return {module: imported(source, module, known) - {module} for module, source in sources.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def room(module: str) -> str | None:
+    """`workloads.cell.train` -> `cell`; None outside workloads."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "workloads" and len(parts) > 1 else None
+
+
+def room_problems(graph: dict[str, set[str]]) -> list[str]:
+    problems = []
+    for module, targets in sorted(graph.items()):
+        package = module.split(".")[0]
+        for target in sorted(targets):
+            if PACKAGES.index(target.split(".")[0]) < PACKAGES.index(package):
+                problems.append(f"{module} imports {target}: the packages import one way, {' -> '.join(PACKAGES)}")
+            elif package == target.split(".")[0] == "workloads" and room(target) not in ROOMS[room(module)]:
+                problems.append(f"{module} imports {target}: the room {room(module)} may import {sorted(ROOMS[room(module)])}")
+    return problems
+
+
+def sources() -> dict[str, str]:
+    return {module: path.read_text() for module, path in module_files().items()}
+
+
+def test_packages_and_rooms_import_one_way() -> None:
+    graph = import_graph(sources())
+    assert set(filter(None, map(room, graph))) == set(ROOMS), "a room of workloads is missing from ROOMS"
+    problems = room_problems(graph)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_contract_imports_no_torch() -> None:
+    contract = {m: s for m, s in sources().items() if room(m) == "contract"}
+    torch_users = [m for m, s in contract.items()
+                   if any(isinstance(n, (ast.Import, ast.ImportFrom)) and "torch" in ast.unparse(n).split()[1].split(".")[0]
+                          for n in ast.walk(ast.parse(s)))]
+    assert len(contract) >= 5 and torch_users == []
+
+
+def test_no_module_imports_a_module_that_imports_it() -> None:
+    found = circles(import_graph(sources()))
+    assert not found, "import circles:\n" + "\n".join(" <-> ".join(group) for group in found)
+
+
+def test_the_checks_see_what_breaks_them() -> None:
+    """A circle through an import inside a function, an import up the packages and one across the
+    rooms are each found; what is allowed is not."""
+    hidden = {"workloads.cell.a": "def f():\n    from workloads.cell import b\n",
+              "workloads.cell.b": "from workloads.cell.a import f\n"}
+    assert circles(import_graph(hidden)) == [["workloads.cell.a", "workloads.cell.b"]]
+    relative = {"workloads.cell.a": "from .b import g\n", "workloads.cell.b": "from . import a\n",
+                "workloads.cell": ""}
+    assert circles(import_graph(relative)) == [["workloads.cell.a", "workloads.cell.b"]]
+    wrong = {"workloads.contract.x": "from workloads.cell.y import z\n", "workloads.cell.y": "",
+             "analysis.p": "import orchestrator.q\n", "orchestrator.q": "from analysis import p\n",
+             "workloads.local.t": "from workloads.contract import x\n"}
+    problems = room_problems(import_graph(wrong))
+    assert [p.split(":")[0] for p in problems] == ["analysis.p imports orchestrator.q",
+                                                  "workloads.contract.x imports workloads.cell.y"]

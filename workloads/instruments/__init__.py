@@ -1,0 +1,2 @@
+"""What observes a cell without changing its training: provenance of host and GPU, the host's load,
+dynamo's records, the compile cache and the cold compile, the software environment."""
