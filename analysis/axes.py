@@ -15,7 +15,16 @@ import pandas as pd
 
 from analysis.render import is_null
 from workloads.contract.vocabulary import (
-    COMPLETED, HARDWARE, NO_RESULT, PROCESSES, TREATMENT, UNREADABLE, WORKLOAD, backend_label, names,
+    BASELINE_BACKEND,
+    COMPLETED,
+    HARDWARE,
+    NO_RESULT,
+    PROCESSES,
+    TREATMENT,
+    UNREADABLE,
+    WORKLOAD,
+    backend_label,
+    names,
 )
 
 #: How many processes trained a cell, and where (`batch_size` and `grad_accum` are per process).
@@ -26,16 +35,24 @@ SAME_WORKLOAD = names(WORKLOAD, HARDWARE, PROCESSES)
 SCALING_WORKLOAD = names(WORKLOAD, HARDWARE, TREATMENT)
 #: How a workload setting reads in a label: `b128` for batch 128, `procs 2` for two processes;
 #: precision, data source, device and the process group's backend are recognisable by their values.
-SETTING_PREFIXES = {"batch_size": "b", "grad_accum": "accum ", "seed": "seed ", "world_size": "procs ",
-                    "nodes": "nodes "}
+SETTING_PREFIXES = {
+    "batch_size": "b",
+    "grad_accum": "accum ",
+    "seed": "seed ",
+    "world_size": "procs ",
+    "nodes": "nodes ",
+}
 SIZE_ORDER = {"tiny": 0, "small": 1, "medium": 2, "large": 3, "xl": 4}
 
 
 def backend_labels(metrics: pd.DataFrame) -> pd.Series:
     """The backend label (workloads.contract.vocabulary.backend_label) of every cell."""
     treatments = names(TREATMENT)
-    return pd.Series([backend_label(dict(zip(treatments, values))) for values in axis_rows(metrics, treatments)],
-                     index=metrics.index, dtype=object)
+    return pd.Series(
+        [backend_label(dict(zip(treatments, values))) for values in axis_rows(metrics, treatments)],
+        index=metrics.index,
+        dtype=object,
+    )
 
 
 def axis_text(value: object) -> str:
@@ -59,10 +76,16 @@ def workload_labels(metrics: pd.DataFrame, settings: list[str] = SAME_WORKLOAD) 
     those of `settings` (workload axes) that differ between the cells with a result."""
     with_result = metrics[~metrics["status"].isin([NO_RESULT, UNREADABLE])]
     varying = varying_axes(with_result, [a for a in settings if a not in ("model", "arch", "size")])
-    names = [" ".join(filter(None, (axis_text(arch if model in ("timm", "custom") else model), axis_text(size))))
-             for model, arch, size in zip(metrics["model"], metrics["arch"], metrics["size"])]
-    lines = [" ".join(f"{SETTING_PREFIXES.get(a, '')}{axis_text(v)}" for a, v in zip(varying, values) if axis_text(v))
-             for values in axis_rows(metrics, varying)]
+    names = [
+        " ".join(filter(None, (axis_text(arch if model in ("timm", "custom") else model), axis_text(size))))
+        for model, arch, size in zip(metrics["model"], metrics["arch"], metrics["size"])
+    ]
+    lines = [
+        " ".join(
+            f"{SETTING_PREFIXES.get(a, '')}{axis_text(v)}" for a, v in zip(varying, values) if axis_text(v)
+        )
+        for values in axis_rows(metrics, varying)
+    ]
     return pd.Series([f"{n}\n{s}" if s else n for n, s in zip(names, lines)], index=metrics.index)
 
 
@@ -94,8 +117,26 @@ def reference_positions(cells: pd.DataFrame, by: list[str], candidates: pd.Serie
 def sort_cells(frame: pd.DataFrame) -> pd.DataFrame:
     """Cells ordered model, architecture, size (tiny..xl), precision, batch, processes, eager first,
     backend, mode."""
-    order = frame.assign(_size=frame["size"].map(SIZE_ORDER).fillna(len(SIZE_ORDER)),
-                         _compiled=frame["backend"] != "eager")
-    order = order.sort_values(["model", "arch", "_size", "size", "precision", "batch_size", "world_size", "nodes",
-                               "_compiled", "backend", "compile_mode", "cell_id"], kind="stable", na_position="last")
+    order = frame.assign(
+        _size=frame["size"].map(SIZE_ORDER).fillna(len(SIZE_ORDER)),
+        _compiled=frame["backend"] != BASELINE_BACKEND,
+    )
+    order = order.sort_values(
+        [
+            "model",
+            "arch",
+            "_size",
+            "size",
+            "precision",
+            "batch_size",
+            "world_size",
+            "nodes",
+            "_compiled",
+            "backend",
+            "compile_mode",
+            "cell_id",
+        ],
+        kind="stable",
+        na_position="last",
+    )
     return frame.loc[order.index].reset_index(drop=True)

@@ -23,11 +23,20 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from workloads.contract.vocabulary import BASELINE_BACKEND
+
 #: Run columns of the cold and the warm compile time; analysis reads them where run.parquet has them.
 COMPILE_COLD, COMPILE_WARM = "compile_cold_s", "compile_warm_s"
 #: The columns `break_even_columns` adds to the per-cell metrics.
-BREAK_EVEN_COLUMNS = ["pays_off", "break_even_compile_s", "compile_warm_s", "break_even_steps", "break_even_gpu_min", "break_even_steps_warm",
-                      "break_even_gpu_min_warm"]
+BREAK_EVEN_COLUMNS = [
+    "pays_off",
+    "break_even_compile_s",
+    "compile_warm_s",
+    "break_even_steps",
+    "break_even_gpu_min",
+    "break_even_steps_warm",
+    "break_even_gpu_min_warm",
+]
 
 
 def baseline_step_ms(metrics: pd.DataFrame, cells: pd.DataFrame, e2e: pd.Series) -> np.ndarray:
@@ -42,8 +51,11 @@ def baseline_step_ms(metrics: pd.DataFrame, cells: pd.DataFrame, e2e: pd.Series)
 def compile_seconds(cells: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(cold, warm) compile seconds of each cell: the cold one `compile_cold_s` where recorded, else
     `compile_time_s`; the warm one `compile_warm_s` (NaN where not recorded)."""
-    recorded = lambda name: (pd.to_numeric(cells[name], errors="coerce").to_numpy(float)  # noqa: E731
-                             if name in cells else np.full(len(cells), np.nan))
+    recorded = lambda name: (
+        pd.to_numeric(cells[name], errors="coerce").to_numpy(float)  # noqa: E731
+        if name in cells
+        else np.full(len(cells), np.nan)
+    )
     cold = recorded(COMPILE_COLD)
     return np.where(np.isnan(cold), recorded("compile_time_s"), cold), recorded(COMPILE_WARM)
 
@@ -60,13 +72,17 @@ def break_even_columns(cells: pd.DataFrame, e2e: pd.Series) -> pd.DataFrame:
     compile seconds the counts use are there for every compiled cell: `break_even_compile_s`, the cold
     one where measured): `cells` has the metrics up to the verdicts, `e2e` says which verdicts rest
     on end-to-end throughput."""
-    compiled = (cells["backend"] != "eager").to_numpy() & (cells["baseline_cell_id"] != cells["cell_id"]).to_numpy()
+    compiled = (cells["backend"] != BASELINE_BACKEND).to_numpy() & (
+        cells["baseline_cell_id"] != cells["cell_id"]
+    ).to_numpy()
     speedup = np.where(e2e, cells["e2e_speedup"], cells["speedup"]).astype(float)
     speedup[~compiled] = np.nan
     eager_ms = baseline_step_ms(cells, cells, e2e)
     processes = pd.to_numeric(cells["world_size"], errors="coerce").fillna(1).to_numpy(float)
     cold, warm = compile_seconds(cells)
-    pays_off = pd.Series(speedup > 1, index=cells.index, dtype=object).where(~np.isnan(speedup * eager_ms * cold))
+    pays_off = pd.Series(speedup > 1, index=cells.index, dtype=object).where(
+        ~np.isnan(speedup * eager_ms * cold)
+    )
     columns = {"pays_off": pays_off, "break_even_compile_s": cold, "compile_warm_s": warm}
     for suffix, compile_s in (("", cold), ("_warm", warm)):
         steps = _steps(compile_s, eager_ms, speedup)

@@ -26,11 +26,35 @@ from workloads.contract.vocabulary import COMPLETED
 AGREES, DISAGREES, NO_DIFFERENCE = "agrees", "disagrees", "no difference"
 INCONCLUSIVE, NO_DATA = "inconclusive", "no data"
 VERDICT_ORDER = (AGREES, DISAGREES, NO_DIFFERENCE, INCONCLUSIVE, NO_DATA)
-COLUMNS = ["table", "model", "backend", "claim", "published", "published_change", "cell_id", "status",
-           "speedup", "speedup_low", "speedup_high", "e2e_speedup", "e2e_speedup_low", "e2e_speedup_high",
-           "basis", "replicates", "baseline_replicates", "ours", "verdict", "note"]
+COLUMNS = [
+    "table",
+    "model",
+    "backend",
+    "claim",
+    "published",
+    "published_change",
+    "cell_id",
+    "status",
+    "speedup",
+    "speedup_low",
+    "speedup_high",
+    "e2e_speedup",
+    "e2e_speedup_low",
+    "e2e_speedup_high",
+    "basis",
+    "replicates",
+    "baseline_replicates",
+    "ours",
+    "verdict",
+    "note",
+]
 #: What our cell's verdict (analysis.stats.VERDICTS) says, in the claims table's words.
-_FOUND = {"faster": "faster", "slower": "slower", "no difference": "no difference", "undecided": "no clear difference"}
+_FOUND = {
+    "faster": "faster",
+    "slower": "slower",
+    "no difference": "no difference",
+    "undecided": "no clear difference",
+}
 
 
 def _runs(own: object, baseline: object, unstable: object) -> str:
@@ -44,14 +68,24 @@ def _runs(own: object, baseline: object, unstable: object) -> str:
     return f" ({runs}: run-to-run noise not covered)" if min(own, baseline) == 1 else f" ({runs})"
 
 
-def _our_side(cell: pd.Series | None, claimed: str, reason: str, baseline_replicates: object, margin: float) -> dict:
+def _our_side(
+    cell: pd.Series | None, claimed: str, reason: str, baseline_replicates: object, margin: float
+) -> dict:
     """What our cell says about a claim, and the verdict."""
     if cell is None:
         return {"ours": "not in the sweep", "verdict": NO_DATA}
-    side = {"cell_id": cell["cell_id"], "status": cell["status"], "replicates": cell["replicates"],
-            "baseline_replicates": baseline_replicates, "basis": cell["verdict_basis"],
-            **{f"{name}{end}": cell[f"{name}{end}"] for name in ("speedup", "e2e_speedup")
-               for end in ("", "_low", "_high")}}
+    side = {
+        "cell_id": cell["cell_id"],
+        "status": cell["status"],
+        "replicates": cell["replicates"],
+        "baseline_replicates": baseline_replicates,
+        "basis": cell["verdict_basis"],
+        **{
+            f"{name}{end}": cell[f"{name}{end}"]
+            for name in ("speedup", "e2e_speedup")
+            for end in ("", "_low", "_high")
+        },
+    }
     if cell["status"] != COMPLETED:
         return {**side, "ours": f"no result ({cell['status']})", "verdict": NO_DATA}
     if is_null(cell["speedup"]):
@@ -59,20 +93,25 @@ def _our_side(cell: pd.Series | None, claimed: str, reason: str, baseline_replic
     verdict = cell["verdict"]
     if is_null(verdict):  # a point estimate without an interval (steps unreadable: the run row's summary)
         verdict = equivalence_verdict(np.array([cell["speedup"]]), np.array([cell["speedup"]]), margin)[0]
-    found = _FOUND[verdict] + (f" (within ±{fmt_percent(margin)})" if verdict == "no difference" and margin else "")
+    found = _FOUND[verdict] + (
+        f" (within ±{fmt_percent(margin)})" if verdict == "no difference" and margin else ""
+    )
     if cell["verdict_basis"] == E2E_BASIS:
         evidence = reason.replace(": end-to-end", ", end-to-end")
     else:
         # 3 digits: 0.998 is not 1
-        evidence = "speedup " + fmt_speedup(cell["speedup"], cell["speedup_low"], cell["speedup_high"], digits=3)
+        evidence = "speedup " + fmt_speedup(
+            cell["speedup"], cell["speedup_low"], cell["speedup_high"], digits=3
+        )
     ours = f"{found}: {evidence}{_runs(cell['replicates'], baseline_replicates, cell['unstable'])}"
     if verdict in ("faster", "slower"):
         return {**side, "ours": ours, "verdict": AGREES if verdict == claimed else DISAGREES}
     return {**side, "ours": ours, "verdict": NO_DIFFERENCE if verdict == "no difference" else INCONCLUSIVE}
 
 
-def check_claims(metrics: pd.DataFrame, reference: pd.DataFrame | None = None,
-                 margin: float = EQUIVALENCE) -> pd.DataFrame:
+def check_claims(
+    metrics: pd.DataFrame, reference: pd.DataFrame | None = None, margin: float = EQUIVALENCE
+) -> pd.DataFrame:
     """One row per claim and matching cell of ours (COLUMNS); a claim without a cell says `no data`.
     `margin`: the margin of practical equivalence the metrics' verdicts were computed with."""
     reference = load_reference() if reference is None else reference
@@ -80,8 +119,9 @@ def check_claims(metrics: pd.DataFrame, reference: pd.DataFrame | None = None,
     reasons = verdict_reasons(metrics, digits=3)
     replicates = metrics.drop_duplicates("cell_id").set_index("cell_id")["replicates"]
     rows = []
-    for (table, model), published in reference[reference["metric"] == "step_time"].groupby(["table", "model"],
-                                                                                          sort=False):
+    for (table, model), published in reference[reference["metric"] == "step_time"].groupby(
+        ["table", "model"], sort=False
+    ):
         eager = published[published["backend"] == "eager"]["mean"].iloc[0]
         unit = UNIT_SYMBOLS[published["unit"].iloc[0]]
         for backend, mean in zip(published["backend"], published["mean"]):
@@ -89,20 +129,31 @@ def check_claims(metrics: pd.DataFrame, reference: pd.DataFrame | None = None,
                 continue
             change = mean / eager - 1
             claimed = "faster" if change < 0 else "slower"
-            claim = {"table": table, "model": model, "backend": backend,
-                     "claim": f"{backend} is {claimed} than eager for {model}",
-                     "published": f"{mean:.3f} vs {eager:.3f} {unit} ({fmt_change(change)})",
-                     "published_change": change, "note": PUBLISHED_CAVEATS.get((table, backend), "")}
-            ours = metrics[(names == model) & (metrics["backend"] == backend)
-                           & metrics["compile_mode"].map(default_mode)]
-            cells = [(row, reasons.loc[i], replicates.get(row["baseline_cell_id"])) for i, row in ours.iterrows()] \
-                or [(None, "", None)]
-            rows += [{**claim, **_our_side(cell, claimed, reason, base_runs, margin)}
-                     for cell, reason, base_runs in cells]
+            claim = {
+                "table": table,
+                "model": model,
+                "backend": backend,
+                "claim": f"{backend} is {claimed} than eager for {model}",
+                "published": f"{mean:.3f} vs {eager:.3f} {unit} ({fmt_change(change)})",
+                "published_change": change,
+                "note": PUBLISHED_CAVEATS.get((table, backend), ""),
+            }
+            ours = metrics[
+                (names == model) & (metrics["backend"] == backend) & metrics["compile_mode"].map(default_mode)
+            ]
+            cells = [
+                (row, reasons.loc[i], replicates.get(row["baseline_cell_id"])) for i, row in ours.iterrows()
+            ] or [(None, "", None)]
+            rows += [
+                {**claim, **_our_side(cell, claimed, reason, base_runs, margin)}
+                for cell, reason, base_runs in cells
+            ]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def claims_table(metrics: pd.DataFrame, reference: pd.DataFrame | None = None, margin: float = EQUIVALENCE) -> Table:
+def claims_table(
+    metrics: pd.DataFrame, reference: pd.DataFrame | None = None, margin: float = EQUIVALENCE
+) -> Table:
     """The claims with our verdicts, as a table."""
     data = check_claims(metrics, reference, margin)
     text = pd.DataFrame({
@@ -111,11 +162,16 @@ def claims_table(metrics: pd.DataFrame, reference: pd.DataFrame | None = None, m
     })  # fmt: skip
     counts = data["verdict"].value_counts()
     summary = ", ".join(f"{counts[v]} {v}" for v in VERDICT_ORDER if v in counts)
-    within = (f"no difference where it lies within ±{fmt_percent(margin)} of 1 (practical equivalence), "
-              if margin else "")
-    note = (f"{summary}. Ours: speedup = eager median step / compiled median step (median over runs) with its 95% "
-            "bootstrap interval over runs, then steps (with one run, over steps only: run-to-run noise not "
-            f"covered); faster or slower only where the interval excludes 1, {within}no clear difference "
-            "otherwise. Data-bound cells are judged on end-to-end throughput (items over the measured span). "
-            "Table 2 (MFU) orders the backends as Table 1 does, so its claims are Table 1's.")
+    within = (
+        f"no difference where it lies within ±{fmt_percent(margin)} of 1 (practical equivalence), "
+        if margin
+        else ""
+    )
+    note = (
+        f"{summary}. Ours: speedup = eager median step / compiled median step (median over runs) with its 95% "
+        "bootstrap interval over runs, then steps (with one run, over steps only: run-to-run noise not "
+        f"covered); faster or slower only where the interval excludes 1, {within}no clear difference "
+        "otherwise. Data-bound cells are judged on end-to-end throughput (items over the measured span). "
+        "Table 2 (MFU) orders the backends as Table 1 does, so its claims are Table 1's."
+    )
     return Table("seminar_claims", "The report's claims against our data", data, text, note)

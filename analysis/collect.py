@@ -11,9 +11,10 @@ shared filesystem a half-finished sweep is normal, and one broken cell should no
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 import pandas as pd
@@ -22,28 +23,79 @@ import pyarrow as pa
 from analysis.breakeven import COMPILE_COLD, COMPILE_WARM
 from workloads.contract.schema import RUN_SCHEMA, STEPS_SCHEMA
 from workloads.contract.sweep_dir import (
-    MANIFEST_FILE, RUN_FILE, STDERR, STEPS_FILE, cell_dir, cell_dirs, counting_attempts, read_cell_config,
-    read_tables, replicate_attempts, with_repeat,
+    MANIFEST_FILE,
+    RUN_FILE,
+    STDERR,
+    STEPS_FILE,
+    cell_dir,
+    cell_dirs,
+    counting_attempts,
+    read_cell_config,
+    read_tables,
+    replicate_attempts,
+    with_repeat,
 )
-from workloads.contract.vocabulary import AXES, CONFIG_AXES, COMPLETED, NO_RESULT, UNREADABLE, axes_from_config
+from workloads.contract.vocabulary import (
+    AXES,
+    COMPLETED,
+    CONFIG_AXES,
+    NO_RESULT,
+    UNREADABLE,
+    axes_from_config,
+)
 
 #: The columns analysis reads of each file (a run row has over 50: decoding the environment
 #: columns would cost a third of the time in a large sweep, and no table shows them).
-RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
-    "cell_id", "attempt", "repeat", "status", "error", *(axis.name for axis in AXES), "items_per_step", "measured_steps",
-    "median_step_ms", "mean_step_ms", "std_step_ms", "items_per_s", "mfu", "e2e_items_per_s", "e2e_mfu",
-    "compile_time_s", "fx_graph_cache_hits", "aot_autograd_cache_hits", "first_step_ms", "graph_count", "graph_break_count", "recompile_count", "peak_mem_bytes",
-    "ddp_graph_splits", "rank_median_step_ms", "graph_break_reasons", "recompile_reasons",
-    # Cold and warm compile times, once the workload records them (analysis/breakeven.py).
-    *(name for name in (COMPILE_COLD, COMPILE_WARM) if name in RUN_SCHEMA.names))])
+RUN_READ_SCHEMA = pa.schema(
+    [
+        RUN_SCHEMA.field(name)
+        for name in (
+            "cell_id",
+            "attempt",
+            "repeat",
+            "status",
+            "error",
+            *(axis.name for axis in AXES),
+            "items_per_step",
+            "measured_steps",
+            "median_step_ms",
+            "mean_step_ms",
+            "std_step_ms",
+            "items_per_s",
+            "mfu",
+            "e2e_items_per_s",
+            "e2e_mfu",
+            "compile_time_s",
+            "fx_graph_cache_hits",
+            "aot_autograd_cache_hits",
+            "first_step_ms",
+            "graph_count",
+            "graph_break_count",
+            "recompile_count",
+            "peak_mem_bytes",
+            "ddp_graph_splits",
+            "rank_median_step_ms",
+            "graph_break_reasons",
+            "recompile_reasons",
+            # Cold and warm compile times, once the workload records them (analysis/breakeven.py).
+            *(name for name in (COMPILE_COLD, COMPILE_WARM) if name in RUN_SCHEMA.names),
+        )
+    ]
+)
 #: What a run row of schema version 1 (before distributed cells) lacks: it ran one process on one node.
 SINGLE_PROCESS = {"world_size": 1, "nodes": 1}
-STEPS_READ_SCHEMA = pa.schema([STEPS_SCHEMA.field(name) for name in (
-    "cell_id", "attempt", "step", "phase", "step_time_ms", "data_time_ms", "loss", "mfu")])
+STEPS_READ_SCHEMA = pa.schema(
+    [
+        STEPS_SCHEMA.field(name)
+        for name in ("cell_id", "attempt", "step", "phase", "step_time_ms", "data_time_ms", "loss", "mfu")
+    ]
+)
 #: The column `load_cells` adds to the steps: the replicate of the attempt a step belongs to.
 REPEAT = "repeat"
 #: The manifest's axis columns, read for cells without a result.
-MANIFEST_AXES_SCHEMA = pa.schema([RUN_SCHEMA.field("cell_id"), *(RUN_SCHEMA.field(a.name) for a in CONFIG_AXES)])
+MANIFEST_AXES_SCHEMA = pa.schema(
+    [RUN_SCHEMA.field("cell_id"), *(RUN_SCHEMA.field(a.name) for a in CONFIG_AXES)]
+)
 
 
 @dataclass(frozen=True)
@@ -91,10 +143,12 @@ class SweepData:
     def concat(cls, parts: Iterable[SweepData]) -> SweepData:
         """Several parts (e.g. one per cell) as one."""
         parts = list(parts)
-        return cls(_concat([p.cells for p in parts], RUN_READ_SCHEMA),
-                   _concat([p.steps for p in parts], STEPS_READ_SCHEMA),
-                   [problem for part in parts for problem in part.problems],
-                   _concat([p.replicates for p in parts], RUN_READ_SCHEMA))
+        return cls(
+            _concat([p.cells for p in parts], RUN_READ_SCHEMA),
+            _concat([p.steps for p in parts], STEPS_READ_SCHEMA),
+            [problem for part in parts for problem in part.problems],
+            _concat([p.replicates for p in parts], RUN_READ_SCHEMA),
+        )
 
 
 def _concat(frames: list[pd.DataFrame], schema: pa.Schema) -> pd.DataFrame:
@@ -111,9 +165,14 @@ def _read_manifest(path: Path, problems: _Problems) -> dict[str, dict[str, Any]]
     return {row.pop("cell_id"): row for row in table.to_pylist()}
 
 
-def _without_result(directories: Sequence[Path], runs: pd.DataFrame, unreadable: set[Path],
-                    manifest: Mapping[str, Mapping[str, Any]], problems: _Problems,
-                    warn: TextIO | None) -> pd.DataFrame:
+def _without_result(
+    directories: Sequence[Path],
+    runs: pd.DataFrame,
+    unreadable: set[Path],
+    manifest: Mapping[str, Mapping[str, Any]],
+    problems: _Problems,
+    warn: TextIO | None,
+) -> pd.DataFrame:
     """Rows for the cells that have no readable run row: axes from config.yaml, else the manifest."""
     rows = []
     for directory in directories:
@@ -128,12 +187,15 @@ def _without_result(directories: Sequence[Path], runs: pd.DataFrame, unreadable:
             problems.add(path, "no result yet")
         axes = axes_from_config(read_cell_config(directory, warn)) if directory.is_dir() else {}
         known = {**manifest.get(directory.name, {}), **{k: v for k, v in axes.items() if v is not None}}
-        rows.append({**known, "cell_id": directory.name, "status": UNREADABLE if path in unreadable else NO_RESULT})
+        rows.append(
+            {**known, "cell_id": directory.name, "status": UNREADABLE if path in unreadable else NO_RESULT}
+        )
     return pd.DataFrame(rows, columns=RUN_READ_SCHEMA.names)
 
 
-def _counting_steps(directories: Sequence[Path], runs: pd.DataFrame, replicates: pd.DataFrame,
-                    problems: _Problems) -> pd.DataFrame:
+def _counting_steps(
+    directories: Sequence[Path], runs: pd.DataFrame, replicates: pd.DataFrame, problems: _Problems
+) -> pd.DataFrame:
     """The steps of the attempts that count: each completed replicate's and each cell's own (not
     those of other attempts), with the replicate they belong to."""
     paths = []
@@ -148,18 +210,31 @@ def _counting_steps(directories: Sequence[Path], runs: pd.DataFrame, replicates:
         problems.add(path, f"cannot read ({exc})")
     steps = table.to_pandas(strings_to_categorical=True)  # a million rows name a thousand cells
     done = replicates[replicates["status"] == COMPLETED]
-    counting = pd.concat([done[["cell_id", "attempt", "repeat"]],
-                          runs[["cell_id", "attempt", "repeat"]]], ignore_index=True)
+    counting = pd.concat(
+        [done[["cell_id", "attempt", "repeat"]], runs[["cell_id", "attempt", "repeat"]]], ignore_index=True
+    )
     counting = counting.drop_duplicates(["cell_id", "attempt"])
     # (cell, attempt) as one integer per row, through the steps' category codes: a million rows
     # are looked up in the few thousand counting attempts without building tuples or strings.
     cells = pd.Index(steps["cell_id"].cat.categories) if len(steps) else pd.Index([], dtype=object)
-    shift = int(max(steps["attempt"].max() if len(steps) else 0, counting["attempt"].max() if len(counting) else 0)) + 1
-    step_keys = steps["cell_id"].cat.codes.to_numpy(np.int64) * shift + steps["attempt"].to_numpy(np.int64) \
-        if len(steps) else np.empty(0, np.int64)
+    shift = (
+        int(
+            max(
+                steps["attempt"].max() if len(steps) else 0, counting["attempt"].max() if len(counting) else 0
+            )
+        )
+        + 1
+    )
+    step_keys = (
+        steps["cell_id"].cat.codes.to_numpy(np.int64) * shift + steps["attempt"].to_numpy(np.int64)
+        if len(steps)
+        else np.empty(0, np.int64)
+    )
     codes = cells.get_indexer(counting["cell_id"])
     known = codes >= 0
-    counting_keys = pd.Index(codes[known].astype(np.int64) * shift + counting["attempt"].to_numpy(np.int64)[known])
+    counting_keys = pd.Index(
+        codes[known].astype(np.int64) * shift + counting["attempt"].to_numpy(np.int64)[known]
+    )
     position = counting_keys.get_indexer(step_keys)
     found = position >= 0
     steps = steps[found].reset_index(drop=True)
@@ -167,9 +242,12 @@ def _counting_steps(directories: Sequence[Path], runs: pd.DataFrame, replicates:
     return steps
 
 
-def load_cells(directories: Sequence[Path], warn: TextIO | None = STDERR,
-               manifest: Mapping[str, Mapping[str, Any]] | None = None,
-               problems: _Problems | None = None) -> SweepData:
+def load_cells(
+    directories: Sequence[Path],
+    warn: TextIO | None = STDERR,
+    manifest: Mapping[str, Mapping[str, Any]] | None = None,
+    problems: _Problems | None = None,
+) -> SweepData:
     """Read these cell directories (some may not exist yet: then `manifest` gives their axes)."""
     problems = problems if problems is not None else _Problems(warn)
     table, bad = read_tables([d / RUN_FILE for d in directories if (d / RUN_FILE).is_file()], RUN_READ_SCHEMA)
@@ -178,8 +256,14 @@ def load_cells(directories: Sequence[Path], warn: TextIO | None = STDERR,
     every = with_repeat(table.to_pandas().fillna(SINGLE_PROCESS))
     replicates = replicate_attempts(every)
     runs = counting_attempts(every).set_index("cell_id", drop=False)
-    runs["replicates"] = (replicates["status"] == COMPLETED).groupby(replicates["cell_id"]).sum() \
-        .reindex(runs.index).fillna(0).astype("int64")
+    runs["replicates"] = (
+        (replicates["status"] == COMPLETED)
+        .groupby(replicates["cell_id"])
+        .sum()
+        .reindex(runs.index)
+        .fillna(0)
+        .astype("int64")
+    )
     missing = _without_result(directories, runs, {path for path, _ in bad}, manifest or {}, problems, warn)
     cells = runs.reset_index(drop=True) if missing.empty else pd.concat([runs, missing], ignore_index=True)
     steps = _counting_steps(directories, runs, replicates, problems)

@@ -40,7 +40,7 @@ from analysis.metrics import RESAMPLES, SEED, cell_metrics
 from analysis.render import fmt_number, fmt_speedup, render_markdown
 from analysis.stats import ReplicateSamples, geometric_mean, hierarchical_means, ratio_interval, stable_hash
 from workloads.contract.sweep_dir import STDERR
-from workloads.contract.vocabulary import COMPLETED, HARDWARE, PROCESSES, WORKLOAD, names
+from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, HARDWARE, PROCESSES, WORKLOAD, names
 
 #: The axes cells are matched by: all but where they ran.
 MATCHED_AXES = [axis for axis in names() if axis not in names(HARDWARE)]
@@ -48,14 +48,38 @@ MATCHED_AXES = [axis for axis in names() if axis not in names(HARDWARE)]
 THRESHOLD = 0.05
 REGRESSION, IMPROVEMENT, WITHIN, UNDECIDED = "regression", "improvement", "within threshold", "undecided"
 #: The columns of the speedup summary (JSON's `speedups` records), one row per compiled backend.
-SPEEDUP_COLUMNS = ["backend", "cells", "a_geomean_speedup", "b_geomean_speedup", "geomean_ratio", "most_changed",
-                   "most_changed_a", "most_changed_b"]
+SPEEDUP_COLUMNS = [
+    "backend",
+    "cells",
+    "a_geomean_speedup",
+    "b_geomean_speedup",
+    "geomean_ratio",
+    "most_changed",
+    "most_changed_a",
+    "most_changed_b",
+]
 #: What is said of a cell only one sweep has.
 UNMATCHED = ["cell_id", "label", "status"]
 #: The columns of a compared cell (JSON's `cells` records).
-COLUMNS = ["label", "a_cell_id", "b_cell_id", *MATCHED_AXES, "a_gpu_name", "b_gpu_name", "a_median_step_ms",
-           "b_median_step_ms", "step_ratio", "step_ratio_low", "step_ratio_high", "a_e2e_items_per_s",
-           "b_e2e_items_per_s", "throughput_ratio", "throughput_ratio_low", "throughput_ratio_high", "verdict"]
+COLUMNS = [
+    "label",
+    "a_cell_id",
+    "b_cell_id",
+    *MATCHED_AXES,
+    "a_gpu_name",
+    "b_gpu_name",
+    "a_median_step_ms",
+    "b_median_step_ms",
+    "step_ratio",
+    "step_ratio_low",
+    "step_ratio_high",
+    "a_e2e_items_per_s",
+    "b_e2e_items_per_s",
+    "throughput_ratio",
+    "throughput_ratio_low",
+    "throughput_ratio_high",
+    "verdict",
+]
 
 
 class CompareError(ValueError):
@@ -99,17 +123,29 @@ def _keyed(metrics: pd.DataFrame) -> pd.DataFrame:
 
 def _speedups(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """SPEEDUP_COLUMNS of the matched cells `a` and `b` (same keys, same order)."""
-    both = ((a["backend"] != "eager").to_numpy() & (a["speedup"].to_numpy(float) > 0)
-            & (b["speedup"].to_numpy(float) > 0))  # NaN: no speedup (no eager cell, or not completed)
+    both = (
+        (a["backend"] != BASELINE_BACKEND).to_numpy()
+        & (a["speedup"].to_numpy(float) > 0)
+        & (b["speedup"].to_numpy(float) > 0)
+    )  # NaN: no speedup (no eager cell, or not completed)
     a, b = a[both], b[both]
     rows = []
     for backend, keys in a.groupby(backend_labels(a), sort=False).groups.items():
         a_speedup, b_speedup = a.loc[keys, "speedup"].to_numpy(float), b.loc[keys, "speedup"].to_numpy(float)
         a_mean, b_mean = geometric_mean(a_speedup)[0], geometric_mean(b_speedup)[0]
         most = int(np.argmax(np.abs(np.log(b_speedup / a_speedup))))
-        rows.append({"backend": backend, "cells": len(keys), "a_geomean_speedup": a_mean, "b_geomean_speedup": b_mean,
-                     "geomean_ratio": b_mean / a_mean, "most_changed": a.loc[keys, "label"].iloc[most],
-                     "most_changed_a": a_speedup[most], "most_changed_b": b_speedup[most]})
+        rows.append(
+            {
+                "backend": backend,
+                "cells": len(keys),
+                "a_geomean_speedup": a_mean,
+                "b_geomean_speedup": b_mean,
+                "geomean_ratio": b_mean / a_mean,
+                "most_changed": a.loc[keys, "label"].iloc[most],
+                "most_changed_a": a_speedup[most],
+                "most_changed_b": b_speedup[most],
+            }
+        )
     return pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
 
 
@@ -119,14 +155,22 @@ def _draws(data: SweepData, cell_ids: list[str], side: int) -> tuple[np.ndarray,
     steps = data.steps[data.steps["phase"] == "measure"]
     code = pd.Index(cell_ids).get_indexer(steps["cell_id"].astype(object)).astype(np.int64)
     keep = code >= 0
-    samples = ReplicateSamples.from_steps(code[keep], steps[REPEAT].to_numpy(np.int64)[keep],
-                                          steps["step_time_ms"].to_numpy(float)[keep], len(cell_ids))
+    samples = ReplicateSamples.from_steps(
+        code[keep],
+        steps[REPEAT].to_numpy(np.int64)[keep],
+        steps["step_time_ms"].to_numpy(float)[keep],
+        len(cell_ids),
+    )
     rngs = lambda stream: [np.random.default_rng([SEED, stable_hash(c), side, stream]) for c in cell_ids]  # noqa: E731
-    return (samples.hierarchical_medians(RESAMPLES, rngs(0)),
-            hierarchical_means(samples, RESAMPLES, rngs(1), reciprocal=True))
+    return (
+        samples.hierarchical_medians(RESAMPLES, rngs(0)),
+        hierarchical_means(samples, RESAMPLES, rngs(1), reciprocal=True),
+    )
 
 
-def compare(sweep_a: Path, sweep_b: Path, threshold: float = THRESHOLD, warn: TextIO | None = STDERR) -> Comparison:
+def compare(
+    sweep_a: Path, sweep_b: Path, threshold: float = THRESHOLD, warn: TextIO | None = STDERR
+) -> Comparison:
     """Match the cells of two sweep directories and compare B with A; CompareError where there is
     nothing to compare."""
     data = [load_sweep(Path(sweep), warn) for sweep in (sweep_a, sweep_b)]
@@ -136,16 +180,25 @@ def compare(sweep_a: Path, sweep_b: Path, threshold: float = THRESHOLD, warn: Te
     every_a, every_b = (_keyed(cell_metrics(part)) for part in data)
     # Labelled together: the settings that vary across both sweeps tell unmatched cells apart.
     labels = cell_labels(pd.concat([every_a, every_b]), names(WORKLOAD, PROCESSES))
-    every_a["label"], every_b["label"] = labels.iloc[:len(every_a)].to_numpy(), labels.iloc[len(every_a):].to_numpy()
+    every_a["label"], every_b["label"] = (
+        labels.iloc[: len(every_a)].to_numpy(),
+        labels.iloc[len(every_a) :].to_numpy(),
+    )
     common = every_a.index.intersection(every_b.index, sort=False)
     if not len(common):
         raise CompareError(f"no cell of {sweep_a} has the axes of a cell of {sweep_b}: nothing to compare")
     a, b = every_a.loc[common], every_b.loc[common]
     speedups = _speedups(a, b)
-    done = ((a["status"] == COMPLETED) & (b["status"] == COMPLETED) & a["median_step_ms"].notna()
-            & b["median_step_ms"].notna()).to_numpy()
-    a_draws, b_draws = (_draws(part, side["cell_id"][done].tolist(), number)
-                        for number, (part, side) in enumerate(zip(data, (a, b))))
+    done = (
+        (a["status"] == COMPLETED)
+        & (b["status"] == COMPLETED)
+        & a["median_step_ms"].notna()
+        & b["median_step_ms"].notna()
+    ).to_numpy()
+    a_draws, b_draws = (
+        _draws(part, side["cell_id"][done].tolist(), number)
+        for number, (part, side) in enumerate(zip(data, (a, b)))
+    )
     a, b, rest = a[done], b[done], (a[~done], b[~done])
     items = b["items_per_step"].to_numpy(float) / a["items_per_step"].to_numpy(float)
     step_low, step_high = ratio_interval(b_draws[0], a_draws[0])
@@ -163,65 +216,112 @@ def compare(sweep_a: Path, sweep_b: Path, threshold: float = THRESHOLD, warn: Te
         "throughput_ratio_low": rate_low * items, "throughput_ratio_high": rate_high * items,
         "verdict": verdicts(step_low, step_high, threshold),
     })  # fmt: skip
-    not_compared = pd.DataFrame({"label": rest[0]["label"].to_numpy(), "a_cell_id": rest[0]["cell_id"].to_numpy(),
-                                 "b_cell_id": rest[1]["cell_id"].to_numpy(), "a_status": rest[0]["status"].to_numpy(),
-                                 "b_status": rest[1]["status"].to_numpy()})
+    not_compared = pd.DataFrame(
+        {
+            "label": rest[0]["label"].to_numpy(),
+            "a_cell_id": rest[0]["cell_id"].to_numpy(),
+            "b_cell_id": rest[1]["cell_id"].to_numpy(),
+            "a_status": rest[0]["status"].to_numpy(),
+            "b_status": rest[1]["status"].to_numpy(),
+        }
+    )
     alone = lambda own, other: own.loc[~own.index.isin(other.index), UNMATCHED].reset_index(drop=True)  # noqa: E731
-    return Comparison(threshold, cells[COLUMNS], alone(every_a, every_b), alone(every_b, every_a), not_compared,
-                      speedups)
+    return Comparison(
+        threshold, cells[COLUMNS], alone(every_a, every_b), alone(every_b, every_a), not_compared, speedups
+    )
 
 
 def to_json(comparison: Comparison) -> str:
     """The comparison as one JSON object: threshold, cells (COLUMNS), only_in_a, only_in_b (cell
     id, label, status), not_compared, speedups (SPEEDUP_COLUMNS), regressions (how many)."""
     records = lambda frame: json.loads(frame.to_json(orient="records", double_precision=15))  # noqa: E731
-    return json.dumps({"threshold": comparison.threshold, "cells": records(comparison.cells),
-                       "only_in_a": records(comparison.only_in_a), "only_in_b": records(comparison.only_in_b),
-                       "not_compared": records(comparison.not_compared),
-                       "speedups": records(comparison.speedups),
-                       "regressions": len(comparison.regressions)}, indent=1)
+    return json.dumps(
+        {
+            "threshold": comparison.threshold,
+            "cells": records(comparison.cells),
+            "only_in_a": records(comparison.only_in_a),
+            "only_in_b": records(comparison.only_in_b),
+            "not_compared": records(comparison.not_compared),
+            "speedups": records(comparison.speedups),
+            "regressions": len(comparison.regressions),
+        },
+        indent=1,
+    )
 
 
 def to_markdown(comparison: Comparison, sweep_a: Path, sweep_b: Path) -> str:
     """The compared cells as a table, then the cells not compared and those only in one sweep, then
     a line that counts the regressions and names their cells."""
     cells, t = comparison.cells, comparison.threshold
-    rows = [{"cell": label, "A ms": fmt_number(a_ms), "B ms": fmt_number(b_ms),
-             "B/A step time [95% CI]": fmt_speedup(ratio, low, high, digits=3),
-             "B/A items/s [95% CI]": fmt_speedup(*throughput, digits=3), "verdict": verdict or ""}
-            for label, a_ms, b_ms, ratio, low, high, verdict, *throughput in zip(
-                cells["label"], cells["a_median_step_ms"], cells["b_median_step_ms"], cells["step_ratio"],
-                cells["step_ratio_low"], cells["step_ratio_high"], cells["verdict"], cells["throughput_ratio"],
-                cells["throughput_ratio_low"], cells["throughput_ratio_high"])]
+    rows = [
+        {
+            "cell": label,
+            "A ms": fmt_number(a_ms),
+            "B ms": fmt_number(b_ms),
+            "B/A step time [95% CI]": fmt_speedup(ratio, low, high, digits=3),
+            "B/A items/s [95% CI]": fmt_speedup(*throughput, digits=3),
+            "verdict": verdict or "",
+        }
+        for label, a_ms, b_ms, ratio, low, high, verdict, *throughput in zip(
+            cells["label"],
+            cells["a_median_step_ms"],
+            cells["b_median_step_ms"],
+            cells["step_ratio"],
+            cells["step_ratio_low"],
+            cells["step_ratio_high"],
+            cells["verdict"],
+            cells["throughput_ratio"],
+            cells["throughput_ratio_low"],
+            cells["throughput_ratio_high"],
+        )
+    ]
     if (cells["a_gpu_name"].map(axis_text) != cells["b_gpu_name"].map(axis_text)).any():  # another cluster
         for row, a_gpu, b_gpu in zip(rows, cells["a_gpu_name"], cells["b_gpu_name"]):
             row.update({"A GPU": axis_text(a_gpu), "B GPU": axis_text(b_gpu)})
     lines = [f"### B = {sweep_b} against A = {sweep_a}", ""]
     if rows:
         lines += [render_markdown(rows, list(rows[0])), ""]
-    lines.append(f"Median step time and end-to-end throughput, B / A, 95% bootstrap intervals over runs, then "
-                 f"steps. Regression: the step time interval lies above {1 + t:g} (B slower by more than "
-                 f"{100 * t:g}%); improvement: below {1 - t:g}; within threshold: inside [{1 - t:g}, {1 + t:g}].")
+    lines.append(
+        f"Median step time and end-to-end throughput, B / A, 95% bootstrap intervals over runs, then "
+        f"steps. Regression: the step time interval lies above {1 + t:g} (B slower by more than "
+        f"{100 * t:g}%); improvement: below {1 - t:g}; within threshold: inside [{1 - t:g}, {1 + t:g}]."
+    )
     if len(comparison.speedups):
-        speedups = [{"backend": row["backend"], "cells": str(row["cells"]),
-                     "A geomean speedup": fmt_speedup(row["a_geomean_speedup"], digits=3),
-                     "B geomean speedup": fmt_speedup(row["b_geomean_speedup"], digits=3),
-                     "B/A": f"{row['geomean_ratio']:.3f}",
-                     "changed most": f"{row['most_changed']}: {fmt_speedup(row['most_changed_a'], digits=2)} → "
-                                     f"{fmt_speedup(row['most_changed_b'], digits=2)}"}
-                    for row in comparison.speedups.to_dict("records")]
-        lines += ["", render_markdown(speedups, list(speedups[0])), "",
-                  "Speedup over eager (eager median step / own, as `analyze` gives it) of the cells with one in "
-                  "both sweeps, geometric mean per backend, and the cell whose speedup changed most."]
-    for title, frame, status in (("Not compared (not completed in both)", comparison.not_compared, None),
-                                 (f"Only in A ({sweep_a})", comparison.only_in_a, "status"),
-                                 (f"Only in B ({sweep_b})", comparison.only_in_b, "status")):
+        speedups = [
+            {
+                "backend": row["backend"],
+                "cells": str(row["cells"]),
+                "A geomean speedup": fmt_speedup(row["a_geomean_speedup"], digits=3),
+                "B geomean speedup": fmt_speedup(row["b_geomean_speedup"], digits=3),
+                "B/A": f"{row['geomean_ratio']:.3f}",
+                "changed most": f"{row['most_changed']}: {fmt_speedup(row['most_changed_a'], digits=2)} → "
+                f"{fmt_speedup(row['most_changed_b'], digits=2)}",
+            }
+            for row in comparison.speedups.to_dict("records")
+        ]
+        lines += [
+            "",
+            render_markdown(speedups, list(speedups[0])),
+            "",
+            "Speedup over eager (eager median step / own, as `analyze` gives it) of the cells with one in "
+            "both sweeps, geometric mean per backend, and the cell whose speedup changed most.",
+        ]
+    for title, frame, status in (
+        ("Not compared (not completed in both)", comparison.not_compared, None),
+        (f"Only in A ({sweep_a})", comparison.only_in_a, "status"),
+        (f"Only in B ({sweep_b})", comparison.only_in_b, "status"),
+    ):
         if len(frame):
             lines += ["", f"{title}:"]
             lines += [f"- {row['label']} ({_cell_text(row, status)})" for row in frame.to_dict("records")]
     regressions = comparison.regressions
-    named = "; ".join(f"{label} {ratio:.3f}x" for label, ratio in zip(regressions["label"], regressions["step_ratio"]))
-    lines += ["", f"{len(cells)} cell(s) compared, {len(regressions)} regression(s)" + (f": {named}" if named else "")]
+    named = "; ".join(
+        f"{label} {ratio:.3f}x" for label, ratio in zip(regressions["label"], regressions["step_ratio"])
+    )
+    lines += [
+        "",
+        f"{len(cells)} cell(s) compared, {len(regressions)} regression(s)" + (f": {named}" if named else ""),
+    ]
     return "\n".join(lines)
 
 

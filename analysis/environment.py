@@ -54,30 +54,42 @@ def _summary(column: str, values: pd.Series) -> str:
         fmt = (lambda v: str(int(v))) if (values == values.round()).all() else fmt_number  # counts, MHz, W
         return fmt(low) if low == high else f"{fmt(low)}–{fmt(high)}"
     counts = values.astype(str).value_counts()
-    listed = [f"{value} ({count} runs)" if len(counts) > 1 else str(value)
-              for value, count in counts.iloc[:MAX_VALUES].items()]
+    listed = [
+        f"{value} ({count} runs)" if len(counts) > 1 else str(value)
+        for value, count in counts.iloc[:MAX_VALUES].items()
+    ]
     more = len(counts) - MAX_VALUES
     return "; ".join(listed) + (f"; {more} more" if more > 0 else "")
 
 
 def environment_table(sweep_dir: Path) -> Table:
     """The environment of the sweep's runs: one row per field that some run recorded."""
-    table, _ = read_tables([d / RUN_FILE for d in cell_dirs(Path(sweep_dir)) if (d / RUN_FILE).is_file()], _SCHEMA)
+    table, _ = read_tables(
+        [d / RUN_FILE for d in cell_dirs(Path(sweep_dir)) if (d / RUN_FILE).is_file()], _SCHEMA
+    )
     runs = table.to_pandas()  # files that cannot be read are the problems analysis reports already
     completed = runs[runs["status"] == COMPLETED]
     runs = completed if len(completed) else runs
-    rows = [{"field": name, "value": _summary(column, runs[column]), "column": column} for column, name in FIELDS]
-    data = pd.DataFrame([row for row in rows if not is_null(row["value"]) and row["value"]],
-                        columns=["field", "value", "column"])
+    rows = [
+        {"field": name, "value": _summary(column, runs[column]), "column": column} for column, name in FIELDS
+    ]
+    data = pd.DataFrame(
+        [row for row in rows if not is_null(row["value"]) and row["value"]],
+        columns=["field", "value", "column"],
+    )
     note = f"Over {len(runs)} {'completed ' if len(completed) else ''}runs (each replicate and attempt once)."
     unbound = int((runs["cpu_count_allowed"] > runs["slurm_cpus"]).sum())
     if unbound:
-        note += (f" {unbound} of them could run on more CPUs than Slurm gave them: the cluster did not bind them "
-                 "to their cores, so other jobs on the node shared their CPUs (an inductor compile beside a "
-                 "measured step slows it); TaskPlugin=task/affinity or task/cgroup binds them.")
+        note += (
+            f" {unbound} of them could run on more CPUs than Slurm gave them: the cluster did not bind them "
+            "to their cores, so other jobs on the node shared their CPUs (an inductor compile beside a "
+            "measured step slows it); TaskPlugin=task/affinity or task/cgroup binds them."
+        )
     stolen = int((runs["cpu_steal_share"] > STEAL_NOTED).sum())
     if stolen:
-        note += (f" {stolen} of them measured while the hypervisor took more than {fmt_percent(STEAL_NOTED, 0)} of "
-                 "the node's CPU time for other guests: their host ran slower than its CPUs say, and a "
-                 "launch-bound step (small kernels, eager or compiled without CUDA graphs) slower with it.")
+        note += (
+            f" {stolen} of them measured while the hypervisor took more than {fmt_percent(STEAL_NOTED, 0)} of "
+            "the node's CPU time for other guests: their host ran slower than its CPUs say, and a "
+            "launch-bound step (small kernels, eager or compiled without CUDA graphs) slower with it."
+        )
     return Table("environment", "Environment", data, data[["field", "value"]], note)

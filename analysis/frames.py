@@ -29,8 +29,12 @@ class SweepFrames(NamedTuple):
     steps: pd.DataFrame
 
 
-def sweep_frames(sweep_dir: Path | str, equivalence: float = EQUIVALENCE, data_bound: float = DATA_BOUND,
-                 warn: TextIO | None = STDERR) -> SweepFrames:
+def sweep_frames(
+    sweep_dir: Path | str,
+    equivalence: float = EQUIVALENCE,
+    data_bound: float = DATA_BOUND,
+    warn: TextIO | None = STDERR,
+) -> SweepFrames:
     """Read SWEEP_DIR into (cells, steps); `equivalence` and `data_bound` as `analyze`'s flags."""
     data = load_sweep(Path(sweep_dir), warn)
     return SweepFrames(cell_metrics(data, equivalence=equivalence, data_bound=data_bound), data.steps)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import base64
 import re
 import struct
+from collections.abc import Sequence
 from html import escape
 from pathlib import Path
-from typing import Sequence
 
 from analysis.collect import Problem
 from analysis.render import Table
@@ -42,10 +42,16 @@ def _table(table: Table, link: str | None, heading: bool = True) -> str:
     rows = []
     for values in table.text.itertuples(index=False):
         cells = (escape(str(v)) for v in values)
-        rows.append("<tr>" + "".join(f'<td class="num">{v}</td>' if _NUMBER.fullmatch(v) else f"<td>{v}</td>"
-                                     for v in cells) + "</tr>")
+        rows.append(
+            "<tr>"
+            + "".join(f'<td class="num">{v}</td>' if _NUMBER.fullmatch(v) else f"<td>{v}</td>" for v in cells)
+            + "</tr>"
+        )
     title = f'<h3 id="table-{escape(table.name)}">{escape(table.title)}</h3>' if heading else ""
-    parts = [title, f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>']
+    parts = [
+        title,
+        f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>',
+    ]
     if table.note:
         parts.append(f'<p class="note">{escape(table.note)}</p>')
     if link:
@@ -57,17 +63,31 @@ def _figure(name: str, png: Path, svg: Path, directory: Path) -> str:
     content = png.read_bytes()
     width, height = struct.unpack(">II", content[16:24])  # the IHDR chunk, first after the signature
     data = base64.b64encode(content).decode("ascii")
-    return (f'<figure id="figure-{escape(name)}"><img alt="{escape(name)}" width="{width}" height="{height}" '
-            f'src="data:image/png;base64,{data}"><figcaption>{escape(name)} '
-            f'(<a href="{escape(svg.relative_to(directory).as_posix())}">SVG</a>)</figcaption></figure>')
+    return (
+        f'<figure id="figure-{escape(name)}"><img alt="{escape(name)}" width="{width}" height="{height}" '
+        f'src="data:image/png;base64,{data}"><figcaption>{escape(name)} '
+        f'(<a href="{escape(svg.relative_to(directory).as_posix())}">SVG</a>)</figcaption></figure>'
+    )
 
 
-def html_page(title: str, summary: str, problems: Sequence[Problem], tables: Sequence[Table],
-              environment: Table, plots: dict[str, list[Path]], directory: Path, tables_dir: str) -> str:
+def html_page(
+    title: str,
+    summary: str,
+    problems: Sequence[Problem],
+    tables: Sequence[Table],
+    environment: Table,
+    plots: dict[str, list[Path]],
+    directory: Path,
+    tables_dir: str,
+) -> str:
     """The page: `summary` under the title, then the problems, figures (`plots`: {name: [png, svg]}
     under `directory`), `tables` (each linked to its files in `tables_dir`) and the environment."""
-    sections = [("problems", "Problems", problems), ("figures", "Figures", plots), ("tables", "Tables", tables),
-                ("environment", "Environment", environment.text.size)]
+    sections = [
+        ("problems", "Problems", problems),
+        ("figures", "Figures", plots),
+        ("tables", "Tables", tables),
+        ("environment", "Environment", environment.text.size),
+    ]
     nav = " ".join(f'<a href="#{key}">{name}</a>' for key, name, present in sections if present)
     body = [f"<h1>{escape(title)}</h1>", f"<p>{escape(summary)}</p>", f"<nav>{nav}</nav>"]
     if problems:
@@ -81,6 +101,8 @@ def html_page(title: str, summary: str, problems: Sequence[Problem], tables: Seq
     if environment.text.size:
         body.append(f'<h2 id="environment">{escape(environment.title)}</h2>')
         body.append(_table(environment, None, heading=False))
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{escape(title)}</title>"
-            f"<style>{_STYLE}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{escape(title)}</title>'
+        f"<style>{_STYLE}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )

@@ -52,10 +52,19 @@ from analysis.breakeven import BREAK_EVEN_COLUMNS, break_even_columns
 from analysis.collect import REPEAT, SweepData
 from analysis.render import fmt_speedup
 from analysis.stats import (
-    ReplicateSamples, SortedSamples, equivalence_verdict, group_mean_std, group_moments, group_ratio_of_sums,
-    hierarchical_means, median_over_replicates, ratio_interval, stable_hash, subset_cells,
+    ReplicateSamples,
+    SortedSamples,
+    equivalence_verdict,
+    group_mean_std,
+    group_moments,
+    group_ratio_of_sums,
+    hierarchical_means,
+    median_over_replicates,
+    ratio_interval,
+    stable_hash,
+    subset_cells,
 )
-from workloads.contract.vocabulary import COMPLETED, names
+from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, names
 
 #: What names a cell in tables and plots, besides its id: every axis.
 AXES = names()
@@ -70,14 +79,34 @@ METRIC_COLUMNS = [
     "scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high", "ddp_graph_splits", "rank_imbalance",
 ]  # fmt: skip
 CELL_COLUMNS = ["cell_id", *AXES, *METRIC_COLUMNS]
-COUNT_COLUMNS = ["replicates", "measured_steps", "compile_cache_hits", "graph_count", "graph_break_count", "recompile_count",
-                 "peak_mem_bytes", "batch_size", "grad_accum", "seed", "world_size", "nodes", "items_per_step",
-                 "ddp_graph_splits"]
+COUNT_COLUMNS = [
+    "replicates",
+    "measured_steps",
+    "compile_cache_hits",
+    "graph_count",
+    "graph_break_count",
+    "recompile_count",
+    "peak_mem_bytes",
+    "batch_size",
+    "grad_accum",
+    "seed",
+    "world_size",
+    "nodes",
+    "items_per_step",
+    "ddp_graph_splits",
+]
 #: Our step statistics that the workload's run row summarises too (our name: its column): what a
 #: completed cell whose steps file is missing or unreadable still has.
-RUN_SUMMARY = {"measured_steps": "measured_steps", "mean_step_ms": "mean_step_ms", "std_step_ms": "std_step_ms",
-               "median_step_ms": "median_step_ms", "items_per_s": "items_per_s", "mfu_mean": "mfu",
-               "e2e_items_per_s": "e2e_items_per_s", "e2e_mfu": "e2e_mfu"}
+RUN_SUMMARY = {
+    "measured_steps": "measured_steps",
+    "mean_step_ms": "mean_step_ms",
+    "std_step_ms": "std_step_ms",
+    "median_step_ms": "median_step_ms",
+    "items_per_s": "items_per_s",
+    "mfu_mean": "mfu",
+    "e2e_items_per_s": "e2e_items_per_s",
+    "e2e_mfu": "e2e_mfu",
+}
 #: Bootstrap resamples of each cell's measured steps, and the seed that, with the cell's id, seeds
 #: its generators: a cell gets the same interval in every analysis, alone or in any sweep.
 RESAMPLES, SEED = 1000, 0
@@ -149,10 +178,14 @@ def _step_stats(cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray) -> R
         cells[column] = np.where(done & has, values, np.where(done, fallback, np.nan))
     # Without steps, a run row without end-to-end columns (schema version 2) still has its mean step.
     e2e = cells["e2e_items_per_s"].to_numpy(float)
-    cells["e2e_items_per_s"] = np.where(done & ~has & np.isnan(e2e),
-                                        items / (cells["mean_step_ms"].to_numpy(float) / 1e3), e2e)
-    counted = pd.to_numeric(cells["replicates"], errors="coerce").to_numpy(float) if "replicates" in cells \
+    cells["e2e_items_per_s"] = np.where(
+        done & ~has & np.isnan(e2e), items / (cells["mean_step_ms"].to_numpy(float) / 1e3), e2e
+    )
+    counted = (
+        pd.to_numeric(cells["replicates"], errors="coerce").to_numpy(float)
+        if "replicates" in cells
         else np.ones(n)
+    )
     cells["replicates"] = np.where(done & has, replicas.replicates, np.where(done, np.fmax(counted, 1), 0))
     return replicas
 
@@ -164,30 +197,45 @@ def _repeats(steps: pd.DataFrame) -> np.ndarray:
     return steps[REPEAT].fillna(0).to_numpy(np.int64)
 
 
-def _generators(cells: pd.DataFrame, which: np.ndarray, seed: int,
-                stream: tuple = _MEDIAN) -> list[np.random.Generator]:
+def _generators(
+    cells: pd.DataFrame, which: np.ndarray, seed: int, stream: tuple = _MEDIAN
+) -> list[np.random.Generator]:
     """The generators of these cells (positions) for one purpose, seeded by the seed and the cell's id."""
-    return [np.random.default_rng([seed, stable_hash(cell_id), *stream]) for cell_id in cells["cell_id"].iloc[which]]
+    return [
+        np.random.default_rng([seed, stable_hash(cell_id), *stream])
+        for cell_id in cells["cell_id"].iloc[which]
+    ]
 
 
-def _stability(cells: pd.DataFrame, replicas: ReplicateSamples, resamples: int, seed: int, tolerance: float) -> None:
+def _stability(
+    cells: pd.DataFrame, replicas: ReplicateSamples, resamples: int, seed: int, tolerance: float
+) -> None:
     """`replicate_spread` and `unstable` of the cells with two replicates or more."""
     several = np.flatnonzero(replicas.replicates > 1)
     spread, unstable = np.full(len(cells), np.nan), np.zeros(len(cells), bool)
     if len(several):
         sub = subset_cells(replicas, several)
-        unstable[several], spread[several] = sub.unstable(resamples, _generators(cells, several, seed, _UNSTABLE),
-                                                          tolerance=tolerance)
+        unstable[several], spread[several] = sub.unstable(
+            resamples, _generators(cells, several, seed, _UNSTABLE), tolerance=tolerance
+        )
     cells["replicate_spread"], cells["unstable"] = spread, unstable
 
 
-def _loss_max_rel_diff(cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray, baseline: np.ndarray) -> None:
+def _loss_max_rel_diff(
+    cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray, baseline: np.ndarray
+) -> None:
     """Largest |loss - eager loss| / |eager loss| over the steps (warm-up included) both recorded, of
     every replicate of the cell against the eager cell's first replicate."""
     done = (cells["status"] == COMPLETED).to_numpy()
     known = (code >= 0) & steps["loss"].notna().to_numpy()
-    rows = pd.DataFrame({"cell": code[known], "step": steps["step"].to_numpy()[known],
-                         "loss": steps["loss"].to_numpy(float)[known], "repeat": _repeats(steps)[known]})
+    rows = pd.DataFrame(
+        {
+            "cell": code[known],
+            "step": steps["step"].to_numpy()[known],
+            "loss": steps["loss"].to_numpy(float)[known],
+            "repeat": _repeats(steps)[known],
+        }
+    )
     rows["base"] = baseline[rows["cell"]]
     own = rows[rows["cell"] == rows["base"]]
     first = own["repeat"] == own.groupby("base")["repeat"].transform("min")
@@ -224,14 +272,16 @@ class _Draws:
             if kind == "median":
                 draws = sub.hierarchical_medians(self.resamples, _generators(self.cells, missing, self.seed))
             else:
-                draws = hierarchical_means(sub, self.resamples, _generators(self.cells, missing, self.seed, _MEAN),
-                                           reciprocal=True)
+                draws = hierarchical_means(
+                    sub, self.resamples, _generators(self.cells, missing, self.seed, _MEAN), reciprocal=True
+                )
             rows.update(zip(missing.tolist(), draws))
         return np.array([rows[i] for i in which.tolist()], dtype=float).reshape(len(which), self.resamples)
 
 
-def _ratio_interval(draws: _Draws, kind: str, base: np.ndarray, has_base: np.ndarray,
-                    invert: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def _ratio_interval(
+    draws: _Draws, kind: str, base: np.ndarray, has_base: np.ndarray, invert: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """95% interval of (the `kind` statistic of the cell at `base`) / (own) — own / base's where not
     `invert` — for each cell where `has_base`: exactly 1 against itself, NaN where either has no steps."""
     n = len(base)
@@ -290,11 +340,16 @@ def _scaling(cells: pd.DataFrame, draws: _Draws) -> None:
     # Throughput ratio = ratio of global items per step x ratio of median steps (the bootstrapped part).
     items = cells["items_per_step"].to_numpy(float)
     low, high = _ratio_interval(draws, "median", base, has_base)
-    speedup = {"": np.where(has_base, throughput / throughput[base], np.nan),
-               "_low": low * items / items[base], "_high": high * items / items[base]}
+    speedup = {
+        "": np.where(has_base, throughput / throughput[base], np.nan),
+        "_low": low * items / items[base],
+        "_high": high * items / items[base],
+    }
     for suffix, values in speedup.items():
         cells[f"scaling_speedup{suffix}"] = values
-        cells[f"scaling_efficiency{suffix}"] = values / cells["world_size"].to_numpy(float)  # the reference: 1
+        cells[f"scaling_efficiency{suffix}"] = values / cells["world_size"].to_numpy(
+            float
+        )  # the reference: 1
     cells["scaling_baseline_cell_id"] = np.where(has_base, cells["cell_id"].to_numpy(object)[base], None)
 
 
@@ -309,13 +364,20 @@ def _rank_imbalance(cells: pd.DataFrame) -> np.ndarray:
     return imbalance
 
 
-def cell_metrics(data: SweepData, resamples: int = RESAMPLES, seed: int = SEED, equivalence: float = EQUIVALENCE,
-                 data_bound: float = DATA_BOUND) -> pd.DataFrame:
+def cell_metrics(
+    data: SweepData,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    equivalence: float = EQUIVALENCE,
+    data_bound: float = DATA_BOUND,
+) -> pd.DataFrame:
     """One row per cell (CELL_COLUMNS), ordered by `sort_cells`. `equivalence`: the margin of practical
     equivalence of the verdicts, also the tolerance of `unstable` where above UNSTABLE_TOLERANCE; `data_bound`: the data-wait share
     above which a cell is data-bound."""
     if not 0 <= equivalence < 1 or not 0 <= data_bound <= 1:
-        raise ValueError(f"equivalence must lie in [0, 1) and data_bound in [0, 1], not {equivalence} and {data_bound}")
+        raise ValueError(
+            f"equivalence must lie in [0, 1) and data_bound in [0, 1], not {equivalence} and {data_bound}"
+        )
     cells = data.cells.reset_index(drop=True).copy()
     if cells.empty:
         return pd.DataFrame(columns=CELL_COLUMNS)
@@ -323,7 +385,7 @@ def cell_metrics(data: SweepData, resamples: int = RESAMPLES, seed: int = SEED, 
     replicas = _step_stats(cells, data.steps, code)
     _stability(cells, replicas, resamples, seed, max(equivalence, UNSTABLE_TOLERANCE))
     draws = _Draws(cells, replicas, resamples, seed)
-    baseline = reference_positions(cells, SAME_WORKLOAD, cells["backend"] == "eager")
+    baseline = reference_positions(cells, SAME_WORKLOAD, cells["backend"] == BASELINE_BACKEND)
     base = _comparisons(cells, draws, baseline)
     _verdicts(cells, base, data_bound, equivalence)
     cells[BREAK_EVEN_COLUMNS] = break_even_columns(cells, cells["verdict_basis"] == E2E_BASIS)
@@ -331,7 +393,9 @@ def cell_metrics(data: SweepData, resamples: int = RESAMPLES, seed: int = SEED, 
     _scaling(cells, draws)
     cells["rank_imbalance"] = _rank_imbalance(cells)
     # Graphs the compile found in the cache (FX graph or AOTAutograd): its compile time was not a cold one.
-    cells["compile_cache_hits"] = cells[["fx_graph_cache_hits", "aot_autograd_cache_hits"]].sum(axis=1, min_count=1)
+    cells["compile_cache_hits"] = cells[["fx_graph_cache_hits", "aot_autograd_cache_hits"]].sum(
+        axis=1, min_count=1
+    )
     cells[COUNT_COLUMNS] = cells[COUNT_COLUMNS].apply(pd.to_numeric, errors="coerce").astype("Int64")
     return sort_cells(cells[CELL_COLUMNS])
 
@@ -342,13 +406,27 @@ def verdict_reasons(metrics: pd.DataFrame, digits: int = 2) -> pd.Series:
     the others."""
     share = metrics.drop_duplicates("cell_id").set_index("cell_id")["data_wait_share"]
     reasons = []
-    for row in metrics[["verdict_basis", "data_bound", "data_wait_share", "baseline_cell_id", "e2e_speedup",
-                        "e2e_speedup_low", "e2e_speedup_high"]].to_dict("records"):
+    for row in metrics[
+        [
+            "verdict_basis",
+            "data_bound",
+            "data_wait_share",
+            "baseline_cell_id",
+            "e2e_speedup",
+            "e2e_speedup_low",
+            "e2e_speedup_high",
+        ]
+    ].to_dict("records"):
         if row["verdict_basis"] != E2E_BASIS:
             reasons.append("")
             continue
-        whose, fraction = ("", row["data_wait_share"]) if row["data_bound"] else (
-            "eager cell ", share.get(row["baseline_cell_id"], np.nan))
+        whose, fraction = (
+            ("", row["data_wait_share"])
+            if row["data_bound"]
+            else ("eager cell ", share.get(row["baseline_cell_id"], np.nan))
+        )
         speedup = fmt_speedup(row["e2e_speedup"], row["e2e_speedup_low"], row["e2e_speedup_high"], digits)
-        reasons.append(f"{whose}data-bound ({100 * float(fraction):.0f}% waiting for data): end-to-end {speedup}")
+        reasons.append(
+            f"{whose}data-bound ({100 * float(fraction):.0f}% waiting for data): end-to-end {speedup}"
+        )
     return pd.Series(reasons, index=metrics.index, dtype=object)

@@ -9,7 +9,7 @@ for cells without a value.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 #: Fixed colours (matplotlib's tab10 and greys; none of them red).
 KNOWN: dict[str, str] = {
@@ -23,8 +23,18 @@ KNOWN: dict[str, str] = {
     "torchscript": "#8c564b",
 }
 #: Colours of other labels, in turn (tab20's light shades and olive); they repeat past the tenth.
-SPARE = ("#bcbd22", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5",
-         "#7f7f7f")
+SPARE = (
+    "#bcbd22",
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#dbdb8d",
+    "#9edae5",
+    "#7f7f7f",
+)
 #: A cell that should have a value and has none (failed, not_compiled, no eager cell).
 NO_VALUE = "#d62728"
 #: The share of a step spent waiting for data (drawn hatched beside a backend's colour).

@@ -7,8 +7,8 @@ same files. Per-cell figures have a row per cell, labelled with its workload and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -21,13 +21,22 @@ from analysis.axes import DISTRIBUTED_AXES, SAME_WORKLOAD, backend_labels, cell_
 from analysis.breakeven import baseline_step_ms, compile_seconds
 from analysis.collect import REPEAT
 from analysis.figure_layout import (
-    DPI, FIGSIZE, LABEL_SIZE, colors, decisive_speedup, empty, figure, rows_height, set_row_labels,
-    shown_rows, whiskers,
+    DPI,
+    FIGSIZE,
+    LABEL_SIZE,
+    colors,
+    decisive_speedup,
+    empty,
+    figure,
+    rows_height,
+    set_row_labels,
+    shown_rows,
+    whiskers,
 )
 from analysis.palette import DATA_WAIT, NO_VALUE
 from analysis.render import fmt_break_even, fmt_number, fmt_speedup
 from analysis.scaling import scaling_cells
-from workloads.contract.vocabulary import COMPLETED
+from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED
 
 FORMATS = ("png", "svg")
 #: Workloads a figure of panels shows (the title counts the others; the tables have every cell).
@@ -63,7 +72,7 @@ def speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     fastest on top; hollow where the verdict rests on end-to-end throughput (data-bound); cells
     without a speedup (failed, not_compiled, no eager cell) at the bottom, saying why."""
     title = "Speedup over eager, 95% bootstrap interval over runs, then steps"
-    compiled = metrics[metrics["backend"] != "eager"]
+    compiled = metrics[metrics["backend"] != BASELINE_BACKEND]
     if compiled.empty:
         fig, ax = figure(title)
         empty(ax, "no compiled cells")
@@ -73,14 +82,26 @@ def speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     positions, left_out = shown_rows(len(order))
     order = order[positions]
     fig, ax = figure(title + left_out, rows_height(len(order)))
-    rows, e2e, backends = speed.loc[order], e2e.loc[order].to_numpy(), backend_labels(compiled).loc[order].to_numpy()
+    rows, e2e, backends = (
+        speed.loc[order],
+        e2e.loc[order].to_numpy(),
+        backend_labels(compiled).loc[order].to_numpy(),
+    )
     y, has, palette = np.arange(len(order)), rows["value"].notna().to_numpy(), colors(metrics)
     for backend in sorted(set(backends[has])):
         for hollow in (False, True):
             mine = (backends == backend) & has & (e2e == hollow)
             if mine.any():
-                ax.errorbar(rows["value"][mine], y[mine], xerr=whiskers(*(rows[c][mine] for c in rows)), fmt="o",
-                            color=palette[backend], mfc="white" if hollow else palette[backend], capsize=2, ms=5)
+                ax.errorbar(
+                    rows["value"][mine],
+                    y[mine],
+                    xerr=whiskers(*(rows[c][mine] for c in rows)),
+                    fmt="o",
+                    color=palette[backend],
+                    mfc="white" if hollow else palette[backend],
+                    capsize=2,
+                    ms=5,
+                )
     status = compiled["status"].loc[order].to_numpy()
     ax.scatter(np.ones((~has).sum()), y[~has], marker="x", color=NO_VALUE, zorder=3)
     ax.axvline(1.0, color="0.3", linewidth=1, linestyle="--")
@@ -93,12 +114,23 @@ def speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     ax.grid(axis="x", color="0.9")
     ax.tick_params(axis="x", top=True, labeltop=len(order) > 30)  # a tall figure has its scale on top too
     set_row_labels(ax, cell_labels(compiled).loc[order].tolist())
-    _value_labels(ax, [fmt_speedup(*v) + (" e2e" if hollow else "") if ok else (s if s != COMPLETED else "no eager cell")
-                       for v, ok, hollow, s in zip(rows.to_numpy(), has, e2e, status)])
-    handles = [Line2D([], [], color=palette[b], marker="o", linestyle="", label=b) for b in sorted(set(backends[has]))]
+    _value_labels(
+        ax,
+        [
+            fmt_speedup(*v) + (" e2e" if hollow else "") if ok else (s if s != COMPLETED else "no eager cell")
+            for v, ok, hollow, s in zip(rows.to_numpy(), has, e2e, status)
+        ],
+    )
+    handles = [
+        Line2D([], [], color=palette[b], marker="o", linestyle="", label=b)
+        for b in sorted(set(backends[has]))
+    ]
     if e2e[has].any():
-        handles.append(Line2D([], [], color="0.3", marker="o", mfc="white", linestyle="",
-                              label="end to end (data-bound)"))
+        handles.append(
+            Line2D(
+                [], [], color="0.3", marker="o", mfc="white", linestyle="", label="end to end (data-bound)"
+            )
+        )
     if (~has).any():
         handles.append(Line2D([], [], color=NO_VALUE, marker="x", linestyle="", label="no speedup"))
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize="small")
@@ -125,8 +157,13 @@ def mfu_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         return fig
     mean, std = 100 * cells["mfu_mean"], 100 * cells["mfu_std"].fillna(0)
     palette = colors(metrics)
-    ax.barh(np.arange(len(cells)), mean, color=[palette[b] for b in backend_labels(cells)],
-            xerr=whiskers(mean, mean - std, mean + std), capsize=2)
+    ax.barh(
+        np.arange(len(cells)),
+        mean,
+        color=[palette[b] for b in backend_labels(cells)],
+        xerr=whiskers(mean, mean - std, mean + std),
+        capsize=2,
+    )
     ax.set_xlabel("MFU (% of the devices' peak FLOP/s)")
     _value_labels(ax, [f"{m:.1f}% ± {s:.1f}" for m, s in zip(mean, std)])
     return fig
@@ -136,8 +173,11 @@ def data_wait_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     """Per cell, its measured span split into waiting for data and the rest (compute, launches,
     synchronisation): shares of the span, so the two parts add up to 100% for every cell; the mean
     step (span / measured steps) is written beside each bar."""
-    fig, ax, cells = _per_cell(metrics, "data_wait_share",
-                               "Measured time per cell: waiting for data and the rest (share of the span)")
+    fig, ax, cells = _per_cell(
+        metrics,
+        "data_wait_share",
+        "Measured time per cell: waiting for data and the rest (share of the span)",
+    )
     if cells is None:
         empty(ax, "no data-wait times recorded")
         return fig
@@ -148,7 +188,9 @@ def data_wait_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     ax.barh(y, wait, left=100 - wait, color=DATA_WAIT, hatch="///", edgecolor="0.55", linewidth=0)
     ax.set_xlim(0, 100)
     ax.set_xlabel("% of the measured span (the sum of the measured steps' times)")
-    _value_labels(ax, [f"{fmt_number(mean)} ms/step, {w:.0f}% waiting" for mean, w in zip(cells["mean_step_ms"], wait)])
+    _value_labels(
+        ax, [f"{fmt_number(mean)} ms/step, {w:.0f}% waiting" for mean, w in zip(cells["mean_step_ms"], wait)]
+    )
     handles = [Patch(color=palette[b], label=b) for b in sorted(set(backend_labels(cells)))]
     handles.append(Patch(facecolor=DATA_WAIT, hatch="///", edgecolor="0.55", label="waiting for data"))
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize="small")
@@ -158,7 +200,9 @@ def data_wait_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
 def _first(workloads: pd.Series, limit: int) -> tuple[list[str], str]:
     """The first `limit` distinct workloads, and what to add to the title when that leaves some out."""
     distinct = list(dict.fromkeys(workloads))
-    return distinct[:limit], (f" (first {limit} of {len(distinct)} workloads)" if len(distinct) > limit else "")
+    return distinct[:limit], (
+        f" (first {limit} of {len(distinct)} workloads)" if len(distinct) > limit else ""
+    )
 
 
 def step_time_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
@@ -169,7 +213,9 @@ def step_time_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     shown, left_out = _first(workloads[metrics["cell_id"].isin(set(steps["cell_id"].unique()))], MAX_PANELS)
     columns = min(len(shown), PANEL_COLUMNS) or 1
     rows = -(-len(shown) // columns) or 1
-    fig = Figure(figsize=(FIGSIZE[0], max(FIGSIZE[1] / 2, 0.9 + PANEL_INCHES * rows)), dpi=DPI, layout="constrained")
+    fig = Figure(
+        figsize=(FIGSIZE[0], max(FIGSIZE[1] / 2, 0.9 + PANEL_INCHES * rows)), dpi=DPI, layout="constrained"
+    )
     fig.suptitle("Step time over steps (log scale; warm-up shaded: compilation happens there)" + left_out)
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     if not shown:
@@ -185,7 +231,9 @@ def step_time_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         low, high = (measured.min() / 1.2, measured.max() * 1.2) if len(measured) else (None, None)
         for cell, label, cell_steps in mine:
             style = "-" if cell["status"] == COMPLETED else ":"
-            runs = cell_steps.groupby(REPEAT, sort=True) if REPEAT in cell_steps.columns else [(0, cell_steps)]
+            runs = (
+                cell_steps.groupby(REPEAT, sort=True) if REPEAT in cell_steps.columns else [(0, cell_steps)]
+            )
             for _, run in runs:  # one line per replicate: each run starts again at step 0
                 ax.plot(run["step"], run["step_time_ms"], color=palette[label], linewidth=1, linestyle=style)
             legend.setdefault(label, Line2D([], [], color=palette[label], label=label))
@@ -196,8 +244,15 @@ def step_time_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
             ax.axvspan(warmup["step"].min() - 0.5, warmup["step"].max() + 0.5, color="0.88", zorder=0)
             legend.setdefault("~warm-up", Patch(color="0.88", label="warm-up steps"))
             if high is not None and warmup["step_time_ms"].max() > high:
-                ax.text(0.02, 0.97, f"warm-up up to {fmt_number(warmup['step_time_ms'].max())} ms ↑",
-                        transform=ax.transAxes, va="top", fontsize="x-small", color="0.25")
+                ax.text(
+                    0.02,
+                    0.97,
+                    f"warm-up up to {fmt_number(warmup['step_time_ms'].max())} ms ↑",
+                    transform=ax.transAxes,
+                    va="top",
+                    fontsize="x-small",
+                    color="0.25",
+                )
         ax.set_yscale("log")
         if low is not None:
             ax.set_ylim(low, high)
@@ -206,11 +261,15 @@ def step_time_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         ax.set_title(workload.replace("\n", " "), fontsize="small")
         ax.set_xlabel("step", fontsize="small")
         ax.set_ylabel("ms", fontsize="small")
-    for ax in axes[len(shown):] if shown else []:
+    for ax in axes[len(shown) :] if shown else []:
         ax.set_visible(False)
     if legend:
-        fig.legend(handles=[legend[k] for k in sorted(legend)], loc="outside lower center",
-                   ncols=min(len(legend), 5), fontsize="small")
+        fig.legend(
+            handles=[legend[k] for k in sorted(legend)],
+            loc="outside lower center",
+            ncols=min(len(legend), 5),
+            fontsize="small",
+        )
     return fig
 
 
@@ -222,7 +281,7 @@ def compile_speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure
     of a curve pays off within its N steps, one below 1 never. A cell whose warm compile was
     measured has a second, hollow point at the warm compile time, joined to the cold one."""
     fig, ax = figure("Compile time against speedup; dashed: where compiling breaks even after N steps")
-    cells = metrics[metrics["backend"] != "eager"]
+    cells = metrics[metrics["backend"] != BASELINE_BACKEND]
     speed, e2e = decisive_speedup(cells)
     eager_ms = baseline_step_ms(metrics, cells, e2e)
     cold_s, warm_s = compile_seconds(cells)
@@ -235,11 +294,24 @@ def compile_speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure
     cells, speed, x, warm = cells[usable], speed[usable], x[usable], warm[usable]
     palette = colors(metrics)
     for label, group in speed.groupby(backend_labels(cells), sort=True):
-        ax.errorbar(x[group.index], group["value"], yerr=whiskers(group["value"], group["low"], group["high"]),
-                    fmt="o", color=palette[label], label=label, capsize=2)
+        ax.errorbar(
+            x[group.index],
+            group["value"],
+            yerr=whiskers(group["value"], group["low"], group["high"]),
+            fmt="o",
+            color=palette[label],
+            label=label,
+            capsize=2,
+        )
         warmed = warm[group.index].notna() & (warm[group.index] > 0)
         for i in group.index[warmed]:
-            ax.plot([x[i], warm[i]], [group.at[i, "value"]] * 2, color=palette[label], linewidth=0.8, linestyle=":")
+            ax.plot(
+                [x[i], warm[i]],
+                [group.at[i, "value"]] * 2,
+                color=palette[label],
+                linewidth=0.8,
+                linestyle=":",
+            )
         ax.plot(warm[group.index][warmed], group["value"][warmed], "o", mfc="white", color=palette[label])
     if (warm > 0).any():
         ax.plot([], [], "o", mfc="white", color="0.3", label="warm compile (caches of a first compile)")
@@ -249,22 +321,39 @@ def compile_speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure
     y_low = min(0.8, speed["low"].fillna(speed["value"]).min() / 1.1)
     y_high = max(2.5, speed["high"].fillna(speed["value"]).max() * 1.2)
     ax.axhspan(y_low, 1.0, color="#fbe3e3", zorder=0)
-    ax.text(x_low * 1.1, 0.98, "slower than eager: never breaks even", va="top", fontsize="x-small", color="0.35")
+    ax.text(
+        x_low * 1.1, 0.98, "slower than eager: never breaks even", va="top", fontsize="x-small", color="0.35"
+    )
     # Curves that stay within 5% of 1 over the range say nothing: N above 20 x the widest x.
     for n in (n for n in BREAK_EVEN_STEPS if x_low < n <= x_high * 20):
         curve = np.geomspace(x_low, min(n * (1 - 1 / y_high), x_high), 200)
         ax.plot(curve, 1 / (1 - curve / n), color="0.55", linewidth=0.8, linestyle="--", zorder=1)
-        ax.text(curve[-1], 1 / (1 - curve[-1] / n), f"{n:,} steps ", fontsize="x-small", color="0.35",
-                ha="right", va="top")
+        ax.text(
+            curve[-1],
+            1 / (1 - curve[-1] / n),
+            f"{n:,} steps ",
+            fontsize="x-small",
+            color="0.35",
+            ha="right",
+            va="top",
+        )
     if len(cells) <= 20:
         for i, workload in zip(cells.index, workload_labels(cells).str.replace("\n", " ")):
             pays_off = cells.at[i, "pays_off"]
             text = f"{workload}: {_steps_text(cells.at[i, 'break_even_steps'], pays_off)}"
             if pays_off is True and pd.notna(cells.at[i, "break_even_steps_warm"]):
-                text += f" (warm {fmt_break_even(cells.at[i, 'break_even_steps_warm'], pays_off, whole=True)})"
+                text += (
+                    f" (warm {fmt_break_even(cells.at[i, 'break_even_steps_warm'], pays_off, whole=True)})"
+                )
             right_half = x[i] > np.sqrt(x_low * x_high)  # labels there run leftwards, into the axes
-            ax.annotate(text, (x[i], speed.at[i, "value"]), fontsize="x-small", xytext=(-4 if right_half else 4, 4),
-                        textcoords="offset points", ha="right" if right_half else "left")
+            ax.annotate(
+                text,
+                (x[i], speed.at[i, "value"]),
+                fontsize="x-small",
+                xytext=(-4 if right_half else 4, 4),
+                textcoords="offset points",
+                ha="right" if right_half else "left",
+            )
     ax.axhline(1.0, color="0.3", linewidth=1)
     ax.set_xlim(x_low, x_high)
     ax.set_ylim(y_low, y_high)
@@ -288,7 +377,9 @@ def scaling_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
     efficiency_ax, eager_ax = fig.subplots(1, 2)
     cells = scaling_cells(metrics)
-    workloads = workload_labels(cells, [a for a in SAME_WORKLOAD if a not in DISTRIBUTED_AXES]).str.replace("\n", " ")
+    workloads = workload_labels(cells, [a for a in SAME_WORKLOAD if a not in DISTRIBUTED_AXES]).str.replace(
+        "\n", " "
+    )
     shown, left_out = _first(workloads, len(SCALING_MARKERS))
     fig.suptitle("Scaling over processes, 95% bootstrap intervals over runs, then steps" + left_out)
     if not shown:
@@ -304,12 +395,18 @@ def scaling_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         x, style = processes[series.index], dict(color=palette[label], marker=markers[workload], capsize=2)
         value, low, high = (100 * series[f"scaling_efficiency{end}"] for end in ("", "_low", "_high"))
         efficiency_ax.errorbar(x, value, yerr=whiskers(value, low, high), **style)
-        if label != "eager":
-            eager_ax.errorbar(x, series["speedup"], yerr=whiskers(
-                series["speedup"], series["speedup_low"], series["speedup_high"]), **style)
+        if label != BASELINE_BACKEND:
+            eager_ax.errorbar(
+                x,
+                series["speedup"],
+                yerr=whiskers(series["speedup"], series["speedup_low"], series["speedup_high"]),
+                **style,
+            )
     ticks = sorted(set(processes.dropna()))
-    panels = ((efficiency_ax, "Scaling efficiency (100% = linear)", "items/s over N x 1 process (%)", 100.0),
-              (eager_ax, "Compiled over eager at the same processes", "speedup over eager", 1.0))
+    panels = (
+        (efficiency_ax, "Scaling efficiency (100% = linear)", "items/s over N x 1 process (%)", 100.0),
+        (eager_ax, "Compiled over eager at the same processes", "speedup over eager", 1.0),
+    )
     for ax, title, ylabel, even in panels:
         ax.axhline(even, color="0.3", linewidth=1, linestyle="--")
         ax.set_title(title, fontsize="medium")
@@ -317,7 +414,9 @@ def scaling_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         ax.set_xlabel("processes")
         ax.set_ylabel(ylabel)
     handles = [Line2D([], [], color=palette[label], label=label) for label in sorted(set(labels))]
-    handles += [Line2D([], [], color="0.3", marker=marker, linestyle="", label=w) for w, marker in markers.items()]
+    handles += [
+        Line2D([], [], color="0.3", marker=marker, linestyle="", label=w) for w, marker in markers.items()
+    ]
     fig.legend(handles=handles, loc="outside right upper", fontsize="small")
     return fig
 

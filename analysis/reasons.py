@@ -39,8 +39,9 @@ def short_reason(text: str) -> str:
     if not lines:
         return ""
     head = _COMPARED.sub(lambda m: f"{m[1] or m[2]} N", " ".join(_HINT.sub("", lines[0]).split()))
-    explanation = next((line.removeprefix("Explanation:").strip() for line in lines if line.startswith("Explanation:")),
-                       "")
+    explanation = next(
+        (line.removeprefix("Explanation:").strip() for line in lines if line.startswith("Explanation:")), ""
+    )
     short = f"{head}: {explanation}" if explanation else head
     return short if len(short) <= REASON_WIDTH else short[: REASON_WIDTH - 1] + "…"
 
@@ -53,8 +54,14 @@ def reason_rows(cells: pd.DataFrame) -> pd.DataFrame:
             continue
         for cell_id, reasons in zip(cells["cell_id"], cells[column]):
             for entry in reasons if reasons is not None and not isinstance(reasons, float) else ():
-                rows.append({"cell_id": cell_id, "kind": kind, "reason": short_reason(entry["reason"]),
-                             "count": int(entry["count"] or 0)})
+                rows.append(
+                    {
+                        "cell_id": cell_id,
+                        "kind": kind,
+                        "reason": short_reason(entry["reason"]),
+                        "count": int(entry["count"] or 0),
+                    }
+                )
     frame = pd.DataFrame(rows, columns=["cell_id", "kind", "reason", "count"])
     return frame.groupby(["cell_id", "kind", "reason"], as_index=False, sort=False)["count"].sum()
 
@@ -66,10 +73,18 @@ def reasons_table(cells: pd.DataFrame, metrics: pd.DataFrame) -> Table | None:
     if rows.empty:
         return None
     labels = cell_labels(metrics).set_axis(metrics["cell_id"])
-    grouped = rows.groupby(["kind", "reason"], sort=False).agg(count=("count", "sum"), cells=("cell_id", "nunique"),
-                                                               cell_ids=("cell_id", lambda ids: sorted(set(ids))))
-    data = grouped.reset_index().sort_values(["cells", "count", "kind", "reason"], ascending=[False, False, True, True],
-                                             kind="stable").reset_index(drop=True)
+    grouped = rows.groupby(["kind", "reason"], sort=False).agg(
+        count=("count", "sum"),
+        cells=("cell_id", "nunique"),
+        cell_ids=("cell_id", lambda ids: sorted(set(ids))),
+    )
+    data = (
+        grouped.reset_index()
+        .sort_values(
+            ["cells", "count", "kind", "reason"], ascending=[False, False, True, True], kind="stable"
+        )
+        .reset_index(drop=True)
+    )
     data["cell_ids"] = data["cell_ids"].map(" ".join)
     top = data.head(TOP)
     text = pd.DataFrame({
@@ -77,10 +92,12 @@ def reasons_table(cells: pd.DataFrame, metrics: pd.DataFrame) -> Table | None:
         "cells": top["cells"].astype(str), "which": [_which(ids.split(), labels) for ids in top["cell_ids"]],
     })  # fmt: skip
     left_out = len(data) - len(top)
-    note = ("Dynamo's own records of each cell's attempt that counts (rank 0's in a distributed cell): graph breaks "
-            "(its message; times: how often it broke there) and recompiles (the guard that failed and the code it "
-            "guards; times: recompiles). Ranked by cells hit, then times." +
-            (f" {left_out} more reason(s) in the CSV." if left_out > 0 else ""))
+    note = (
+        "Dynamo's own records of each cell's attempt that counts (rank 0's in a distributed cell): graph breaks "
+        "(its message; times: how often it broke there) and recompiles (the guard that failed and the code it "
+        "guards; times: recompiles). Ranked by cells hit, then times."
+        + (f" {left_out} more reason(s) in the CSV." if left_out > 0 else "")
+    )
     return Table(REASONS, "Why graphs broke or recompiled", data, text, note)
 
 

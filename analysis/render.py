@@ -8,13 +8,12 @@ the same shape: a "μ ± σ" cell of `text` is two columns of `data`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
-
-FORMATS = ("markdown", "latex", "csv", "json")
 
 
 @dataclass
@@ -78,7 +77,9 @@ def fmt_speedup(value: Any, low: Any = None, high: Any = None, digits: int = 2) 
     """`1.23x [1.20, 1.26]`, or `1.23x` without an interval."""
     if is_null(value):
         return ""
-    interval = "" if is_null(low) or is_null(high) else f" [{float(low):.{digits}f}, {float(high):.{digits}f}]"
+    interval = (
+        "" if is_null(low) or is_null(high) else f" [{float(low):.{digits}f}, {float(high):.{digits}f}]"
+    )
     return f"{float(value):.{digits}f}x{interval}"
 
 
@@ -119,9 +120,18 @@ def latex(table: Table) -> str:
     """A booktabs `table` environment with the title as caption and the note below the tabular."""
     columns = list(table.text.columns)
     row = lambda values: " & ".join(latex_escape(str(v)) for v in values) + r" \\"  # noqa: E731
-    lines = [r"\begin{table}[ht]", r"\centering", rf"\caption{{{latex_escape(table.title)}}}",
-             rf"\begin{{tabular}}{{{'l' * len(columns)}}}", r"\toprule", row(columns), r"\midrule",
-             *(row(values) for values in table.text.itertuples(index=False)), r"\bottomrule", r"\end{tabular}"]
+    lines = [
+        r"\begin{table}[ht]",
+        r"\centering",
+        rf"\caption{{{latex_escape(table.title)}}}",
+        rf"\begin{{tabular}}{{{'l' * len(columns)}}}",
+        r"\toprule",
+        row(columns),
+        r"\midrule",
+        *(row(values) for values in table.text.itertuples(index=False)),
+        r"\bottomrule",
+        r"\end{tabular}",
+    ]
     if table.note:
         lines.append(rf"\par\smallskip\footnotesize {latex_escape(table.note)}")
     return "\n".join([*lines, r"\end{table}"])
@@ -137,6 +147,11 @@ def json_records(table: Table) -> str:
     return table.data.to_json(orient="records", double_precision=15) + "\n"
 
 
-RENDERERS: dict[str, Callable[[Table], str]] = {"markdown": markdown, "latex": latex, "csv": csv, "json": json_records}
+RENDERERS: dict[str, Callable[[Table], str]] = {
+    "markdown": markdown,
+    "latex": latex,
+    "csv": csv,
+    "json": json_records,
+}
 #: The formats that print one table, the per-cell one, with its raw numbers (others print every table).
 ONE_TABLE = ("csv", "json")

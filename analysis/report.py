@@ -18,14 +18,14 @@ from analysis.claims import claims_table
 from analysis.collect import SweepData, load_sweep
 from analysis.environment import environment_table
 from analysis.html import html_page
-from workloads.contract.sweep_dir import REPORT_DIR, STDERR
-from workloads.contract.vocabulary import NO_RESULT, UNREADABLE
 from analysis.metrics import DATA_BOUND, EQUIVALENCE, cell_metrics
 from analysis.reasons import reasons_table
 from analysis.render import ONE_TABLE, RENDERERS, Table, csv, latex, markdown
 from analysis.seminar import seminar_tables
 from analysis.suite import suite_name, suite_tables
 from analysis.tables import SUMMARY, ordered_statuses, sweep_tables
+from workloads.contract.sweep_dir import REPORT_DIR, STDERR
+from workloads.contract.vocabulary import NO_RESULT, UNREADABLE
 
 TABLES_DIR = "tables"
 PLOTS_DIR = "plots"
@@ -48,11 +48,18 @@ class Analysis:
     def count_line(self) -> str:
         """`12 cells: 9 completed, 2 failed, 1 no_result`."""
         counts = Counter(self.metrics["status"])
-        return f"{len(self.metrics)} cells: " + ", ".join(f"{counts[s]} {s}" for s in ordered_statuses(counts))
+        return f"{len(self.metrics)} cells: " + ", ".join(
+            f"{counts[s]} {s}" for s in ordered_statuses(counts)
+        )
 
 
-def analyze(sweep_dir: Path, reference: str | None = None, warn: TextIO | None = STDERR,
-            equivalence: float = EQUIVALENCE, data_bound: float = DATA_BOUND) -> Analysis:
+def analyze(
+    sweep_dir: Path,
+    reference: str | None = None,
+    warn: TextIO | None = STDERR,
+    equivalence: float = EQUIVALENCE,
+    data_bound: float = DATA_BOUND,
+) -> Analysis:
     """Read the sweep and build its tables: the sweep's own, why graphs broke or recompiled (where
     any run recorded a reason), the suite tables of a suite (`+suite=...`, analysis/suite.py), the
     seminar layouts it has cells for,
@@ -63,9 +70,12 @@ def analyze(sweep_dir: Path, reference: str | None = None, warn: TextIO | None =
     metrics = cell_metrics(data, equivalence=equivalence, data_bound=data_bound)
     reasons = reasons_table(data.cells, metrics)
     suite = suite_name(Path(sweep_dir))
-    tables = [*sweep_tables(metrics, equivalence, data_bound), *([reasons] if reasons else []),
-              *(suite_tables(metrics, data.steps, suite) if suite else []),
-              *seminar_tables(metrics, with_reference=reference is not None)]
+    tables = [
+        *sweep_tables(metrics, equivalence, data_bound),
+        *([reasons] if reasons else []),
+        *(suite_tables(metrics, data.steps, suite) if suite else []),
+        *seminar_tables(metrics, with_reference=reference is not None),
+    ]
     if reference is not None:
         tables.append(claims_table(metrics, margin=equivalence))
     return Analysis(Path(sweep_dir), data, metrics, tables)
@@ -116,6 +126,9 @@ def write_report(analysis: Analysis, with_plots: bool = True) -> Path:
     index = directory / "index.md"
     index.write_text(_index(analysis, environment, plots, directory))
     summary = f"Sweep {analysis.sweep_dir}: {analysis.count_line()}."
-    (directory / "index.html").write_text(html_page(TITLE, summary, analysis.data.problems, analysis.tables,
-                                                    environment, plots, directory, TABLES_DIR))
+    (directory / "index.html").write_text(
+        html_page(
+            TITLE, summary, analysis.data.problems, analysis.tables, environment, plots, directory, TABLES_DIR
+        )
+    )
     return index

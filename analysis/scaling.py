@@ -12,10 +12,21 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.axes import (
-    DISTRIBUTED_AXES, SAME_WORKLOAD, SCALING_WORKLOAD, backend_labels, representatives, workload_labels,
+    DISTRIBUTED_AXES,
+    SAME_WORKLOAD,
+    SCALING_WORKLOAD,
+    backend_labels,
+    representatives,
+    workload_labels,
 )
 from analysis.render import (
-    Table, fmt_count, fmt_number, fmt_percent, fmt_percent_interval, fmt_speedup, is_null,
+    Table,
+    fmt_count,
+    fmt_number,
+    fmt_percent,
+    fmt_percent_interval,
+    fmt_speedup,
+    is_null,
 )
 
 #: Name of the scaling table (its file stem in report/tables/).
@@ -39,7 +50,9 @@ def scaling_cells(metrics: pd.DataFrame) -> pd.DataFrame:
     and nodes, ordered as the per-cell table orders workloads, then by processes."""
     series = metrics.groupby(SCALING_WORKLOAD, dropna=False, sort=False).ngroup()  # numbered as they appear
     scaled = series.isin(series[multi_process(metrics)])
-    cells = representatives(metrics[scaled].assign(_series=series[scaled]), ["_series", "world_size", "nodes"])
+    cells = representatives(
+        metrics[scaled].assign(_series=series[scaled]), ["_series", "world_size", "nodes"]
+    )
     return cells.sort_values(["_series", "world_size", "nodes"], kind="stable").drop(columns="_series")
 
 
@@ -73,12 +86,19 @@ def scaling_table(metrics: pd.DataFrame) -> Table:
         "DDP splits": cells["ddp_graph_splits"].map(fmt_count),
         "rank imbalance": cells["rank_imbalance"].map(lambda value: fmt_percent(value, digits=2)),
     })  # fmt: skip
-    note = ("Batch and gradient accumulation are per process, so N processes train N times the items per step "
-            "(weak scaling); a multi-process step lasts as long as its slowest rank's. Speedup vs 1 process: "
-            "items/s over those of the same workload and backend on 1 process, 95% bootstrap interval over both "
-            "cells' runs, then their measured steps; efficiency = speedup / processes. vs eager: eager median step / own median "
-            "step at the same processes. DDP splits: extra graphs from DDPOptimizer's cuts at gradient buckets. "
-            "Rank imbalance: slowest rank's median step / fastest rank's - 1; the gradient all-reduce makes "
-            "ranks wait for each other inside a step, so a slow rank shows as slower steps of all ranks.")
-    return Table(SCALING, "Scaling over processes", cells[COLUMNS].reset_index(drop=True),
-                 text.reset_index(drop=True), note)
+    note = (
+        "Batch and gradient accumulation are per process, so N processes train N times the items per step "
+        "(weak scaling); a multi-process step lasts as long as its slowest rank's. Speedup vs 1 process: "
+        "items/s over those of the same workload and backend on 1 process, 95% bootstrap interval over both "
+        "cells' runs, then their measured steps; efficiency = speedup / processes. vs eager: eager median step / own median "
+        "step at the same processes. DDP splits: extra graphs from DDPOptimizer's cuts at gradient buckets. "
+        "Rank imbalance: slowest rank's median step / fastest rank's - 1; the gradient all-reduce makes "
+        "ranks wait for each other inside a step, so a slow rank shows as slower steps of all ranks."
+    )
+    return Table(
+        SCALING,
+        "Scaling over processes",
+        cells[COLUMNS].reset_index(drop=True),
+        text.reset_index(drop=True),
+        note,
+    )

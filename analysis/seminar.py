@@ -61,7 +61,12 @@ METRIC_NAMES = {"step_time": "time per step", "mfu": "MFU"}
 #: How the report names a backend's row: the LLM tables say "Compiled (Inductor backend)",
 #: Table 3 says "Inductor".
 ROW_FORMATS = {1: "Compiled ({} backend)", 2: "Compiled ({} backend)", 3: "{}"}
-BACKEND_NAMES = {"eager": "Eager", "cudagraphs": "Cudagraphs", "inductor": "Inductor", "torchscript": "TorchScript"}
+BACKEND_NAMES = {
+    "eager": "Eager",
+    "cudagraphs": "Cudagraphs",
+    "inductor": "Inductor",
+    "torchscript": "TorchScript",
+}
 #: Published rows that did not measure what their name says (analysis/reference/README.md).
 _MEASURED_EAGER = "the published row measured eager: the report's code never used torch.compile's result"
 PUBLISHED_CAVEATS = {(1, "cudagraphs"): _MEASURED_EAGER, (2, "cudagraphs"): _MEASURED_EAGER}
@@ -73,8 +78,10 @@ def seminar_models(metrics: pd.DataFrame) -> pd.Series:
     """The report's name of each cell's model (None for cells the report has no column for)."""
     by_arch = {(m.size, m.arch): name for name, m in SEMINAR_MODELS.items()}
     by_preset = {(m.model, m.size): name for name, m in SEMINAR_MODELS.items()}
-    names = [by_arch.get((size, arch)) if isinstance(arch, str) else by_preset.get((model, size))
-             for model, size, arch in zip(metrics["model"], metrics["size"], metrics["arch"])]
+    names = [
+        by_arch.get((size, arch)) if isinstance(arch, str) else by_preset.get((model, size))
+        for model, size, arch in zip(metrics["model"], metrics["size"], metrics["arch"])
+    ]
     return pd.Series(names, index=metrics.index, dtype=object)
 
 
@@ -93,12 +100,18 @@ def row_label(table: int, backend: str, variant: str = "") -> str:
 def _rows(ours: pd.DataFrame, published: pd.DataFrame, table: int, with_reference: bool) -> list[dict]:
     """One dict per row of the layout: label, backend, mode, and the cells per model."""
     # A setting splits rows where one model's cells differ in it (models differ in batch anyway).
-    varying = sorted({axis for _, cells in ours.groupby("_seminar") for axis in varying_axes(cells, VARIANT_AXES)},
-                     key=VARIANT_AXES.index)
+    varying = sorted(
+        {axis for _, cells in ours.groupby("_seminar") for axis in varying_axes(cells, VARIANT_AXES)},
+        key=VARIANT_AXES.index,
+    )
     modes = ["" if default_mode(m) else m for m in ours["compile_mode"]]  # "": a null would not match itself
-    keys = ours.assign(_mode=modes, _variant=[
-        ", ".join(filter(None, [mode, *(f"{a}={axis_text(v)}" for a, v in zip(varying, values))]))
-        for mode, values in zip(modes, axis_rows(ours, varying))])
+    keys = ours.assign(
+        _mode=modes,
+        _variant=[
+            ", ".join(filter(None, [mode, *(f"{a}={axis_text(v)}" for a, v in zip(varying, values))]))
+            for mode, values in zip(modes, axis_rows(ours, varying))
+        ],
+    )
     order = list(dict.fromkeys(published["backend"]))
     rows: dict[tuple, dict[str, pd.Series]] = {}
     for _, cell in representatives(keys, ["backend", "_mode", "_variant", "_seminar"]).iterrows():
@@ -108,8 +121,10 @@ def _rows(ours: pd.DataFrame, published: pd.DataFrame, table: int, with_referenc
             if not any(b == backend and m == "" for b, m, _ in rows):
                 rows[(backend, "", "")] = {}
     rank = lambda key: (order.index(key[0]) if key[0] in order else len(order), *key)  # noqa: E731
-    return [{"label": row_label(table, b, v), "backend": b, "mode": m, "cells": rows[(b, m, v)]}
-            for b, m, v in sorted(rows, key=rank)]
+    return [
+        {"label": row_label(table, b, v), "backend": b, "mode": m, "cells": rows[(b, m, v)]}
+        for b, m, v in sorted(rows, key=rank)
+    ]
 
 
 def seminar_table(metrics: pd.DataFrame, reference: pd.DataFrame, table: int, with_reference: bool) -> Table:
@@ -132,15 +147,28 @@ def seminar_table(metrics: pd.DataFrame, reference: pd.DataFrame, table: int, wi
             std = float(cell[std_column]) * scale if done and not is_null(cell[std_column]) else None
             status = "not in sweep" if cell is None else cell["status"]
             digits = _decimals(mean)  # σ with as many decimals as μ
-            line[f"{model} μ ({symbol})"] = f"{mean:.{digits}f}" if mean is not None else ("" if done else status)
+            line[f"{model} μ ({symbol})"] = (
+                f"{mean:.{digits}f}" if mean is not None else ("" if done else status)
+            )
             line[f"{model} σ"] = f"{std:.{digits}f}" if std is not None else ""
-            entry = {"table": table, "row": row["label"], "backend": row["backend"], "mode": row["mode"] or None,
-                     "model": model, "unit": unit, "cell_id": None if cell is None else cell["cell_id"],
-                     "status": status, "mean": mean, "std": std}
+            entry = {
+                "table": table,
+                "row": row["label"],
+                "backend": row["backend"],
+                "mode": row["mode"] or None,
+                "model": model,
+                "unit": unit,
+                "cell_id": None if cell is None else cell["cell_id"],
+                "status": status,
+                "mean": mean,
+                "std": std,
+            }
             pub = by_place.get((model, row["backend"]))
             if with_reference and row["mode"] == "" and pub is not None:
                 change = mean / pub.mean - 1 if mean is not None else None
-                entry.update(published_mean=pub.mean, published_std=pub.std, change=change, published_gpu=pub.gpu)
+                entry.update(
+                    published_mean=pub.mean, published_std=pub.std, change=change, published_gpu=pub.gpu
+                )
                 line[f"{model} published μ"] = _fmt_published(pub.mean)
                 line[f"{model} published σ"] = _fmt_published(pub.std)
                 line[f"{model} change"] = fmt_change(change)
@@ -149,8 +177,13 @@ def seminar_table(metrics: pd.DataFrame, reference: pd.DataFrame, table: int, wi
             data.append(entry)
         text.append(line)
     title = f"Table {table}: {METRIC_NAMES[metric]} ({symbol}), μ and σ over measured steps"
-    return Table(f"seminar_table{table}", title, pd.DataFrame(data), pd.DataFrame(text),
-                 _note(published, ours, table, with_reference))
+    return Table(
+        f"seminar_table{table}",
+        title,
+        pd.DataFrame(data),
+        pd.DataFrame(text),
+        _note(published, ours, table, with_reference),
+    )
 
 
 def _note(published: pd.DataFrame, ours: pd.DataFrame, table: int, with_reference: bool) -> str:
@@ -160,8 +193,9 @@ def _note(published: pd.DataFrame, ours: pd.DataFrame, table: int, with_referenc
     if with_reference:
         pub_gpu = ", ".join(dict.fromkeys(published["gpu"]))
         note += f" Published: {pub_gpu} (change = ours / published - 1)."
-        note += "".join(f" {BACKEND_NAMES.get(b, b)}: {text}." for (t, b), text in PUBLISHED_CAVEATS.items()
-                        if t == table)
+        note += "".join(
+            f" {BACKEND_NAMES.get(b, b)}: {text}." for (t, b), text in PUBLISHED_CAVEATS.items() if t == table
+        )
     return note
 
 
@@ -182,5 +216,8 @@ def seminar_tables(metrics: pd.DataFrame, with_reference: bool = False) -> list[
     """The report's tables that the sweep has cells for (all of them `with_reference`)."""
     reference = load_reference()
     names = set(seminar_models(metrics).dropna())
-    return [seminar_table(metrics, reference, table, with_reference) for table in sorted(reference["table"].unique())
-            if with_reference or names & set(reference.loc[reference["table"] == table, "model"])]
+    return [
+        seminar_table(metrics, reference, table, with_reference)
+        for table in sorted(reference["table"].unique())
+        if with_reference or names & set(reference.loc[reference["table"] == table, "model"])
+    ]

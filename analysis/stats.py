@@ -15,13 +15,15 @@ interval against a margin of practical equivalence.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 
-def group_mean_std(group: np.ndarray, values: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def group_mean_std(
+    group: np.ndarray, values: np.ndarray, groups: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(count, mean, sample std with ddof=1) of each group's non-NaN values; NaN where undefined."""
     keep = ~np.isnan(values)
     group, values = group[keep], values[keep]
@@ -34,8 +36,9 @@ def group_mean_std(group: np.ndarray, values: np.ndarray, groups: int) -> tuple[
     return count, mean, std
 
 
-def group_ratio_of_sums(group: np.ndarray, numerator: np.ndarray, denominator: np.ndarray,
-                        groups: int) -> np.ndarray:
+def group_ratio_of_sums(
+    group: np.ndarray, numerator: np.ndarray, denominator: np.ndarray, groups: int
+) -> np.ndarray:
     """sum(numerator) / sum(denominator) per group, over the rows where both are known."""
     keep = ~(np.isnan(numerator) | np.isnan(denominator))
     top = np.bincount(group[keep], weights=numerator[keep], minlength=groups)
@@ -100,7 +103,9 @@ class SortedSamples:
         u_gap = rng.beta(1, np.maximum(n - k, 1))
         u_high = np.where(n % 2 == 0, u_low + (1 - u_low) * u_gap, u_low)
         first, last = self.start[group], len(self.values) - 1
-        at = lambda u: self.values[np.minimum(first + np.minimum(np.floor(n * u).astype(np.int64), n - 1), last)]  # noqa: E731
+        at = lambda u: self.values[
+            np.minimum(first + np.minimum(np.floor(n * u).astype(np.int64), n - 1), last)
+        ]  # noqa: E731
         return np.where(self.count[group] == 0, np.nan, (at(u_low) + at(u_high)) / 2)
 
     def bootstrap_medians(self, resamples: int, rngs: Sequence[np.random.Generator]) -> np.ndarray:
@@ -149,11 +154,16 @@ class ReplicateSamples:
     replicates: np.ndarray
 
     @classmethod
-    def from_steps(cls, cell: np.ndarray, replicate: np.ndarray, values: np.ndarray, cells: int) -> ReplicateSamples:
+    def from_steps(
+        cls, cell: np.ndarray, replicate: np.ndarray, values: np.ndarray, cells: int
+    ) -> ReplicateSamples:
         """From one row per step: its cell (0..cells-1), its replicate (any integer label within
         the cell) and its value; NaN values are left out."""
         keep = ~np.isnan(values)
-        cell, replicate = np.asarray(cell)[keep].astype(np.int64), np.asarray(replicate)[keep].astype(np.int64)
+        cell, replicate = (
+            np.asarray(cell)[keep].astype(np.int64),
+            np.asarray(replicate)[keep].astype(np.int64),
+        )
         # One integer per (cell, replicate) pair, in the pairs' order (a 1-D unique sorts ten times
         # faster than unique rows).
         lowest = replicate.min() if len(replicate) else 0
@@ -189,7 +199,11 @@ class ReplicateSamples:
             first, count = self.first[i], self.replicates[i]
             if count == 0:
                 continue
-            picks = rng.integers(0, count, (resamples, count)) if count > 1 else np.zeros((resamples, 1), np.int64)
+            picks = (
+                rng.integers(0, count, (resamples, count))
+                if count > 1
+                else np.zeros((resamples, 1), np.int64)
+            )
             draws[i] = np.median(self.steps.resampled_medians(first + picks, rng), axis=1)
         return draws
 
@@ -200,8 +214,9 @@ class ReplicateSamples:
         with np.errstate(invalid="ignore", divide="ignore"):
             return std / mean
 
-    def unstable(self, resamples: int, rngs: Sequence[np.random.Generator], level: float = 0.95,
-                 tolerance: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    def unstable(
+        self, resamples: int, rngs: Sequence[np.random.Generator], level: float = 0.95, tolerance: float = 0.0
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(unstable, spread) per cell: unstable when the cell's replicates disagree beyond their own
         intervals, i.e. some two replicates' `level` one-level bootstrap intervals of the median are
         disjoint (intervals on a line overlap pairwise exactly when the largest low end is at most
@@ -213,7 +228,9 @@ class ReplicateSamples:
         differences that matter. Cells with fewer than 2 replicates are never unstable. Replicate
         r's bootstrap draws from rngs[cell[r]]; `spread` is `spread()`.
         """
-        low, high = percentile_interval(self.steps.bootstrap_medians(resamples, [rngs[c] for c in self.cell]), level)
+        low, high = percentile_interval(
+            self.steps.bootstrap_medians(resamples, [rngs[c] for c in self.cell]), level
+        )
         cells = len(self.first)
         largest_low, smallest_high = np.full(cells, np.nan), np.full(cells, np.nan)
         some = self.replicates > 0
@@ -223,7 +240,9 @@ class ReplicateSamples:
         return (self.replicates > 1) & (largest_low > smallest_high * (1 + tolerance)), self.spread()
 
 
-def ratio_interval(numerator: np.ndarray, denominator: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def ratio_interval(
+    numerator: np.ndarray, denominator: np.ndarray, level: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the `level` percentile interval of numerator / denominator draw by draw: for a
     speedup, rows of the baseline's and of the compiled cell's `hierarchical_medians`. The two rows
     must be independent (each cell draws from its own generator); a cell against itself gives 1."""
@@ -290,8 +309,13 @@ def _offsets(count: np.ndarray) -> np.ndarray:
 EXACT_MEAN_STEPS = 100
 
 
-def hierarchical_means(samples: ReplicateSamples, resamples: int, rngs: Sequence[np.random.Generator],
-                       reciprocal: bool = False, exact_up_to: int = EXACT_MEAN_STEPS) -> np.ndarray:
+def hierarchical_means(
+    samples: ReplicateSamples,
+    resamples: int,
+    rngs: Sequence[np.random.Generator],
+    reciprocal: bool = False,
+    exact_up_to: int = EXACT_MEAN_STEPS,
+) -> np.ndarray:
     """(len(rngs), resamples): two-level bootstrap draws of each cell's median over its replicates of
     the replicate's mean step — of 1 / mean step with `reciprocal`, a rate (steps per unit of time:
     end-to-end throughput) — cell i's from rngs[i]; NaN rows for cells without steps.
@@ -313,7 +337,9 @@ def hierarchical_means(samples: ReplicateSamples, resamples: int, rngs: Sequence
         first, count = samples.first[i], samples.replicates[i]
         if count == 0:
             continue
-        picks = rng.integers(0, count, (resamples, count)) if count > 1 else np.zeros((resamples, 1), np.int64)
+        picks = (
+            rng.integers(0, count, (resamples, count)) if count > 1 else np.zeros((resamples, 1), np.int64)
+        )
         means = np.empty(picks.shape)
         for j in range(count):
             where = picks == j
@@ -331,7 +357,9 @@ def hierarchical_means(samples: ReplicateSamples, resamples: int, rngs: Sequence
 
 def median_over_replicates(samples: ReplicateSamples, values: np.ndarray) -> np.ndarray:
     """Each cell's median of one value per replicate (`values[r]` for replicate r; NaN left out)."""
-    return SortedSamples.from_groups(samples.cell, np.asarray(values, dtype=float), len(samples.first)).quantile(0.5)
+    return SortedSamples.from_groups(
+        samples.cell, np.asarray(values, dtype=float), len(samples.first)
+    ).quantile(0.5)
 
 
 def stable_hash(text: str) -> int:

@@ -33,8 +33,9 @@ import pandas as pd
 from analysis.axes import axis_text, backend_labels
 from analysis.render import Table, fmt_number, fmt_percent, fmt_speedup, is_null
 from analysis.stats import geometric_mean
+from workloads.contract import vocabulary
 from workloads.contract.sweep_dir import cell_dirs, read_cell_config
-from workloads.contract.vocabulary import COMPLETED, PROCESSES, WORKLOAD, names, short_error
+from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, PROCESSES, WORKLOAD, names, short_error
 
 #: The top-level key a suite's config (conf/suite/*.yaml) gives every cell: {name: ...}.
 SUITE_KEY = "suite"
@@ -44,9 +45,22 @@ SUITE_KEY = "suite"
 #: meaningless. 2% is PyTorch's training-accuracy tolerance of 1e-2 with room for bf16 autocast.
 LOSS_STEPS, LOSS_RTOL = 3, 0.02
 PASSED, LOSS_DIVERGED, COMPILE_ERROR, NOT_COMPILED, OOM, TIMEOUT, EAGER_FAILED, NO_RESULT = (
-    "passed", "loss diverges", "compile error", "not compiled", "OOM", "timeout", "eager failed", "no result")
+    "passed",
+    "loss diverges",
+    "compile error",
+    "not compiled",
+    "OOM",
+    "timeout",
+    "eager failed",
+    "no result",
+)
 OUTCOMES = (PASSED, LOSS_DIVERGED, COMPILE_ERROR, NOT_COMPILED, OOM, TIMEOUT, EAGER_FAILED, NO_RESULT)
-_BY_STATUS = {"failed": COMPILE_ERROR, "not_compiled": NOT_COMPILED, "oom": OOM, "timeout": TIMEOUT}
+_BY_STATUS = {
+    vocabulary.FAILED: COMPILE_ERROR,
+    vocabulary.NOT_COMPILED: NOT_COMPILED,
+    vocabulary.OOM: OOM,
+    vocabulary.TIMEOUT: TIMEOUT,
+}
 #: What tells the models of a suite apart; the eager cell of a model agrees on all of them.
 _MODEL = names(WORKLOAD, PROCESSES)
 
@@ -75,10 +89,10 @@ def early_loss_rel_diff(metrics: pd.DataFrame, steps: pd.DataFrame, eager: pd.Se
 def outcomes(metrics: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """One row per compiled cell: backend label, model, outcome, speedup and the line that says why."""
     model = metrics.groupby(_MODEL, dropna=False, sort=False).ngroup()
-    eager = metrics[metrics["backend"] == "eager"].assign(_model=model)
+    eager = metrics[metrics["backend"] == BASELINE_BACKEND].assign(_model=model)
     eager = eager.sort_values("status", key=lambda s: s != COMPLETED, kind="stable").drop_duplicates("_model")
     eager = eager.set_index("_model")
-    compiled = metrics["backend"] != "eager"
+    compiled = metrics["backend"] != BASELINE_BACKEND
     base_status = model.map(eager["status"])
     base_error = model.map(eager["error"])
     diff = early_loss_rel_diff(metrics, steps, model.map(eager["cell_id"]).where(compiled))
@@ -91,22 +105,51 @@ def outcomes(metrics: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         if status == COMPLETED and base_status.iloc[i] == COMPLETED:
             diverges = diff.iloc[i] > LOSS_RTOL
             outcome = LOSS_DIVERGED if diverges else PASSED
-            why = f"loss {fmt_percent(diff.iloc[i])} off eager's in the first {LOSS_STEPS} steps" if diverges else ""
+            why = (
+                f"loss {fmt_percent(diff.iloc[i])} off eager's in the first {LOSS_STEPS} steps"
+                if diverges
+                else ""
+            )
         elif status not in (COMPLETED, *_BY_STATUS):
             outcome, why = NO_RESULT, axis_text(status)
         elif base_status.iloc[i] != COMPLETED:
-            outcome, why = EAGER_FAILED, f"eager {axis_text(base_status.iloc[i]) or 'missing'}: {short_error(base_error.iloc[i])}"
+            outcome, why = (
+                EAGER_FAILED,
+                f"eager {axis_text(base_status.iloc[i]) or 'missing'}: {short_error(base_error.iloc[i])}",
+            )
         else:
             outcome, why = _BY_STATUS[status], short_error(error)
-        rows.append({"cell_id": cell["cell_id"], "backend": labels.iloc[i],
-                     "model": axis_text(cell["arch"]) or axis_text(cell["model"]), "outcome": outcome,
-                     "speedup": cell["speedup"], "speedup_low": cell["speedup_low"],
-                     "speedup_high": cell["speedup_high"], "compile_time_s": cell["compile_time_s"],
-                     "from_cache": bool(from_cache.iloc[i]),
-                     "peak_mem_ratio": cell["peak_mem_ratio"], "why": why.rstrip(": ")})
-    return pd.DataFrame(rows, columns=["cell_id", "backend", "model", "outcome", "speedup", "speedup_low",
-                                       "speedup_high", "compile_time_s", "from_cache", "peak_mem_ratio",
-                                       "why"])
+        rows.append(
+            {
+                "cell_id": cell["cell_id"],
+                "backend": labels.iloc[i],
+                "model": axis_text(cell["arch"]) or axis_text(cell["model"]),
+                "outcome": outcome,
+                "speedup": cell["speedup"],
+                "speedup_low": cell["speedup_low"],
+                "speedup_high": cell["speedup_high"],
+                "compile_time_s": cell["compile_time_s"],
+                "from_cache": bool(from_cache.iloc[i]),
+                "peak_mem_ratio": cell["peak_mem_ratio"],
+                "why": why.rstrip(": "),
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "cell_id",
+            "backend",
+            "model",
+            "outcome",
+            "speedup",
+            "speedup_low",
+            "speedup_high",
+            "compile_time_s",
+            "from_cache",
+            "peak_mem_ratio",
+            "why",
+        ],
+    )
 
 
 def _summary(cells: pd.DataFrame) -> dict[str, object]:
@@ -117,7 +160,9 @@ def _summary(cells: pd.DataFrame) -> dict[str, object]:
     compile_s = passed["compile_time_s"][~from_cache].dropna().to_numpy(float)
     known = speedup[np.isfinite(speedup)]
     return {
-        "models": len(cells), "passed": len(passed), "pass_rate": len(passed) / len(cells),
+        "models": len(cells),
+        "passed": len(passed),
+        "pass_rate": len(passed) / len(cells),
         **{outcome: int((cells["outcome"] == outcome).sum()) for outcome in OUTCOMES[1:]},
         "geomean_speedup": geometric_mean(speedup)[0],
         "geomean_speedup_clipped": geometric_mean(np.maximum(speedup, 1.0))[0],
@@ -131,9 +176,13 @@ def _summary(cells: pd.DataFrame) -> dict[str, object]:
 
 #: (header, column, format) of the numbers over the passed models.
 _OVER_PASSED = (
-    ("geomean speedup", "geomean_speedup", fmt_speedup), ("geomean clipped ≥1", "geomean_speedup_clipped", fmt_speedup),
-    ("slower than eager", "slower_share", fmt_percent), ("compile s median", "compile_s_median", fmt_number),
-    ("compile s p90", "compile_s_p90", fmt_number), ("from cache", "compiled_from_cache", str), ("peak mem vs eager", "peak_mem_ratio_geomean", fmt_number),
+    ("geomean speedup", "geomean_speedup", fmt_speedup),
+    ("geomean clipped ≥1", "geomean_speedup_clipped", fmt_speedup),
+    ("slower than eager", "slower_share", fmt_percent),
+    ("compile s median", "compile_s_median", fmt_number),
+    ("compile s p90", "compile_s_p90", fmt_number),
+    ("from cache", "compiled_from_cache", str),
+    ("peak mem vs eager", "peak_mem_ratio_geomean", fmt_number),
 )
 
 
@@ -150,10 +199,12 @@ def _per_model(cells: pd.DataFrame, name: str) -> Table:
         "compile s": np.where(data["from_cache"], "from cache", data["compile_time_s"].map(fmt_number)),
         "peak mem vs eager": data["peak_mem_ratio"].map(lambda ratio: "" if is_null(ratio) else f"{ratio:.3f}"),
     })  # fmt: skip
-    note = ("One row per model and backend: speedup over the eager cell of the model (eager median step / own, "
-            "bootstrap interval over the steps of this run: it does not cover another run of a launch-bound "
-            "model, see docs/suites.md), compile time (from cache: its graphs were found in the shared "
-            "compile cache), peak memory / eager's.")
+    note = (
+        "One row per model and backend: speedup over the eager cell of the model (eager median step / own, "
+        "bootstrap interval over the steps of this run: it does not cover another run of a launch-bound "
+        "model, see docs/suites.md), compile time (from cache: its graphs were found in the shared "
+        "compile cache), peak memory / eager's."
+    )
     return Table("suite_models", f"Suite {name}: speedup per model", data, text, note)
 
 
@@ -161,7 +212,9 @@ def suite_tables(metrics: pd.DataFrame, steps: pd.DataFrame, name: str) -> list[
     """The suite table (one row per compiled backend), the failures table (one row per model and
     backend that did not pass) and the per-model table of suite `name`."""
     cells = outcomes(metrics, steps)
-    data = pd.DataFrame([{"backend": backend, **_summary(group)} for backend, group in cells.groupby("backend")])
+    data = pd.DataFrame(
+        [{"backend": backend, **_summary(group)} for backend, group in cells.groupby("backend")]
+    )
     if data.empty:
         return []
     text = pd.DataFrame({
@@ -171,18 +224,27 @@ def suite_tables(metrics: pd.DataFrame, steps: pd.DataFrame, name: str) -> list[
         **{outcome: data[outcome].astype(str) for outcome in OUTCOMES[1:]},
         **{header: data[column].map(fmt) for header, column, fmt in _OVER_PASSED},
     })  # fmt: skip
-    note = (f"Suite {name}: each model compiled by the backend against the eager cell of the same model. Pass rate "
-            "over every model, whatever its outcome (each counted in one column: loss diverges = completed, but "
-            f"the loss is more than {fmt_percent(LOSS_RTOL, 0)} off eager's in one of the first {LOSS_STEPS} "
-            "steps; compile error = failed while eager completed; eager failed = the eager cell did not "
-            "complete); the models that did not pass are named in the next table. Over the passed models: "
-            "geometric-mean speedup (eager median step / own), unclipped and clipped at 1 (PyTorch's dashboard "
-            "convention: a model slower than eager counts as 1x), the share slower than eager, median and 90th "
-            "percentile of cold compile time (from cache: models whose compile found its graphs in the shared "
-            "compile cache, left out of those two), geometric mean of peak memory / eager's.")
+    note = (
+        f"Suite {name}: each model compiled by the backend against the eager cell of the same model. Pass rate "
+        "over every model, whatever its outcome (each counted in one column: loss diverges = completed, but "
+        f"the loss is more than {fmt_percent(LOSS_RTOL, 0)} off eager's in one of the first {LOSS_STEPS} "
+        "steps; compile error = failed while eager completed; eager failed = the eager cell did not "
+        "complete); the models that did not pass are named in the next table. Over the passed models: "
+        "geometric-mean speedup (eager median step / own), unclipped and clipped at 1 (PyTorch's dashboard "
+        "convention: a model slower than eager counts as 1x), the share slower than eager, median and 90th "
+        "percentile of cold compile time (from cache: models whose compile found its graphs in the shared "
+        "compile cache, left out of those two), geometric mean of peak memory / eager's."
+    )
     failures = cells[cells["outcome"] != PASSED].sort_values(["backend", "outcome", "model"], kind="stable")
     failures = failures[["backend", "model", "outcome", "why", "cell_id"]].reset_index(drop=True)
-    return [Table("suite", f"Suite {name}: pass rate and speedup per backend", data, text, note),
-            Table("suite_failures", f"Suite {name}: models that did not pass", failures, failures.astype(str),
-                  "One row per model and backend; why: the first error line (of the eager cell where eager failed)."),
-            _per_model(cells, name)]
+    return [
+        Table("suite", f"Suite {name}: pass rate and speedup per backend", data, text, note),
+        Table(
+            "suite_failures",
+            f"Suite {name}: models that did not pass",
+            failures,
+            failures.astype(str),
+            "One row per model and backend; why: the first error line (of the eager cell where eager failed).",
+        ),
+        _per_model(cells, name),
+    ]

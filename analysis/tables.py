@@ -7,8 +7,9 @@ its end and what scripts use; `sweep_tables` is the set `compilebench analyze` r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, TextIO
+from typing import TextIO
 
 import numpy as np
 import pandas as pd
@@ -18,13 +19,28 @@ from analysis.breakeven import BREAK_EVEN_COLUMNS, baseline_step_ms
 from analysis.collect import SweepData, load_sweep, read_cell
 from analysis.metrics import DATA_BOUND, E2E_BASIS, EQUIVALENCE, cell_metrics, verdict_reasons
 from analysis.render import (
-    Table, fmt_break_even, fmt_count, fmt_number, fmt_percent, fmt_speedup, is_null, render_markdown,
+    Table,
+    fmt_break_even,
+    fmt_count,
+    fmt_number,
+    fmt_percent,
+    fmt_speedup,
+    is_null,
+    render_markdown,
 )
 from analysis.scaling import multi_process, scaling_table
 from analysis.stats import geometric_mean
 from workloads.contract.sweep_dir import STDERR
 from workloads.contract.vocabulary import (
-    AXIS, CELL_STATES, COMPLETED, HARDWARE, PROCESSES, WORKLOAD, names, short_error,
+    AXIS,
+    BASELINE_BACKEND,
+    CELL_STATES,
+    COMPLETED,
+    HARDWARE,
+    PROCESSES,
+    WORKLOAD,
+    names,
+    short_error,
 )
 
 #: Name of the per-cell table (its file stem in report/tables/), and of the break-even table.
@@ -59,11 +75,15 @@ def _range(low: object, high: object) -> str:
 _NAMED = ("model", "arch", "size", "precision", "batch_size", "world_size", "nodes")
 
 
-def summary_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE, data_bound: float = DATA_BOUND) -> Table:
+def summary_table(
+    metrics: pd.DataFrame, equivalence: float = EQUIVALENCE, data_bound: float = DATA_BOUND
+) -> Table:
     """Every cell, one row each; failed, not_compiled and result-less cells marked by status. Besides
     the columns below, every other axis whose value differs between the cells (seed, data, GPU, ...).
     `equivalence` and `data_bound` are what the metrics were computed with (for the note)."""
-    others = [axis for axis in varying_axes(metrics, names(WORKLOAD, HARDWARE, PROCESSES)) if axis not in _NAMED]
+    others = [
+        axis for axis in varying_axes(metrics, names(WORKLOAD, HARDWARE, PROCESSES)) if axis not in _NAMED
+    ]
     text = pd.DataFrame({
         "cell": metrics["cell_id"],
         "model": metrics["model"].fillna(""),
@@ -104,20 +124,24 @@ def summary_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE, data_
         "error": [short_error(e) if s != COMPLETED else "" for s, e in
                   zip(metrics["status"], metrics["error"])],
     })  # fmt: skip
-    margin = f"within ±{fmt_percent(equivalence)} of 1" if equivalence else "exactly 1 (no margin: --equivalence)"
-    note = ("Measured steps only (warm-up excluded). Runs: replicates of the cell (one process each), ± the "
-            "coefficient of variation of their median steps, `unstable` where they disagree beyond their own 95% "
-            "intervals by more than 1%. Median ms: median of the runs' median steps; mean, std, p5–p95, MFU and data wait over the "
-            "steps of all runs. Items/s at the median step; e2e items/s over the measured span (items / the sum "
-            "of step times, waits for data included: at the mean step), median over runs. Speedup: eager median "
-            "step / own median step of the same workload; e2e speedup: own e2e items/s / eager's; 95% bootstrap "
-            "intervals over runs, then steps (with one run, over its steps only: run-to-run noise not covered). "
-            f"Verdict from the speedup's interval: faster or slower where it excludes 1, no difference where it "
-            f"lies {margin}, else undecided; from the e2e interval for data-bound cells (more than "
-            f"{fmt_percent(data_bound, digits=0)} of step time waiting for data) and against data-bound eager "
-            "cells. Loss Δ: largest relative loss difference to eager at equal steps. Data wait: share of step "
-            "time spent waiting for batches. Break-even: steps (and GPU-minutes) after which compiling pays for itself, "
-            "with the cold compile, and the warm one where measured (see the break-even table).")
+    margin = (
+        f"within ±{fmt_percent(equivalence)} of 1" if equivalence else "exactly 1 (no margin: --equivalence)"
+    )
+    note = (
+        "Measured steps only (warm-up excluded). Runs: replicates of the cell (one process each), ± the "
+        "coefficient of variation of their median steps, `unstable` where they disagree beyond their own 95% "
+        "intervals by more than 1%. Median ms: median of the runs' median steps; mean, std, p5–p95, MFU and data wait over the "
+        "steps of all runs. Items/s at the median step; e2e items/s over the measured span (items / the sum "
+        "of step times, waits for data included: at the mean step), median over runs. Speedup: eager median "
+        "step / own median step of the same workload; e2e speedup: own e2e items/s / eager's; 95% bootstrap "
+        "intervals over runs, then steps (with one run, over its steps only: run-to-run noise not covered). "
+        f"Verdict from the speedup's interval: faster or slower where it excludes 1, no difference where it "
+        f"lies {margin}, else undecided; from the e2e interval for data-bound cells (more than "
+        f"{fmt_percent(data_bound, digits=0)} of step time waiting for data) and against data-bound eager "
+        "cells. Loss Δ: largest relative loss difference to eager at equal steps. Data wait: share of step "
+        "time spent waiting for batches. Break-even: steps (and GPU-minutes) after which compiling pays for itself, "
+        "with the cold compile, and the warm one where measured (see the break-even table)."
+    )
     return Table(SUMMARY, "Cells", metrics, text, note)
 
 
@@ -126,8 +150,11 @@ def _cold_warm(metrics: pd.DataFrame, column: str, whole: bool = False) -> list[
     texts = []
     for pays_off, cold, warm in zip(metrics["pays_off"], metrics[column], metrics[f"{column}_warm"]):
         text = fmt_break_even(cold, pays_off, whole)
-        texts.append(f"{text} (warm {fmt_break_even(warm, pays_off, whole)})" if pays_off is True and not is_null(warm)
-                     else text)
+        texts.append(
+            f"{text} (warm {fmt_break_even(warm, pays_off, whole)})"
+            if pays_off is True and not is_null(warm)
+            else text
+        )
     return texts
 
 
@@ -162,11 +189,13 @@ def break_even_table(metrics: pd.DataFrame) -> Table:
         text["warm compile s"] = data["compile_warm_s"].map(fmt_number)
         text["steps (warm)"] = _texts(data, "break_even_steps_warm", whole=True)
         text["GPU-min (warm)"] = _texts(data, "break_even_gpu_min_warm")
-    note = ("Compiling pays for itself after compile s / (eager step - compiled step) steps, never where the "
-            "compiled step is not faster; GPU-minutes: those steps at the eager step, times the processes (one GPU "
-            "each). Steps as the verdict's: median steps, or mean steps where the speedup is end to end "
-            "(data-bound). Compile s: the cold compile where measured, else the workload's compile time (whatever "
-            "the compile caches held); warm: compiled again with the caches the first left.")
+    note = (
+        "Compiling pays for itself after compile s / (eager step - compiled step) steps, never where the "
+        "compiled step is not faster; GPU-minutes: those steps at the eager step, times the processes (one GPU "
+        "each). Steps as the verdict's: median steps, or mean steps where the speedup is end to end "
+        "(data-bound). Compile s: the cold compile where measured, else the workload's compile time (whatever "
+        "the compile caches held); warm: compiled again with the caches the first left."
+    )
     return Table(BREAK_EVEN, "Break-even: steps until compiling pays off", data, text, note)
 
 
@@ -188,8 +217,9 @@ def verdict_texts(metrics: pd.DataFrame) -> pd.Series:
     (94% waiting for data): end-to-end 1.03x [0.62, 1.71]`."""
     reasons = verdict_reasons(metrics)
     texts = []
-    for verdict, reason, cell, baseline in zip(metrics["verdict"], reasons, metrics["cell_id"],
-                                               metrics["baseline_cell_id"]):
+    for verdict, reason, cell, baseline in zip(
+        metrics["verdict"], reasons, metrics["cell_id"], metrics["baseline_cell_id"]
+    ):
         if is_null(verdict):
             texts.append("baseline" if cell == baseline else "")
         else:
@@ -216,11 +246,20 @@ def status_table(metrics: pd.DataFrame) -> Table:
 def geomean_table(metrics: pd.DataFrame) -> Table:
     """Geometric-mean speedup per compiled backend, saying how many of its cells it covers."""
     rows = []
-    for label, cells in metrics[metrics["backend"] != "eager"].groupby(backend_labels(metrics), sort=True):
+    for label, cells in metrics[metrics["backend"] != BASELINE_BACKEND].groupby(
+        backend_labels(metrics), sort=True
+    ):
         value, covered = geometric_mean(cells["speedup"].to_numpy(float))
         left_out = cells[cells["speedup"].isna()]["status"].value_counts()
-        rows.append({"backend": label, "geomean_speedup": value, "cells_covered": covered,
-                     "cells": len(cells), "not_covered": ", ".join(f"{n} {s}" for s, n in left_out.items())})
+        rows.append(
+            {
+                "backend": label,
+                "geomean_speedup": value,
+                "cells_covered": covered,
+                "cells": len(cells),
+                "not_covered": ", ".join(f"{n} {s}" for s, n in left_out.items()),
+            }
+        )
     data = pd.DataFrame(rows, columns=["backend", "geomean_speedup", "cells_covered", "cells", "not_covered"])
     text = pd.DataFrame({
         "backend": data["backend"],
@@ -232,13 +271,18 @@ def geomean_table(metrics: pd.DataFrame) -> Table:
     return Table("geomean", "Geometric-mean speedup over eager", data, text, note)
 
 
-def sweep_tables(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE,
-                 data_bound: float = DATA_BOUND) -> list[Table]:
+def sweep_tables(
+    metrics: pd.DataFrame, equivalence: float = EQUIVALENCE, data_bound: float = DATA_BOUND
+) -> list[Table]:
     """The tables of every sweep: cells, status counts, geometric means; scaling over processes
     where the sweep has multi-process cells. `equivalence` and `data_bound`: what the metrics were
     computed with."""
-    tables = [summary_table(metrics, equivalence, data_bound), status_table(metrics), geomean_table(metrics),
-              break_even_table(metrics)]
+    tables = [
+        summary_table(metrics, equivalence, data_bound),
+        status_table(metrics),
+        geomean_table(metrics),
+        break_even_table(metrics),
+    ]
     if multi_process(metrics).any():
         tables.append(scaling_table(metrics))
     return tables

@@ -36,8 +36,9 @@ recorded; the same command again submits the rest).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from orchestrator.cli_args import build_parser
 
@@ -54,19 +55,33 @@ def _error(message: str) -> int:
     return EXIT_USAGE
 
 
-def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke: bool = False,
-              cfg: str | None = None, first: int | None = None, config_dirs: Sequence[Path] = (),
-              poll_s: float | None = None, give_up_s: float | None = None) -> int:
+def cmd_sweep(
+    overrides: Sequence[str],
+    dry_run: bool,
+    wait: bool = False,
+    smoke: bool = False,
+    cfg: str | None = None,
+    first: int | None = None,
+    config_dirs: Sequence[Path] = (),
+    poll_s: float | None = None,
+    give_up_s: float | None = None,
+) -> int:
     if dry_run and wait:
         return _error("--wait and --dry-run exclude each other: a dry run submits nothing to wait for")
     if smoke and wait:
         return _error("--smoke runs here and submits nothing to wait for")
     if cfg and (dry_run or wait or smoke):
-        return _error("--cfg job prints the cells' configs and runs nothing: leave out --dry-run, --wait and --smoke")
+        return _error(
+            "--cfg job prints the cells' configs and runs nothing: leave out --dry-run, --wait and --smoke"
+        )
     if poll_s is not None and not wait:
-        return _error("--poll SECONDS goes with --wait: how often to look at the queue while following the jobs")
+        return _error(
+            "--poll SECONDS goes with --wait: how often to look at the queue while following the jobs"
+        )
     if give_up_s is not None and not wait:
-        return _error("--give-up SECONDS goes with --wait: how long to wait for a squeue that does not answer")
+        return _error(
+            "--give-up SECONDS goes with --wait: how long to wait for a squeue that does not answer"
+        )
     if first is not None and (not cfg or first < 1):
         return _error("--first N (N >= 1) goes with --cfg job: how many cells' configs to print")
     # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.
@@ -87,7 +102,9 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
     if grid.executor == "slurm":
         return sweep_slurm(grid, dry_run, wait, poll_s, give_up_s)
     if grid.executor != "local":
-        return _error(f"unknown executor {grid.executor!r} (cluster={grid.cluster.get('name')}); use local or slurm")
+        return _error(
+            f"unknown executor {grid.executor!r} (cluster={grid.cluster.get('name')}); use local or slurm"
+        )
     if problem := why_not_local(grid):
         return _error(problem)
 
@@ -106,7 +123,9 @@ def cmd_sweep(overrides: Sequence[str], dry_run: bool, wait: bool = False, smoke
     failed = [o for o in outcomes if not o.ok]
     done = sum(o.status == COMPLETED for o in outcomes)
     skipped = sum(o.status == SKIPPED for o in outcomes)
-    print(f"\n{done} completed, {skipped} already completed, {len(failed)} failed; results in {grid.sweep_dir}")
+    print(
+        f"\n{done} completed, {skipped} already completed, {len(failed)} failed; results in {grid.sweep_dir}"
+    )
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -121,7 +140,9 @@ def print_configs(grid: Grid, first: int | None) -> int:
         print(f"--- # cell {number}/{len(grid.cells)} {cell.cell_id} ({cell.label}): {overrides}")
         print(config_yaml(cell.config), end="")
     if len(shown) < len(grid.cells):
-        print(f"# {len(shown)} of {len(grid.cells)} cells shown (--first {first}); nothing run", file=sys.stderr)
+        print(
+            f"# {len(shown)} of {len(grid.cells)} cells shown (--first {first}); nothing run", file=sys.stderr
+        )
     return EXIT_OK
 
 
@@ -138,18 +159,21 @@ def smoke_of(overrides: Sequence[str], config_dirs: Sequence[Path] = ()) -> Grid
             check_grid(full)
         except ProfileError as exc:
             raise GridError(str(exc)) from exc
-    print(f"smoke: the sweep's {len(full.cells)} cell(s) as {len(smoke.cells)} tiny cell(s) of 2+1 steps here",
-          flush=True)
+    print(
+        f"smoke: the sweep's {len(full.cells)} cell(s) as {len(smoke.cells)} tiny cell(s) of 2+1 steps here",
+        flush=True,
+    )
     return smoke
 
 
-def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False, poll_s: float | None = None,
-                give_up_s: float | None = None) -> int:
+def sweep_slurm(
+    grid: Grid, dry_run: bool, wait: bool = False, poll_s: float | None = None, give_up_s: float | None = None
+) -> int:
     """Submit the grid's cells as job arrays (or only write the scripts: --dry-run); returns once
     submitted, or with `wait` once no cell is queued any more."""
     from analysis.tables import render_markdown
-    from orchestrator.profile import ProfileError
     from orchestrator.grid_files import prepare
+    from orchestrator.profile import ProfileError
     from orchestrator.slurm import grid_rows, plan, write_dry_run
     from workloads.contract.sweep_dir import SBATCH_DIR
 
@@ -164,13 +188,17 @@ def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False, poll_s: float | N
         rows = grid_rows(the_plan)
         print(render_markdown(rows, list(rows[0])))
         paths = write_dry_run(the_plan)
-        print(f"\n{len(grid.cells)} cell(s): {cells} in {len(paths)} job array(s), {skipped} not submitted "
-              f"(completed or queued); scripts in {scripts}/ ({', '.join(p.name for p in paths) or 'none'}); "
-              "nothing submitted (--dry-run)")
+        print(
+            f"\n{len(grid.cells)} cell(s): {cells} in {len(paths)} job array(s), {skipped} not submitted "
+            f"(completed or queued); scripts in {scripts}/ ({', '.join(p.name for p in paths) or 'none'}); "
+            "nothing submitted (--dry-run)"
+        )
         return EXIT_OK
 
-    print(f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} (executor slurm, cluster {the_plan.profile.name})",
-          flush=True)
+    print(
+        f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} (executor slurm, cluster {the_plan.profile.name})",
+        flush=True,
+    )
     if not the_plan.arrays:
         print(f"nothing to submit: {skipped} cell(s) completed or still queued")
         return follow_sweep(grid.sweep_dir, poll_s, give_up_s) if wait else EXIT_OK
@@ -178,8 +206,10 @@ def sweep_slurm(grid: Grid, dry_run: bool, wait: bool = False, poll_s: float | N
     code = submit_plan(the_plan)
     if code != EXIT_OK:
         return code
-    print(f"{cells} cell(s) submitted in {len(the_plan.arrays)} job array(s), {skipped} not submitted (completed or "
-          f"queued); job ids in {grid.sweep_dir}/manifest.parquet, scripts in {scripts}/")
+    print(
+        f"{cells} cell(s) submitted in {len(the_plan.arrays)} job array(s), {skipped} not submitted (completed or "
+        f"queued); job ids in {grid.sweep_dir}/manifest.parquet, scripts in {scripts}/"
+    )
     return follow_sweep(grid.sweep_dir, poll_s, give_up_s) if wait else EXIT_OK
 
 
@@ -195,8 +225,11 @@ def submit_plan(the_plan: SlurmPlan) -> int:
     except SubmitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if exc.submitted:
-            print(f"{exc.submitted} array(s) were submitted before; their job ids are in "
-                  f"{the_plan.grid.sweep_dir}/manifest.parquet", file=sys.stderr)
+            print(
+                f"{exc.submitted} array(s) were submitted before; their job ids are in "
+                f"{the_plan.grid.sweep_dir}/manifest.parquet",
+                file=sys.stderr,
+            )
         return EXIT_FAILED if exc.submitted else EXIT_USAGE
     return EXIT_OK
 
@@ -215,13 +248,18 @@ def follow_sweep(sweep_dir: Path, poll_s: float | None = None, give_up_s: float 
     try:
         rows = follow(sweep_dir, interval_s=poll_s, give_up_s=give_up_s)
     except KeyboardInterrupt:
-        print(f"\nstopped waiting; the jobs keep running. Check them with: compilebench status {sweep_dir}",
-              file=sys.stderr)
+        print(
+            f"\nstopped waiting; the jobs keep running. Check them with: compilebench status {sweep_dir}",
+            file=sys.stderr,
+        )
         return 130
     print(render(rows))
     if any(row.state == UNKNOWN for row in rows):  # follow gave up on a squeue that did not answer
-        print(f"error: squeue has not answered for {give_up_s:g} s: stopped waiting; the jobs may still run. "
-              f"Check them with: compilebench status {sweep_dir}", file=sys.stderr)
+        print(
+            f"error: squeue has not answered for {give_up_s:g} s: stopped waiting; the jobs may still run. "
+            f"Check them with: compilebench status {sweep_dir}",
+            file=sys.stderr,
+        )
     return EXIT_OK if all_completed(rows) else EXIT_FAILED
 
 
@@ -244,11 +282,11 @@ def retry(sweep_dir: Path, rows: Sequence[CellStatus]) -> int:
     """--retry-failed: run again the cells that did not complete and are not queued, through the
     sweep's own executor (Slurm: job arrays, job ids into the manifest; local: here, in turn)."""
     from orchestrator.grid import Grid
+    from orchestrator.grid_files import read_grid
     from orchestrator.local import run_grid
     from orchestrator.profile import ProfileError
     from orchestrator.slurm import plan
     from orchestrator.status import RETRY, count_states, to_retry
-    from orchestrator.grid_files import read_grid
     from workloads.contract.sweep_dir import SweepDirError
 
     todo = to_retry(rows)
@@ -265,34 +303,52 @@ def retry(sweep_dir: Path, rows: Sequence[CellStatus]) -> int:
         return _error(str(exc))
     print(f"\nretrying {len(todo)} cell(s): {count_states(todo)}", flush=True)
     if the_plan is None:
-        outcomes = run_grid(Grid([c for c in grid.cells if c.cell_id in wanted], grid.sweep_dir, grid.cluster))
+        outcomes = run_grid(
+            Grid([c for c in grid.cells if c.cell_id in wanted], grid.sweep_dir, grid.cluster)
+        )
         failed = sum(not o.ok for o in outcomes)
         print(f"{len(outcomes) - failed} completed, {failed} failed again")
         return EXIT_FAILED if failed else EXIT_OK
     code = submit_plan(the_plan)
     if code == EXIT_OK:
         resubmitted = sum(len(array.tasks) for array in the_plan.arrays)
-        print(f"{resubmitted} cell(s) resubmitted, job ids in {grid.sweep_dir}/manifest.parquet; "
-              f"follow them with: compilebench status {sweep_dir}")
+        print(
+            f"{resubmitted} cell(s) resubmitted, job ids in {grid.sweep_dir}/manifest.parquet; "
+            f"follow them with: compilebench status {sweep_dir}"
+        )
     return code
 
 
-def cmd_analyze(sweep_dir: Path, fmt: str, reference: str | None = None, plots: bool = True,
-                equivalence: float | None = None, data_bound: float | None = None) -> int:
+def cmd_analyze(
+    sweep_dir: Path,
+    fmt: str,
+    reference: str | None = None,
+    plots: bool = True,
+    equivalence: float | None = None,
+    data_bound: float | None = None,
+) -> int:
     from analysis.metrics import DATA_BOUND, EQUIVALENCE
     from analysis.report import analyze, render_tables, write_report
 
     if not sweep_dir.is_dir():
         return _error(f"not a directory: {sweep_dir}")
-    result = analyze(sweep_dir, reference, equivalence=EQUIVALENCE if equivalence is None else equivalence,
-                     data_bound=DATA_BOUND if data_bound is None else data_bound)
+    result = analyze(
+        sweep_dir,
+        reference,
+        equivalence=EQUIVALENCE if equivalence is None else equivalence,
+        data_bound=DATA_BOUND if data_bound is None else data_bound,
+    )
     if result.metrics.empty:
-        print(f"no cells in {sweep_dir} (expected {sweep_dir}/cells/<cell_id>/ or a manifest.parquet listing them)",
-              file=sys.stderr)
+        print(
+            f"no cells in {sweep_dir} (expected {sweep_dir}/cells/<cell_id>/ or a manifest.parquet listing them)",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     if not result.has_results:
-        print(f"no results yet in {sweep_dir}: {result.count_line()}; none has a readable run.parquet",
-              file=sys.stderr)
+        print(
+            f"no results yet in {sweep_dir}: {result.count_line()}; none has a readable run.parquet",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     print(render_tables(result, fmt).rstrip("\n"), flush=True)
     try:
@@ -331,8 +387,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         if args.command == "sweep":
-            return cmd_sweep([*args.overrides, *extra], args.dry_run, args.wait, args.smoke, args.cfg, args.first,
-                             args.config_dir or (), args.poll, args.give_up)
+            return cmd_sweep(
+                [*args.overrides, *extra],
+                args.dry_run,
+                args.wait,
+                args.smoke,
+                args.cfg,
+                args.first,
+                args.config_dir or (),
+                args.poll,
+                args.give_up,
+            )
         if args.command == "status":
             return cmd_status(args.sweep_dir, args.retry_failed, args.json)
     except KeyboardInterrupt:  # a running local cell got the same SIGINT and records its own state
@@ -340,7 +405,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     if args.command == "compare":
         return cmd_compare(args.sweep_a, args.sweep_b, args.threshold, args.format)
-    return cmd_analyze(args.sweep_dir, args.format, args.reference, args.plots, args.equivalence, args.data_bound)
+    return cmd_analyze(
+        args.sweep_dir, args.format, args.reference, args.plots, args.equivalence, args.data_bound
+    )
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ when asked (orchestrator/config_groups.py); the rest is argparse's.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from orchestrator.config_groups import groups_help
 from orchestrator.package_data import version
@@ -19,11 +19,18 @@ class _SweepHelp(argparse.Action):
     """-h/--help of `sweep`: argparse's help followed by the config groups and their values, read
     from the config directories (those of a --config-dir given before --help too)."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+    def __init__(
+        self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None
+    ) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
         parser.epilog = groups_help(getattr(namespace, "config_dir", None) or ())
         parser.print_help()
         parser.exit()
@@ -48,71 +55,144 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sweep = commands.add_parser(
-        "sweep", add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "sweep",
+        add_help=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         help="expand a Hydra sweep into cells and run them",
         description="Expand Hydra overrides (size=small,medium backend=glob(*) +experiment=NAME hydra.sweep.dir=DIR)\n"
         "into cells, write their configs and the manifest, and run every cell (a sweep is always a multirun).",
     )
-    sweep.add_argument("-h", "--help", action=_SweepHelp, help="show this help and the config groups, then exit")
-    sweep.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra override, e.g. backend=eager,inductor")
-    sweep.add_argument("--dry-run", action="store_true",
-                       help="print the grid and (Slurm) write the sbatch scripts it would submit; run or submit nothing")
-    sweep.add_argument("--smoke", action="store_true",
-                       help="run every cell here first, at the tiny size for 2+1 steps (sizes collapse into one), "
-                       "into SWEEP_DIR/smoke: catches failures before spending an allocation; submits nothing")
-    sweep.add_argument("--wait", action="store_true",
-                       help="(Slurm) after submitting, follow the jobs until no cell is queued, then print the status "
-                       "table; exit 0 only if every cell completed. A local sweep runs in the foreground anyway")
-    sweep.add_argument("--poll", type=_positive_seconds, default=None, metavar="SECONDS",
-                       help=f"with --wait: seconds between looks at the queue after the first, which comes at once "
-                       f"(default: {WAIT_INTERVAL_S:g}, gentle on a shared scheduler)")
-    sweep.add_argument("--give-up", type=_positive_seconds, default=None, metavar="SECONDS",
-                       help=f"with --wait: stop waiting once squeue has not answered for this long; the jobs run "
-                       f"on (default: {UNANSWERED_LIMIT_S:g})")
-    sweep.add_argument("-m", "--multirun", action="store_true",
-                       help="accepted as in Hydra; changes nothing: a sweep is always a multirun")
-    sweep.add_argument("-c", "--cfg", choices=("job",),
-                       help="print each cell's resolved config (YAML documents, as its config.yaml will hold it) "
-                       "and run, submit or write nothing")
-    sweep.add_argument("--first", type=int, default=None, metavar="N",
-                       help="with --cfg job: print only the first N cells' configs (default: every cell)")
-    sweep.add_argument("--config-dir", action="append", type=Path, metavar="DIR",
-                       help="add DIR to the config search path after the shipped configs, as Hydra's --config-dir: a "
-                       "site's own DIR/cluster/<site>.yaml (or experiment/, ...) becomes cluster=<site>; repeatable")
+    sweep.add_argument(
+        "-h", "--help", action=_SweepHelp, help="show this help and the config groups, then exit"
+    )
+    sweep.add_argument(
+        "overrides", nargs="*", metavar="OVERRIDE", help="Hydra override, e.g. backend=eager,inductor"
+    )
+    sweep.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the grid and (Slurm) write the sbatch scripts it would submit; run or submit nothing",
+    )
+    sweep.add_argument(
+        "--smoke",
+        action="store_true",
+        help="run every cell here first, at the tiny size for 2+1 steps (sizes collapse into one), "
+        "into SWEEP_DIR/smoke: catches failures before spending an allocation; submits nothing",
+    )
+    sweep.add_argument(
+        "--wait",
+        action="store_true",
+        help="(Slurm) after submitting, follow the jobs until no cell is queued, then print the status "
+        "table; exit 0 only if every cell completed. A local sweep runs in the foreground anyway",
+    )
+    sweep.add_argument(
+        "--poll",
+        type=_positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help=f"with --wait: seconds between looks at the queue after the first, which comes at once "
+        f"(default: {WAIT_INTERVAL_S:g}, gentle on a shared scheduler)",
+    )
+    sweep.add_argument(
+        "--give-up",
+        type=_positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help=f"with --wait: stop waiting once squeue has not answered for this long; the jobs run "
+        f"on (default: {UNANSWERED_LIMIT_S:g})",
+    )
+    sweep.add_argument(
+        "-m",
+        "--multirun",
+        action="store_true",
+        help="accepted as in Hydra; changes nothing: a sweep is always a multirun",
+    )
+    sweep.add_argument(
+        "-c",
+        "--cfg",
+        choices=("job",),
+        help="print each cell's resolved config (YAML documents, as its config.yaml will hold it) "
+        "and run, submit or write nothing",
+    )
+    sweep.add_argument(
+        "--first",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --cfg job: print only the first N cells' configs (default: every cell)",
+    )
+    sweep.add_argument(
+        "--config-dir",
+        action="append",
+        type=Path,
+        metavar="DIR",
+        help="add DIR to the config search path after the shipped configs, as Hydra's --config-dir: a "
+        "site's own DIR/cluster/<site>.yaml (or experiment/, ...) becomes cluster=<site>; repeatable",
+    )
 
     status = commands.add_parser("status", help="show each cell's state (exit 0 only when all completed)")
     status.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
-    status.add_argument("--json", action="store_true",
-                        help="print the states as JSON (per cell: axes, state, attempts, job ids, error) instead of "
-                        "the table")
-    status.add_argument("--retry-failed", action="store_true",
-                        help="then run again the cells that failed or are unfinished and not queued (Slurm: submit "
-                        "them; local: run them here); exit 0 when that succeeded")
+    status.add_argument(
+        "--json",
+        action="store_true",
+        help="print the states as JSON (per cell: axes, state, attempts, job ids, error) instead of "
+        "the table",
+    )
+    status.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="then run again the cells that failed or are unfinished and not queued (Slurm: submit "
+        "them; local: run them here); exit 0 when that succeeded",
+    )
 
     analyze = commands.add_parser(
-        "analyze", help="tables, figures and a report page of a sweep directory",
+        "analyze",
+        help="tables, figures and a report page of a sweep directory",
         description="Per-cell statistics over measured steps, speedups with bootstrap intervals, status counts, "
         "the seminar report's tables; printed, and written with figures to SWEEP_DIR/report/ (index.html, index.md).",
     )
     analyze.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
-    analyze.add_argument("--format", choices=("markdown", "latex", "csv", "json"), default="markdown",
-                         help="how the tables are printed; csv and json print the per-cell table with raw numbers "
-                         "(json: one record per cell; report/tables/ has every table as CSV)")
-    analyze.add_argument("--reference", choices=("seminar",), default=None,
-                         help="put the seminar report's published values beside ours and check its claims")
-    analyze.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
-                         help="write the figures (PNG and SVG) into SWEEP_DIR/report/plots/ (default: yes)")
-    analyze.add_argument("--equivalence", type=_fraction(below_one=True), default=None, metavar="MARGIN",
-                         help="margin of practical equivalence, e.g. 0.02: a speedup whose 95%% interval lies within "
-                         "1 ± MARGIN is 'no difference' (not faster, slower or a disagreement with a claim), and "
-                         "replicates are unstable only where they disagree by more (default: 0, no margin)")
-    analyze.add_argument("--data-bound", type=_fraction(below_one=False), default=None, metavar="FRACTION",
-                         help="a cell that spends more than this share of its step time waiting for data is "
-                         "data-bound: its verdicts rest on end-to-end throughput, not the median step "
-                         "(default: 0.10)")
+    analyze.add_argument(
+        "--format",
+        choices=("markdown", "latex", "csv", "json"),
+        default="markdown",
+        help="how the tables are printed; csv and json print the per-cell table with raw numbers "
+        "(json: one record per cell; report/tables/ has every table as CSV)",
+    )
+    analyze.add_argument(
+        "--reference",
+        choices=("seminar",),
+        default=None,
+        help="put the seminar report's published values beside ours and check its claims",
+    )
+    analyze.add_argument(
+        "--plots",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write the figures (PNG and SVG) into SWEEP_DIR/report/plots/ (default: yes)",
+    )
+    analyze.add_argument(
+        "--equivalence",
+        type=_fraction(below_one=True),
+        default=None,
+        metavar="MARGIN",
+        help="margin of practical equivalence, e.g. 0.02: a speedup whose 95%% interval lies within "
+        "1 ± MARGIN is 'no difference' (not faster, slower or a disagreement with a claim), and "
+        "replicates are unstable only where they disagree by more (default: 0, no margin)",
+    )
+    analyze.add_argument(
+        "--data-bound",
+        type=_fraction(below_one=False),
+        default=None,
+        metavar="FRACTION",
+        help="a cell that spends more than this share of its step time waiting for data is "
+        "data-bound: its verdicts rest on end-to-end throughput, not the median step "
+        "(default: 0.10)",
+    )
 
     compare = commands.add_parser(
-        "compare", help="the same cells in two sweeps: ratios B/A with intervals, regressions (exit 1)",
+        "compare",
+        help="the same cells in two sweeps: ratios B/A with intervals, regressions (exit 1)",
         description="Match the cells of SWEEP_B with those of SWEEP_A by their axes (not torch version, cluster, GPU "
         "or date) and print B/A of the median step time and of end-to-end throughput with 95%% bootstrap intervals. "
         "A regression: the step time interval lies above 1 + THRESHOLD. Exit 1 when there is one, else 0; 2 for bad "
@@ -120,11 +200,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("sweep_a", type=Path, metavar="SWEEP_A", help="the reference sweep (before)")
     compare.add_argument("sweep_b", type=Path, metavar="SWEEP_B", help="the sweep compared with it (after)")
-    compare.add_argument("--threshold", type=_fraction(below_one=True), default=None, metavar="FRACTION",
-                         help="a cell regresses when B's median step is slower than A's by more than this at 95%% "
-                         "confidence (default: 0.05)")
-    compare.add_argument("--format", choices=("markdown", "json"), default="markdown",
-                         help="a table and lists (markdown) or one JSON object")
+    compare.add_argument(
+        "--threshold",
+        type=_fraction(below_one=True),
+        default=None,
+        metavar="FRACTION",
+        help="a cell regresses when B's median step is slower than A's by more than this at 95%% "
+        "confidence (default: 0.05)",
+    )
+    compare.add_argument(
+        "--format",
+        choices=("markdown", "json"),
+        default="markdown",
+        help="a table and lists (markdown) or one JSON object",
+    )
     return parser
 
 

@@ -11,8 +11,8 @@ refused instead of being silently ignored. Listing reads the directories themsel
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import yaml
 
@@ -52,8 +52,10 @@ def search_dirs(config_dirs: Sequence[Path | str] = (), conf_dir: Path = CONF_DI
         for group, values in group_values([directory]).items():
             for value in values:
                 if (group, value) in shipped:
-                    raise ConfigDirError(f"--config-dir {directory}: {group}/{value}.yaml has the name of a shipped "
-                                         f"config, which Hydra would take instead; give it another name")
+                    raise ConfigDirError(
+                        f"--config-dir {directory}: {group}/{value}.yaml has the name of a shipped "
+                        f"config, which Hydra would take instead; give it another name"
+                    )
     return [conf_dir, *extra]
 
 
@@ -82,8 +84,10 @@ def refused(overrides: Sequence[str], clusters: Sequence[str]) -> str | None:
         if key == "hydra/launcher" or key.startswith("hydra.launcher."):
             return f"{override}: compilebench launches the cells itself; choose where with {where}"
         if key == "hydra/sweeper":
-            return (f"{override}: compilebench expands the grid itself (sweep with a,b range() choice() glob() or an "
-                    f"experiment's hydra.sweeper.params); choose where it runs with {where}")
+            return (
+                f"{override}: compilebench expands the grid itself (sweep with a,b range() choice() glob() or an "
+                f"experiment's hydra.sweeper.params); choose where it runs with {where}"
+            )
     return None
 
 
@@ -97,7 +101,9 @@ def groups_help(config_dirs: Sequence[Path | str] = ()) -> str:
     groups = group_values(dirs)
     names = {g: (g if g in defaults else f"+{g}") for g in groups}
     width = max(map(len, names.values()), default=0)
-    lines = [f"config groups (GROUP=VALUE, GROUP=A,B to sweep; * the default), from {', '.join(map(str, dirs))}:"]
+    lines = [
+        f"config groups (GROUP=VALUE, GROUP=A,B to sweep; * the default), from {', '.join(map(str, dirs))}:"
+    ]
     for group, values in sorted(groups.items(), key=lambda item: (item[0] not in defaults, item[0])):
         shown = [f"{v}*" if defaults.get(group) == v else v for v in values]
         lines.append(f"  {names[group]:<{width}}  {', '.join(shown)}")

@@ -28,7 +28,11 @@ def one_line(exc: BaseException) -> str:
         text = f"{text.splitlines()[0]} (at {exc.full_key})"
     text = text.split("Config search path:")[0]  # the search path only repeats conf/
     # OmegaConf appends `full_key: ...`, `object_type=...` lines that repeat what the first says.
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not _OMEGACONF_TRAILER.match(line.strip())]
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not _OMEGACONF_TRAILER.match(line.strip())
+    ]
     if not lines:
         return type(exc).__name__
     slurm = next((line for line in lines if _SLURM_ERROR.search(line)), None)
@@ -40,4 +44,3 @@ def one_line(exc: BaseException) -> str:
             options = ", ".join(rest[i + 1 :])
             return f"{head} ({line.rstrip(':').lower()}: {options})"
     return " ".join([head, *rest])
-

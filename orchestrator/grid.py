@@ -13,29 +13,40 @@ import copy
 import functools
 import json
 import os
-import re
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
-from hydra.errors import HydraException, OverrideParseException
+from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from orchestrator.config_groups import ConfigDirError, group_values, refused, search_dirs, search_path_override
+from orchestrator.config_groups import (
+    ConfigDirError,
+    group_values,
+    refused,
+    search_dirs,
+    search_path_override,
+)
 from orchestrator.errors import one_line
 from orchestrator.package_data import CONF_DIR
 from orchestrator.private_apis import (
-    apply_overrides, caching_repository, compose_groups, extend_search_path, group_exists, split_sweep,
+    apply_overrides,
+    caching_repository,
+    compose_groups,
+    extend_search_path,
+    group_exists,
+    split_sweep,
 )
-from workloads.cell.config import ConfigError, cell_config_from_dict, config_digest
 from workloads.cell.catalog import check_cell
+from workloads.cell.config import ConfigError, cell_config_from_dict, config_digest
 from workloads.contract.sweep_dir import SMOKE_DIR
 from workloads.contract.vocabulary import AXES, axes_from_config, backend_label, shown_axes
 
@@ -115,8 +126,14 @@ class Grid:
         other swept key."""
         axes = [cell.axes for cell in self.cells]
         shown, extra = shown_axes(axes), self.swept_keys()
-        return [{"cell_id": cell.cell_id, **{name: values[name] for name in shown},
-                 **{key: cell.override_values().get(key) for key in extra}} for cell, values in zip(self.cells, axes)]
+        return [
+            {
+                "cell_id": cell.cell_id,
+                **{name: values[name] for name in shown},
+                **{key: cell.override_values().get(key) for key in extra},
+            }
+            for cell, values in zip(self.cells, axes)
+        ]
 
 
 def cell_id_of(values: Mapping[str, Any]) -> str:
@@ -138,7 +155,9 @@ def _checked(values: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]
     """The cell's plain config validated by the workload schema, `cell_id` set."""
     try:
         cell_config = cell_config_from_dict(values)
-        check_cell(cell_config, submitting=True)  # unknown size/backend, unfit data, a bad target: before any run
+        check_cell(
+            cell_config, submitting=True
+        )  # unknown size/backend, unfit data, a bad target: before any run
     except ConfigError as exc:
         raise GridError(f"{' '.join(overrides) or '(defaults)'}: {one_line(exc)}") from exc
     values["cell_id"] = config_digest(cell_config)  # = cell_id_of(values), converted once
@@ -208,11 +227,15 @@ class _Composer:
             # Hydra's own composition (ConfigLoaderImpl._load_configuration_impl) without Hydra's
             # node: composing Hydra's ~10 own configs was two thirds of the time, and a cell
             # drops that node anyway (its interpolations only resolve inside a Hydra job).
-            cfg = compose_groups(self._loader, CONFIG_NAME, [self._parse(line)[0] for line in groups], self._repo)
+            cfg = compose_groups(
+                self._loader, CONFIG_NAME, [self._parse(line)[0] for line in groups], self._repo
+            )
             OmegaConf.set_struct(cfg, True)  # as Hydra: a plain override of a missing key is an error
             OmegaConf.copy_cache(from_config=self._master, to_config=cfg)  # as load_sweep_config
             with open_dict(cfg):
-                cfg.pop("hydra", None)  # what an experiment says of Hydra (sweeper params) was read from the master
+                cfg.pop(
+                    "hydra", None
+                )  # what an experiment says of Hydra (sweeper params) was read from the master
             unresolved = json.dumps(OmegaConf.to_container(cfg, resolve=False), default=str)
             simple = "${" not in unresolved and '"???"' not in unresolved
             self._composed[groups] = _Composed(cfg, self._to_dict(cfg, groups) if simple else None)
@@ -250,7 +273,9 @@ class _Composer:
         return values
 
 
-def expand(overrides: Sequence[str], config_dir: Path = CONF_DIR, config_dirs: Sequence[Path | str] = ()) -> Grid:
+def expand(
+    overrides: Sequence[str], config_dir: Path = CONF_DIR, config_dirs: Sequence[Path | str] = ()
+) -> Grid:
     """Expand command-line overrides into the grid of cells; raises GridError on bad input.
     `config_dirs`: a site's own config directories, searched after `config_dir` (--config-dir)."""
     try:
@@ -266,7 +291,9 @@ def expand(overrides: Sequence[str], config_dir: Path = CONF_DIR, config_dirs: S
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
             loader = GlobalHydra.instance().config_loader()
             # The multirun "master" config: experiment and plain overrides applied, sweeps not yet.
-            master = loader.load_configuration(CONFIG_NAME, [*searchpath, *overrides], run_mode=RunMode.MULTIRUN)
+            master = loader.load_configuration(
+                CONFIG_NAME, [*searchpath, *overrides], run_mode=RunMode.MULTIRUN
+            )
             if master.hydra.searchpath:  # --config-dir, or the user's own: for the cells' compositions too
                 extend_search_path(loader, list(master.hydra.searchpath))
             params = master.hydra.sweeper.params or {}
@@ -300,9 +327,18 @@ def expand(overrides: Sequence[str], config_dir: Path = CONF_DIR, config_dirs: S
 #: an experiment's sweeper params): every cell at the tiny size for a couple of steps, on whatever
 #: device this machine has, as one process (a distributed cell needs its Slurm tasks). Sizes and
 #: process counts collapse into one cell; everything else stays swept.
-SMOKE_OVERRIDES = ("size=tiny", "steps=2", "warmup_steps=1", "measure.min_seconds=0", "measure.rel_ci=null",
-                   "batch_size=null", "grad_accum=null", "device=auto", "distributed.nodes=1",
-                   "distributed.tasks_per_node=1")
+SMOKE_OVERRIDES = (
+    "size=tiny",
+    "steps=2",
+    "warmup_steps=1",
+    "measure.min_seconds=0",
+    "measure.rel_ci=null",
+    "batch_size=null",
+    "grad_accum=null",
+    "device=auto",
+    "distributed.nodes=1",
+    "distributed.tasks_per_node=1",
+)
 
 
 def smoke_grid(overrides: Sequence[str], config_dirs: Sequence[Path | str] = ()) -> tuple[Grid, Grid]:
@@ -310,8 +346,10 @@ def smoke_grid(overrides: Sequence[str], config_dirs: Sequence[Path | str] = ())
     sweep's grid is expanded first, so that its bad input fails exactly as it would when submitted.
     The cluster stays as chosen (not `cluster=local`): overrides of its keys must still apply."""
     full = expand(overrides, config_dirs=config_dirs)
-    smoke = expand([*overrides, *SMOKE_OVERRIDES, f"hydra.sweep.dir={full.sweep_dir / SMOKE_DIR}"],
-                   config_dirs=config_dirs)
+    smoke = expand(
+        [*overrides, *SMOKE_OVERRIDES, f"hydra.sweep.dir={full.sweep_dir / SMOKE_DIR}"],
+        config_dirs=config_dirs,
+    )
     return full, replace(smoke, cluster={**smoke.cluster, "executor": "local"})
 
 

@@ -12,8 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workloads.contract.sweep_dir import (
-    SweepDirError, cell_dir, cell_dirs, config_path, read_cell_config, read_manifest, recorded_job_ids,
-    write_cell_config, write_manifest,
+    SweepDirError,
+    cell_dir,
+    cell_dirs,
+    config_path,
+    read_cell_config,
+    read_manifest,
+    recorded_job_ids,
+    write_cell_config,
+    write_manifest,
 )
 
 if TYPE_CHECKING:  # grid imports Hydra and the workloads (torch): a Slurm task needs neither
@@ -74,8 +81,9 @@ def read_grid(sweep_dir: Path) -> Grid:
         clusters.setdefault(json.dumps(config.get("cluster"), sort_keys=True), cell_id)
     if len(clusters) > 1:
         first, other = list(clusters.values())[:2]
-        raise SweepDirError(f"cells {first} and {other} of {sweep_dir} have different cluster settings; "
-                            "run `compilebench sweep` with the sweep's overrides instead")
+        raise SweepDirError(
+            f"cells {first} and {other} of {sweep_dir} have different cluster settings; "
+            "run `compilebench sweep` with the sweep's overrides instead"
+        )
     cluster = json.loads(next(iter(clusters))) if clusters else None
     return Grid(cells=cells, sweep_dir=sweep_dir, cluster=cluster or {})
-

@@ -20,7 +20,7 @@ ended: every replicate compiles cold.
 
 A distributed cell (several processes) is not for this executor: it starts one process per
 cell and is no launcher; Slurm starts a distributed cell's processes, one task each, and each
-task runs `run_cell` for its rank (orchestrator/slurm_job.py).
+task runs `run_cell_process` for its rank (orchestrator/slurm_job.py).
 """
 
 from __future__ import annotations
@@ -34,22 +34,29 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from workloads.local.child_env import child_env
-from workloads.instruments.compile_cache import BASE_ENV
-from workloads.contract.schema import atomic_output
-from workloads.contract.sweep_dir import (
-    COMPILE_CACHE_DIR, LOGS_DIR, cell_dir, config_path, missing_repeats, newest_attempt, record_killed_attempt,
-)
-from workloads.local import turns
 from workloads.cell.config import distributed_section
-from workloads.contract.vocabulary import COMPLETED
+from workloads.contract.atomic import atomic_output
+from workloads.contract.sweep_dir import (
+    COMPILE_CACHE_DIR,
+    LOGS_DIR,
+    cell_dir,
+    config_path,
+    missing_repeats,
+    newest_attempt,
+    record_killed_attempt,
+)
+from workloads.contract.vocabulary import COMPLETED, FAILED, OOM
+from workloads.instruments.compile_cache import BASE_ENV
+from workloads.local import turns
+from workloads.local.child_env import child_env
 
-if TYPE_CHECKING:  # grid imports Hydra and torch; run_cell in a Slurm task needs neither
+if TYPE_CHECKING:  # grid imports Hydra and torch; run_cell_process in a Slurm task needs neither
     from orchestrator.grid import Cell, Grid
 
 #: An Outcome's status for a cell that an earlier run completed (not run again).
@@ -87,8 +94,10 @@ def why_not_local(grid: Grid) -> str | None:
     many = [cell.cell_id for cell in grid.cells if distributed_section(cell.config).world_size > 1]
     if not many:
         return None
-    return (f"{len(many)} cell(s) train as several processes (distributed.nodes x tasks_per_node > 1, e.g. "
-            f"{many[0]}); the local executor runs one process per cell: use a Slurm cluster profile")
+    return (
+        f"{len(many)} cell(s) train as several processes (distributed.nodes x tasks_per_node > 1, e.g. "
+        f"{many[0]}); the local executor runs one process per cell: use a Slurm cluster profile"
+    )
 
 
 def memory_oom_kills() -> int | None:
@@ -99,7 +108,9 @@ def memory_oom_kills() -> int | None:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
         return None
-    groups = {controllers: path.lstrip("/") for _, controllers, path in (line.split(":", 2) for line in lines)}
+    groups = {
+        controllers: path.lstrip("/") for _, controllers, path in (line.split(":", 2) for line in lines)
+    }
     v1 = next((path for controllers, path in groups.items() if "memory" in controllers.split(",")), None)
     if v1 is not None:
         counts = Path("/sys/fs/cgroup/memory", v1, "memory.oom_control")
@@ -155,18 +166,19 @@ class CellProcess:
             if self.rank > 0 or self.repeat not in missing_repeats(directory, self.repeat + 1):
                 return Outcome(self.cell_id, COMPLETED, seconds)
             # Trust the file, not the exit code: a re-run skips only what run.parquet says is done.
-            return Outcome(self.cell_id, "failed", seconds, "exit 0 but run.parquet has no completed attempt")
+            return Outcome(self.cell_id, FAILED, seconds, "exit 0 but run.parquet has no completed attempt")
 
         # The workload records why in run.parquet (oom, not_compiled, ...) unless it died before;
         # only rank 0 records, so another rank's reason is its own last words.
-        attempts, status, error = (newest_attempt(directory) if self.rank == 0
-                                   else (self.attempts_before, None, None))
+        attempts, status, error = (
+            newest_attempt(directory) if self.rank == 0 else (self.attempts_before, None, None)
+        )
         wrote_attempt = attempts > self.attempts_before
         if code < 0 and self.rank == 0 and not wrote_attempt:  # killed by a signal it could not catch
             status, reason = self._killed(signal.Signals(-code).name)
             record_killed_attempt(directory, self.cell_id, self.repeat, status, reason, self.started_at)
             return Outcome(self.cell_id, status, seconds, f"exit {code}: {reason} [{self.stderr_log}]")
-        status = status if wrote_attempt and status and status != COMPLETED else "failed"
+        status = status if wrote_attempt and status and status != COMPLETED else FAILED
         if wrote_attempt and isinstance(error, str) and error.strip():
             reason = error.strip().splitlines()[0]  # the workload's own one-line reason
         else:
@@ -178,27 +190,39 @@ class CellProcess:
         `oom` where its memory cgroup counts an OOM kill more than when it started."""
         after = memory_oom_kills()
         if self.oom_kills_before is not None and after is not None and after > self.oom_kills_before:
-            return "oom", (f"killed by the kernel's OOM killer ({signal_name}): the memory limit of its cgroup "
-                           "(Slurm's --mem) or the node's memory was reached")
-        return "failed", f"killed by {signal_name} before it wrote a result"
+            return OOM, (
+                f"killed by the kernel's OOM killer ({signal_name}): the memory limit of its cgroup "
+                "(Slurm's --mem) or the node's memory was reached"
+            )
+        return FAILED, f"killed by {signal_name} before it wrote a result"
 
 
-def start_cell(sweep_dir: Path, cell_id: str, rank: int = 0, repeat: int = 0,
-               env: dict[str, str] | None = None) -> CellProcess:
+def start_cell(
+    sweep_dir: Path, cell_id: str, rank: int = 0, repeat: int = 0, env: dict[str, str] | None = None
+) -> CellProcess:
     """Start replicate `repeat` of one cell (in a distributed cell, this task's rank of it) as a
     subprocess whose stdout/stderr go to the cell's logs/ (see `log_paths`); `env` adds variables."""
     directory = cell_dir(sweep_dir, cell_id)
     logs = directory / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)
     attempts_before = newest_attempt(directory)[0]
-    command = [sys.executable, "-m", "workloads.run", str(config_path(sweep_dir, cell_id)), "--repeat", str(repeat)]
+    command = [
+        sys.executable,
+        "-m",
+        "workloads.run",
+        str(config_path(sweep_dir, cell_id)),
+        "--repeat",
+        str(repeat),
+    ]
     stdout_log, stderr_log = log_paths(logs, rank)
     with open(stdout_log, "ab") as out, open(stderr_log, "ab") as err:  # the child keeps its own copies
-        process = subprocess.Popen(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=child_env(env))
+        process = subprocess.Popen(
+            command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=child_env(env)
+        )
     return CellProcess(sweep_dir, cell_id, rank, repeat, process, attempts_before, stderr_log)
 
 
-def run_cell(sweep_dir: Path, cell: Cell | str, rank: int = 0, repeat: int = 0) -> Outcome:
+def run_cell_process(sweep_dir: Path, cell: Cell | str, rank: int = 0, repeat: int = 0) -> Outcome:
     """Run replicate `repeat` of one cell (a Cell or its id) in a subprocess — in a distributed
     cell, this task's rank of it — and wait for it."""
     cell_id = cell if isinstance(cell, str) else cell.cell_id
@@ -234,8 +258,11 @@ class _Turns:
     def start(self, sweep_dir: Path, cell: Cell, repeat: int, index: int) -> CellProcess:
         marker = self.directory / f"{turns.IMPORTING_PREFIX}{index}"
         marker.touch()  # before the process exists: the one measuring must not miss it
-        env = {turns.DIR_ENV: str(self.directory), turns.INDEX_ENV: str(index),
-               BASE_ENV: str(self._cache(sweep_dir, index))}
+        env = {
+            turns.DIR_ENV: str(self.directory),
+            turns.INDEX_ENV: str(index),
+            BASE_ENV: str(self._cache(sweep_dir, index)),
+        }
         started = start_cell(sweep_dir, cell.cell_id, repeat=repeat, env=env)
         with contextlib.suppress(FileNotFoundError):  # a process that ends at once takes it with it
             with open(marker, "r+") as fh:
@@ -294,7 +321,12 @@ def run_grid(grid: Grid, out: TextIO | None = None, ahead: int | None = None) ->
         try:
             for index, (cell, repeat) in enumerate(todo):
                 run = f" run {repeat + 1}/{cell.repeats}" if cell.repeats > 1 else ""
-                print(f"[{index + 1}/{len(todo)}] {cell.label}{run} ({cell.cell_id}) ... ", end="", file=out, flush=True)
+                print(
+                    f"[{index + 1}/{len(todo)}] {cell.label}{run} ({cell.cell_id}) ... ",
+                    end="",
+                    file=out,
+                    flush=True,
+                )
                 if index in waiting:  # its turn was given when the one before handed over
                     current = waiting.pop(index)
                 elif to_run(index):

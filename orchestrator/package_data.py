@@ -9,7 +9,8 @@ that knows both layouts; everything else asks it.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version as distribution_version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as distribution_version
 from pathlib import Path
 
 DISTRIBUTION = "compilebench"

@@ -16,9 +16,10 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig
@@ -112,7 +113,9 @@ def extend_search_path(loader: Any, entries: Sequence[str]) -> None:
     search_path = copy.deepcopy(loader.get_search_path())
     schema = search_path.get_path().pop(-1)
     if schema.provider != "schema":
-        raise _error("hydra-core", "ConfigLoader.get_search_path()", f"its last entry is {schema}, not the schema")
+        raise _error(
+            "hydra-core", "ConfigLoader.get_search_path()", f"its last entry is {schema}, not the schema"
+        )
     for entry in entries:
         search_path.append(provider="hydra.searchpath", path=entry)
     search_path.append(schema.provider, schema.path)
@@ -127,7 +130,9 @@ def caching_repository(loader: Any) -> Any:
     return CachingConfigRepository(loader.repository)
 
 
-def compose_groups(loader: Any, config_name: str, group_overrides: Sequence[Override], repo: Any = None) -> DictConfig:
+def compose_groups(
+    loader: Any, config_name: str, group_overrides: Sequence[Override], repo: Any = None
+) -> DictConfig:
     """The primary config `config_name` composed with these config-group overrides, without
     Hydra's own `hydra` node (no plain overrides applied; not struct, not resolved). `repo`: a
     `caching_repository` shared by the compositions of one expansion (default: a new one).
@@ -139,8 +144,13 @@ def compose_groups(loader: Any, config_name: str, group_overrides: Sequence[Over
     which were two thirds of the time. The public `compose`/`load_configuration` always
     compose the `hydra` node."""
     repo = repo if repo is not None else CachingConfigRepository(loader.repository)
-    defaults = create_defaults_list(repo=repo, config_name=config_name, overrides_list=list(group_overrides),
-                                    prepend_hydra=False, skip_missing=False)
+    defaults = create_defaults_list(
+        repo=repo,
+        config_name=config_name,
+        overrides_list=list(group_overrides),
+        prepend_hydra=False,
+        skip_missing=False,
+    )
     return loader._compose_config_from_defaults_list(defaults=defaults.defaults, repo=repo)
 
 
@@ -225,8 +235,9 @@ def _takes(func: Callable[..., Any], parameters: Sequence[str]) -> str | None:
     return None
 
 
-def _member(owner: type, name: str, parameters: Sequence[str] | None = None, kind: type | None = None
-            ) -> Callable[[], str | None]:
+def _member(
+    owner: type, name: str, parameters: Sequence[str] | None = None, kind: type | None = None
+) -> Callable[[], str | None]:
     """A check that `owner.name` exists, is a `kind` (staticmethod, property) where given, and
     takes `parameters` first where given."""
 
@@ -244,14 +255,18 @@ def _member(owner: type, name: str, parameters: Sequence[str] | None = None, kin
 def _repository() -> str | None:
     if "self.repository" not in inspect.getsource(ConfigLoaderImpl.__init__):
         return "ConfigLoaderImpl no longer sets self.repository"
-    return _member(IConfigRepository, "group_exists", ["config_path"])() or \
-        _member(IConfigRepository, "initialize_sources", ["config_search_path"])()
+    return (
+        _member(IConfigRepository, "group_exists", ["config_path"])()
+        or _member(IConfigRepository, "initialize_sources", ["config_search_path"])()
+    )
 
 
 def _defaults_list() -> str | None:
     if "defaults" not in getattr(DefaultsList, "__dataclass_fields__", {}):
         return "its result (DefaultsList) has no `defaults` field any more"
-    return _takes(create_defaults_list, ["repo", "config_name", "overrides_list", "prepend_hydra", "skip_missing"])
+    return _takes(
+        create_defaults_list, ["repo", "config_name", "overrides_list", "prepend_hydra", "skip_missing"]
+    )
 
 
 def _map_count() -> str | None:
@@ -269,25 +284,53 @@ def _errors() -> str | None:
 
 #: Every wrapped private API, as `check()` tests them.
 CHECKS: tuple[ApiCheck, ...] = (
-    ApiCheck("hydra-core", "hydra._internal.config_loader_impl.ConfigLoaderImpl._apply_overrides_to_config",
-             _member(ConfigLoaderImpl, "_apply_overrides_to_config", ["overrides", "cfg"], staticmethod)),
-    ApiCheck("hydra-core", "hydra._internal.config_loader_impl.ConfigLoaderImpl.repository.group_exists, "
-             "initialize_sources", _repository),
-    ApiCheck("hydra-core", "hydra._internal.config_repository.CachingConfigRepository",
-             _member(CachingConfigRepository, "__init__", ["delegate"])),
+    ApiCheck(
+        "hydra-core",
+        "hydra._internal.config_loader_impl.ConfigLoaderImpl._apply_overrides_to_config",
+        _member(ConfigLoaderImpl, "_apply_overrides_to_config", ["overrides", "cfg"], staticmethod),
+    ),
+    ApiCheck(
+        "hydra-core",
+        "hydra._internal.config_loader_impl.ConfigLoaderImpl.repository.group_exists, initialize_sources",
+        _repository,
+    ),
+    ApiCheck(
+        "hydra-core",
+        "hydra._internal.config_repository.CachingConfigRepository",
+        _member(CachingConfigRepository, "__init__", ["delegate"]),
+    ),
     ApiCheck("hydra-core", "hydra._internal.defaults_list.create_defaults_list", _defaults_list),
-    ApiCheck("hydra-core", "hydra._internal.config_loader_impl.ConfigLoaderImpl._compose_config_from_defaults_list",
-             _member(ConfigLoaderImpl, "_compose_config_from_defaults_list", ["defaults", "repo"])),
-    ApiCheck("hydra-core", "hydra._internal.core_plugins.basic_sweeper.BasicSweeper.split_arguments",
-             _member(BasicSweeper, "split_arguments", ["overrides", "max_batch_size"], staticmethod)),
+    ApiCheck(
+        "hydra-core",
+        "hydra._internal.config_loader_impl.ConfigLoaderImpl._compose_config_from_defaults_list",
+        _member(ConfigLoaderImpl, "_compose_config_from_defaults_list", ["defaults", "repo"]),
+    ),
+    ApiCheck(
+        "hydra-core",
+        "hydra._internal.core_plugins.basic_sweeper.BasicSweeper.split_arguments",
+        _member(BasicSweeper, "split_arguments", ["overrides", "max_batch_size"], staticmethod),
+    ),
     ApiCheck("submitit", "submitit.slurm.slurm._convert_mem", lambda: _takes(_convert_mem, ["mem_gb"])),
-    ApiCheck("submitit", "submitit.SlurmExecutor._make_submission_file_text",
-             _member(SlurmExecutor, "_make_submission_file_text", ["command", "uid"])),
-    ApiCheck("submitit", "submitit.SlurmExecutor._submitit_command_str", _member(SlurmExecutor, "_submitit_command_str",
-                                                                               kind=property)),
-    ApiCheck("submitit", "submitit.SlurmExecutor._submit_command (overridden by RenderOnlyExecutor)",
-             _member(SlurmExecutor, "_submit_command", ["command"])),
-    ApiCheck("submitit", "SlurmExecutor.parameters['map_count'] (set as _internal_process_submissions does)", _map_count),
+    ApiCheck(
+        "submitit",
+        "submitit.SlurmExecutor._make_submission_file_text",
+        _member(SlurmExecutor, "_make_submission_file_text", ["command", "uid"]),
+    ),
+    ApiCheck(
+        "submitit",
+        "submitit.SlurmExecutor._submitit_command_str",
+        _member(SlurmExecutor, "_submitit_command_str", kind=property),
+    ),
+    ApiCheck(
+        "submitit",
+        "submitit.SlurmExecutor._submit_command (overridden by RenderOnlyExecutor)",
+        _member(SlurmExecutor, "_submit_command", ["command"]),
+    ),
+    ApiCheck(
+        "submitit",
+        "SlurmExecutor.parameters['map_count'] (set as _internal_process_submissions does)",
+        _map_count,
+    ),
     ApiCheck("submitit", "submitit.core.utils.FailedJobError, FailedSubmissionError", _errors),
 )
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from workloads.cell.config import DistributedConfig, distributed_section
 
@@ -88,8 +89,14 @@ class Resources:
 
     def describe(self) -> dict[str, Any]:
         """The columns the dry-run grid shows (gres and mem per node, cpus per task)."""
-        return {"partition": self.partition, "tasks": f"{self.nodes}x{self.tasks_per_node}", "gres": self.gres or "-",
-                "cpus": self.cpus, "mem": f"{self.mem_gb:g}G" if self.mem_gb else None, "time": f"{self.time_min} min"}
+        return {
+            "partition": self.partition,
+            "tasks": f"{self.nodes}x{self.tasks_per_node}",
+            "gres": self.gres or "-",
+            "cpus": self.cpus,
+            "mem": f"{self.mem_gb:g}G" if self.mem_gb else None,
+            "time": f"{self.time_min} min",
+        }
 
 
 def _fail(profile: str, message: str) -> ProfileError:
@@ -125,7 +132,9 @@ def load_profile(cluster: Mapping[str, Any]) -> SlurmProfile:
 
     _mapping_of_str(name, profile.partitions, "partitions")
     if not profile.partitions:
-        raise _fail(name, "partitions is empty; map each GPU type to a partition, e.g. {A100: 'grete:shared'}")
+        raise _fail(
+            name, "partitions is empty; map each GPU type to a partition, e.g. {A100: 'grete:shared'}"
+        )
     _mapping_of_str(name, profile.gpu_type_by_model, "gpu_type_by_model")
     for key in ("gpus_per_node", "cpus_per_gpu", "max_array_size", "array_parallelism", "signal_delay_s"):
         _positive(name, getattr(profile, key), key)
@@ -136,12 +145,19 @@ def load_profile(cluster: Mapping[str, Any]) -> SlurmProfile:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise _fail(name, f"{key} must be an integer >= 0, got {value!r}")
     if profile.gpus_per_node and profile.gpus > profile.gpus_per_node:
-        raise _fail(name, f"gpus={profile.gpus} is more than a node has (gpus_per_node={profile.gpus_per_node})")
+        raise _fail(
+            name, f"gpus={profile.gpus} is more than a node has (gpus_per_node={profile.gpus_per_node})"
+        )
     if profile.compile_cache not in COMPILE_CACHES:
-        raise _fail(name, f"compile_cache must be one of {', '.join(COMPILE_CACHES)}, got {profile.compile_cache!r}")
+        raise _fail(
+            name, f"compile_cache must be one of {', '.join(COMPILE_CACHES)}, got {profile.compile_cache!r}"
+        )
     if profile.partition is not None and profile.partition not in profile.partitions.values():
-        raise _fail(name, f"unknown partition {profile.partition!r}; the profile's partitions: "
-                          f"{', '.join(sorted(set(profile.partitions.values())))}")
+        raise _fail(
+            name,
+            f"unknown partition {profile.partition!r}; the profile's partitions: "
+            f"{', '.join(sorted(set(profile.partitions.values())))}",
+        )
     for key in ("modules", "setup"):
         lines = getattr(profile, key)
         if not isinstance(lines, list) or not all(isinstance(x, str) and "\n" not in x for x in lines):
@@ -149,30 +165,44 @@ def load_profile(cluster: Mapping[str, Any]) -> SlurmProfile:
     if not isinstance(profile.env, Mapping) or not all(_ENV_NAME.fullmatch(str(k)) for k in profile.env):
         raise _fail(name, f"env must map variable names to values, got {profile.env!r}")
     if not isinstance(profile.sbatch_extra, Mapping):
-        raise _fail(name, f"sbatch_extra must map sbatch option names to values, got {profile.sbatch_extra!r}")
+        raise _fail(
+            name, f"sbatch_extra must map sbatch option names to values, got {profile.sbatch_extra!r}"
+        )
     return profile
 
 
 def gpu_type_for(profile: SlurmProfile, model: str) -> str:
     """The GPU type a cell of `model` runs on (see the module docstring); raises ProfileError."""
-    gpu_type = profile.gpu_type or profile.gpu_type_by_model.get(model) or profile.gpu_type_by_model.get("default")
+    gpu_type = (
+        profile.gpu_type or profile.gpu_type_by_model.get(model) or profile.gpu_type_by_model.get("default")
+    )
     types = ", ".join(profile.partitions)
     if gpu_type is None:
-        raise _fail(profile.name, f"no GPU type for model {model}: set cluster.gpu_type (one of {types}) "
-                                  f"or cluster.gpu_type_by_model.default")
+        raise _fail(
+            profile.name,
+            f"no GPU type for model {model}: set cluster.gpu_type (one of {types}) "
+            f"or cluster.gpu_type_by_model.default",
+        )
     if gpu_type not in profile.partitions:
-        raise _fail(profile.name, f"unknown GPU type {gpu_type!r} (for model {model}); the profile's "
-                                  f"partitions have: {types}")
+        raise _fail(
+            profile.name,
+            f"unknown GPU type {gpu_type!r} (for model {model}); the profile's partitions have: {types}",
+        )
     return gpu_type
 
 
-def resources_for(profile: SlurmProfile, model: str, layout: DistributedConfig = DistributedConfig()) -> Resources:
+def resources_for(
+    profile: SlurmProfile, model: str, layout: DistributedConfig = DistributedConfig()
+) -> Resources:
     """The resources of one cell of `model`, trained by `layout`'s processes, on this profile."""
     gpu_type = gpu_type_for(profile, model)
     gpus_per_node = profile.gpus * layout.tasks_per_node
     if profile.gpus_per_node and gpus_per_node > profile.gpus_per_node:
-        raise _fail(profile.name, f"a cell of distributed.tasks_per_node={layout.tasks_per_node} asks for "
-                                  f"{gpus_per_node} GPUs per node; a node has {profile.gpus_per_node} (gpus_per_node)")
+        raise _fail(
+            profile.name,
+            f"a cell of distributed.tasks_per_node={layout.tasks_per_node} asks for "
+            f"{gpus_per_node} GPUs per node; a node has {profile.gpus_per_node} (gpus_per_node)",
+        )
     per_task = max(profile.gpus, 1)  # a CPU-only request (gpus: 0) still gets one GPU's share
     return Resources(
         partition=profile.partition or profile.partitions[gpu_type],

@@ -15,16 +15,17 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from submitit import SlurmExecutor
 
 from orchestrator.package_data import TEMPLATES_DIR
 from orchestrator.private_apis import RenderOnlyExecutor, convert_mem, submission_script_text
 from orchestrator.profile import ProfileError, Resources, SlurmProfile
-from workloads.instruments.compile_cache import BASE_ENV
 from workloads.contract.sweep_dir import COMPILE_CACHE_DIR, SUBMITIT_DIR
+from workloads.instruments.compile_cache import BASE_ENV
 
 TEMPLATE_SUFFIX = ".sh.tmpl"
 #: Every job's name starts with this; the sweep directory's name follows (`job_name`).
@@ -40,8 +41,12 @@ def template_path(profile: SlurmProfile) -> Path:
     name = profile.sbatch_template
     path = Path(name).expanduser() if "/" in name else TEMPLATES_DIR / f"{name}{TEMPLATE_SUFFIX}"
     if not path.is_file():
-        known = ", ".join(sorted(p.name[: -len(TEMPLATE_SUFFIX)] for p in TEMPLATES_DIR.glob(f"*{TEMPLATE_SUFFIX}")))
-        raise ProfileError(f"cluster {profile.name}: sbatch_template {name!r} not found ({path}); known: {known}")
+        known = ", ".join(
+            sorted(p.name[: -len(TEMPLATE_SUFFIX)] for p in TEMPLATES_DIR.glob(f"*{TEMPLATE_SUFFIX}"))
+        )
+        raise ProfileError(
+            f"cluster {profile.name}: sbatch_template {name!r} not found ({path}); known: {known}"
+        )
     return path
 
 
@@ -116,7 +121,11 @@ def slurm_parameters(profile: SlurmProfile, resources: Resources, sweep_dir: Pat
         # --signal=USR2@N: the cell records `timeout` and the job is requeued (orchestrator/slurm_job.py)
         "signal_delay_s": profile.signal_delay_s,
         "array_parallelism": profile.array_parallelism,
-        "setup": [*preamble_lines(profile), *profile.setup, *compile_cache_lines(profile.compile_cache, sweep_dir)],
+        "setup": [
+            *preamble_lines(profile),
+            *profile.setup,
+            *compile_cache_lines(profile.compile_cache, sweep_dir),
+        ],
     }
     if resources.gres:
         params["gres"] = resources.gres
@@ -141,15 +150,20 @@ def slurm_parameters(profile: SlurmProfile, resources: Resources, sweep_dir: Pat
     if profile.sbatch_extra:
         bad = [k for k in profile.sbatch_extra if not _OPTION.fullmatch(str(k))]
         if bad:
-            raise ProfileError(f"cluster {profile.name}: sbatch_extra keys must be sbatch option names, got {bad}")
+            raise ProfileError(
+                f"cluster {profile.name}: sbatch_extra keys must be sbatch option names, got {bad}"
+            )
         params["additional_parameters"] = {
-            str(k): v if v is True else str(v) for k, v in profile.sbatch_extra.items() if v is not None and v is not False
+            str(k): v if v is True else str(v)
+            for k, v in profile.sbatch_extra.items()
+            if v is not None and v is not False
         }
     return params
 
 
-def make_executor(sweep_dir: Path, params: Mapping[str, Any], render_only: bool = False,
-                  max_requeue: int = 0) -> SlurmExecutor:
+def make_executor(
+    sweep_dir: Path, params: Mapping[str, Any], render_only: bool = False, max_requeue: int = 0
+) -> SlurmExecutor:
     """submitit's executor of the sweep; `max_requeue` = how often a job stopped at its time limit
     is requeued (submitit's max_num_timeout: the job's USR2 handler counts down)."""
     cls = RenderOnlyExecutor if render_only else SlurmExecutor

@@ -10,7 +10,7 @@ from __future__ import annotations
 import getpass
 import re
 import subprocess
-from typing import Sequence
+from collections.abc import Sequence
 
 #: Seconds a scheduler query may take; a query that takes longer is treated as unanswered.
 QUERY_TIMEOUT_S = 10
@@ -22,23 +22,41 @@ UNANSWERED_LIMIT_S = 120.0
 
 #: Slurm job states (squeue %T, sacct State) -> cell state.
 SLURM_STATES = {
-    "PENDING": "pending", "REQUEUED": "pending", "REQUEUE_FED": "pending", "REQUEUE_HOLD": "pending",
-    "CONFIGURING": "pending", "RESV_DEL_HOLD": "pending",
-    "RUNNING": "running", "COMPLETING": "running", "STAGE_OUT": "running", "SIGNALING": "running",
-    "SUSPENDED": "running", "STOPPED": "running", "RESIZING": "running",
-    "TIMEOUT": "timeout", "DEADLINE": "timeout", "CANCELLED": "cancelled", "OUT_OF_MEMORY": "oom",
-    "FAILED": "failed", "BOOT_FAIL": "failed", "PREEMPTED": "failed", "SPECIAL_EXIT": "failed", "REVOKED": "failed",
+    "PENDING": "pending",
+    "REQUEUED": "pending",
+    "REQUEUE_FED": "pending",
+    "REQUEUE_HOLD": "pending",
+    "CONFIGURING": "pending",
+    "RESV_DEL_HOLD": "pending",
+    "RUNNING": "running",
+    "COMPLETING": "running",
+    "STAGE_OUT": "running",
+    "SIGNALING": "running",
+    "SUSPENDED": "running",
+    "STOPPED": "running",
+    "RESIZING": "running",
+    "TIMEOUT": "timeout",
+    "DEADLINE": "timeout",
+    "CANCELLED": "cancelled",
+    "OUT_OF_MEMORY": "oom",
+    "FAILED": "failed",
+    "BOOT_FAIL": "failed",
+    "PREEMPTED": "failed",
+    "SPECIAL_EXIT": "failed",
+    "REVOKED": "failed",
     # Gone without a result, by no fault of the cell: its node died (a job that may be requeued,
     # as by default, is PENDING again instead), or the job ended well but the cell wrote nothing.
-    "NODE_FAIL": "lost", "COMPLETED": "lost",
+    "NODE_FAIL": "lost",
+    "COMPLETED": "lost",
 }
 
 
 def query(*command: str) -> str | None:
     """stdout of a scheduler query, or None when it is missing, fails or takes too long."""
     try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S,
-                             stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            command, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout if out.returncode == 0 else None

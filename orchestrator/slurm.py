@@ -27,9 +27,10 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Collection, Hashable, Iterator, Sequence, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from orchestrator.errors import one_line
 from orchestrator.grid import Cell, Grid
@@ -38,8 +39,8 @@ from orchestrator.private_apis import SUBMISSION_ERRORS
 from orchestrator.profile import ProfileError, Resources, SlurmProfile, cell_resources, load_profile
 from orchestrator.sbatch import make_executor, script_text, slurm_parameters
 from orchestrator.scheduler import partitions, queued_jobs
-from workloads.instruments.compile_cache import BASE_ENV, INDUCTOR_ENV, TRITON_ENV
 from workloads.contract.sweep_dir import SBATCH_DIR, cell_dir, missing_repeats, recorded_job_ids
+from workloads.instruments.compile_cache import BASE_ENV, INDUCTOR_ENV, TRITON_ENV
 
 DRY_RUN_PREFIX = "dryrun-"
 #: Client settings that must survive the clean environment: they say where the cluster is.
@@ -62,9 +63,11 @@ class SubmissionInterrupted(Exception):
 
     def __init__(self, signum: int, submitted: int, total: int, sweep_dir: Path):
         self.signum, self.submitted, self.total = signum, submitted, total
-        super().__init__(f"interrupted by {signal.Signals(signum).name}: {submitted} of {total} job array(s) "
-                         f"submitted, their job ids in {Path(sweep_dir) / 'manifest.parquet'}; "
-                         "the same command submits the rest")
+        super().__init__(
+            f"interrupted by {signal.Signals(signum).name}: {submitted} of {total} job array(s) "
+            f"submitted, their job ids in {Path(sweep_dir) / 'manifest.parquet'}; "
+            "the same command submits the rest"
+        )
 
 
 @dataclass
@@ -103,7 +106,11 @@ def group_arrays(items: Sequence[T], key: Callable[[T], K], max_size: int) -> li
     groups: dict[K, list[T]] = {}
     for item in items:
         groups.setdefault(key(item), []).append(item)
-    return [(k, members[i : i + max_size]) for k, members in groups.items() for i in range(0, len(members), max_size)]
+    return [
+        (k, members[i : i + max_size])
+        for k, members in groups.items()
+        for i in range(0, len(members), max_size)
+    ]
 
 
 def check_grid(grid: Grid) -> tuple[SlurmProfile, dict[str, Resources], dict[Resources, dict[str, Any]]]:
@@ -111,12 +118,15 @@ def check_grid(grid: Grid) -> tuple[SlurmProfile, dict[str, Resources], dict[Res
     before anything is written."""
     profile = load_profile(grid.cluster)
     resources = {cell.cell_id: cell_resources(profile, cell.config) for cell in grid.cells}
-    params = {res: slurm_parameters(profile, res, grid.sweep_dir) for res in dict.fromkeys(resources.values())}
+    params = {
+        res: slurm_parameters(profile, res, grid.sweep_dir) for res in dict.fromkeys(resources.values())
+    }
     return profile, resources, params
 
 
-def cells_to_skip(grid: Grid, job_ids: dict[str, str], missing: dict[str, list[int]],
-                  check_queue: bool = True) -> dict[str, str]:
+def cells_to_skip(
+    grid: Grid, job_ids: dict[str, str], missing: dict[str, list[int]], check_queue: bool = True
+) -> dict[str, str]:
     """Cells not to submit again: completed ones (no replicate `missing`), and ones with a recorded
     job still queued (the manifest's job_id lists one job per replicate submitted, space-separated)."""
     skipped = {c.cell_id: "completed" for c in grid.cells if not missing[c.cell_id]}
@@ -135,8 +145,10 @@ def check_partitions(resources: dict[str, Resources]) -> None:
     if existing is None:
         return
     for partition in sorted({res.partition for res in resources.values()} - existing):
-        raise ProfileError(f"partition {partition!r} does not exist on this cluster "
-                           f"(sinfo lists: {', '.join(sorted(existing))})")
+        raise ProfileError(
+            f"partition {partition!r} does not exist on this cluster "
+            f"(sinfo lists: {', '.join(sorted(existing))})"
+        )
 
 
 def plan(grid: Grid, query_cluster: bool = True, only: Collection[str] | None = None) -> SlurmPlan:
@@ -147,14 +159,19 @@ def plan(grid: Grid, query_cluster: bool = True, only: Collection[str] | None = 
     if query_cluster:
         check_partitions(resources)
     job_ids = recorded_job_ids(grid.sweep_dir)
-    missing = {cell.cell_id: missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), cell.repeats)
-               for cell in grid.cells}
+    missing = {
+        cell.cell_id: missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), cell.repeats)
+        for cell in grid.cells
+    }
     skipped = cells_to_skip(grid, job_ids, missing, query_cluster)
     if only is not None:  # a cell completed or queued keeps that reason
         wanted = set(only)
         skipped = {**{c.cell_id: "not selected" for c in grid.cells if c.cell_id not in wanted}, **skipped}
-    todo = [(cell, repeat) for cell, repeat in grid.replicates()
-            if cell.cell_id not in skipped and repeat in missing[cell.cell_id]]
+    todo = [
+        (cell, repeat)
+        for cell, repeat in grid.replicates()
+        if cell.cell_id not in skipped and repeat in missing[cell.cell_id]
+    ]
     groups = group_arrays(todo, lambda task: resources[task[0].cell_id], profile.max_array_size)
     arrays = [JobArray(i, res, tasks, params[res]) for i, (res, tasks) in enumerate(groups)]
     return SlurmPlan(grid, profile, resources, skipped, arrays, job_ids)
@@ -164,8 +181,12 @@ def grid_rows(plan: SlurmPlan) -> list[dict[str, Any]]:
     """The dry-run grid: one row per cell, its axes, resources, array and what happens to it."""
     array_of = {cell.cell_id: array.index for array in plan.arrays for cell, _ in array.tasks}
     return [
-        {**row, **plan.resources[row["cell_id"]].describe(), "array": array_of.get(row["cell_id"]),
-         "state": plan.skipped.get(row["cell_id"], "submit")}
+        {
+            **row,
+            **plan.resources[row["cell_id"]].describe(),
+            "array": array_of.get(row["cell_id"]),
+            "state": plan.skipped.get(row["cell_id"], "submit"),
+        }
         for row in plan.grid.rows()
     ]
 
@@ -208,14 +229,18 @@ def submit_array(plan: SlurmPlan, array: JobArray) -> list[str]:
     try:
         executor = make_executor(sweep_dir, array.params, max_requeue=plan.profile.max_requeue)
     except RuntimeError as exc:  # submitit: 'Could not detect "srun"'
-        raise SubmitError(f"cannot submit to Slurm from here: {exc} (--dry-run plans without Slurm)") from None
+        raise SubmitError(
+            f"cannot submit to Slurm from here: {exc} (--dry-run plans without Slurm)"
+        ) from None
     cell_ids = [cell.cell_id for cell, _ in array.tasks]
     repeats = [repeat for _, repeat in array.tasks]
     with clean_submission_env():
         try:
             jobs = executor.map_array(CellJob(), [str(sweep_dir)] * len(cell_ids), cell_ids, repeats)
         except (*SUBMISSION_ERRORS, OSError) as exc:
-            raise SubmitError(f"sbatch refused array {array.index} ({array.resources.partition}): {one_line(exc)}") from None
+            raise SubmitError(
+                f"sbatch refused array {array.index} ({array.resources.partition}): {one_line(exc)}"
+            ) from None
     submitted = Path(jobs[0].paths.submission_file)
     base_id = jobs[0].job_id.split("_")[0]
     (sweep_dir / SBATCH_DIR).mkdir(parents=True, exist_ok=True)
@@ -226,8 +251,9 @@ def submit_array(plan: SlurmPlan, array: JobArray) -> list[str]:
 def _describe(array: JobArray, ids: list[str]) -> str:
     res = array.resources.describe()
     where = ", ".join(str(res[k]) for k in ("partition", "gres") if res[k] != "-")
-    extra = ", ".join(f"{v} {k}" if k == "cpus" else str(v) for k, v in res.items()
-                      if k in ("cpus", "mem", "time") and v)
+    extra = ", ".join(
+        f"{v} {k}" if k == "cpus" else str(v) for k, v in res.items() if k in ("cpus", "mem", "time") and v
+    )
     span = ids[0] if len(ids) == 1 else f"{ids[0].split('_')[0]}_[0-{len(ids) - 1}]"
     return f"{span}: {len(ids)} cell(s) on {where} ({extra})"
 

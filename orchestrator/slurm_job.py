@@ -28,13 +28,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.local import SKIPPED, Outcome, log_paths, run_cell
-from workloads.instruments.compile_cache import BASE_ENV
+from orchestrator.local import SKIPPED, Outcome, log_paths, run_cell_process
 from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, missing_repeats, newest_attempt
+from workloads.instruments.compile_cache import BASE_ENV
 
 #: Variables written to logs/slurm-<job>.env: names starting with these, or equal to them.
-ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SUBMITIT_", "TORCHINDUCTOR_", "TRITON_", "MASTER_", "RANK",
-                "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", BASE_ENV)
+ENV_PREFIXES = (
+    "SLURM_",
+    "SBATCH_",
+    "SRUN_",
+    "SUBMITIT_",
+    "TORCHINDUCTOR_",
+    "TRITON_",
+    "MASTER_",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    BASE_ENV,
+)
 
 
 #: Seconds a task waits, on SIGUSR2, for the cell's process to record its `timeout` (Slurm sends
@@ -134,8 +146,10 @@ def run_cell_job(sweep_dir: str, cell_id: str, repeat: int = 0) -> Outcome:
         return Outcome(cell_id, SKIPPED)
     stdout_log, stderr_log = log_paths(logs, rank)
     print(f"cell {cell_id}: running in job {job_id}; its output: {stdout_log}, {stderr_log}", flush=True)
-    outcome = run_cell(Path(sweep_dir), cell_id, rank, repeat)
-    print(f"cell {cell_id}: {outcome.status} in {outcome.seconds:.1f} s {outcome.message}".rstrip(), flush=True)
+    outcome = run_cell_process(Path(sweep_dir), cell_id, rank, repeat)
+    print(
+        f"cell {cell_id}: {outcome.status} in {outcome.seconds:.1f} s {outcome.message}".rstrip(), flush=True
+    )
     if not outcome.ok:
         raise CellFailed(f"cell {cell_id} {outcome.status}: {outcome.message}")
     return outcome

@@ -22,16 +22,34 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import Any, TextIO
 
 from orchestrator.scheduler import SLURM_STATES, UNANSWERED_LIMIT_S, WAIT_INTERVAL_S, job_states
 from workloads.contract.sweep_dir import (
-    STDERR, cell_dir, cell_dirs, is_sweep_dir, last_status, read_cell_config, read_manifest,
+    STDERR,
+    cell_dir,
+    cell_dirs,
+    is_sweep_dir,
+    last_status,
+    read_cell_config,
+    read_manifest,
 )
 from workloads.contract.vocabulary import (
-    CELL_STATES, COMPLETED, LOST, NOT_RUN, QUEUED, STATUSES, UNKNOWN, axes_from_config, config_value, short_error,
+    CELL_STATES,
+    COMPLETED,
+    LOST,
+    NOT_RUN,
+    PENDING,
+    QUEUED,
+    RUNNING,
+    STATUSES,
+    UNKNOWN,
+    axes_from_config,
+    config_value,
+    short_error,
     shown_axes,
 )
 
@@ -71,10 +89,14 @@ def sweep_status(sweep_dir: Path) -> list[CellStatus]:
         raise NotASweep(f"not a sweep directory: {sweep_dir} (no manifest.parquet, no cells/)")
     rows = {}
     manifest = read_manifest(sweep_dir)
-    for entry in [] if manifest is None else manifest.astype(object).where(manifest.notna(), None).to_dict("records"):
+    for entry in (
+        [] if manifest is None else manifest.astype(object).where(manifest.notna(), None).to_dict("records")
+    ):
         job_id = entry.pop("job_id")
         axes = {k: v for k, v in entry.items() if k not in ("cell_id", "overrides", "executor")}
-        rows[entry["cell_id"]] = CellStatus(entry["cell_id"], axes, job_id if isinstance(job_id, str) and job_id else None)
+        rows[entry["cell_id"]] = CellStatus(
+            entry["cell_id"], axes, job_id if isinstance(job_id, str) and job_id else None
+        )
     listed = set(rows)
     on_disk = {directory.name for directory in cell_dirs(sweep_dir)}
     for cell_id in sorted(on_disk - listed):
@@ -117,7 +139,7 @@ def _job_state(job_ids: Sequence[str], states: dict[str, str]) -> str | None:
     pending one, else the last one's."""
     known = [states[job] for job in job_ids if job in states]
     by_cell_state = {SLURM_STATES.get(state): state for state in known}
-    return by_cell_state.get("running") or by_cell_state.get("pending") or (known[-1] if known else None)
+    return by_cell_state.get(RUNNING) or by_cell_state.get(PENDING) or (known[-1] if known else None)
 
 
 def count_states(rows: Sequence[CellStatus]) -> str:
@@ -132,22 +154,48 @@ def render(rows: Sequence[CellStatus]) -> str:
     from analysis.tables import render_markdown
 
     shown = shown_axes([row.axes for row in rows])
-    table = render_markdown([{"cell_id": row.cell_id, **{a: row.axes.get(a) for a in shown}, "job_id": row.job_id,
-                              "state": row.state, "attempts": row.attempts, "error": row.error} for row in rows],
-                            ["cell_id", *shown, "job_id", "state", "attempts", "error"])
+    table = render_markdown(
+        [
+            {
+                "cell_id": row.cell_id,
+                **{a: row.axes.get(a) for a in shown},
+                "job_id": row.job_id,
+                "state": row.state,
+                "attempts": row.attempts,
+                "error": row.error,
+            }
+            for row in rows
+        ],
+        ["cell_id", *shown, "job_id", "state", "attempts", "error"],
+    )
     return f"{table}\n\n{len(rows)} cell(s): {count_states(rows)}"
 
 
 def to_json(sweep_dir: Path, rows: Sequence[CellStatus]) -> str:
     """`status --json`: the sweep, its cells counted by state, and per cell its id, axes, state,
     attempts, replicates, job ids (one per replicate submitted, newest last) and error."""
-    cells = [{"cell_id": row.cell_id, "axes": row.axes, "state": row.state, "attempts": row.attempts,
-              "repeats": row.repeats, "job_ids": row.job_id.split() if row.job_id else [], "error": row.error}
-             for row in rows]
-    document = {"sweep_dir": str(Path(sweep_dir).resolve()), "cells": cells,
-                "counts": dict(Counter(row.state for row in rows)), "all_completed": all_completed(rows)}
+    cells = [
+        {
+            "cell_id": row.cell_id,
+            "axes": row.axes,
+            "state": row.state,
+            "attempts": row.attempts,
+            "repeats": row.repeats,
+            "job_ids": row.job_id.split() if row.job_id else [],
+            "error": row.error,
+        }
+        for row in rows
+    ]
+    document = {
+        "sweep_dir": str(Path(sweep_dir).resolve()),
+        "cells": cells,
+        "counts": dict(Counter(row.state for row in rows)),
+        "all_completed": all_completed(rows),
+    }
     # Axis values read from Parquet may be numpy scalars: `.item()` makes them plain numbers.
-    return json.dumps(document, indent=2, default=lambda value: value.item() if hasattr(value, "item") else str(value))
+    return json.dumps(
+        document, indent=2, default=lambda value: value.item() if hasattr(value, "item") else str(value)
+    )
 
 
 def all_completed(rows: Sequence[CellStatus]) -> bool:
@@ -169,8 +217,12 @@ def _elapsed(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def follow(sweep_dir: Path, out: TextIO | None = None, interval_s: float = WAIT_INTERVAL_S,
-           give_up_s: float = UNANSWERED_LIMIT_S) -> list[CellStatus]:
+def follow(
+    sweep_dir: Path,
+    out: TextIO | None = None,
+    interval_s: float = WAIT_INTERVAL_S,
+    give_up_s: float = UNANSWERED_LIMIT_S,
+) -> list[CellStatus]:
     """Look at the sweep every `interval_s` seconds until no cell is pending or running, showing
     the cells per state (`[12s] 3 completed, 1 running`): rewritten in place on a terminal, one
     line per look otherwise (a log file). Returns the last look's rows.

@@ -6,17 +6,23 @@ orchestrator's schema."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
 from workloads.cell.recorder import CellRecorder, RankReport
+from workloads.cell.train import StepRecord
 from workloads.contract.schema import (
-    MANIFEST_SCHEMA, RUN_SCHEMA, STEPS_SCHEMA, append_rows_atomic, table_from_rows, write_parquet_atomic,
+    MANIFEST_SCHEMA,
+    RUN_SCHEMA,
+    STEPS_SCHEMA,
+    append_rows_atomic,
+    table_from_rows,
+    write_parquet_atomic,
 )
 from workloads.contract.sweep_dir import MANIFEST_FILE, next_attempt
-from workloads.cell.train import StepRecord
 
 #: Items (tokens or images) per step of every test cell.
 ITEMS = 1000
@@ -50,10 +56,18 @@ def write_cell(
     column left null, as in files written before replicates)."""
     directory = Path(sweep) / "cells" / cell_id
     directory.mkdir(parents=True, exist_ok=True)
-    row = {**RUN_DEFAULTS, "cell_id": cell_id, "attempt": attempt, "repeat": repeat, "status": status,
-           "backend": backend, "graph_count": None if backend == "eager" else 1,
-           "graph_break_count": None if backend == "eager" else 0,
-           "compile_time_s": None if backend == "eager" else 3.5, **run}
+    row = {
+        **RUN_DEFAULTS,
+        "cell_id": cell_id,
+        "attempt": attempt,
+        "repeat": repeat,
+        "status": status,
+        "backend": backend,
+        "graph_count": None if backend == "eager" else 1,
+        "graph_break_count": None if backend == "eager" else 0,
+        "compile_time_s": None if backend == "eager" else 3.5,
+        **run,
+    }
     _write_config(directory, row)
     append_rows_atomic(directory / "run.parquet", [row], RUN_SCHEMA)
     if step_ms is not None:
@@ -70,21 +84,34 @@ def write_cell(
     return directory
 
 
-def write_replicates(sweep: Path, cell_id: str, backend: str, replicate_step_ms: Sequence[Sequence[float]],
-                     replicate_data_ms: Sequence[Sequence[float] | None] | None = None, **run: Any) -> Path:
+def write_replicates(
+    sweep: Path,
+    cell_id: str,
+    backend: str,
+    replicate_step_ms: Sequence[Sequence[float]],
+    replicate_data_ms: Sequence[Sequence[float] | None] | None = None,
+    **run: Any,
+) -> Path:
     """A cell run as len(replicate_step_ms) replicates (`repeats`), one attempt each in turn as the
     orchestrator runs them: attempt r + 1 ran replicate r with measured steps replicate_step_ms[r]
     (and waits for data replicate_data_ms[r], over the measured steps only: no wait in the warm-up)."""
     waits = replicate_data_ms or [None] * len(replicate_step_ms)
     for repeat, (step_ms, data_ms) in enumerate(zip(replicate_step_ms, waits)):
         data = None if data_ms is None else [0.0] * len(WARMUP_MS) + list(data_ms)
-        directory = write_cell(sweep, cell_id, backend, step_ms=step_ms, data_ms=data, attempt=repeat + 1,
-                               repeat=repeat, **run)
+        directory = write_cell(
+            sweep, cell_id, backend, step_ms=step_ms, data_ms=data, attempt=repeat + 1, repeat=repeat, **run
+        )
     return directory
 
 
-def write_ranks_cell(sweep: Path, cell_id: str, backend: str, rank_step_ms: Sequence[Sequence[float]],
-                     nodes: int = 1, **run: Any) -> Path:
+def write_ranks_cell(
+    sweep: Path,
+    cell_id: str,
+    backend: str,
+    rank_step_ms: Sequence[Sequence[float]],
+    nodes: int = 1,
+    **run: Any,
+) -> Path:
     """A completed cell of one process per entry of `rank_step_ms` (rank r's measured step times,
     after WARMUP_MS on every rank) on `nodes` nodes, recorded as the workload records it: rank 0
     merges the ranks' steps (workloads.cell.recorder). ITEMS items per process and step."""
@@ -98,31 +125,53 @@ def write_ranks_cell(sweep: Path, cell_id: str, backend: str, rank_step_ms: Sequ
         "graph_count": 1 if compiles else None, "graph_break_count": 0 if compiles else None, **run,
     })  # fmt: skip
     per_node = world_size // nodes
-    reports = [RankReport(rank, f"node{rank // per_node}", [
-        StepRecord(step, phase, ms, 0.0, 4.0 - 0.01 * step) for step, (phase, ms) in
-        enumerate([("warmup", ms) for ms in WARMUP_MS] + [("measure", ms) for ms in times])], None)
-        for rank, times in enumerate(rank_step_ms)]
+    reports = [
+        RankReport(
+            rank,
+            f"node{rank // per_node}",
+            [
+                StepRecord(step, phase, ms, 0.0, 4.0 - 0.01 * step)
+                for step, (phase, ms) in enumerate(
+                    [("warmup", ms) for ms in WARMUP_MS] + [("measure", ms) for ms in times]
+                )
+            ],
+            None,
+        )
+        for rank, times in enumerate(rank_step_ms)
+    ]
     recorder.summarise(reports, compiles, setup_time_s=0.0)
     directory.mkdir(parents=True, exist_ok=True)
     # As the orchestrator writes it: a cell of one process has no `distributed` section.
-    _write_config(directory, recorder.run, {"nodes": nodes, "tasks_per_node": per_node} if world_size > 1 else None)
+    _write_config(
+        directory, recorder.run, {"nodes": nodes, "tasks_per_node": per_node} if world_size > 1 else None
+    )
     recorder.write(directory)
     return directory
 
 
 def _write_config(directory: Path, row: dict[str, Any], distributed: dict[str, int] | None = None) -> None:
     """The cell's config.yaml, as far as analysis reads it (cells without a result)."""
-    config = {"model": {"name": row["model"], "arch": None}, "size": row["size"], "seed": row["seed"],
-              "backend": {"name": row["backend"], "mode": row.get("compile_mode")},
-              "precision": {"name": row["precision"]}, "data": {"source": row["data_source"]}, "batch_size": None,
-              "grad_accum": None, **({"distributed": distributed} if distributed else {})}
+    config = {
+        "model": {"name": row["model"], "arch": None},
+        "size": row["size"],
+        "seed": row["seed"],
+        "backend": {"name": row["backend"], "mode": row.get("compile_mode")},
+        "precision": {"name": row["precision"]},
+        "data": {"source": row["data_source"]},
+        "batch_size": None,
+        "grad_accum": None,
+        **({"distributed": distributed} if distributed else {}),
+    }
     (directory / "config.yaml").write_text(yaml.safe_dump(config))
 
 
 def write_manifest(sweep: Path, cells: Sequence[dict[str, Any]]) -> Path:
     """manifest.parquet listing these cells (dicts with cell_id and axes), run locally."""
     path = Path(sweep) / MANIFEST_FILE
-    rows = [{"executor": "local", **{k: v for k, v in cell.items() if k in MANIFEST_SCHEMA.names}} for cell in cells]
+    rows = [
+        {"executor": "local", **{k: v for k, v in cell.items() if k in MANIFEST_SCHEMA.names}}
+        for cell in cells
+    ]
     write_parquet_atomic(table_from_rows(rows, MANIFEST_SCHEMA), path)
     return path
 
@@ -132,26 +181,71 @@ def write_seminar_sweep(root: Path) -> Path:
     checked by hand): gpt2 eager / cudagraphs (not_compiled) / inductor, shakespeare_char eager /
     inductor (slower: against the report) / inductor max-autotune, resnet18 eager / torchscript /
     inductor, resnet34 eager / torchscript (the same times) / inductor (failed)."""
-    gpt2 = dict(model="gpt", size="medium", arch="gpt-12x12x768", precision="bf16", batch_size=12, grad_accum=40, **H100)
-    char = dict(model="gpt", size="small", arch="gpt-6x6x384", precision="bf16", batch_size=64, grad_accum=1, **H100)
+    gpt2 = dict(
+        model="gpt",
+        size="medium",
+        arch="gpt-12x12x768",
+        precision="bf16",
+        batch_size=12,
+        grad_accum=40,
+        **H100,
+    )
+    char = dict(
+        model="gpt", size="small", arch="gpt-6x6x384", precision="bf16", batch_size=64, grad_accum=1, **H100
+    )
     r18 = dict(model="resnet", size="small", arch="resnet18", precision="tf32", batch_size=128, **H100)
     r34 = dict(model="resnet", size="medium", arch="resnet34", precision="tf32", batch_size=128, **H100)
     mfu = lambda value: [value] * (len(WARMUP_MS) + 3)  # noqa: E731
     write_cell(root, "gpt2-eager", "eager", step_ms=[3000.0, 3010.0, 3020.0], mfu=mfu(0.40), **gpt2)
-    write_cell(root, "gpt2-cudagraphs", "cudagraphs", status="not_compiled", step_ms=[3000.0, 3010.0, 3020.0],
-               mfu=mfu(0.40), **gpt2)
-    write_cell(root, "gpt2-inductor", "inductor", step_ms=[2600.0, 2610.0, 2620.0], mfu=mfu(0.46),
-               compile_mode="default", **gpt2)
+    write_cell(
+        root,
+        "gpt2-cudagraphs",
+        "cudagraphs",
+        status="not_compiled",
+        step_ms=[3000.0, 3010.0, 3020.0],
+        mfu=mfu(0.40),
+        **gpt2,
+    )
+    write_cell(
+        root,
+        "gpt2-inductor",
+        "inductor",
+        step_ms=[2600.0, 2610.0, 2620.0],
+        mfu=mfu(0.46),
+        compile_mode="default",
+        **gpt2,
+    )
     write_cell(root, "char-eager", "eager", step_ms=[16.0, 17.0, 18.0], mfu=mfu(0.20), **char)
-    write_cell(root, "char-inductor", "inductor", step_ms=[19.0, 20.0, 21.0], mfu=mfu(0.17), compile_mode="default",
-               **char)
-    write_cell(root, "char-autotune", "inductor", step_ms=[12.0, 13.0, 14.0], mfu=mfu(0.26),
-               compile_mode="max-autotune", **char)
+    write_cell(
+        root,
+        "char-inductor",
+        "inductor",
+        step_ms=[19.0, 20.0, 21.0],
+        mfu=mfu(0.17),
+        compile_mode="default",
+        **char,
+    )
+    write_cell(
+        root,
+        "char-autotune",
+        "inductor",
+        step_ms=[12.0, 13.0, 14.0],
+        mfu=mfu(0.26),
+        compile_mode="max-autotune",
+        **char,
+    )
     write_cell(root, "r18-eager", "eager", step_ms=[300.0, 310.0, 320.0], **r18)
     write_cell(root, "r18-torchscript", "torchscript", step_ms=[150.0, 160.0, 170.0], **r18)
     write_cell(root, "r18-inductor", "inductor", step_ms=[400.0, 410.0, 420.0], compile_mode="default", **r18)
     write_cell(root, "r34-eager", "eager", step_ms=[240.0, 250.0, 260.0], **r34)
     write_cell(root, "r34-torchscript", "torchscript", step_ms=[260.0, 250.0, 240.0], **r34)
-    write_cell(root, "r34-inductor", "inductor", status="failed", error="BackendCompilerFailed: boom",
-               compile_mode="default", **r34)
+    write_cell(
+        root,
+        "r34-inductor",
+        "inductor",
+        status="failed",
+        error="BackendCompilerFailed: boom",
+        compile_mode="default",
+        **r34,
+    )
     return root

@@ -20,17 +20,27 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 REQUIRE_ENV = "COMPILEBENCH_REQUIRE_BROWSER"
 #: The flags chromium needs here: no sandbox as root, no GPU, and nothing that reaches for the
 #: network (on a closed network it waits on refused connections otherwise).
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+)
 LOAD_TIMEOUT_S = 60.0
 #: How long chromium may take to close on its own before its processes are killed.
 CLOSE_TIMEOUT_S = 10.0
@@ -59,16 +69,18 @@ class Page:
 
     def evaluate(self, expression: str) -> Any:
         """The value of a JavaScript expression in the page (returned by value: JSON-like)."""
-        reply = self._browser.call("Runtime.evaluate", {"expression": expression, "returnByValue": True},
-                                   self._session)
+        reply = self._browser.call(
+            "Runtime.evaluate", {"expression": expression, "returnByValue": True}, self._session
+        )
         if "exceptionDetails" in reply:
             raise AssertionError(f"{expression}: {reply['exceptionDetails']}")
         return reply["result"].get("value")
 
     def screenshot(self, path: Path) -> Path:
         """The whole page (not only the window) as a PNG file."""
-        reply = self._browser.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
-                                   self._session)
+        reply = self._browser.call(
+            "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, self._session
+        )
         path.write_bytes(base64.b64decode(reply["data"]))
         return path
 
@@ -99,7 +111,9 @@ class _Pipe:
             message["sessionId"] = session
         os.write(self._out, json.dumps(message).encode() + b"\0")
 
-    def call(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> dict[str, Any]:
+    def call(
+        self, method: str, params: dict[str, Any] | None = None, session: str | None = None
+    ) -> dict[str, Any]:
         """Send one command and wait for its answer; events that arrive meanwhile are kept in `events`."""
         self.send(method, params, session)
         deadline = time.monotonic() + LOAD_TIMEOUT_S
@@ -123,7 +137,9 @@ def _collect(page: Page, events: list[dict[str, Any]]) -> None:
     for event in events:
         method, params = event.get("method"), event.get("params", {})
         if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-            page.errors.append("console: " + " ".join(str(a.get("value", a.get("description"))) for a in params["args"]))
+            page.errors.append(
+                "console: " + " ".join(str(a.get("value", a.get("description"))) for a in params["args"])
+            )
         elif method == "Runtime.exceptionThrown":
             page.errors.append(f"exception: {params['exceptionDetails']}")
         elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
@@ -169,16 +185,28 @@ def open_page(url: str) -> Iterator[Page]:
     # A helper process killed late may leave a file in the profile: the directory is only scratch.
     with tempfile.TemporaryDirectory(prefix="chromium-profile-", ignore_cleanup_errors=True) as profile:
         process = subprocess.Popen(
-            [chromium(), *FLAGS, f"--user-data-dir={profile}", f"--window-size={WINDOW[0]},{WINDOW[1]}",
-             "--remote-debugging-pipe", "about:blank"],
-            pass_fds=(3, 4), preexec_fn=pipes_as_3_and_4, start_new_session=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                chromium(),
+                *FLAGS,
+                f"--user-data-dir={profile}",
+                f"--window-size={WINDOW[0]},{WINDOW[1]}",
+                "--remote-debugging-pipe",
+                "about:blank",
+            ],
+            pass_fds=(3, 4),
+            preexec_fn=pipes_as_3_and_4,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(to_read)
         os.close(to_write)
         browser = _Pipe(process, to_browser, from_browser)
         try:
             target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-            session = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+            session = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True})[
+                "sessionId"
+            ]
             for domain in ("Runtime", "Page", "Network", "Log"):
                 browser.call(f"{domain}.enable", None, session)
             browser.call("Page.navigate", {"url": url}, session)

@@ -17,9 +17,10 @@ import pickle
 import random
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -136,8 +137,9 @@ class CliRun:
     cell: CellResult
 
 
-def start_cli(config: Mapping[str, Any] | str, cell_dir: Path,
-              env: Mapping[str, str | None] | None = None) -> tuple[subprocess.Popen, CellResult]:
+def start_cli(
+    config: Mapping[str, Any] | str, cell_dir: Path, env: Mapping[str, str | None] | None = None
+) -> tuple[subprocess.Popen, CellResult]:
     """Start `python -m workloads.run CELL_DIR/config.yaml` as a Slurm job runs it; `config` is
     a dict (written as YAML) or the text of the file; `env` sets (or, with None, unsets)
     environment variables."""
@@ -146,14 +148,23 @@ def start_cli(config: Mapping[str, Any] | str, cell_dir: Path,
     path.write_text(config if isinstance(config, str) else yaml.safe_dump(dict(config)))
     environment = {**os.environ, **(env or {})}
     environment = {key: value for key, value in environment.items() if value is not None}
-    proc = subprocess.Popen([sys.executable, "-m", "workloads.run", str(path)], cwd=REPO_ROOT,
-                            env=environment, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workloads.run", str(path)],
+        cwd=REPO_ROOT,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return proc, CellResult(cell_dir)
 
 
-def run_cli(config: Mapping[str, Any] | str, cell_dir: Path, env: Mapping[str, str | None] | None = None,
-            timeout: float = 300) -> CliRun:
+def run_cli(
+    config: Mapping[str, Any] | str,
+    cell_dir: Path,
+    env: Mapping[str, str | None] | None = None,
+    timeout: float = 300,
+) -> CliRun:
     """Run the command line to its end; the result holds the process and the cell directory."""
     proc, cell = start_cli(config, cell_dir, env)
     stdout, stderr = proc.communicate(timeout=timeout)
@@ -190,8 +201,9 @@ WORDS = ("the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "cafÃ
 def char_text_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A few KB of text in nanoGPT's shakespeare_char style: one UTF-8 file, learnable structure."""
     rng = random.Random(0)
-    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 9))).capitalize() + "."
-             for _ in range(200)]
+    lines = [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 9))).capitalize() + "." for _ in range(200)
+    ]
     path = tmp_path_factory.mktemp("text") / "input.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert 3000 < path.stat().st_size < 20000

@@ -15,8 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 import pytest
@@ -31,7 +32,15 @@ BASH = shutil.which("bash") or "/bin/bash"
 
 #: Overrides of a tiny CPU cell for the orchestrator's command line (the test cluster's GPUs are
 #: placeholders: gres without devices).
-TINY = ["model=gpt", "size=tiny", "precision=fp32", "device=cpu", "steps=2", "warmup_steps=1", "measure.min_seconds=0"]
+TINY = [
+    "model=gpt",
+    "size=tiny",
+    "precision=fp32",
+    "device=cpu",
+    "steps=2",
+    "warmup_steps=1",
+    "measure.min_seconds=0",
+]
 #: What a cell's log says once its warm-up and first measured step are done (workloads/run.py):
 #: the cell is training, past start-up and compilation.
 MEASURING = ": measuring (the "
@@ -60,11 +69,19 @@ def require_refused_allocations() -> None:
 
 def path_without_slurm() -> str:
     """PATH without the directories that hold Slurm's commands: a machine without Slurm (a laptop)."""
-    return os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "sinfo").exists())
+    return os.pathsep.join(
+        d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "sinfo").exists()
+    )
 
 
-def wait_until(probe: Callable[[], T], timeout: float, describe: Callable[[T], str], *,
-               done: Callable[[T], bool] = bool, interval: float = 0.5) -> T:
+def wait_until(
+    probe: Callable[[], T],
+    timeout: float,
+    describe: Callable[[T], str],
+    *,
+    done: Callable[[T], bool] = bool,
+    interval: float = 0.5,
+) -> T:
     """Call `probe` every `interval` seconds until `done` holds for what it returned, and return
     that; fail the test with `describe(last value)` when `timeout` seconds have passed."""
     end = time.monotonic() + timeout
@@ -102,14 +119,18 @@ def cli_popen(cwd: Path, *args: str, env: Mapping[str, str] | None = None, **pop
     return subprocess.Popen([*CLI, *args], cwd=cwd, env=cli_env(env), **popen)
 
 
-def cli(cwd: Path, *args: str, env: Mapping[str, str] | None = None,
-        timeout: float = 300) -> subprocess.CompletedProcess:
+def cli(
+    cwd: Path, *args: str, env: Mapping[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """The command line with ARGS in `cwd`, run to its end; stdout and stderr captured as text."""
-    return subprocess.run([*CLI, *args], cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*CLI, *args], cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=timeout
+    )
 
 
-def slurm_cli(cluster: LocalSlurm, cwd: Path, *args: str,
-              env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+def slurm_cli(
+    cluster: LocalSlurm, cwd: Path, *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """The real command line in a fresh process, talking to the test cluster."""
     return cli(cwd, *args, env={**cluster.env(), **(env or {})})
 
@@ -150,12 +171,18 @@ def jobs_from(cluster: LocalSlurm, workdir: Path) -> set[str]:
     return set(job_states_from(cluster, workdir))
 
 
-def wait_until_done(cluster: LocalSlurm, job_ids: set[str], cell_dirs: list[Path],
-                    timeout: float = SLURM_JOB_TIMEOUT_S) -> None:
+def wait_until_done(
+    cluster: LocalSlurm, job_ids: set[str], cell_dirs: list[Path], timeout: float = SLURM_JOB_TIMEOUT_S
+) -> None:
     """Poll the queue until none of the jobs is left, then every cell must have a result."""
-    wait_until(lambda: job_ids & queue(cluster), timeout,
-               lambda left: f"jobs {sorted(left)} still queued\n{cluster.logs()}",
-               done=lambda left: not left, interval=1)
+    wait_until(
+        lambda: job_ids & queue(cluster),
+        timeout,
+        lambda left: f"jobs {sorted(left)} still queued\n{cluster.logs()}",
+        done=lambda left: not left,
+        interval=1,
+    )
     missing = [d.name for d in cell_dirs if not (d / "run.parquet").exists()]
     assert not missing, f"no run.parquet in {missing}: " + "".join(
-        p.read_text() for d in cell_dirs for p in d.glob("logs/slurm-*.err") if p.exists())
+        p.read_text() for d in cell_dirs for p in d.glob("logs/slurm-*.err") if p.exists()
+    )

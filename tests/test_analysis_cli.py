@@ -16,8 +16,12 @@ from analysis.plots import FIGURES
 from orchestrator.cli import main
 from tests.analysis_sweeps import write_cell, write_seminar_sweep
 
-SWEEP_TITLES = ["### Cells", "### Cells by status", "### Geometric-mean speedup over eager",
-                "### Break-even: steps until compiling pays off"]
+SWEEP_TITLES = [
+    "### Cells",
+    "### Cells by status",
+    "### Geometric-mean speedup over eager",
+    "### Break-even: steps until compiling pays off",
+]
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -46,7 +50,10 @@ def test_markdown_tables_and_report_page(tmp_path: Path, capsys: pytest.CaptureF
     assert titles[:4] == SWEEP_TITLES and len(titles) == 7  # and the three seminar tables
     assert "published" not in out and "claims" not in out
     index = tmp_path / "report" / "index.md"
-    assert f"report: {index.with_suffix('.html')} (and index.md)" in err and "12 cells: 10 completed, 1 failed, 1 not_compiled" in err
+    assert (
+        f"report: {index.with_suffix('.html')} (and index.md)" in err
+        and "12 cells: 10 completed, 1 failed, 1 not_compiled" in err
+    )
     page = index.read_text()
     links = re.findall(r"\]\(([^)]+)\)", page)
     assert sum(link.endswith(".png") for link in links) == len(FIGURES)
@@ -75,7 +82,9 @@ def test_csv_is_the_per_cell_table(tmp_path: Path, capsys: pytest.CaptureFixture
     pd.testing.assert_frame_equal(cells, on_disk)
 
 
-def test_a_partly_broken_sweep_is_analysed_as_far_as_it_goes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_partly_broken_sweep_is_analysed_as_far_as_it_goes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     write_cell(tmp_path, "e", "eager", step_ms=[10.0, 10.0])
     write_cell(tmp_path, "i", "inductor", step_ms=[5.0, 5.0])
     broken = write_cell(tmp_path, "b", "aot_eager", step_ms=[5.0]) / "run.parquet"

@@ -35,8 +35,9 @@ def test_broken_files_are_reported_with_their_path_and_the_rest_analysed(tmp_pat
     bad_steps.write_bytes(bad_steps.read_bytes()[:-20])
     pending = tmp_path / "cells" / "pending"
     pending.mkdir()
-    (pending / "config.yaml").write_text(yaml.safe_dump({"model": {"name": "gpt"}, "size": "small",
-                                                         "backend": {"name": "inductor"}}))
+    (pending / "config.yaml").write_text(
+        yaml.safe_dump({"model": {"name": "gpt"}, "size": "small", "backend": {"name": "inductor"}})
+    )
     rows, found, printed = problems(tmp_path)
 
     assert rows["good"]["status"] == "completed" and rows["good"]["median_step_ms"] == 10.5
@@ -60,12 +61,26 @@ def test_a_run_file_without_rows_is_no_result(tmp_path: Path) -> None:
 
 def test_manifest_cells_without_a_directory_are_listed(tmp_path: Path) -> None:
     write_cell(tmp_path, "done", "eager", step_ms=[10.0])
-    write_manifest(tmp_path, [{"cell_id": "done", "model": "gpt", "size": "tiny", "backend": "eager"},
-                              {"cell_id": "queued", "model": "resnet", "size": "medium", "backend": "inductor",
-                               "precision": "tf32"}])
+    write_manifest(
+        tmp_path,
+        [
+            {"cell_id": "done", "model": "gpt", "size": "tiny", "backend": "eager"},
+            {
+                "cell_id": "queued",
+                "model": "resnet",
+                "size": "medium",
+                "backend": "inductor",
+                "precision": "tf32",
+            },
+        ],
+    )
     rows, found, _ = problems(tmp_path)
     assert rows["queued"]["status"] == NO_RESULT
-    assert (rows["queued"]["model"], rows["queued"]["size"], rows["queued"]["precision"]) == ("resnet", "medium", "tf32")
+    assert (rows["queued"]["model"], rows["queued"]["size"], rows["queued"]["precision"]) == (
+        "resnet",
+        "medium",
+        "tf32",
+    )
     assert found == {str(tmp_path / "cells" / "queued"): "in the manifest, no cell directory"}
 
 
@@ -78,9 +93,15 @@ def test_unreadable_manifest_is_reported_and_cells_still_read(tmp_path: Path) ->
 
 
 def test_completed_cell_without_steps_keeps_its_run_summary(tmp_path: Path) -> None:
-    write_cell(tmp_path, "e", "eager", median_step_ms=12.0, mean_step_ms=12.5, std_step_ms=0.5, measured_steps=20)
+    write_cell(
+        tmp_path, "e", "eager", median_step_ms=12.0, mean_step_ms=12.5, std_step_ms=0.5, measured_steps=20
+    )
     rows, found, _ = problems(tmp_path)
-    assert (rows["e"]["median_step_ms"], rows["e"]["mean_step_ms"], rows["e"]["measured_steps"]) == (12.0, 12.5, 20)
+    assert (rows["e"]["median_step_ms"], rows["e"]["mean_step_ms"], rows["e"]["measured_steps"]) == (
+        12.0,
+        12.5,
+        20,
+    )
     assert found[str(tmp_path / "cells" / "e" / "steps.parquet")] == "completed cell without steps"
 
 

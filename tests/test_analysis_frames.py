@@ -31,7 +31,9 @@ def test_json_is_the_per_cell_table(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert len(records) == 12 and all(list(record) == CELL_COLUMNS for record in records)
     _, as_csv = analyze(capsys, str(tmp_path), "--format", "csv")
     from_csv = pd.read_csv(io.StringIO(as_csv))
-    for record, (_, row) in zip(records, from_csv.iterrows()):  # the same numbers as the CSV, null where empty
+    for record, (_, row) in zip(
+        records, from_csv.iterrows()
+    ):  # the same numbers as the CSV, null where empty
         for column in CELL_COLUMNS:
             value, expected = record[column], row[column]
             if pd.isna(expected):
@@ -39,7 +41,12 @@ def test_json_is_the_per_cell_table(tmp_path: Path, capsys: pytest.CaptureFixtur
             elif isinstance(value, float):
                 assert math.isclose(value, float(expected), rel_tol=1e-9), (record["cell_id"], column)
             else:
-                assert str(value) == str(expected) or value == expected, (record["cell_id"], column, value, expected)
+                assert str(value) == str(expected) or value == expected, (
+                    record["cell_id"],
+                    column,
+                    value,
+                    expected,
+                )
     failed = next(r for r in records if r["cell_id"] == "r34-inductor")
     assert failed["status"] == "failed" and failed["speedup"] is None
 

@@ -6,8 +6,8 @@ the environment, logs no error and requests nothing but itself."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -42,8 +42,9 @@ def page(report: tuple[Path, Path]) -> Iterator[Page]:
 
 def test_the_page_loads_without_errors_or_requests(report: tuple[Path, Path], page: Page) -> None:
     assert page.errors == []
-    assert page.requests and all(url == report[1].as_uri() or url.startswith("data:image/png;base64,")
-                                 for url in page.requests), page.requests
+    assert page.requests and all(
+        url == report[1].as_uri() or url.startswith("data:image/png;base64,") for url in page.requests
+    ), page.requests
     assert page.evaluate("document.title") == "compilebench report"
 
 
@@ -63,7 +64,9 @@ def test_every_figure_is_decoded_and_painted(report: tuple[Path, Path], page: Pa
             expected = np.asarray(png.convert("L").resize((width, height), Image.Resampling.BILINEAR), float)
         painted = np.asarray(shot.crop((left, top, left + width, top + height)), float)
         # What the screenshot shows there is the figure's file, scaled: all of it, not a part.
-        assert np.abs(painted - expected).mean() < 8, f"{image['alt']}: the screenshot does not show the figure"
+        assert np.abs(painted - expected).mean() < 8, (
+            f"{image['alt']}: the screenshot does not show the figure"
+        )
 
 
 def test_every_table_shows_all_its_rows(report: tuple[Path, Path], page: Page) -> None:
@@ -88,4 +91,6 @@ def test_problems_and_environment_are_on_the_page(report: tuple[Path, Path], pag
 def test_the_page_is_readable_in_a_narrow_window(page: Page) -> None:
     # Wide tables scroll inside their box; the page itself never needs scrolling sideways.
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
-    assert page.evaluate("[...document.querySelectorAll('div.scroll')].some(d => d.scrollWidth > d.clientWidth)")
+    assert page.evaluate(
+        "[...document.querySelectorAll('div.scroll')].some(d => d.scrollWidth > d.clientWidth)"
+    )

@@ -23,7 +23,13 @@ from analysis.figure_layout import DPI, FIGSIZE, MAX_ROWS, rows_height
 from analysis.metrics import cell_metrics
 from analysis.palette import KNOWN
 from analysis.plots import (
-    FIGURES, compile_speedup_figure, data_wait_figure, mfu_figure, speedup_figure, step_time_figure, write_plots,
+    FIGURES,
+    compile_speedup_figure,
+    data_wait_figure,
+    mfu_figure,
+    speedup_figure,
+    step_time_figure,
+    write_plots,
 )
 from tests.analysis_sweeps import WARMUP_MS, write_cell, write_seminar_sweep
 
@@ -70,19 +76,31 @@ def test_the_forest_plot_is_sorted_with_intervals_on_a_log_axis(seminar) -> None
     with_value = compiled[compiled["speedup"].notna()].sort_values("speedup", ascending=False)
     assert ax.get_xscale() == "log"
     assert tick_texts(ax) == [  # fastest on top; cells without a speedup at the bottom, saying why
-        "resnet small tf32 b128 accum 1 · torchscript", "gpt small bf16 b64 accum 1 · inductor (max-autotune)",
-        "gpt medium bf16 b12 accum 40 · inductor", "resnet medium tf32 b128 accum 1 · torchscript",
-        "gpt small bf16 b64 accum 1 · inductor", "resnet small tf32 b128 accum 1 · inductor",
-        "gpt medium bf16 b12 accum 40 · cudagraphs", "resnet medium tf32 b128 accum 1 · inductor"]
+        "resnet small tf32 b128 accum 1 · torchscript",
+        "gpt small bf16 b64 accum 1 · inductor (max-autotune)",
+        "gpt medium bf16 b12 accum 40 · inductor",
+        "resnet medium tf32 b128 accum 1 · torchscript",
+        "gpt small bf16 b64 accum 1 · inductor",
+        "resnet small tf32 b128 accum 1 · inductor",
+        "gpt medium bf16 b12 accum 40 · cudagraphs",
+        "resnet medium tf32 b128 accum 1 · inductor",
+    ]
     assert tick_texts(values)[:2] == ["1.94x [1.76, 2.13]", "1.31x [1.14, 1.50]"]
     assert tick_texts(values)[-2:] == ["not_compiled", "failed"]
-    points = {round(y): x for line in ax.lines if line.get_marker() == "o"
-              for x, y in zip(line.get_xdata(), line.get_ydata())}
+    points = {
+        round(y): x
+        for line in ax.lines
+        if line.get_marker() == "o"
+        for x, y in zip(line.get_xdata(), line.get_ydata())
+    }
     assert [points[row] for row in range(len(with_value))] == pytest.approx(with_value["speedup"].tolist())
-    bars = [c for c in ax.collections if isinstance(c, LineCollection)]  # the error bars (the x marks: points)
+    bars = [
+        c for c in ax.collections if isinstance(c, LineCollection)
+    ]  # the error bars (the x marks: points)
     intervals = sorted((seg[0][1], seg[0][0], seg[1][0]) for c in bars for seg in c.get_segments())
     assert [bound for _, low, high in intervals for bound in (low, high)] == pytest.approx(
-        [bound for pair in zip(with_value["speedup_low"], with_value["speedup_high"]) for bound in pair])
+        [bound for pair in zip(with_value["speedup_low"], with_value["speedup_high"]) for bound in pair]
+    )
     low, high = ax.get_xlim()
     assert low < with_value["speedup_low"].min() and high > with_value["speedup_high"].max()
 
@@ -95,7 +113,9 @@ def write_workloads(sweep: Path, count: int) -> None:
         write_cell(sweep, f"e{b}", "eager", step_ms=[eager, eager + 1, eager - 1], batch_size=b + 1)
         for k, backend in enumerate(("inductor", "aot_eager")):
             step = eager / speedups[2 * b + k]
-            write_cell(sweep, f"{backend}{b}", backend, step_ms=[step, step + 0.5, step - 0.5], batch_size=b + 1)
+            write_cell(
+                sweep, f"{backend}{b}", backend, step_ms=[step, step + 0.5, step - 0.5], batch_size=b + 1
+            )
 
 
 def check_rows_fit(fig: Figure, rows: int) -> None:
@@ -106,7 +126,9 @@ def check_rows_fit(fig: Figure, rows: int) -> None:
     fig.draw(renderer)
     width, height = fig.bbox.width, fig.bbox.height
     for ax in fig.axes[:2]:
-        boxes = sorted((label.get_window_extent(renderer) for label in ax.get_yticklabels()), key=lambda b: -b.y0)
+        boxes = sorted(
+            (label.get_window_extent(renderer) for label in ax.get_yticklabels()), key=lambda b: -b.y0
+        )
         assert len(boxes) == rows
         for box in boxes:
             assert 0 <= box.x0 and box.x1 <= width and 0 <= box.y0 and box.y1 <= height, box
@@ -173,7 +195,7 @@ def test_data_wait_bars_add_up_for_data_bound_cells(tmp_path: Path) -> None:
     metrics = cell_metrics(data)
     ax, values = data_wait_figure(metrics, data.steps).axes
     bars = ax.patches
-    rest, wait = bars[:len(bars) // 2], bars[len(bars) // 2:]
+    rest, wait = bars[: len(bars) // 2], bars[len(bars) // 2 :]
     shares = dict(zip(tick_texts(ax), zip((b.get_width() for b in rest), (b.get_width() for b in wait))))
     assert shares["gpt tiny · eager"] == pytest.approx((10.0, 90.0))
     assert shares["gpt tiny · inductor"] == pytest.approx((100 * 5 / 95, 100 * 90 / 95))
@@ -186,12 +208,16 @@ def test_step_time_panels_cover_the_measured_steps_and_mark_the_warm_up(seminar)
     data, metrics = seminar
     fig = step_time_figure(metrics, data.steps)
     panels = [ax for ax in fig.axes if ax.get_visible() and ax.lines]
-    assert [ax.get_title() for ax in panels] == ["gpt medium bf16 b12 accum 40", "gpt small bf16 b64 accum 1",
-                                                 "resnet small tf32 b128 accum 1", "resnet medium tf32 b128 accum 1"]
+    assert [ax.get_title() for ax in panels] == [
+        "gpt medium bf16 b12 accum 40",
+        "gpt small bf16 b64 accum 1",
+        "resnet small tf32 b128 accum 1",
+        "resnet medium tf32 b128 accum 1",
+    ]
     assert fig.get_size_inches()[1] > FIGSIZE[1] / 2  # two rows of panels
     measured = data.steps[data.steps["phase"] == "measure"]
     for ax in panels:
-        times = np.concatenate([line.get_ydata()[len(WARMUP_MS):] for line in ax.lines])
+        times = np.concatenate([line.get_ydata()[len(WARMUP_MS) :] for line in ax.lines])
         low, high = ax.get_ylim()
         assert ax.get_yscale() == "log" and low < times.min() and times.max() < high
         assert set(times) <= set(measured["step_time_ms"])
@@ -206,10 +232,17 @@ def test_break_even_is_compile_time_over_the_step_saved(seminar) -> None:
     notes = {text.get_text() for text in ax.texts}
     # compile 3.5 s each; gpt2: eager 3010 ms, inductor 2610 ms: 3500 / 400 = 8.75 steps; resnet18
     # torchscript 3500 / (310 - 160); shakespeare_char max-autotune 3500 / (17 - 13); slower: never.
-    assert {"gpt medium bf16 b12 accum 40: 9 steps", "resnet small tf32 b128 accum 1: 23 steps",
-            "gpt small bf16 b64 accum 1: 875 steps", "gpt small bf16 b64 accum 1: never"} <= notes
-    curves = {text.get_text().strip(): text for text in ax.texts if text.get_text().strip().endswith(" steps")
-              and ":" not in text.get_text()}
+    assert {
+        "gpt medium bf16 b12 accum 40: 9 steps",
+        "resnet small tf32 b128 accum 1: 23 steps",
+        "gpt small bf16 b64 accum 1: 875 steps",
+        "gpt small bf16 b64 accum 1: never",
+    } <= notes
+    curves = {
+        text.get_text().strip(): text
+        for text in ax.texts
+        if text.get_text().strip().endswith(" steps") and ":" not in text.get_text()
+    }
     assert "10 steps" in curves and "100 steps" in curves
     dashed = [line for line in ax.lines if line.get_linestyle() == "--"]
     for line, label in zip(dashed, sorted(curves, key=lambda t: int(t.split()[0].replace(",", "")))):
@@ -226,7 +259,10 @@ def test_a_warm_compile_is_a_second_point_with_its_own_break_even(tmp_path: Path
     ax = compile_speedup_figure(cell_metrics(data), data.steps).axes[0]
     assert "gpt tiny: 1,750 steps (warm 250)" in {text.get_text() for text in ax.texts}
     # Compile time in eager steps: cold 3,500 / 10 ms = 350 (filled), warm 500 / 10 = 50 (hollow).
-    points = {(round(float(line.get_xdata()[0])), line.get_markerfacecolor() == "white")
-              for line in ax.lines if line.get_marker() == "o" and len(line.get_xdata())}
+    points = {
+        (round(float(line.get_xdata()[0])), line.get_markerfacecolor() == "white")
+        for line in ax.lines
+        if line.get_marker() == "o" and len(line.get_xdata())
+    }
     assert {(350, False), (50, True)} <= points
     assert ax.get_xlim()[0] < 50

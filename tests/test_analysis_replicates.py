@@ -20,19 +20,30 @@ from analysis.collect import load_sweep, read_cell
 from analysis.metrics import E2E_BASIS, MEDIAN_BASIS, RESAMPLES, SEED, cell_metrics
 from analysis.render import markdown
 from analysis.stats import (
-    EXACT_MEAN_STEPS, ReplicateSamples, SortedSamples, equivalence_verdict, hierarchical_means, percentile_interval,
-    ratio_interval, stable_hash,
+    EXACT_MEAN_STEPS,
+    ReplicateSamples,
+    SortedSamples,
+    equivalence_verdict,
+    hierarchical_means,
+    percentile_interval,
+    ratio_interval,
+    stable_hash,
 )
 from analysis.tables import summarize, summary_table
 from orchestrator.cli import main
 from tests.analysis_sweeps import H100, ITEMS, WARMUP_MS, write_cell, write_ranks_cell, write_replicates
 from workloads.contract.schema import write_parquet_atomic
 
-GPT2 = dict(model="gpt", size="medium", arch="gpt-12x12x768", precision="bf16", batch_size=12, grad_accum=40, **H100)
+GPT2 = dict(
+    model="gpt", size="medium", arch="gpt-12x12x768", precision="bf16", batch_size=12, grad_accum=40, **H100
+)
 
 
 def metrics_of(sweep: Path, **options: Any) -> dict[str, dict[str, Any]]:
-    return {row["cell_id"]: row for row in cell_metrics(load_sweep(sweep, warn=None), **options).to_dict("records")}
+    return {
+        row["cell_id"]: row
+        for row in cell_metrics(load_sweep(sweep, warn=None), **options).to_dict("records")
+    }
 
 
 def noisy(median: float, n: int, seed: int, noise: float = 0.001) -> list[float]:
@@ -74,7 +85,9 @@ def test_replicates_are_one_row_with_the_median_of_their_medians(tmp_path: Path)
     assert row["e2e_items_per_s"] == pytest.approx(np.median([ITEMS * len(r) / (sum(r) / 1e3) for r in runs]))
     text = summary_table(metrics).text.iloc[0]
     # (runs at 11, 21.5 and 15 ms whose steps vary by 1 ms disagree beyond their own intervals)
-    assert text["runs"] == f"3 ±{100 * row['replicate_spread']:.1f}% unstable" and text["median ms"] == "15.00"
+    assert (
+        text["runs"] == f"3 ±{100 * row['replicate_spread']:.1f}% unstable" and text["median ms"] == "15.00"
+    )
 
 
 def test_the_table_reports_the_hierarchical_interval(tmp_path: Path) -> None:
@@ -89,15 +102,25 @@ def test_the_table_reports_the_hierarchical_interval(tmp_path: Path) -> None:
     low, high = ratio_interval(medians[0], medians[1])
     assert (row["speedup_low"], row["speedup_high"]) == (low[0], high[0])
     assert row["speedup"] == pytest.approx(base.medians()[0] / own.medians()[0])
-    rates = [hierarchical_means(s, RESAMPLES, generator(c, 2), reciprocal=True) for s, c in ((base, "e"), (own, "i"))]
+    rates = [
+        hierarchical_means(s, RESAMPLES, generator(c, 2), reciprocal=True)
+        for s, c in ((base, "e"), (own, "i"))
+    ]
     low, high = ratio_interval(rates[1], rates[0])
-    assert (row["e2e_speedup_low"], row["e2e_speedup_high"]) == (pytest.approx(low[0]), pytest.approx(high[0]))
+    assert (row["e2e_speedup_low"], row["e2e_speedup_high"]) == (
+        pytest.approx(low[0]),
+        pytest.approx(high[0]),
+    )
     assert row["verdict"] == "faster" and row["verdict_basis"] == MEDIAN_BASIS
     # The one-level interval of the pooled steps, which ignored the spread between runs, is narrower.
-    pooled = [SortedSamples.from_groups(np.zeros(sum(map(len, runs)), int), np.concatenate(runs), 1)
-              for runs in (eager, compiled)]
-    one_level = percentile_interval(pooled[0].bootstrap_medians(RESAMPLES, generator("e"))
-                                    / pooled[1].bootstrap_medians(RESAMPLES, generator("i")))
+    pooled = [
+        SortedSamples.from_groups(np.zeros(sum(map(len, runs)), int), np.concatenate(runs), 1)
+        for runs in (eager, compiled)
+    ]
+    one_level = percentile_interval(
+        pooled[0].bootstrap_medians(RESAMPLES, generator("e"))
+        / pooled[1].bootstrap_medians(RESAMPLES, generator("i"))
+    )
     assert row["speedup_high"] - row["speedup_low"] > 1.5 * (one_level[1][0] - one_level[0][0])
 
 
@@ -107,7 +130,8 @@ def test_one_replicate_keeps_the_one_level_interval(tmp_path: Path) -> None:
     write_cell(tmp_path, "i", "inductor", step_ms=compiled)
     row = metrics_of(tmp_path)["i"]
     one = lambda steps, cell: SortedSamples.from_groups(  # noqa: E731
-        np.zeros(len(steps), int), np.array(steps), 1).bootstrap_medians(RESAMPLES, generator(cell))
+        np.zeros(len(steps), int), np.array(steps), 1
+    ).bootstrap_medians(RESAMPLES, generator(cell))
     low, high = percentile_interval(one(eager, "e") / one(compiled, "i"))
     assert (row["speedup_low"], row["speedup_high"]) == (low[0], high[0])
     assert row["replicates"] == 1 and math.isnan(row["replicate_spread"]) and not row["unstable"]
@@ -116,15 +140,22 @@ def test_one_replicate_keeps_the_one_level_interval(tmp_path: Path) -> None:
 def test_scaling_intervals_are_over_replicates_too(tmp_path: Path) -> None:
     write_ranks_cell(tmp_path, "one", "eager", [noisy(100.0, 20, seed=1)], repeat=0)
     write_ranks_cell(tmp_path, "one", "eager", [noisy(104.0, 20, seed=2)], repeat=1)
-    two = [[noisy(125.0, 20, seed=3), noisy(124.0, 20, seed=4)], [noisy(118.0, 20, seed=5), noisy(117.0, 20, seed=6)]]
+    two = [
+        [noisy(125.0, 20, seed=3), noisy(124.0, 20, seed=4)],
+        [noisy(118.0, 20, seed=5), noisy(117.0, 20, seed=6)],
+    ]
     for repeat, ranks in enumerate(two):
         write_ranks_cell(tmp_path, "two", "eager", ranks, repeat=repeat)
     row = metrics_of(tmp_path)["two"]
     assert row["replicates"] == 2 and row["scaling_baseline_cell_id"] == "one"
     steps = load_sweep(tmp_path, warn=None).steps
     measured = steps[steps["phase"] == "measure"]
-    replicas = {cell: samples([list(run["step_time_ms"]) for _, run in
-                               measured[measured["cell_id"] == cell].groupby("repeat")]) for cell in ("one", "two")}
+    replicas = {
+        cell: samples(
+            [list(run["step_time_ms"]) for _, run in measured[measured["cell_id"] == cell].groupby("repeat")]
+        )
+        for cell in ("one", "two")
+    }
     draws = {cell: s.hierarchical_medians(RESAMPLES, generator(cell)) for cell, s in replicas.items()}
     low, high = ratio_interval(draws["one"], draws["two"])
     assert (row["scaling_speedup_low"], row["scaling_speedup_high"]) == (2 * low[0], 2 * high[0])
@@ -135,7 +166,9 @@ def test_replicates_that_disagree_are_unstable(tmp_path: Path) -> None:
     """Runs at 12 and 15 ms, 0.1% noise inside each: their own intervals are far apart. Three runs
     drawn from one law are not, nor are 12 and 15 ms within a tolerance of 30%."""
     write_replicates(tmp_path, "shifted", "eager", [noisy(12.0, 200, seed=1), noisy(15.0, 200, seed=2)])
-    write_replicates(tmp_path, "steady", "eager", [lognormal(12.0, 200, seed=s) for s in (3, 4, 5)], precision="fp32")
+    write_replicates(
+        tmp_path, "steady", "eager", [lognormal(12.0, 200, seed=s) for s in (3, 4, 5)], precision="fp32"
+    )
     rows = metrics_of(tmp_path)
     assert rows["shifted"]["unstable"] and not rows["steady"]["unstable"]
     assert rows["shifted"]["replicate_spread"] == pytest.approx(np.std([12, 15], ddof=1) / 13.5, rel=0.01)
@@ -146,7 +179,9 @@ def test_replicates_that_disagree_are_unstable(tmp_path: Path) -> None:
     assert not metrics_of(tmp_path, equivalence=0.3)["shifted"]["unstable"]  # the margin is the tolerance
 
 
-def data_bound_steps(fast: float, mean: float, fast_wait: float, share: float) -> tuple[list[float], list[float]]:
+def data_bound_steps(
+    fast: float, mean: float, fast_wait: float, share: float
+) -> tuple[list[float], list[float]]:
     """20 measured steps: 18 at `fast` ms, 2 long ones that bring the mean to `mean` ms, and waits for
     data of `fast_wait` ms in the fast steps and the rest of `share` x the span in the long ones."""
     slow = (20 * mean - 18 * fast) / 2
@@ -176,8 +211,12 @@ def test_a_data_bound_cell_is_judged_end_to_end(tmp_path: Path) -> None:
     assert base["e2e_mfu"] == pytest.approx(flops_over_peak / 162.7) and base["mfu_mean"] > 0.3
     assert own["speedup"] == pytest.approx(16.9 / 12.0) and own["e2e_speedup"] == pytest.approx(1.03)
     assert own["verdict_basis"] == E2E_BASIS
-    assert own["verdict"] == equivalence_verdict(np.array([own["e2e_speedup_low"]]),
-                                                 np.array([own["e2e_speedup_high"]]), 0.0)[0]
+    assert (
+        own["verdict"]
+        == equivalence_verdict(np.array([own["e2e_speedup_low"]]), np.array([own["e2e_speedup_high"]]), 0.0)[
+            0
+        ]
+    )
     assert own["e2e_speedup_low"] < 1.03 < own["e2e_speedup_high"]
     assert pd.isna(base["verdict"]) and pd.isna(base["verdict_basis"])  # the baseline has none
     verdict = summary_table(metrics).text.set_index("cell").loc["i", "verdict"]
@@ -202,8 +241,14 @@ def test_an_equivalence_margin_makes_a_negligible_difference_no_difference(tmp_p
     """0.997x with a tight interval: slower without a margin (and a claim of faster disagrees), no
     difference within 2%."""
     write_cell(tmp_path, "gpt2-eager", "eager", step_ms=noisy(10.0, 400, seed=1, noise=0.0005), **GPT2)
-    write_cell(tmp_path, "gpt2-inductor", "inductor", step_ms=noisy(10.03, 400, seed=2, noise=0.0005),
-               compile_mode="default", **GPT2)
+    write_cell(
+        tmp_path,
+        "gpt2-inductor",
+        "inductor",
+        step_ms=noisy(10.03, 400, seed=2, noise=0.0005),
+        compile_mode="default",
+        **GPT2,
+    )
     data = load_sweep(tmp_path, warn=None)
     plain, margin = cell_metrics(data), cell_metrics(data, equivalence=0.02)
     for metrics, verdict in ((plain, "slower"), (margin, "no difference")):
@@ -221,24 +266,43 @@ def test_an_equivalence_margin_makes_a_negligible_difference_no_difference(tmp_p
 
 
 def test_claims_say_how_many_runs_their_interval_covers(tmp_path: Path) -> None:
-    write_replicates(tmp_path, "gpt2-eager", "eager", [noisy(3000.0, 5, seed=s, noise=0.003) for s in (1, 2, 3)],
-                     **GPT2)
-    write_replicates(tmp_path, "gpt2-inductor", "inductor", [noisy(2600.0, 5, seed=s, noise=0.003) for s in (4, 5, 6)],
-                     compile_mode="default", **GPT2)
+    write_replicates(
+        tmp_path, "gpt2-eager", "eager", [noisy(3000.0, 5, seed=s, noise=0.003) for s in (1, 2, 3)], **GPT2
+    )
+    write_replicates(
+        tmp_path,
+        "gpt2-inductor",
+        "inductor",
+        [noisy(2600.0, 5, seed=s, noise=0.003) for s in (4, 5, 6)],
+        compile_mode="default",
+        **GPT2,
+    )
     claims = check_claims(cell_metrics(load_sweep(tmp_path, warn=None))).set_index("claim")
     gpt2 = claims.loc["inductor is faster than eager for gpt2"]
-    assert gpt2["verdict"] == AGREES and gpt2["ours"].endswith(" (3 runs)") and "not covered" not in gpt2["ours"]
+    assert (
+        gpt2["verdict"] == AGREES and gpt2["ours"].endswith(" (3 runs)") and "not covered" not in gpt2["ours"]
+    )
     assert (gpt2["replicates"], gpt2["baseline_replicates"]) == (3, 3)
-    write_replicates(tmp_path / "fewer", "gpt2-eager", "eager", [noisy(3000.0, 5, seed=1, noise=0.003)], **GPT2)
-    write_replicates(tmp_path / "fewer", "gpt2-inductor", "inductor",
-                     [noisy(2600.0, 5, seed=s, noise=0.003) for s in (4, 5, 6)], compile_mode="default", **GPT2)
+    write_replicates(
+        tmp_path / "fewer", "gpt2-eager", "eager", [noisy(3000.0, 5, seed=1, noise=0.003)], **GPT2
+    )
+    write_replicates(
+        tmp_path / "fewer",
+        "gpt2-inductor",
+        "inductor",
+        [noisy(2600.0, 5, seed=s, noise=0.003) for s in (4, 5, 6)],
+        compile_mode="default",
+        **GPT2,
+    )
     fewer = check_claims(cell_metrics(load_sweep(tmp_path / "fewer", warn=None))).set_index("claim")
     assert fewer.loc["inductor is faster than eager for gpt2", "ours"].endswith(
-        " (3 vs 1 runs: run-to-run noise not covered)")
+        " (3 vs 1 runs: run-to-run noise not covered)"
+    )
 
 
-def test_analyze_takes_the_margin_and_the_data_bound_threshold(tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_analyze_takes_the_margin_and_the_data_bound_threshold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     eager, eager_wait = data_bound_steps(16.9, 162.7, 15.0, 0.94)
     compiled, compiled_wait = data_bound_steps(12.0, 162.7 / 1.03, 10.1, 0.95)
     write_cell(tmp_path, "e", "eager", step_ms=eager, data_ms=[0.0, 0.0, *eager_wait])
@@ -258,7 +322,12 @@ def test_analyze_takes_the_margin_and_the_data_bound_threshold(tmp_path: Path,
     assert not bool(flags.loc["i", "data_bound"]) and flags.loc["i", "verdict_basis"] == MEDIAN_BASIS
     assert main(["analyze", str(tmp_path), "--no-plots", "--equivalence", "0.02"]) == 0
     assert "within ±2.0% of 1" in capsys.readouterr().out
-    for bad in (["--equivalence", "1"], ["--equivalence", "-0.1"], ["--data-bound", "1.5"], ["--data-bound", "x"]):
+    for bad in (
+        ["--equivalence", "1"],
+        ["--equivalence", "-0.1"],
+        ["--data-bound", "1.5"],
+        ["--data-bound", "x"],
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(["analyze", str(tmp_path), *bad])
         assert exit_info.value.code == 2 and "not a" in capsys.readouterr().err
@@ -270,12 +339,21 @@ def test_a_run_file_without_repeat_is_one_replicate(tmp_path: Path) -> None:
     old, new = tmp_path / "old", tmp_path / "new"
     for sweep, repeat in ((old, None), (new, 0)):
         write_cell(sweep, "e", "eager", status="failed", step_ms=[99.0], attempt=1, repeat=repeat)
-        write_cell(sweep, "e", "eager", step_ms=lognormal(10.0, 20, seed=1), attempt=2, repeat=repeat,
-                   data_ms=[0.0] * 22)
+        write_cell(
+            sweep,
+            "e",
+            "eager",
+            step_ms=lognormal(10.0, 20, seed=1),
+            attempt=2,
+            repeat=repeat,
+            data_ms=[0.0] * 22,
+        )
         write_cell(sweep, "i", "inductor", step_ms=lognormal(8.0, 20, seed=2), repeat=repeat)
     for cell in ("e", "i"):
         path = old / "cells" / cell / "run.parquet"
-        v2 = pq.read_table(path).drop_columns(["repeat", "measured_s", "e2e_items_per_s", "e2e_mfu", "data_wait_s"])
+        v2 = pq.read_table(path).drop_columns(
+            ["repeat", "measured_s", "e2e_items_per_s", "e2e_mfu", "data_wait_s"]
+        )
         write_parquet_atomic(v2, path)
         assert "repeat" not in pq.read_schema(path).names
     data = load_sweep(old, warn=None)
@@ -284,7 +362,9 @@ def test_a_run_file_without_repeat_is_one_replicate(tmp_path: Path) -> None:
     assert list(data.replicates["repeat"]) == [0, 0]
     pd.testing.assert_frame_equal(cell_metrics(data), cell_metrics(load_sweep(new, warn=None)))
     row = cell_metrics(data).set_index("cell_id").loc["i"]
-    assert row["replicates"] == 1 and row["e2e_items_per_s"] == pytest.approx(ITEMS / (row["mean_step_ms"] / 1e3))
+    assert row["replicates"] == 1 and row["e2e_items_per_s"] == pytest.approx(
+        ITEMS / (row["mean_step_ms"] / 1e3)
+    )
 
 
 def test_per_cell_reads_of_replicates_equal_the_sweep_read(tmp_path: Path) -> None:
@@ -292,7 +372,9 @@ def test_per_cell_reads_of_replicates_equal_the_sweep_read(tmp_path: Path) -> No
     write_replicates(tmp_path, "e", "eager", [lognormal(10.0, 20, seed=s) for s in (1, 2)])
     write_replicates(tmp_path, "i", "inductor", [lognormal(7.0, 20, seed=s) for s in (3, 4, 5)])
     one_by_one = summarize(read_cell(tmp_path / "cells" / cell) for cell in ("i", "e"))
-    pd.testing.assert_frame_equal(one_by_one, cell_metrics(load_sweep(tmp_path, warn=None)), check_dtype=False)
+    pd.testing.assert_frame_equal(
+        one_by_one, cell_metrics(load_sweep(tmp_path, warn=None)), check_dtype=False
+    )
     assert "| 3 ±" in markdown(summary_table(one_by_one))
 
 
@@ -309,9 +391,13 @@ def test_hierarchical_means_have_the_law_of_resampling_replicates_then_steps(siz
     of 20,000 from one law are 0.0195 apart in CDF at most with probability 99.9% (Kolmogorov);
     without the level of replicates the distance is above 0.1."""
     draws, rng = 20_000, np.random.default_rng(3)
-    reps = [np.concatenate([rng.lognormal(np.log(m), 0.1, n - n // 20), rng.uniform(50, 80, n // 20)])
-            for m, n in zip((10, 11, 12.5), sizes)]
-    fast = hierarchical_means(samples([list(r) for r in reps]), draws, [np.random.default_rng(1)], reciprocal=True)[0]
+    reps = [
+        np.concatenate([rng.lognormal(np.log(m), 0.1, n - n // 20), rng.uniform(50, 80, n // 20)])
+        for m, n in zip((10, 11, 12.5), sizes)
+    ]
+    fast = hierarchical_means(
+        samples([list(r) for r in reps]), draws, [np.random.default_rng(1)], reciprocal=True
+    )[0]
     plain_rng = np.random.default_rng(2)
     picks = plain_rng.integers(0, 3, (draws, 3))
     means = np.empty((draws, 3))

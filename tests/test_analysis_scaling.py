@@ -44,7 +44,9 @@ def write_scaling_sweep(root: Path) -> Path:
     write_ranks_cell(root, "e1", "eager", [[110.0] * 3])
     write_ranks_cell(root, "i1", "inductor", [[88.0] * 3], ddp_graph_splits=0)
     write_ranks_cell(root, "e2", "eager", [[125.0] * 3, [124.0] * 3])
-    write_ranks_cell(root, "i2", "inductor", [[110.0] * 3, [109.0] * 3], graph_break_count=3, ddp_graph_splits=13)
+    write_ranks_cell(
+        root, "i2", "inductor", [[110.0] * 3, [109.0] * 3], graph_break_count=3, ddp_graph_splits=13
+    )
     write_ranks_cell(root, "e4", "eager", [[130.0] * 3] * 4, nodes=2)
     write_ranks_cell(root, "b16", "eager", [[200.0] * 3] * 2, batch_size=16)
     write_ranks_cell(root, "f1", "eager", [[50.0] * 3], precision="fp32")
@@ -79,10 +81,15 @@ def test_scaling_numbers_against_the_one_process_cell(metrics: pd.DataFrame) -> 
     assert rows["e2"]["items_per_s"] == pytest.approx(2000 / 0.125)
     assert rows["e2"]["scaling_speedup"] == pytest.approx((2000 / 0.125) / (1000 / 0.110))  # 1.76
     assert rows["e2"]["scaling_efficiency"] == pytest.approx(0.88)
-    assert rows["i2"]["scaling_efficiency"] == pytest.approx(0.80) and rows["i2"]["scaling_baseline_cell_id"] == "i1"
+    assert (
+        rows["i2"]["scaling_efficiency"] == pytest.approx(0.80)
+        and rows["i2"]["scaling_baseline_cell_id"] == "i1"
+    )
     assert rows["e4"]["scaling_speedup"] == pytest.approx(4 * 110 / 130)
     assert rows["e2"]["rank_imbalance"] == pytest.approx(125 / 124 - 1)
-    assert rows["i2"]["rank_imbalance"] == pytest.approx(110 / 109 - 1) and rows["i2"]["ddp_graph_splits"] == 13
+    assert (
+        rows["i2"]["rank_imbalance"] == pytest.approx(110 / 109 - 1) and rows["i2"]["ddp_graph_splits"] == 13
+    )
     assert math.isnan(rows["e1"]["rank_imbalance"])  # one rank: nothing to compare
     assert math.isnan(rows["b16"]["scaling_speedup"]) and pd.isna(rows["b16"]["scaling_baseline_cell_id"])
     assert rows["f1"]["scaling_speedup"] == 1.0  # its own reference, in a series of one process only
@@ -111,26 +118,46 @@ def test_the_interval_comes_from_the_steps(tmp_path: Path) -> None:
     A resample's median is 125 when 3 or more of its 5 draws are (probability 0.317), else 100, so
     the 95% interval of the speedup 2 x 100 / median is [2 x 100/125, 2 x 100/100] = [1.6, 2.0]."""
     write_ranks_cell(tmp_path, "one", "eager", [[100.0] * 5])
-    write_ranks_cell(tmp_path, "two", "eager", [[100.0, 100.0, 100.0, 125.0, 125.0], [99.0, 98.0, 100.0, 120.0, 125.0]])
+    write_ranks_cell(
+        tmp_path, "two", "eager", [[100.0, 100.0, 100.0, 125.0, 125.0], [99.0, 98.0, 100.0, 120.0, 125.0]]
+    )
     row = by_id(cell_metrics(load_sweep(tmp_path, warn=None)))["two"]
     assert row["scaling_speedup"] == pytest.approx(2.0)
-    assert (row["scaling_speedup_low"], row["scaling_speedup_high"]) == (pytest.approx(1.6), pytest.approx(2.0))
-    assert (row["scaling_efficiency_low"], row["scaling_efficiency_high"]) == (pytest.approx(0.8), pytest.approx(1.0))
+    assert (row["scaling_speedup_low"], row["scaling_speedup_high"]) == (
+        pytest.approx(1.6),
+        pytest.approx(2.0),
+    )
+    assert (row["scaling_efficiency_low"], row["scaling_efficiency_high"]) == (
+        pytest.approx(0.8),
+        pytest.approx(1.0),
+    )
 
 
 def test_run_files_of_schema_version_1_are_one_process(tmp_path: Path) -> None:
     """A run.parquet from before distributed cells has no world_size: it ran one process, and is
     the reference for a later two-process cell of the same workload."""
     path = write_cell(tmp_path, "old", "eager", step_ms=[110.0] * 3) / "run.parquet"
-    v1 = pq.read_table(path).drop_columns(["world_size", "nodes", "dist_backend", "ddp_graph_splits", "rank_hostname",
-                                           "rank_median_step_ms", "rank_compile_time_s", "rank_peak_mem_bytes"])
+    v1 = pq.read_table(path).drop_columns(
+        [
+            "world_size",
+            "nodes",
+            "dist_backend",
+            "ddp_graph_splits",
+            "rank_hostname",
+            "rank_median_step_ms",
+            "rank_compile_time_s",
+            "rank_peak_mem_bytes",
+        ]
+    )
     write_parquet_atomic(v1, path)
     write_ranks_cell(tmp_path, "new", "eager", [[125.0] * 3, [125.0] * 3])
     write_manifest(tmp_path, [{"cell_id": "queued", "model": "gpt", "size": "tiny", "backend": "eager"}])
     rows = by_id(cell_metrics(load_sweep(tmp_path, warn=None)))
     assert "world_size" not in pq.read_schema(path).names
     assert (rows["old"]["world_size"], rows["old"]["nodes"]) == (1, 1)
-    assert rows["new"]["scaling_baseline_cell_id"] == "old" and rows["new"]["scaling_efficiency"] == pytest.approx(0.88)
+    assert rows["new"]["scaling_baseline_cell_id"] == "old" and rows["new"][
+        "scaling_efficiency"
+    ] == pytest.approx(0.88)
     assert pd.isna(rows["queued"]["world_size"])  # listed in the manifest only: not known
 
 
@@ -138,7 +165,9 @@ def test_cells_without_a_result_take_their_processes_from_the_config(tmp_path: P
     for name, distributed in (("single", None), ("ddp", {"nodes": 2, "tasks_per_node": 4})):
         config = {"model": {"name": "gpt"}, "size": "tiny", "backend": {"name": "eager"}}
         (tmp_path / "cells" / name).mkdir(parents=True)
-        (tmp_path / "cells" / name / "config.yaml").write_text(yaml.safe_dump({**config, "distributed": distributed}))
+        (tmp_path / "cells" / name / "config.yaml").write_text(
+            yaml.safe_dump({**config, "distributed": distributed})
+        )
     rows = by_id(cell_metrics(load_sweep(tmp_path, warn=None)))
     assert (rows["single"]["world_size"], rows["single"]["nodes"]) == (1, 1)
     assert (rows["ddp"]["world_size"], rows["ddp"]["nodes"]) == (8, 2)
@@ -147,13 +176,19 @@ def test_cells_without_a_result_take_their_processes_from_the_config(tmp_path: P
 def test_scaling_figure_shows_the_efficiencies_and_speedups(metrics: pd.DataFrame) -> None:
     efficiency_ax, eager_ax = scaling_figure(metrics, pd.DataFrame()).axes
     series = lambda ax: [list(line.get_ydata()) for line in ax.lines if line.get_linestyle() == "-"]  # noqa: E731
-    eager_b8, inductor_b8, eager_b16 = series(efficiency_ax)  # (the dashed line is 100%, the caps have no line)
-    assert eager_b8 == pytest.approx([100.0, 88.0, 100 * 110 / 130]) and inductor_b8 == pytest.approx([100.0, 80.0])
+    eager_b8, inductor_b8, eager_b16 = series(
+        efficiency_ax
+    )  # (the dashed line is 100%, the caps have no line)
+    assert eager_b8 == pytest.approx([100.0, 88.0, 100 * 110 / 130]) and inductor_b8 == pytest.approx(
+        [100.0, 80.0]
+    )
     assert len(eager_b16) == 1 and math.isnan(eager_b16[0])  # no 1-process cell to scale from
     assert series(eager_ax) == [pytest.approx([110 / 88, 125 / 110])]  # compiled series only
 
 
-def test_analyze_prints_and_reports_the_scaling_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_analyze_prints_and_reports_the_scaling_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     write_scaling_sweep(tmp_path)
     assert main(["analyze", str(tmp_path)]) == 0
     out = capsys.readouterr().out

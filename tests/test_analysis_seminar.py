@@ -21,7 +21,6 @@ from tests.helpers import REPO_ROOT
 from workloads.cell.config import cell_config_from_dict
 from workloads.models import build_model
 
-
 TABLE1_WITH_REFERENCE = """\
 ### Table 1: time per step (ms), μ and σ over measured steps
 
@@ -81,7 +80,17 @@ def test_seminar_models_are_what_our_presets_build(name: str) -> None:
 
 def test_reference_data_is_packaged_with_its_source() -> None:
     reference = load_reference()
-    assert list(reference.columns) == ["table", "metric", "unit", "model", "backend", "mean", "std", "gpu", "source"]
+    assert list(reference.columns) == [
+        "table",
+        "metric",
+        "unit",
+        "model",
+        "backend",
+        "mean",
+        "std",
+        "gpu",
+        "source",
+    ]
     assert sorted(reference["table"].unique()) == [1, 2, 3] and len(reference) == 18
     assert reference["source"].str.contains("Table").all()
     assert "What's new with PyTorch?" in reference["source"].iloc[0]
@@ -125,14 +134,19 @@ def test_claims_of_the_report_against_our_data(metrics) -> None:
     assert "measured eager" in claims.loc["cudagraphs is faster than eager for gpt2", "note"]
     # With three steps per cell the interval's ends are ratios of extreme steps: 3000/2620 and 3020/2600.
     gpt2 = claims.loc["inductor is faster than eager for gpt2"]
-    assert (gpt2["speedup_low"], gpt2["speedup_high"]) == (pytest.approx(3000 / 2620), pytest.approx(3020 / 2600))
+    assert (gpt2["speedup_low"], gpt2["speedup_high"]) == (
+        pytest.approx(3000 / 2620),
+        pytest.approx(3020 / 2600),
+    )
 
 
 def test_settings_that_differ_split_rows_and_tables_need_cells(tmp_path: Path) -> None:
     r18 = dict(model="resnet", size="small", arch="resnet18", batch_size=128, **H100)
     write_cell(tmp_path, "tf32", "eager", step_ms=[300.0], precision="tf32", **r18)
     write_cell(tmp_path, "bf16", "eager", step_ms=[200.0], precision="bf16", **r18)
-    write_cell(tmp_path, "timm", "eager", step_ms=[100.0], model="timm", size="tiny", arch="resnet18")  # 64 px
+    write_cell(
+        tmp_path, "timm", "eager", step_ms=[100.0], model="timm", size="tiny", arch="resnet18"
+    )  # 64 px
     tables = seminar_tables(cell_metrics(load_sweep(tmp_path, warn=None)))
     assert [t.name for t in tables] == ["seminar_table3"]  # no gpt cell: no Table 1 or 2
     rows = tables[0].text.set_index("")
@@ -143,8 +157,13 @@ def test_settings_that_differ_split_rows_and_tables_need_cells(tmp_path: Path) -
 
 def test_a_table_without_our_cells_shows_the_published_rows(tmp_path: Path) -> None:
     write_cell(tmp_path, "e", "eager", step_ms=[16.0], model="gpt", size="small", arch="gpt-6x6x384")
-    tables = {t.name: t for t in seminar_tables(cell_metrics(load_sweep(tmp_path, warn=None)), with_reference=True)}
+    tables = {
+        t.name: t for t in seminar_tables(cell_metrics(load_sweep(tmp_path, warn=None)), with_reference=True)
+    }
     table3 = tables["seminar_table3"].text
     assert list(table3[""]) == ["Eager", "TorchScript", "Inductor"]
     assert set(table3["resnet18 μ (s)"]) == {"not in sweep"} and set(table3["resnet18 published μ"]) == {
-        "0.299", "0.144", "0.403"}
+        "0.299",
+        "0.144",
+        "0.403",
+    }

@@ -7,8 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.stats import (ReplicateSamples, SortedSamples, equivalence_verdict, geometric_mean, group_mean_std,
-                            group_ratio_of_sums, percentile_interval, ratio_interval)
+from analysis.stats import (
+    ReplicateSamples,
+    SortedSamples,
+    equivalence_verdict,
+    geometric_mean,
+    group_mean_std,
+    group_ratio_of_sums,
+    percentile_interval,
+    ratio_interval,
+)
 
 #: Group sizes that cover one value, even and odd counts, and an empty group.
 SIZES = [1, 2, 3, 10, 11, 0, 57]
@@ -59,17 +67,23 @@ def test_bootstrap_median_has_the_law_of_resampling(n: int) -> None:
     explicit resamples (Kolmogorov distance within Monte Carlo noise of 100,000 draws each)."""
     draws = 100_000
     sample = np.random.default_rng(n).lognormal(0, 1, n)
-    fast = SortedSamples.from_groups(np.zeros(n, int), sample, 1).bootstrap_medians(draws, [np.random.default_rng(1)])[0]
+    fast = SortedSamples.from_groups(np.zeros(n, int), sample, 1).bootstrap_medians(
+        draws, [np.random.default_rng(1)]
+    )[0]
     plain = np.median(sample[np.random.default_rng(2).integers(0, n, (draws, n))], axis=1)
     support = np.union1d(fast, plain)
     cdf = lambda x: np.searchsorted(np.sort(x), support, side="right") / draws  # noqa: E731
     assert np.abs(cdf(fast) - cdf(plain)).max() < 0.01
-    assert set(np.unique(fast)) <= set(np.unique(plain)) | set((sample[:, None] + sample[None, :]).ravel() / 2)
+    assert set(np.unique(fast)) <= set(np.unique(plain)) | set(
+        (sample[:, None] + sample[None, :]).ravel() / 2
+    )
 
 
 def test_bootstrap_of_many_groups_at_once(groups) -> None:
     group, values, per_group = groups
-    medians = SortedSamples.from_groups(group, values, len(SIZES)).bootstrap_medians(200, [np.random.default_rng(i) for i in range(len(SIZES))])
+    medians = SortedSamples.from_groups(group, values, len(SIZES)).bootstrap_medians(
+        200, [np.random.default_rng(i) for i in range(len(SIZES))]
+    )
     assert medians.shape == (len(SIZES), 200)
     for i, sample in enumerate(per_group):
         if len(sample):
@@ -81,7 +95,10 @@ def test_bootstrap_of_many_groups_at_once(groups) -> None:
 def test_percentile_interval_and_geometric_mean() -> None:
     draws = np.vstack([np.arange(1, 1001, dtype=float), np.full(1000, np.nan)])
     low, high = percentile_interval(draws)
-    assert (low[0], high[0]) == (pytest.approx(np.percentile(draws[0], 2.5)), pytest.approx(np.percentile(draws[0], 97.5)))
+    assert (low[0], high[0]) == (
+        pytest.approx(np.percentile(draws[0], 2.5)),
+        pytest.approx(np.percentile(draws[0], 97.5)),
+    )
     assert np.isnan(low[1]) and np.isnan(high[1])
     value, used = geometric_mean(np.array([2.0, 8.0, np.nan, -1.0]))
     assert (value, used) == (pytest.approx(4.0), 2)
@@ -119,7 +136,9 @@ def test_hierarchical_bootstrap_has_the_law_of_resampling_replicates_then_steps(
     medians = np.empty((draws, 3))
     for j, steps in enumerate(reps):
         chosen = picks == j
-        medians[chosen] = np.median(steps[plain_rng.integers(0, len(steps), (chosen.sum(), len(steps)))], axis=1)
+        medians[chosen] = np.median(
+            steps[plain_rng.integers(0, len(steps), (chosen.sum(), len(steps)))], axis=1
+        )
     plain = np.median(medians, axis=1)
     assert cdf_distance(fast, plain) < tolerance
     for end, q in zip(percentile_interval(fast[None, :]), (0.025, 0.975)):
@@ -135,7 +154,10 @@ def test_one_replicate_is_the_one_level_bootstrap(n: int) -> None:
     draws = hierarchical.hierarchical_medians(2000, [np.random.default_rng(5)])
     np.testing.assert_array_equal(draws, one_level.bootstrap_medians(2000, [np.random.default_rng(5)]))
     assert hierarchical.medians()[0] == np.median(steps)
-    assert np.isnan(hierarchical.spread()[0]) and not hierarchical.unstable(200, [np.random.default_rng(5)])[0][0]
+    assert (
+        np.isnan(hierarchical.spread()[0])
+        and not hierarchical.unstable(200, [np.random.default_rng(5)])[0][0]
+    )
 
 
 def test_shifted_replicates_widen_the_interval_and_are_unstable() -> None:
@@ -154,8 +176,13 @@ def test_shifted_replicates_widen_the_interval_and_are_unstable() -> None:
     assert low[0] < 12.1 and high[0] > 14.9
     pooled = np.concatenate(shifted)
     step_low, step_high = percentile_interval(
-        SortedSamples.from_groups(np.zeros(len(pooled), int), pooled, 1).bootstrap_medians(4000, [np.random.default_rng(0)]))
-    assert 12.1 < step_low[0] and step_high[0] < 14.9 and step_high[0] - step_low[0] < 0.1 * (high[0] - low[0])
+        SortedSamples.from_groups(np.zeros(len(pooled), int), pooled, 1).bootstrap_medians(
+            4000, [np.random.default_rng(0)]
+        )
+    )
+    assert (
+        12.1 < step_low[0] and step_high[0] < 14.9 and step_high[0] - step_low[0] < 0.1 * (high[0] - low[0])
+    )
     unstable, spread = cells.unstable(1000, rngs)
     assert list(unstable) == [True, False, False]
     assert spread[0] == pytest.approx(np.std([12, 13.5, 15], ddof=1) / 13.5, rel=0.01)

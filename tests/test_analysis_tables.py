@@ -14,7 +14,15 @@ import pytest
 from analysis.collect import load_sweep, read_cell
 from analysis.metrics import CELL_COLUMNS, cell_metrics
 from analysis.render import csv, latex, markdown
-from analysis.tables import geomean_table, status_table, summarize, summary_table, sweep_summary, to_csv, to_markdown
+from analysis.tables import (
+    geomean_table,
+    status_table,
+    summarize,
+    summary_table,
+    sweep_summary,
+    to_csv,
+    to_markdown,
+)
 from tests.analysis_sweeps import ITEMS, WARMUP_MS, write_cell
 
 
@@ -33,7 +41,7 @@ def test_statistics_come_from_measured_steps_only(tmp_path: Path) -> None:
     write_cell(tmp_path, "e", "eager", step_ms=steps, data_ms=data, mfu=mfu)
     row = by_id(sweep_summary(tmp_path))["e"]
     measured = np.array(steps)
-    data_measured, mfu_measured = np.array(data[len(WARMUP_MS):]), np.array(mfu[len(WARMUP_MS):])
+    data_measured, mfu_measured = np.array(data[len(WARMUP_MS) :]), np.array(mfu[len(WARMUP_MS) :])
     assert row["measured_steps"] == len(steps)
     assert row["mean_step_ms"] == pytest.approx(measured.mean())
     assert row["std_step_ms"] == pytest.approx(measured.std(ddof=1))
@@ -145,7 +153,9 @@ def test_renderings(tmp_path: Path) -> None:
     assert "| aot_eager " in failed and "| failed " in failed
     assert "| inductor " in inductor and "2.50x" in inductor
     tex = latex(table)
-    assert tex.startswith(r"\begin{table}") and r"\begin{tabular}{" + "l" * len(table.text.columns) + "}" in tex
+    assert (
+        tex.startswith(r"\begin{table}") and r"\begin{tabular}{" + "l" * len(table.text.columns) + "}" in tex
+    )
     assert r"25.0\% $\pm$ 0.0\%" in tex and "synthetic_data" not in tex  # escaped: LaTeX compiles it
     back = pd.read_csv(io.StringIO(csv(table)))
     assert list(back.columns) == CELL_COLUMNS and len(back) == 3

@@ -22,20 +22,66 @@ INHERIT = "/cluster_base@_here_"
 
 #: The resolved `cluster` of each profile when every profile still spelled out every key (before
 #: the base existed): the base must not change what a site asks Slurm for.
-SITE = {"partitions": {"A100": "grete:shared", "H100": "grete-h100"},
-        "gpu_type_by_model": {"default": "A100", "gpt": "A100", "resnet": "H100", "timm": "H100"}}
-SLURM_DEFAULTS = {"executor": "slurm", "gpu_type": None, "partition": None, "gpus": 1, "account": None, "qos": None,
-                  "max_requeue": 1, "signal_delay_s": 90, "compile_cache": "per_job", "sbatch_template": "default", "modules": [],
-                  "venv": None, "conda_env": None, "env": {}, "setup": [], "sbatch_extra": {}}
+SITE = {
+    "partitions": {"A100": "grete:shared", "H100": "grete-h100"},
+    "gpu_type_by_model": {"default": "A100", "gpt": "A100", "resnet": "H100", "timm": "H100"},
+}
+SLURM_DEFAULTS = {
+    "executor": "slurm",
+    "gpu_type": None,
+    "partition": None,
+    "gpus": 1,
+    "account": None,
+    "qos": None,
+    "max_requeue": 1,
+    "signal_delay_s": 90,
+    "compile_cache": "per_job",
+    "sbatch_template": "default",
+    "modules": [],
+    "venv": None,
+    "conda_env": None,
+    "env": {},
+    "setup": [],
+    "sbatch_extra": {},
+}
 RESOLVED = {
-    "grete": {**SLURM_DEFAULTS, **SITE, "name": "grete", "gpus_per_node": 4, "cpus_per_gpu": 16, "mem_per_gpu_gb": 120,
-              "time_min": 60, "max_array_size": 1000, "array_parallelism": 16},
-    "test_slurm": {**SLURM_DEFAULTS, **SITE, "name": "test_slurm", "gpus_per_node": 2, "cpus_per_gpu": 1,
-                   "mem_per_gpu_gb": 1, "time_min": 10, "max_array_size": 1001, "array_parallelism": 4},
+    "grete": {
+        **SLURM_DEFAULTS,
+        **SITE,
+        "name": "grete",
+        "gpus_per_node": 4,
+        "cpus_per_gpu": 16,
+        "mem_per_gpu_gb": 120,
+        "time_min": 60,
+        "max_array_size": 1000,
+        "array_parallelism": 16,
+    },
+    "test_slurm": {
+        **SLURM_DEFAULTS,
+        **SITE,
+        "name": "test_slurm",
+        "gpus_per_node": 2,
+        "cpus_per_gpu": 1,
+        "mem_per_gpu_gb": 1,
+        "time_min": 10,
+        "max_array_size": 1001,
+        "array_parallelism": 4,
+    },
     # local had only these keys; it now has the base's others too, at their defaults (checked below).
-    "local": {"name": "local", "executor": "local", "partitions": {}, "gpu_type": None, "gpus_per_node": 1, "compile_cache": "shared",
-              "cpus_per_gpu": None, "mem_per_gpu_gb": None, "time_min": None, "account": None, "qos": None,
-              "setup": []},
+    "local": {
+        "name": "local",
+        "executor": "local",
+        "partitions": {},
+        "gpu_type": None,
+        "gpus_per_node": 1,
+        "compile_cache": "shared",
+        "cpus_per_gpu": None,
+        "mem_per_gpu_gb": None,
+        "time_min": None,
+        "account": None,
+        "qos": None,
+        "setup": [],
+    },
 }
 
 
@@ -56,8 +102,10 @@ def test_base_values_are_slurm_profile_defaults() -> None:
     """One default per key: what the base says is what load_profile assumes for an unset key."""
     values = base()
     fields = {f.name: f for f in dataclasses.fields(SlurmProfile)}
-    assert set(values) == set(fields), (f"keys only in conf/cluster_base.yaml: {sorted(set(values) - set(fields))}, "
-                                        f"only in SlurmProfile: {sorted(set(fields) - set(values))}")
+    assert set(values) == set(fields), (
+        f"keys only in conf/cluster_base.yaml: {sorted(set(values) - set(fields))}, "
+        f"only in SlurmProfile: {sorted(set(fields) - set(values))}"
+    )
     for name, f in fields.items():
         if f.default is not dataclasses.MISSING:
             default = f.default
@@ -65,18 +113,24 @@ def test_base_values_are_slurm_profile_defaults() -> None:
             default = f.default_factory()
         else:
             default = "???"  # required: the base leaves it to each profile (OmegaConf's missing value)
-        assert values[name] == default, f"{name}: conf/cluster_base.yaml says {values[name]!r}, SlurmProfile {default!r}"
+        assert values[name] == default, (
+            f"{name}: conf/cluster_base.yaml says {values[name]!r}, SlurmProfile {default!r}"
+        )
 
 
 @pytest.mark.parametrize("name", profiles())
 def test_profile_inherits_the_base_and_states_only_what_differs(name: str) -> None:
     raw = yaml.safe_load((CONF_DIR / "cluster" / f"{name}.yaml").read_text())
-    assert raw.pop("defaults") == [INHERIT, "_self_"], f"{name}.yaml must start with defaults: [{INHERIT}, _self_]"
+    assert raw.pop("defaults") == [INHERIT, "_self_"], (
+        f"{name}.yaml must start with defaults: [{INHERIT}, _self_]"
+    )
     defaults = base()
     unknown = sorted(set(raw) - set(defaults))
     assert not unknown, f"{name}.yaml: keys the base does not have: {unknown}"
     restated = sorted(key for key, value in raw.items() if value == defaults[key])
-    assert not restated, f"{name}.yaml restates the base's default of {restated}; leave them to conf/cluster_base.yaml"
+    assert not restated, (
+        f"{name}.yaml restates the base's default of {restated}; leave them to conf/cluster_base.yaml"
+    )
 
 
 @pytest.mark.parametrize("name", profiles())
@@ -87,14 +141,23 @@ def test_profile_composes_to_its_site(name: str) -> None:
     assert expected is not None, f"a new profile {name}: add what it resolves to to RESOLVED"
     assert {k: cluster[k] for k in expected} == expected
     defaults = base()
-    assert {k: v for k, v in cluster.items() if k not in expected} == {k: defaults[k] for k in cluster if k not in expected}
+    assert {k: v for k, v in cluster.items() if k not in expected} == {
+        k: defaults[k] for k in cluster if k not in expected
+    }
     if cluster["executor"] == "slurm":
         load_profile(cluster)  # a complete, valid Slurm profile
 
 
 def test_overrides_still_reach_every_key() -> None:
-    cluster = expand(["cluster=grete", "cluster.array_parallelism=2", "cluster.gpu_type_by_model.gpt=H100",
-                      "cluster.modules=[cuda/12.1]", "+cluster.env.NCCL_DEBUG=WARN"]).cluster
+    cluster = expand(
+        [
+            "cluster=grete",
+            "cluster.array_parallelism=2",
+            "cluster.gpu_type_by_model.gpt=H100",
+            "cluster.modules=[cuda/12.1]",
+            "+cluster.env.NCCL_DEBUG=WARN",
+        ]
+    ).cluster
     assert cluster["array_parallelism"] == 2 and cluster["modules"] == ["cuda/12.1"]
     assert cluster["gpu_type_by_model"] == {**SITE["gpu_type_by_model"], "gpt": "H100"}
     assert cluster["env"] == {"NCCL_DEBUG": "WARN"}

@@ -44,7 +44,9 @@ def test_identical_sweeps_have_no_regression(tmp_path: Path, capsys: pytest.Capt
     assert "1.000x [" in out
 
 
-def test_b_ten_percent_slower_is_a_regression_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_b_ten_percent_slower_is_a_regression_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     a = write_sweep(tmp_path / "a", 8.0)
     b = write_sweep(tmp_path / "b", 8.8, prefix="new-", **H100)  # another GPU: hardware is not matched
     code, out, _ = run(capsys, a, b, "--format", "json")
@@ -64,8 +66,9 @@ def test_b_ten_percent_slower_is_a_regression_named(tmp_path: Path, capsys: pyte
     assert "| gpt tiny · inductor" in out and "| NVIDIA H100 80GB HBM3 |" in out
 
 
-def test_three_percent_slower_is_within_the_default_threshold(tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_three_percent_slower_is_within_the_default_threshold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     a, b = write_sweep(tmp_path / "a", 8.0), write_sweep(tmp_path / "b", 8.24)
     code, out, _ = run(capsys, a, b, "--format", "json")
     inductor = next(cell for cell in json.loads(out)["cells"] if cell["backend"] == "inductor")
@@ -83,7 +86,10 @@ def test_cells_only_in_one_sweep_are_listed(tmp_path: Path, capsys: pytest.Captu
     code, out, _ = run(capsys, a, b)
     assert code == 0
     assert "Only in A" not in out  # A's seed-1 cell is in B, failed there
-    assert "Not compared (not completed in both):\n- gpt tiny bf16 seed 1 · aot_eager (A seed1 completed, B fails failed)" in out
+    assert (
+        "Not compared (not completed in both):\n- gpt tiny bf16 seed 1 · aot_eager (A seed1 completed, B fails failed)"
+        in out
+    )
     assert f"Only in B ({b}):\n- gpt tiny fp32 seed 1337 · inductor (bf, completed)" in out
     result = json.loads(run(capsys, a, b, "--format", "json")[1])
     assert [cell["cell_id"] for cell in result["only_in_b"]] == ["bf"] and result["only_in_a"] == []
@@ -95,13 +101,20 @@ def test_the_speedups_of_two_runs_of_a_model_zoo(tmp_path: Path, capsys: pytest.
     for sweep, x_ms, y_ms in (("a", 5.0, 10.0), ("b", 8.0, 5.0)):  # x: 2x then 1.25x; y: 1x then 2x
         for arch, inductor_ms in (("x", x_ms), ("y", y_ms)):
             write_cell(tmp_path / sweep, f"{arch}e", "eager", step_ms=steps(10.0, 1), model="timm", arch=arch)
-            write_cell(tmp_path / sweep, f"{arch}i", "inductor", step_ms=steps(inductor_ms, 2), model="timm", arch=arch)
+            write_cell(
+                tmp_path / sweep,
+                f"{arch}i",
+                "inductor",
+                step_ms=steps(inductor_ms, 2),
+                model="timm",
+                arch=arch,
+            )
     code, out, _ = run(capsys, tmp_path / "a", tmp_path / "b", "--format", "json")
     (row,) = json.loads(out)["speedups"]  # eager, its own baseline, has no row
     assert (row["backend"], row["cells"]) == ("inductor", 2)
-    assert row["a_geomean_speedup"] == pytest.approx(2 ** 0.5, rel=0.01)
-    assert row["b_geomean_speedup"] == pytest.approx(2.5 ** 0.5, rel=0.01)
-    assert row["geomean_ratio"] == pytest.approx(1.25 ** 0.5, rel=0.01)
+    assert row["a_geomean_speedup"] == pytest.approx(2**0.5, rel=0.01)
+    assert row["b_geomean_speedup"] == pytest.approx(2.5**0.5, rel=0.01)
+    assert row["geomean_ratio"] == pytest.approx(1.25**0.5, rel=0.01)
     assert row["most_changed_a"] == pytest.approx(1.0, rel=0.01)
     assert row["most_changed_b"] == pytest.approx(2.0, rel=0.01)
     assert row["most_changed"].startswith("y")
@@ -113,8 +126,10 @@ def test_bad_input_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     a = write_sweep(tmp_path / "a", 8.0)
     (tmp_path / "empty").mkdir()
     code, out, err = run(capsys, a, tmp_path / "empty")
-    assert (code, out) == (2, "") and err == f"error: not a sweep directory (no manifest.parquet, no cells/): " \
-                                            f"{tmp_path / 'empty'}\n"
+    assert (code, out) == (
+        2,
+        "",
+    ) and err == f"error: not a sweep directory (no manifest.parquet, no cells/): {tmp_path / 'empty'}\n"
     other = tmp_path / "other"
     write_cell(other, "r", "eager", step_ms=steps(20.0, 5), model="resnet")
     code, out, err = run(capsys, a, other)

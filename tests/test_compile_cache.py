@@ -14,13 +14,25 @@ import pytest
 
 from tests.helpers import TINY, cli
 from workloads.cell.config import ConfigError, cell_config_from_dict
-from workloads.instruments.compile_cache import BASE_ENV, INDUCTOR_ENV, KEY_FILE, TRITON_ENV, cache_key, key_inputs, use
-from workloads.instruments.dynamo_records import CACHE_COUNTERS, cache_state
 from workloads.contract.schema import CACHE_COUNT_COLUMNS
+from workloads.instruments.compile_cache import (
+    BASE_ENV,
+    INDUCTOR_ENV,
+    KEY_FILE,
+    TRITON_ENV,
+    cache_key,
+    key_inputs,
+    use,
+)
+from workloads.instruments.dynamo_records import CACHE_COUNTERS, cache_state
 
 #: The environment columns of a run row on an H100 (workloads/environment.describe_environment).
-H100 = {"torch_version": "2.11.0+cu130", "triton_version": "3.6.0", "cuda_version": "13.0",
-        "gpu_name": "NVIDIA H100 80GB HBM3"}
+H100 = {
+    "torch_version": "2.11.0+cu130",
+    "triton_version": "3.6.0",
+    "cuda_version": "13.0",
+    "gpu_name": "NVIDIA H100 80GB HBM3",
+}
 
 
 def test_cold_and_warm_compiles_are_separate_processes(tmp_path: Path) -> None:
@@ -29,7 +41,9 @@ def test_cold_and_warm_compiles_are_separate_processes(tmp_path: Path) -> None:
     (dynamo's counters: all hits) and measures; the run row has both compile times, and the
     private cache is gone afterwards, the sweep's shared one untouched."""
     sweep = tmp_path / "sw"
-    result = cli(tmp_path, "sweep", *TINY, "backend=inductor", "compile.measure=cold_warm", f"hydra.sweep.dir={sweep}")
+    result = cli(
+        tmp_path, "sweep", *TINY, "backend=inductor", "compile.measure=cold_warm", f"hydra.sweep.dir={sweep}"
+    )
     assert result.returncode == 0, result.stderr
     (cell_dir,) = (sweep / "cells").iterdir()
     run = pd.read_parquet(cell_dir / "run.parquet").iloc[-1]
@@ -46,7 +60,9 @@ def test_cold_and_warm_compiles_are_separate_processes(tmp_path: Path) -> None:
     assert not Path(run["compile_cache_dir"]).exists() and not (sweep / "compile_cache").exists()
 
 
-def test_a_different_machine_or_version_gets_another_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_different_machine_or_version_gets_another_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Only what matches (Python, torch, triton, CUDA, GPU or CPU model) shares a directory: each
     differing input gives another one, under the same base, with its inputs in key.json."""
     monkeypatch.setenv(BASE_ENV, str(tmp_path))
@@ -54,9 +70,15 @@ def test_a_different_machine_or_version_gets_another_directory(tmp_path: Path, m
         monkeypatch.delenv(name, raising=False)
     same = key_inputs(H100, "AMD EPYC")
     assert key_inputs(dict(H100), "Intel Xeon") == same  # a GPU cell is keyed by its GPU, not the host
-    others = [key_inputs({**H100, **change}, "AMD EPYC") for change in (
-        {"gpu_name": "NVIDIA A100-SXM4-80GB"}, {"torch_version": "2.12.0+cu130"}, {"triton_version": "3.7.0"},
-        {"cuda_version": "12.8"})]
+    others = [
+        key_inputs({**H100, **change}, "AMD EPYC")
+        for change in (
+            {"gpu_name": "NVIDIA A100-SXM4-80GB"},
+            {"torch_version": "2.12.0+cu130"},
+            {"triton_version": "3.7.0"},
+            {"cuda_version": "12.8"},
+        )
+    ]
     cpus = [key_inputs({**H100, "gpu_name": None}, model) for model in ("AMD EPYC", "Intel Xeon")]
     keys = [cache_key(inputs) for inputs in (same, *others, *cpus)]
     assert len(set(keys)) == len(keys) and cache_key(dict(same)) == keys[0]
@@ -76,7 +98,9 @@ def test_every_cache_column_has_its_counter() -> None:
 
 
 def test_unknown_compile_measure_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"compile.measure must be one of \('once', 'cold_warm'\), got 'sometimes'"):
+    with pytest.raises(
+        ConfigError, match=r"compile.measure must be one of \('once', 'cold_warm'\), got 'sometimes'"
+    ):
         cell_config_from_dict({"compile": {"measure": "sometimes"}})
     with pytest.raises(ConfigError, match="cold_warm measures one process's compile; this cell trains as 2"):
         cell_config_from_dict({"compile": {"measure": "cold_warm"}, "distributed": {"tasks_per_node": 2}})

@@ -49,15 +49,35 @@ def test_analyze_while_cells_are_writing(tmp_path: Path) -> None:
     """A sweep of two cells, stopped (SIGSTOP, the sweep and its cell) while the second cell
     trains: `analyze` then sees the first cell completed and the second without a result; the
     sweep goes on (SIGCONT) and the analysis at its end sees both."""
-    sweep = cli_popen(tmp_path, "sweep", *TINY, "steps=3", "seed=1,2", "measure.max_steps=null",
-                      "measure.min_seconds=8", "hydra.sweep.dir=sw", text=True, stdout=subprocess.PIPE,
-                      stderr=subprocess.PIPE, start_new_session=True)
+    sweep = cli_popen(
+        tmp_path,
+        "sweep",
+        *TINY,
+        "steps=3",
+        "seed=1,2",
+        "measure.max_steps=null",
+        "measure.min_seconds=8",
+        "hydra.sweep.dir=sw",
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
-        def measuring() -> list[Path]:  # the cells whose log says they train (ran in order: seed 1 first)
-            return [log for log in (tmp_path / "sw").glob("cells/*/logs/stdout.log") if MEASURING in log.read_text()]
 
-        wait_until(lambda: sweep.poll() is not None or len(measuring()) == 2, 600,
-                   lambda _: "the second cell never trained", interval=0.1)
+        def measuring() -> list[Path]:  # the cells whose log says they train (ran in order: seed 1 first)
+            return [
+                log
+                for log in (tmp_path / "sw").glob("cells/*/logs/stdout.log")
+                if MEASURING in log.read_text()
+            ]
+
+        wait_until(
+            lambda: sweep.poll() is not None or len(measuring()) == 2,
+            600,
+            lambda _: "the second cell never trained",
+            interval=0.1,
+        )
         os.killpg(sweep.pid, signal.SIGSTOP)
         try:
             runs = sorted((tmp_path / "sw").glob("cells/*/run.parquet"))
@@ -76,4 +96,6 @@ def test_analyze_while_cells_are_writing(tmp_path: Path) -> None:
             sweep.communicate()
     final = cli(tmp_path, "analyze", "sw", "--format", "csv", "--no-plots")
     assert final.returncode == 0, final.stderr
-    assert (pd.read_csv(io.StringIO(final.stdout))["status"] == "completed").sum() == 2  # what was complete stays so
+    assert (
+        pd.read_csv(io.StringIO(final.stdout))["status"] == "completed"
+    ).sum() == 2  # what was complete stays so

@@ -11,19 +11,32 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from workloads.cell.config import ConfigError, DistributedConfig, cell_config_from_dict, cell_config_to_dict, config_digest
+from workloads.cell.config import (
+    ConfigError,
+    DistributedConfig,
+    cell_config_from_dict,
+    cell_config_to_dict,
+    config_digest,
+)
 from workloads.cell.distributed import LaunchError, Ranks, count_ddp_splits, join, launched_ranks
 from workloads.cell.recorder import CellRecorder, RankReport, merge_steps
 from workloads.cell.train import StepRecord
 
 
-def report(rank: int, times: list[float], losses: list[float] | None = None, warmup: int = 1,
-           waits: list[float] | None = None) -> RankReport:
+def report(
+    rank: int,
+    times: list[float],
+    losses: list[float] | None = None,
+    warmup: int = 1,
+    waits: list[float] | None = None,
+) -> RankReport:
     """A rank's report: step i took times[i] ms, the first `warmup` steps are warm-up."""
     losses = losses or [1.0] * len(times)
     waits = waits or [0.5] * len(times)
-    steps = [StepRecord(i, "warmup" if i < warmup else "measure", t, w, loss)
-             for i, (t, w, loss) in enumerate(zip(times, waits, losses))]
+    steps = [
+        StepRecord(i, "warmup" if i < warmup else "measure", t, w, loss)
+        for i, (t, w, loss) in enumerate(zip(times, waits, losses))
+    ]
     return RankReport(rank, f"node{rank}", steps, peak_mem_bytes=1000 * (rank + 1))
 
 
@@ -31,8 +44,12 @@ def report(rank: int, times: list[float], losses: list[float] | None = None, war
 
 
 def test_merged_step_is_the_slowest_rank_and_the_mean_loss() -> None:
-    merged = merge_steps([report(1, [400, 11, 13], [3.0, 2.0, 1.0], waits=[1, 5, 2]),
-                          report(0, [500, 10, 14], [1.0, 4.0, 2.0], waits=[2, 3, 4])])  # any order
+    merged = merge_steps(
+        [
+            report(1, [400, 11, 13], [3.0, 2.0, 1.0], waits=[1, 5, 2]),
+            report(0, [500, 10, 14], [1.0, 4.0, 2.0], waits=[2, 3, 4]),
+        ]
+    )  # any order
     assert [m.step for m in merged] == [0, 1, 2]
     assert [m.phase for m in merged] == ["warmup", "measure", "measure"]
     assert [m.step_time_ms for m in merged] == [500, 11, 14]
@@ -59,7 +76,9 @@ def test_summary_of_two_ranks_is_global() -> None:
     peaks; compile time per rank from its own steps, the cell's from the merged ones."""
     rec = CellRecorder("cell", 1, world_size=2)
     rec.items_per_step, rec.flops_per_step, rec.peak = 2048, 2.6e12, 100.0  # both ranks' items and FLOPs
-    rec.summarise([report(0, [500, 10, 12, 14]), report(1, [400, 11, 13, 9])], compiles=True, setup_time_s=0.0)
+    rec.summarise(
+        [report(0, [500, 10, 12, 14]), report(1, [400, 11, 13, 9])], compiles=True, setup_time_s=0.0
+    )
     run = rec.run
     # merged measured steps: max(10, 11), max(12, 13), max(14, 9) = 11, 13, 14
     assert (run["world_size"], run["measured_steps"], run["median_step_ms"]) == (2, 3, 13)
@@ -68,8 +87,11 @@ def test_summary_of_two_ranks_is_global() -> None:
     assert run["compile_time_s"] == pytest.approx((500 - 13) / 1e3)
     assert run["rank_median_step_ms"] == [12, 11]
     assert run["rank_compile_time_s"] == pytest.approx([(500 - 12) / 1e3, (400 - 11) / 1e3])
-    assert (run["rank_hostname"], run["rank_peak_mem_bytes"], run["peak_mem_bytes"]) == (["node0", "node1"],
-                                                                                          [1000, 2000], 2000)
+    assert (run["rank_hostname"], run["rank_peak_mem_bytes"], run["peak_mem_bytes"]) == (
+        ["node0", "node1"],
+        [1000, 2000],
+        2000,
+    )
     rows = rec.steps
     assert [r["step_time_ms"] for r in rows] == [500, 11, 13, 14]
     assert {r["items"] for r in rows} == {2048}
@@ -96,13 +118,16 @@ def test_single_process_cells_keep_their_ids() -> None:
     assert config_digest(two) != config_digest(cfg)
 
 
-@pytest.mark.parametrize("section, message", [
-    ({"tasks_per_node": 0}, "distributed.tasks_per_node must be >= 1"),
-    ({"nodes": 0}, "distributed.nodes must be >= 1"),
-    ({"backend": "mpi"}, "distributed.backend must be one of"),
-    ({"bucket_cap_mb": 0.5}, "distributed.bucket_cap_mb must be >= 1"),
-    ({"tasks_per_nodes": 2}, "unknown config key 'distributed.tasks_per_nodes'"),
-])
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        ({"tasks_per_node": 0}, "distributed.tasks_per_node must be >= 1"),
+        ({"nodes": 0}, "distributed.nodes must be >= 1"),
+        ({"backend": "mpi"}, "distributed.backend must be one of"),
+        ({"bucket_cap_mb": 0.5}, "distributed.bucket_cap_mb must be >= 1"),
+        ({"tasks_per_nodes": 2}, "unknown config key 'distributed.tasks_per_nodes'"),
+    ],
+)
 def test_bad_distributed_section(section: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         cell_config_from_dict({"distributed": section})
@@ -156,7 +181,9 @@ def one_rank_group():
 
 
 @pytest.mark.parametrize("bucket_cap_mb, pieces", [(25, 2), (1, 4)])
-def test_ddp_splits_of_a_compiled_module_are_counted(one_rank_group, bucket_cap_mb: float, pieces: int) -> None:
+def test_ddp_splits_of_a_compiled_module_are_counted(
+    one_rank_group, bucket_cap_mb: float, pieces: int
+) -> None:
     """Four 1 MiB layers. DDP fills a first bucket of 1 MiB (early communication), then buckets
     of up to bucket_cap_mb: the last layer alone and the other three together at DDP's 25 MiB,
     one layer each at 1 MiB; DDPOptimizer cuts the graph at each bucket boundary."""

@@ -40,18 +40,26 @@ REFUSE_FLOCK = textwrap.dedent("""
 def refuse_flock(monkeypatch: pytest.MonkeyPatch) -> None:
     def refused(fd, operation):
         raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
     monkeypatch.setattr(fcntl, "flock", refused)
 
 
 def child(code: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", REFUSE_FLOCK + textwrap.dedent(code), *args], cwd=REPO_ROOT,
-                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", REFUSE_FLOCK + textwrap.dedent(code), *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def rows(writer: str, count: int) -> list[dict]:
-    return [{"cell_id": f"{writer}-{i:03d}", "model": "gpt", "executor": "slurm", "job_id": str(i)}
-            for i in range(count)]
+    return [
+        {"cell_id": f"{writer}-{i:03d}", "model": "gpt", "executor": "slurm", "job_id": str(i)}
+        for i in range(count)
+    ]
 
 
 WRITER = """
@@ -84,20 +92,28 @@ def test_writers_without_flock_keep_every_row(tmp_path: Path) -> None:
     assert sorted(p.name for p in sweep.iterdir() if p.name.startswith(".manifest.lock")) == [MANIFEST_LOCK]
 
 
-def test_lock_of_a_killed_holder_is_broken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture) -> None:
+def test_lock_of_a_killed_holder_is_broken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     sweep = tmp_path / "sw"
-    holder = child("""
+    holder = child(
+        """
         import sys, time
         from pathlib import Path
         from workloads.contract.sweep_dir import manifest_lock
         with manifest_lock(Path(sys.argv[1])):
             Path(sys.argv[2]).touch()
             time.sleep(600)  # killed here, holding the lock
-    """, str(sweep), str(tmp_path / "held"))
+    """,
+        str(sweep),
+        str(tmp_path / "held"),
+    )
     lock = file_lock.lock_file_of(sweep / MANIFEST_LOCK)
-    wait_until(lambda: (tmp_path / "held").exists() or holder.poll() is not None, 120,
-               lambda _: "the holder never took the lock")
+    wait_until(
+        lambda: (tmp_path / "held").exists() or holder.poll() is not None,
+        120,
+        lambda _: "the holder never took the lock",
+    )
     assert holder.poll() is None, holder.communicate()
     assert json.loads(lock.read_text())["pid"] == holder.pid
     holder.send_signal(signal.SIGKILL)
@@ -106,14 +122,17 @@ def test_lock_of_a_killed_holder_is_broken(tmp_path: Path, monkeypatch: pytest.M
     refuse_flock(monkeypatch)
     write_manifest(sweep, rows("after", 2))
     err = capsys.readouterr().err
-    assert err == (f"warning: broke the stale lock {lock}: its holder, process {holder.pid} on "
-                   f"{socket.gethostname()}, is gone\n")
+    assert err == (
+        f"warning: broke the stale lock {lock}: its holder, process {holder.pid} on "
+        f"{socket.gethostname()}, is gone\n"
+    )
     assert list(pd.read_parquet(sweep / "manifest.parquet")["cell_id"]) == ["after-000", "after-001"]
     assert not lock.exists()
 
 
-def test_lock_of_another_host_is_broken_only_after_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                             capsys: pytest.CaptureFixture) -> None:
+def test_lock_of_another_host_is_broken_only_after_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     """Whether a process on another node lives cannot be asked: its lock is waited for until it is
     older than the bound (here 2 s; STALE_AFTER_S in use)."""
     lock_name = tmp_path / "x.lock"
@@ -149,6 +168,7 @@ def test_flock_where_it_works_and_other_errors_raise(tmp_path: Path, monkeypatch
 
     def broken(fd, operation):
         raise OSError(errno.EIO, "Input/output error")
+
     monkeypatch.setattr(fcntl, "flock", broken)
     with pytest.raises(OSError, match="Input/output error"):
         with file_lock.exclusive(tmp_path / "x.lock"):

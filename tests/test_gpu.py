@@ -48,16 +48,17 @@ from torch import nn
 
 from tests.helpers import REPO_ROOT
 from workloads.cell.config import MeasureConfig, cell_config_from_dict
-from workloads.instruments.dynamo_records import compile_stats
-from workloads.instruments.environment import peak_tflops
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import HOST_LEAD_STEPS, StepRecord, run_steps, synchronize
+from workloads.instruments.dynamo_records import compile_stats
+from workloads.instruments.environment import peak_tflops
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(),
-                       reason="the GPU tier needs a CUDA device (none visible here); "
-                              "run `pytest -m gpu` on a GPU machine"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="the GPU tier needs a CUDA device (none visible here); run `pytest -m gpu` on a GPU machine",
+    ),
 ]
 
 Step = Callable[[], tuple[torch.Tensor, float]]
@@ -75,8 +76,17 @@ def measured(records: list[StepRecord]) -> list[StepRecord]:
 def gpu_config(**values) -> dict:
     """A cell config on the GPU: the tiny GPT in fp32 unless `values` say otherwise; exactly
     `steps` measured steps."""
-    return {"model": {"name": "gpt"}, "size": "tiny", "precision": {"name": "fp32"}, "device": "cuda",
-            "steps": 8, "warmup_steps": 3, "seed": 1337, "measure": {"min_seconds": 0.0}, **values}
+    return {
+        "model": {"name": "gpt"},
+        "size": "tiny",
+        "precision": {"name": "fp32"},
+        "device": "cuda",
+        "steps": 8,
+        "warmup_steps": 3,
+        "seed": 1337,
+        "measure": {"min_seconds": 0.0},
+        **values,
+    }
 
 
 def prepared(**values):
@@ -131,6 +141,7 @@ def gpt2_step(backend: str) -> Callable[[torch.device], Step]:
     cell builds it: eager (hundreds of launches; on an H100 the host's launching takes about as
     long as the device's work), inductor (compiled kernels) or cudagraphs (the step's forward and
     backward replayed as CUDA graphs)."""
+
     def make(device: torch.device) -> Step:
         cell = prepared(size="medium", precision={"name": "bf16"}, grad_accum=1, backend={"name": backend})
         return cell.step
@@ -152,14 +163,19 @@ ROUNDS, EVENT_STEPS, REF_STEPS = 3, 20, 20
 EVENT_VS_SYNC_RTOL = 0.03
 
 
-@pytest.mark.parametrize("make_step, backend, window", [
-    (memory_step, None, 1),  # device-bound: launching takes microseconds, every step is its own window
-    (gpt2_step("eager"), None, 5),
-    (gpt2_step("inductor"), "inductor", 5),
-    (gpt2_step("cudagraphs"), "cudagraphs", 5),
-], ids=["memory-bound", "gpt2-eager-bf16", "gpt2-inductor-bf16", "gpt2-cudagraphs-bf16"])
-def test_event_step_times_agree_with_a_synchronised_reference(make_step: Callable[[torch.device], Step],
-                                                              backend: str | None, window: int) -> None:
+@pytest.mark.parametrize(
+    "make_step, backend, window",
+    [
+        (memory_step, None, 1),  # device-bound: launching takes microseconds, every step is its own window
+        (gpt2_step("eager"), None, 5),
+        (gpt2_step("inductor"), "inductor", 5),
+        (gpt2_step("cudagraphs"), "cudagraphs", 5),
+    ],
+    ids=["memory-bound", "gpt2-eager-bf16", "gpt2-inductor-bf16", "gpt2-cudagraphs-bf16"],
+)
+def test_event_step_times_agree_with_a_synchronised_reference(
+    make_step: Callable[[torch.device], Step], backend: str | None, window: int
+) -> None:
     """The median of the measured loop's CUDA-event step times (host HOST_LEAD_STEPS ahead) against
     the fastest of the reference's windows (`synchronised_windows_ms`): single steps where the step
     is device-bound, windows of 5 for GPT-2's steps, whose start-up after a sync is 4% of a step.
@@ -194,11 +210,13 @@ def test_event_step_times_agree_with_a_synchronised_reference(make_step: Callabl
         assert stats.graph_count >= 1 and stats.cudagraph_skips == 0, stats
     event_median, fastest = statistics.median(events), min(reference)
     host_median = statistics.median(host_ms)
-    print(f"{make_step.__name__}: event median {event_median:.3f} ms, fastest synchronised window "
-          f"{fastest:.3f} ms (windows of {window}; {event_median / fastest - 1:+.2%}); windows' median "
-          f"{statistics.median(reference):.3f} ms; means {statistics.mean(events):.3f} and "
-          f"{statistics.mean(reference):.3f} ms; events {min(events):.3f}..{max(events):.3f} ms, "
-          f"windows {fastest:.3f}..{max(reference):.3f} ms; host time in the step call {host_median:.3f} ms")
+    print(
+        f"{make_step.__name__}: event median {event_median:.3f} ms, fastest synchronised window "
+        f"{fastest:.3f} ms (windows of {window}; {event_median / fastest - 1:+.2%}); windows' median "
+        f"{statistics.median(reference):.3f} ms; means {statistics.mean(events):.3f} and "
+        f"{statistics.mean(reference):.3f} ms; events {min(events):.3f}..{max(events):.3f} ms, "
+        f"windows {fastest:.3f}..{max(reference):.3f} ms; host time in the step call {host_median:.3f} ms"
+    )
     assert event_median == pytest.approx(fastest, rel=EVENT_VS_SYNC_RTOL)
     if make_step is memory_step:
         # The host ran ahead: its own clock around the call saw almost nothing of the step,
@@ -287,8 +305,11 @@ def eager_accumulating() -> tuple[list[float], torch.Tensor]:
     return losses, params
 
 
-@pytest.mark.parametrize("backend", [{"name": "cudagraphs"}, {"name": "inductor", "mode": "reduce-overhead"}],
-                         ids=["cudagraphs", "inductor-reduce-overhead"])
+@pytest.mark.parametrize(
+    "backend",
+    [{"name": "cudagraphs"}, {"name": "inductor", "mode": "reduce-overhead"}],
+    ids=["cudagraphs", "inductor-reduce-overhead"],
+)
 def test_cuda_graph_gradient_accumulation_trains_as_eager(backend: dict, eager_accumulating) -> None:
     losses, params, stats = train_accumulating(backend)
     # Graphs were compiled and replayed as CUDA graphs: otherwise this compares eager with eager.
@@ -312,8 +333,9 @@ def test_without_kept_gradients_the_comparison_fails(eager_accumulating) -> None
     assert stats.graph_count >= 1 and stats.cudagraph_skips == 0, stats
     param_diff = rel_diff(params, eager_accumulating[1])
     print(f"cudagraphs without kept gradients: parameters differ from eager by {param_diff:.3g}")
-    assert param_diff > 100 * ACCUM_PARAM_RTOL, \
+    assert param_diff > 100 * ACCUM_PARAM_RTOL, (
         "torch no longer needs the kept gradients (or the test sees nothing)"
+    )
 
 
 # --- 3. MFU on a real GPU -------------------------------------------------------------------------
@@ -339,22 +361,35 @@ GPT2_EAGER_MFU_FLOOR = 0.15
 
 
 def test_mfu_of_gpt2_is_within_bounds(tiny_cells) -> None:
-    cell = tiny_cells.get("gpt", "eager", size="medium", precision={"name": "bf16"}, device="cuda",
-                          grad_accum=1, steps=10, warmup_steps=3)
+    cell = tiny_cells.get(
+        "gpt",
+        "eager",
+        size="medium",
+        precision={"name": "bf16"},
+        device="cuda",
+        grad_accum=1,
+        steps=10,
+        warmup_steps=3,
+    )
     assert cell.status == "completed", cell.run["error"]
     run = cell.run
     table_peak = peak_tflops(run["gpu_name"], "bf16")
     if table_peak is None:
-        pytest.skip(f"{run['gpu_name']} is not in the peak table (workloads/instruments/environment.py): no MFU to check")
+        pytest.skip(
+            f"{run['gpu_name']} is not in the peak table (workloads/instruments/environment.py): no MFU to check"
+        )
     assert run["peak_tflops"] == table_peak
     # MFU is the FLOPs of a step (nanoGPT's count) over its median time and the peak.
-    assert run["mfu"] == pytest.approx(run["flops_per_step"] / (run["median_step_ms"] / 1e3) / 1e12
-                                       / table_peak)
+    assert run["mfu"] == pytest.approx(
+        run["flops_per_step"] / (run["median_step_ms"] / 1e3) / 1e12 / table_peak
+    )
     matmul = dense_matmul_tflops()
     achieved = run["mfu"] * table_peak
-    print(f"{run['gpu_name']}: GPT-2 eager bf16 MFU {run['mfu']:.3f} ({achieved:.0f} TFLOP/s), "
-          f"e2e {run['e2e_mfu']:.3f}; "
-          f"dense bf16 matmuls {matmul:.0f} TFLOP/s of the table's {table_peak}")
+    print(
+        f"{run['gpu_name']}: GPT-2 eager bf16 MFU {run['mfu']:.3f} ({achieved:.0f} TFLOP/s), "
+        f"e2e {run['e2e_mfu']:.3f}; "
+        f"dense bf16 matmuls {matmul:.0f} TFLOP/s of the table's {table_peak}"
+    )
     assert GPT2_EAGER_MFU_FLOOR < run["mfu"] < 1 and 0 < run["e2e_mfu"] < 1
     # The table's peak bounds what the GPU does (a GPU taken for a slower one would exceed it),
     # and a training step does not outrun the GPU's own dense matmuls.
@@ -420,8 +455,14 @@ def start_rank(config: dict, cell_dir: Path, observed: Path, env: dict[str, str]
     cell_dir.mkdir(parents=True)
     (cell_dir / "config.yaml").write_text(yaml.safe_dump(config))
     command = [sys.executable, "-c", RANK_OBSERVER, str(observed), str(cell_dir / "config.yaml")]
-    return subprocess.Popen(command, cwd=REPO_ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def written_cell(cell_dir: Path) -> tuple[dict, list[dict]]:
@@ -435,8 +476,10 @@ def written_cell(cell_dir: Path) -> tuple[dict, list[dict]]:
     return run, pq.read_table(cell_dir / "steps.parquet").to_pylist()
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2,
-                    reason=f"the NCCL DDP cell needs 2 GPUs; {torch.cuda.device_count()} visible")
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2,
+    reason=f"the NCCL DDP cell needs 2 GPUs; {torch.cuda.device_count()} visible",
+)
 @pytest.mark.parametrize("backend", [{"name": "eager"}, {"name": "inductor"}], ids=["eager", "inductor"])
 def test_two_gpu_nccl_ddp_cell(backend: dict, tmp_path: Path) -> None:
     """Two processes of one cell, each with torch's env:// variables as the orchestrator's Slurm
@@ -453,42 +496,63 @@ def test_two_gpu_nccl_ddp_cell(backend: dict, tmp_path: Path) -> None:
     started from the same parameters and moved away from them, and that they ended equal: ranks
     that trained alone (no DDP, or gradients never all-reduced) would each follow their own
     batches and end with parameters of their own."""
-    config = gpu_config(size="small", precision={"name": "bf16"}, backend=backend, steps=10,
-                        measure={"min_seconds": 2.0}, distributed={"tasks_per_node": 2, "bucket_cap_mb": 1})
+    config = gpu_config(
+        size="small",
+        precision={"name": "bf16"},
+        backend=backend,
+        steps=10,
+        measure={"min_seconds": 2.0},
+        distributed={"tasks_per_node": 2, "bucket_cap_mb": 1},
+    )
     launch = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2"}
     # Rank 1 reads its own copy of the config (it writes nothing); rank 0 writes the cell.
     observed = [tmp_path / f"observed.rank{rank}.pt" for rank in range(2)]
-    procs = [start_rank(config, tmp_path / ("cell" if rank == 0 else "rank1"), observed[rank],
-                        {**launch, "RANK": str(rank), "LOCAL_RANK": str(rank)})
-             for rank in range(2)]
+    procs = [
+        start_rank(
+            config,
+            tmp_path / ("cell" if rank == 0 else "rank1"),
+            observed[rank],
+            {**launch, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+        )
+        for rank in range(2)
+    ]
     with ThreadPoolExecutor(2) as pool:  # both at once: a rank blocked on a full pipe would stall the other
         outputs = list(pool.map(lambda proc: proc.communicate(timeout=400), procs))
     for rank, (proc, (_, err)) in enumerate(zip(procs, outputs)):
         assert proc.returncode == 0, f"rank {rank}:\n{err[-3000:]}"
     run, steps = written_cell(tmp_path / "cell")
-    assert (run["status"], run["world_size"], run["dist_backend"], run["device"]) == \
-        ("completed", 2, "nccl", "cuda:0")
+    assert (run["status"], run["world_size"], run["dist_backend"], run["device"]) == (
+        "completed",
+        2,
+        "nccl",
+        "cuda:0",
+    )
     assert run["items_per_step"] == 2 * 64 * 256  # both ranks' tokens
     assert run["stop_reason"] == "min_seconds" and run["measured_steps"] > config["steps"]
     assert len(run["rank_median_step_ms"]) == 2 and min(run["rank_median_step_ms"]) > 0
     assert min(run["rank_peak_mem_bytes"]) > 0  # each rank's own GPU memory
-    assert run["mfu"] == pytest.approx(run["flops_per_step"] / (run["median_step_ms"] / 1e3) / 1e12
-                                       / (2 * run["peak_tflops"]))
+    assert run["mfu"] == pytest.approx(
+        run["flops_per_step"] / (run["median_step_ms"] / 1e3) / 1e12 / (2 * run["peak_tflops"])
+    )
     losses = [s["loss"] for s in steps if s["phase"] == "measure"]
     assert len(losses) == run["measured_steps"] and all(map(math.isfinite, losses))
-    assert all(len(s["rank_step_time_ms"]) == 2 and s["step_time_ms"] == max(s["rank_step_time_ms"])
-               for s in steps)
+    assert all(
+        len(s["rank_step_time_ms"]) == 2 and s["step_time_ms"] == max(s["rank_step_time_ms"]) for s in steps
+    )
     if backend["name"] == "inductor":
         assert run["graph_count"] >= 1 and run["ddp_graph_splits"] >= 1
 
     rank0, rank1 = (torch.load(path) for path in observed)
     moved, apart = rel_diff(rank0["final"], rank0["initial"]), rel_diff(rank1["final"], rank0["final"])
-    print(f"{backend['name']} DDP: {run['measured_steps']} measured steps; parameters moved by {moved:.3g} "
-          f"(relative norm), rank 1's differ from rank 0's by {apart:.3g}")
+    print(
+        f"{backend['name']} DDP: {run['measured_steps']} measured steps; parameters moved by {moved:.3g} "
+        f"(relative norm), rank 1's differ from rank 0's by {apart:.3g}"
+    )
     assert not torch.equal(rank0["first_inputs"], rank1["first_inputs"])  # each rank its own samples
     assert torch.equal(rank0["initial"], rank1["initial"]) and moved > 0
-    assert torch.equal(rank0["final"], rank1["final"]), \
+    assert torch.equal(rank0["final"], rank1["final"]), (
         f"the ranks' parameters differ by {apart:.3g} after training"
+    )
 
 
 # --- 5. not_compiled on a GPU ---------------------------------------------------------------------
@@ -497,8 +561,9 @@ def test_two_gpu_nccl_ddp_cell(backend: dict, tmp_path: Path) -> None:
 def test_cudagraphs_with_compile_disabled_is_not_compiled(tmp_path: Path, workloads_cli) -> None:
     """TORCH_COMPILE_DISABLE=1 (read when torch is imported: a fresh process): the steps run
     eagerly on the GPU, and the cell says so instead of passing them off as CUDA graphs."""
-    cli = workloads_cli(gpu_config(backend={"name": "cudagraphs"}), tmp_path / "cell",
-                        env={"TORCH_COMPILE_DISABLE": "1"})
+    cli = workloads_cli(
+        gpu_config(backend={"name": "cudagraphs"}), tmp_path / "cell", env={"TORCH_COMPILE_DISABLE": "1"}
+    )
     assert cli.proc.returncode == 1, cli.proc.stderr[-3000:]
     run = cli.cell.run
     assert (run["status"], run["graph_count"], run["device"]) == ("not_compiled", 0, "cuda:0")
@@ -532,17 +597,23 @@ def timm_models() -> dict[bool, str]:
     names = {False: "compilebench_gpu_tier_plain", True: "compilebench_gpu_tier_cpu_op"}
     for cpu_op, name in names.items():
         if name not in timm.list_models():
+
             def create(pretrained: bool = False, cpu_op: bool = cpu_op, **kwargs: object) -> nn.Module:
                 return TinyClassifier(cpu_op=cpu_op, **kwargs)
+
             create.__name__ = name
             register_model(create)
     return names
 
 
-@pytest.mark.parametrize("cpu_op, status", [(False, "completed"), (True, "not_compiled")],
-                         ids=["no-cpu-op-completes", "cpu-op-is-not-compiled"])
-def test_cudagraphs_skipped_for_a_cpu_op_is_not_compiled(cpu_op: bool, status: str, timm_models,
-                                                         tiny_cells) -> None:
+@pytest.mark.parametrize(
+    "cpu_op, status",
+    [(False, "completed"), (True, "not_compiled")],
+    ids=["no-cpu-op-completes", "cpu-op-is-not-compiled"],
+)
+def test_cudagraphs_skipped_for_a_cpu_op_is_not_compiled(
+    cpu_op: bool, status: str, timm_models, tiny_cells
+) -> None:
     cell = tiny_cells.get("timm", "cudagraphs", model={"arch": timm_models[cpu_op]}, device="cuda")
     run = cell.run
     assert cell.status == run["status"] == status, run["error"]
@@ -587,18 +658,23 @@ def test_a_cuda_oom_cell_records_oom_and_the_next_cell_runs(tmp_path: Path) -> N
     CUDA's message; the second gets the device when the first has handed it over and completes
     all its steps on the GPU."""
     from orchestrator.local import run_grid
-    from workloads.models.gpt import GPT_SIZES
     from workloads.contract.sweep_dir import config_path
+    from workloads.models.gpt import GPT_SIZES
 
     gc.collect()
     torch.cuda.empty_cache()  # this process's cached blocks from the tests before: not the cells' memory
     gpt2 = GPT_SIZES["medium"]
     logits_per_sample = gpt2.block_size * gpt2.vocab_size * 2
     too_large = math.ceil(torch.cuda.get_device_properties(0).total_memory / logits_per_sample)
-    cells = {"oom": gpu_config(size="medium", precision={"name": "bf16"}, grad_accum=1, batch_size=too_large),
-             "next": gpu_config(size="medium", precision={"name": "bf16"}, grad_accum=1)}
-    sweep = LocalSweep([SweepCell(name, f"gpt/medium/eager/bf16 {name}") for name in cells],
-                       tmp_path / "sweep", {"executor": "local", "compile_cache": "per_job"})
+    cells = {
+        "oom": gpu_config(size="medium", precision={"name": "bf16"}, grad_accum=1, batch_size=too_large),
+        "next": gpu_config(size="medium", precision={"name": "bf16"}, grad_accum=1),
+    }
+    sweep = LocalSweep(
+        [SweepCell(name, f"gpt/medium/eager/bf16 {name}") for name in cells],
+        tmp_path / "sweep",
+        {"executor": "local", "compile_cache": "per_job"},
+    )
     for name, config in cells.items():
         path = config_path(sweep.sweep_dir, name)
         path.parent.mkdir(parents=True)
@@ -606,15 +682,20 @@ def test_a_cuda_oom_cell_records_oom_and_the_next_cell_runs(tmp_path: Path) -> N
     progress = io.StringIO()
     outcomes = run_grid(sweep, progress)
     print(f"batch {too_large}:\n{progress.getvalue()}", end="")
-    assert [(o.cell_id, o.status) for o in outcomes] == [("oom", "oom"), ("next", "completed")], \
+    assert [(o.cell_id, o.status) for o in outcomes] == [("oom", "oom"), ("next", "completed")], (
         progress.getvalue()
+    )
 
     oom, _ = written_cell(sweep.sweep_dir / "cells" / "oom")
     assert oom["status"] == "oom" and "CUDA out of memory" in oom["error"], oom["error"]
     assert oom["batch_size"] == too_large and oom["device"] == "cuda:0"
     run, steps = written_cell(sweep.sweep_dir / "cells" / "next")
-    assert (run["status"], run["device"], run["batch_size"], run["measured_steps"]) == \
-        ("completed", "cuda:0", 12, 8)
+    assert (run["status"], run["device"], run["batch_size"], run["measured_steps"]) == (
+        "completed",
+        "cuda:0",
+        12,
+        8,
+    )
     assert all(math.isfinite(s["loss"]) for s in steps) and len(steps) == 3 + 8
     # One cell on the device at a time: the second began once the first had written its result,
     # and its process had been started before that, while the first filled the GPU.

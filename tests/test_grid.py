@@ -17,7 +17,10 @@ from orchestrator.grid import CONF_DIR, GridError, cell_id_of, expand, smoke_gri
 from tests.helpers import cli
 
 #: Config files that cannot stand alone: the extra overrides that make them a runnable cell.
-NEEDS = {"model/timm": ["model.arch=resnet18"], "model/custom": ["model.target=tests.custom_targets:returns_dict"]}
+NEEDS = {
+    "model/timm": ["model.arch=resnet18"],
+    "model/custom": ["model.target=tests.custom_targets:returns_dict"],
+}
 
 
 def conf_files() -> list[str]:
@@ -96,7 +99,11 @@ def test_command_line_wins_over_experiment_params() -> None:
 
 @pytest.mark.parametrize(
     "override, count",
-    [("seed=range(1,4)", 3), ("size=choice(tiny,small)", 2), ("backend=glob(*)", len(list(CONF_DIR.glob("backend/*.yaml"))))],
+    [
+        ("seed=range(1,4)", 3),
+        ("size=choice(tiny,small)", 2),
+        ("backend=glob(*)", len(list(CONF_DIR.glob("backend/*.yaml")))),
+    ],
 )
 def test_sweep_functions(override: str, count: int) -> None:
     assert len(expand([override]).cells) == count
@@ -107,13 +114,23 @@ def test_identical_cells_collapse() -> None:
 
 
 def test_smoke_grid_is_every_cell_tiny_and_local(tmp_path: Path) -> None:
-    overrides = ["+experiment=seminar_llm", "cluster=grete", "distributed.tasks_per_node=1,2", f"hydra.sweep.dir={tmp_path}"]
+    overrides = [
+        "+experiment=seminar_llm",
+        "cluster=grete",
+        "distributed.tasks_per_node=1,2",
+        f"hydra.sweep.dir={tmp_path}",
+    ]
     full, smoke = smoke_grid(overrides)
     assert len(full.cells) == 12 and full.executor == "slurm"
     assert smoke.sweep_dir == tmp_path / "smoke" and smoke.executor == "local"
     # small and medium collapse into tiny, 1 and 2 processes into one; the backends stay swept
-    assert sorted(c.label for c in smoke.cells) == sorted(f"gpt/tiny/{b}/bf16" for b in ("eager", "cudagraphs", "inductor"))
-    assert all((c.config["steps"], c.config["warmup_steps"], c.config["device"]) == (2, 1, "auto") for c in smoke.cells)
+    assert sorted(c.label for c in smoke.cells) == sorted(
+        f"gpt/tiny/{b}/bf16" for b in ("eager", "cudagraphs", "inductor")
+    )
+    assert all(
+        (c.config["steps"], c.config["warmup_steps"], c.config["device"]) == (2, 1, "auto")
+        for c in smoke.cells
+    )
     with pytest.raises(GridError, match="Could not find 'backend/nope'"):
         smoke_grid(["backend=nope"])
 
@@ -205,10 +222,14 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path, override: str) -> N
 
 
 def test_cli_dry_run_prints_the_grid_and_writes_nothing(tmp_path: Path) -> None:
-    result = cli(tmp_path, "sweep", "size=tiny,small", "--dry-run", "backend=eager,inductor", "hydra.sweep.dir=sw")
+    result = cli(
+        tmp_path, "sweep", "size=tiny,small", "--dry-run", "backend=eager,inductor", "hydra.sweep.dir=sw"
+    )
     assert result.returncode == 0, result.stderr
     printed = re.findall(r"^\| ([0-9a-f]{12}) \|", result.stdout, flags=re.M)
-    assert sorted(printed) == sorted(c.cell_id for c in expand(["size=tiny,small", "backend=eager,inductor"]).cells)
+    assert sorted(printed) == sorted(
+        c.cell_id for c in expand(["size=tiny,small", "backend=eager,inductor"]).cells
+    )
     assert "4 cell(s)" in result.stdout and "nothing written or run (--dry-run)" in result.stdout
     assert not any(tmp_path.iterdir())  # a local plan has no scripts; no configs, no manifest, no runs
 
@@ -218,12 +239,23 @@ def test_cli_sweep_runs_every_cell_and_skips_completed(tmp_path: Path) -> None:
     # than one block, which fails inside the workload (not at expansion: the file exists).
     short_bin = tmp_path / "short.bin"
     np.arange(10, dtype=np.uint16).tofile(short_bin)
-    args = ["sweep", "data.source=bin,synthetic", f"data.path={short_bin}", "precision=fp32", "device=cpu",
-            "steps=2", "warmup_steps=1", "measure.min_seconds=0", "hydra.sweep.dir=sw"]
+    args = [
+        "sweep",
+        "data.source=bin,synthetic",
+        f"data.path={short_bin}",
+        "precision=fp32",
+        "device=cpu",
+        "steps=2",
+        "warmup_steps=1",
+        "measure.min_seconds=0",
+        "hydra.sweep.dir=sw",
+    ]
 
     first = cli(tmp_path, *args)
     assert first.returncode == 1, first.stderr  # one cell failed, the other still ran
-    assert re.search(r"\[1/2\] gpt/tiny/eager/\S+ \(\w+\) \.\.\. failed in [\d.]+ s: .*block_size", first.stdout)
+    assert re.search(
+        r"\[1/2\] gpt/tiny/eager/\S+ \(\w+\) \.\.\. failed in [\d.]+ s: .*block_size", first.stdout
+    )
     assert re.search(r"\[2/2\] gpt/tiny/eager/\S+ \(\w+\) \.\.\. completed in [\d.]+ s", first.stdout)
     assert "| completed" in first.stdout and "| failed" in first.stdout  # the summary table follows
 
@@ -234,15 +266,27 @@ def test_cli_sweep_runs_every_cell_and_skips_completed(tmp_path: Path) -> None:
 
 
 def test_cli_smoke_runs_every_cell_tiny_here(tmp_path: Path) -> None:
-    args = ["sweep", "cluster=grete", "size=small,medium", "backend=eager,aot_eager", "precision=fp32",
-            "hydra.sweep.dir=sw", "--smoke"]
+    args = [
+        "sweep",
+        "cluster=grete",
+        "size=small,medium",
+        "backend=eager,aot_eager",
+        "precision=fp32",
+        "hydra.sweep.dir=sw",
+        "--smoke",
+    ]
     result = cli(tmp_path, *args)
     assert result.returncode == 0, result.stderr
     assert "smoke: the sweep's 4 cell(s) as 2 tiny cell(s)" in result.stdout
     runs = pd.concat(pd.read_parquet(p) for p in (tmp_path / "sw" / "smoke").glob("cells/*/run.parquet"))
     assert sorted(runs["backend"]) == ["aot_eager", "eager"]
-    assert set(runs["status"]) == {"completed"} and set(runs["size"]) == {"tiny"} and set(runs["measured_steps"]) == {2}
+    assert (
+        set(runs["status"]) == {"completed"}
+        and set(runs["size"]) == {"tiny"}
+        and set(runs["measured_steps"]) == {2}
+    )
     assert not (tmp_path / "sw" / "cells").exists()  # the sweep itself was neither run nor submitted
     bad = cli(tmp_path, "sweep", "cluster=grete", "cluster.partition=nope", "hydra.sweep.dir=sw2", "--smoke")
-    assert bad.returncode == 2 and "unknown partition 'nope'" in bad.stderr and not (tmp_path / "sw2").exists()
-
+    assert (
+        bad.returncode == 2 and "unknown partition 'nope'" in bad.stderr and not (tmp_path / "sw2").exists()
+    )

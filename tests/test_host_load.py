@@ -13,7 +13,13 @@ import pytest
 from analysis.environment import environment_table
 from tests.analysis_sweeps import write_cell
 from workloads.instruments.host_load import (
-    HOST_LOAD_FIELDS, CpuSample, MeasuredWindow, op_overhead_us, parse_proc_stat, sample, window,
+    HOST_LOAD_FIELDS,
+    CpuSample,
+    MeasuredWindow,
+    op_overhead_us,
+    parse_proc_stat,
+    sample,
+    window,
 )
 
 #: A neighbour that, once told to go, spins until it has spent 0.5 s of CPU time (however long a
@@ -36,7 +42,10 @@ def test_proc_stat_arithmetic() -> None:
     begin, end = CpuSample(*before, own_s=2.0, wall_s=10.0), CpuSample(*after, own_s=3.0, wall_s=12.0)
     # 4 s of the node's CPU time busy over 2 s, 1 s of it ours: 1.5 CPUs busy with other work;
     # 1 s stolen of the 7 s the node's CPUs had.
-    assert window(begin, end) == {"node_cpus_busy_other": pytest.approx(1.5), "cpu_steal_share": pytest.approx(1 / 7)}
+    assert window(begin, end) == {
+        "node_cpus_busy_other": pytest.approx(1.5),
+        "cpu_steal_share": pytest.approx(1 / 7),
+    }
     # A kernel without the steal column (before 2.6.11) still parses; no time passed: nothing to say.
     assert parse_proc_stat("cpu 1 2 3 4 5\n", 1) == (6.0, 0.0, 15.0)
     assert parse_proc_stat("intr 5\n", 100) is None
@@ -44,8 +53,9 @@ def test_proc_stat_arithmetic() -> None:
 
 
 def test_a_busy_neighbour_is_counted() -> None:
-    spinner = subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               text=True)
+    spinner = subprocess.Popen(
+        [sys.executable, "-c", SPINNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         begin = sample()
         spinner.stdin.write("go\n")
@@ -77,9 +87,18 @@ def test_a_cpu_cell_records_the_host_while_it_measured(tiny_cells) -> None:
 
 
 def test_the_environment_shows_the_host_load_and_names_runs_with_steal(tmp_path: Path) -> None:
-    write_cell(tmp_path, "quiet", step_ms=[5.0], host_op_us=4.5, node_cpus_busy_other=0.25, cpu_steal_share=0.0)
-    write_cell(tmp_path, "stolen", "inductor", step_ms=[4.0], host_op_us=7.0, node_cpus_busy_other=14.0,
-               cpu_steal_share=0.12)
+    write_cell(
+        tmp_path, "quiet", step_ms=[5.0], host_op_us=4.5, node_cpus_busy_other=0.25, cpu_steal_share=0.0
+    )
+    write_cell(
+        tmp_path,
+        "stolen",
+        "inductor",
+        step_ms=[4.0],
+        host_op_us=7.0,
+        node_cpus_busy_other=14.0,
+        cpu_steal_share=0.12,
+    )
     table = environment_table(tmp_path)
     values = dict(zip(table.text["field"], table.text["value"]))
     assert values["host µs per tiny op, before measuring"] == "4.50–7.00"

@@ -32,7 +32,10 @@ def hostile_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "zero batch": (["batch_size=0"], "batch_size must be positive"),
         "negative batch": (["batch_size=-8"], "batch_size must be positive"),
         "wrong type": (["seed=abc"], "seed must be int"),
-        "missing data path": (["data.source=text", f"data.path={tmp / 'no_such_file.txt'}"], "does not exist"),
+        "missing data path": (
+            ["data.source=text", f"data.path={tmp / 'no_such_file.txt'}"],
+            "does not exist",
+        ),
         "a directory as a text file": (["data.source=text", f"data.path={tmp}"], "needs a file as data.path"),
         "negative data workers": (["data.workers=-2"], "data.workers must be >= 0"),
         "model name with a shell command": ([f"model.name='x; {touch}'"], "unknown model 'x; touch"),
@@ -55,8 +58,9 @@ def assert_refused(result: subprocess.CompletedProcess, message: str) -> None:
 
 
 @pytest.mark.parametrize("case", [*hostile_cases(Path("/x")), *CLUSTER_CASES])
-def test_refused_before_anything_is_written(case: str, tmp_path: Path, capsys: pytest.CaptureFixture,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refused_before_anything_is_written(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """In this process (the command line's own `main`), in both modes; the real queue is below."""
     overrides, message = {**hostile_cases(tmp_path), **CLUSTER_CASES}[case]
     monkeypatch.chdir(tmp_path)
@@ -81,10 +85,17 @@ def test_a_directory_that_is_not_a_sweep_is_not_written_into(tmp_path: Path) -> 
 
 def test_nothing_reaches_the_real_queue(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     cases = {**hostile_cases(tmp_path), **CLUSTER_CASES}
-    for name in ("unknown group value", "zero steps", "model name with a shell command",
-                 "partition not in the profile", "GPU type not in the profile"):
+    for name in (
+        "unknown group value",
+        "zero steps",
+        "model name with a shell command",
+        "partition not in the profile",
+        "GPU type not in the profile",
+    ):
         overrides, message = cases[name]
-        result = cli(tmp_path, "sweep", "cluster=test_slurm", *overrides, "hydra.sweep.dir=sw", env=slurm_cluster.env())
+        result = cli(
+            tmp_path, "sweep", "cluster=test_slurm", *overrides, "hydra.sweep.dir=sw", env=slurm_cluster.env()
+        )
         assert_refused(result, message)
     assert jobs_from(slurm_cluster, tmp_path) == set()  # nothing submitted from this test's directory
     assert not (tmp_path / "sw").exists() and not (tmp_path / MARKER).exists()

@@ -27,14 +27,29 @@ from tests.helpers import REPO_ROOT, TINY, path_without_slurm
 #: The code packages of the checkout (every module must be in the wheel).
 PACKAGES = ("orchestrator", "workloads", "analysis")
 #: What is not part of a build of the checkout.
-NOT_BUILT = shutil.ignore_patterns(".git", "tests", "docs", "__pycache__", "*.egg-info", "build", "dist", "sweeps",
-                                   ".pytest_cache", ".venv", ".carry", "multirun", "outputs")
+NOT_BUILT = shutil.ignore_patterns(
+    ".git",
+    "tests",
+    "docs",
+    "__pycache__",
+    "*.egg-info",
+    "build",
+    "dist",
+    "sweeps",
+    ".pytest_cache",
+    ".venv",
+    ".carry",
+    "multirun",
+    "outputs",
+)
 
 
-def run(*command: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
-        ) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in command], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+def run(
+    *command: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(c) for c in command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def project_version() -> str:
@@ -54,8 +69,19 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def wheel(source: Path) -> Path:
     dist = source.parent / "dist"
-    built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                "-w", dist, source, cwd=source.parent)
+    built = run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "-w",
+        dist,
+        source,
+        cwd=source.parent,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     (path,) = dist.glob("compilebench-*.whl")
     return path
@@ -73,8 +99,19 @@ def fresh_venv(root: Path, *install: str | Path) -> Path:
     (site,) = (root / "lib").glob("python3*/site-packages")
     ours = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()]
     (site / "compilebench-tests-environment.pth").write_text("\n".join(ours) + "\n")
-    installed = run(sys.executable, "-m", "pip", "--python", root / "bin" / "python", "install", "--no-deps",
-                    "--no-index", "--no-build-isolation", *install, cwd=root)
+    installed = run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        root / "bin" / "python",
+        "install",
+        "--no-deps",
+        "--no-index",
+        "--no-build-isolation",
+        *install,
+        cwd=root,
+    )
     assert installed.returncode == 0, installed.stdout + installed.stderr
     return root / "bin"
 
@@ -93,21 +130,38 @@ def elsewhere_env() -> dict[str, str]:
 
 def test_the_wheel_holds_every_module_config_and_template(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    modules = {p.relative_to(REPO_ROOT).as_posix() for package in PACKAGES
-               for p in (REPO_ROOT / package).rglob("*.py") if "__pycache__" not in p.parts}
+    modules = {
+        p.relative_to(REPO_ROOT).as_posix()
+        for package in PACKAGES
+        for p in (REPO_ROOT / package).rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
     assert modules - names == set()
-    configs = {f"orchestrator/{p.relative_to(REPO_ROOT).as_posix()}" for p in (REPO_ROOT / "conf").rglob("*.yaml")}
-    templates = {f"orchestrator/sbatch_templates/{p.name}" for p in (REPO_ROOT / "sbatch_templates").iterdir()}
+    configs = {
+        f"orchestrator/{p.relative_to(REPO_ROOT).as_posix()}" for p in (REPO_ROOT / "conf").rglob("*.yaml")
+    }
+    templates = {
+        f"orchestrator/sbatch_templates/{p.name}" for p in (REPO_ROOT / "sbatch_templates").iterdir()
+    }
     assert configs - names == set() and templates - names == set()
     assert {"analysis/reference/seminar_2024.csv"} <= names
     # Nothing at the top of site-packages besides the three packages and the metadata.
-    assert {name.split("/")[0] for name in names} == {*PACKAGES, f"compilebench-{project_version()}.dist-info"}
+    assert {name.split("/")[0] for name in names} == {
+        *PACKAGES,
+        f"compilebench-{project_version()}.dist-info",
+    }
 
 
 def test_installed_compilebench_runs_from_another_directory(venv: Path, tmp_path: Path) -> None:
     env = elsewhere_env()
-    where = run(venv / "python", "-c", "import orchestrator, workloads.run, analysis; "
-                "print(orchestrator.__file__, workloads.run.__file__, analysis.__file__)", cwd=tmp_path, env=env)
+    where = run(
+        venv / "python",
+        "-c",
+        "import orchestrator, workloads.run, analysis; "
+        "print(orchestrator.__file__, workloads.run.__file__, analysis.__file__)",
+        cwd=tmp_path,
+        env=env,
+    )
     assert where.returncode == 0, where.stderr
     site = venv.parent / "lib"
     assert all(Path(path).is_relative_to(site) for path in where.stdout.split()), where.stdout
@@ -115,14 +169,27 @@ def test_installed_compilebench_runs_from_another_directory(venv: Path, tmp_path
     version = run(venv / "compilebench", "--version", cwd=tmp_path, env=env)
     assert (version.returncode, version.stdout.strip()) == (0, f"compilebench {project_version()}")
 
-    planned = run(venv / "compilebench", "sweep", "cluster=grete", "model=gpt", "backend=eager,inductor",
-                  "hydra.sweep.dir=planned", "--dry-run", cwd=tmp_path, env=env)
+    planned = run(
+        venv / "compilebench",
+        "sweep",
+        "cluster=grete",
+        "model=gpt",
+        "backend=eager,inductor",
+        "hydra.sweep.dir=planned",
+        "--dry-run",
+        cwd=tmp_path,
+        env=env,
+    )
     assert planned.returncode == 0, planned.stderr
     assert "2 cell(s): 2 in 1 job array(s)" in planned.stdout
     script = (tmp_path / "planned" / "sbatch" / "dryrun-00.sh").read_text()
-    assert "#SBATCH --partition=grete:shared" in script and "#SBATCH --job-name=compilebench-planned" in script
+    assert (
+        "#SBATCH --partition=grete:shared" in script and "#SBATCH --job-name=compilebench-planned" in script
+    )
 
-    swept = run(venv / "compilebench", "sweep", *TINY, "backend=eager", "hydra.sweep.dir=local", cwd=tmp_path, env=env)
+    swept = run(
+        venv / "compilebench", "sweep", *TINY, "backend=eager", "hydra.sweep.dir=local", cwd=tmp_path, env=env
+    )
     assert swept.returncode == 0, swept.stdout + swept.stderr
     assert "1 completed, 0 already completed, 0 failed" in swept.stdout
     (config,) = (tmp_path / "local" / "cells").glob("*/config.yaml")
@@ -133,11 +200,28 @@ def test_an_editable_install_uses_the_checkouts_configs(source: Path, tmp_path: 
     """README's `pip install -e .`: the code and conf/ stay where the checkout has them."""
     bin_dir = fresh_venv(tmp_path / "venv", "-e", source)
     env = elsewhere_env()
-    where = run(bin_dir / "python", "-c", "from orchestrator import package_data as p; print(p.__file__, p.CONF_DIR, "
-                "p.TEMPLATES_DIR)", cwd=tmp_path, env=env)
+    where = run(
+        bin_dir / "python",
+        "-c",
+        "from orchestrator import package_data as p; print(p.__file__, p.CONF_DIR, p.TEMPLATES_DIR)",
+        cwd=tmp_path,
+        env=env,
+    )
     assert where.returncode == 0, where.stderr
-    assert where.stdout.split() == [str(source / "orchestrator" / "package_data.py"), str(source / "conf"),
-                                    str(source / "sbatch_templates")]
-    planned = run(bin_dir / "compilebench", "sweep", "cluster=grete", "hydra.sweep.dir=planned", "--dry-run",
-                  cwd=tmp_path, env=env)
-    assert planned.returncode == 0 and (tmp_path / "planned" / "sbatch" / "dryrun-00.sh").is_file(), planned.stderr
+    assert where.stdout.split() == [
+        str(source / "orchestrator" / "package_data.py"),
+        str(source / "conf"),
+        str(source / "sbatch_templates"),
+    ]
+    planned = run(
+        bin_dir / "compilebench",
+        "sweep",
+        "cluster=grete",
+        "hydra.sweep.dir=planned",
+        "--dry-run",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert planned.returncode == 0 and (tmp_path / "planned" / "sbatch" / "dryrun-00.sh").is_file(), (
+        planned.stderr
+    )

@@ -19,11 +19,27 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import SLURM_JOB_TIMEOUT_S, TINY, cli_popen, jobs_from, manifest_jobs, slurm_cli, wait_until
+from tests.helpers import (
+    SLURM_JOB_TIMEOUT_S,
+    TINY,
+    cli_popen,
+    jobs_from,
+    manifest_jobs,
+    slurm_cli,
+    wait_until,
+)
 from tests.slurm.cluster import LocalSlurm
 
-ARGS = ["sweep", "cluster=test_slurm", *(a for a in TINY if not a.startswith("model=")), "model=gpt,resnet",
-        "backend=eager", "seed=1,2", "+cluster.sbatch_extra.hold=true", "hydra.sweep.dir=sw"]
+ARGS = [
+    "sweep",
+    "cluster=test_slurm",
+    *(a for a in TINY if not a.startswith("model=")),
+    "model=gpt,resnet",
+    "backend=eager",
+    "seed=1,2",
+    "+cluster.sbatch_extra.hold=true",
+    "hydra.sweep.dir=sw",
+]
 
 
 def paused_sbatch(directory: Path, real_sbatch: str) -> Path:
@@ -43,16 +59,26 @@ exec {real_sbatch} "$@"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_interrupted_between_arrays_then_the_rest(slurm_cluster: LocalSlurm, tmp_path: Path,
-                                                  signum: signal.Signals) -> None:
+def test_interrupted_between_arrays_then_the_rest(
+    slurm_cluster: LocalSlurm, tmp_path: Path, signum: signal.Signals
+) -> None:
     env = slurm_cluster.env()
     pause = paused_sbatch(tmp_path / "bin", slurm_cluster.install.command("sbatch"))
     path = f"{pause}{os.pathsep}{env.get('PATH', os.environ['PATH'])}"
     try:
-        proc = cli_popen(tmp_path, *ARGS, env={**env, "PATH": path}, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        wait_until(lambda: (pause / "paused").exists() or proc.poll() is not None, SLURM_JOB_TIMEOUT_S,
-                   lambda _: "the first sbatch never began")
+        proc = cli_popen(
+            tmp_path,
+            *ARGS,
+            env={**env, "PATH": path},
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        wait_until(
+            lambda: (pause / "paused").exists() or proc.poll() is not None,
+            SLURM_JOB_TIMEOUT_S,
+            lambda _: "the first sbatch never began",
+        )
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(signum)  # while the first array's sbatch runs
         (pause / "go").touch()
@@ -68,7 +94,9 @@ def test_interrupted_between_arrays_then_the_rest(slurm_cluster: LocalSlurm, tmp
         assert again.returncode == 0, again.stdout + again.stderr
         assert "2 cell(s) submitted in 1 job array(s), 2 not submitted" in again.stdout, again.stdout
         jobs = manifest_jobs(tmp_path / "sw")
-        assert {cell: jobs[cell] for cell in submitted} == submitted and all(isinstance(j, str) for j in jobs.values()), jobs
+        assert {cell: jobs[cell] for cell in submitted} == submitted and all(
+            isinstance(j, str) for j in jobs.values()
+        ), jobs
         assert jobs_from(slurm_cluster, tmp_path) == set(jobs.values())  # four cells, four jobs: none twice
         assert len({job.split("_")[0] for job in jobs.values()}) == 2  # in two arrays, one per resources
     finally:

@@ -12,8 +12,9 @@ import math
 import random
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -25,9 +26,15 @@ import workloads.cell.train as train
 from workloads.cell import distributed
 from workloads.cell.config import CellConfig, ConfigError, MeasureConfig, cell_config_from_dict, config_digest
 from workloads.cell.recorder import CellRecorder, RankReport
+from workloads.cell.train import (
+    STOP_REASONS,
+    StepRecord,
+    StopRule,
+    median_interval_ranks,
+    median_rel_halfwidth,
+    run_steps,
+)
 from workloads.contract.schema import RUN_SCHEMA
-from workloads.cell.train import (STOP_REASONS, StepRecord, StopRule, median_interval_ranks,
-                             median_rel_halfwidth, run_steps)
 
 NO_CAPS = {"max_steps": None, "max_seconds": None}
 
@@ -144,8 +151,12 @@ def test_incremental_rule_agrees_with_the_reference(seed: int) -> None:
     """The loop's O(1)-per-step rule gives the reference's answer after every step. Step times are
     multiples of 1/1024 s, so that sums are exact and neither side's rounding decides a case."""
     rng = random.Random(seed)
-    m = measure(min_seconds=rng.choice([0.0, 0.5, 2.0]), rel_ci=rng.choice([None, 0.02, 0.1]),
-                max_steps=rng.choice([None, 150]), max_seconds=rng.choice([None, 3.0]))
+    m = measure(
+        min_seconds=rng.choice([0.0, 0.5, 2.0]),
+        rel_ci=rng.choice([None, 0.02, 0.1]),
+        max_steps=rng.choice([None, 150]),
+        max_seconds=rng.choice([None, 3.0]),
+    )
     steps = rng.choice([1, 5, 20, 160])
     level = rng.randint(8, 20)
     times = [(level + rng.choice([0, 0, 0, 1, 2, 9])) / 1024 for _ in range(200)]
@@ -174,7 +185,11 @@ def test_median_interval_ranks_are_the_binomial_ones() -> None:
     for n in range(6, train._EXACT_RANKS_UP_TO + 1, 7):
         assert median_interval_ranks(n) == (exact_lower_rank(n), n + 1 - exact_lower_rank(n))
         low = median_interval_ranks(n)[0]
-        assert 40 * sum(math.comb(n, k) for k in range(low)) <= 2**n < 40 * sum(math.comb(n, k) for k in range(low + 1))
+        assert (
+            40 * sum(math.comb(n, k) for k in range(low))
+            <= 2**n
+            < 40 * sum(math.comb(n, k) for k in range(low + 1))
+        )
 
 
 def test_approximate_ranks_are_never_narrower_and_at_most_one_off() -> None:
@@ -196,15 +211,20 @@ def test_plan_extrapolates_to_min_seconds() -> None:
     assert planned_steps([1 / 128] * 20, 20, MeasureConfig()) == (640, "min_seconds")  # 5 s / (1/128 s)
     assert planned_steps([1.0] * 20, 20, MeasureConfig()) == (20, "steps")
     assert planned_steps([1 / 4096] * 20, 20, MeasureConfig()) == (5000, "max_steps")
-    assert planned_steps([1 / 128] * 20, 20, measure(min_seconds=5.0, max_seconds=2.0)) == (256, "max_seconds")
+    assert planned_steps([1 / 128] * 20, 20, measure(min_seconds=5.0, max_seconds=2.0)) == (
+        256,
+        "max_seconds",
+    )
     assert planned_steps([1 / 128] * 20, 20, measure(min_seconds=5.0, max_steps=10)) == (20, "max_steps")
 
 
 def test_plan_extrapolates_the_interval_as_one_over_root_n() -> None:
     times = [float(v) for v in range(1, 21)]
     width = median_rel_halfwidth(sorted(times))
-    assert planned_steps(times, 20, measure(rel_ci=0.1, max_steps=10**6)) == (math.ceil(20 * (width / 0.1) ** 2),
-                                                                            "rel_ci")
+    assert planned_steps(times, 20, measure(rel_ci=0.1, max_steps=10**6)) == (
+        math.ceil(20 * (width / 0.1) ** 2),
+        "rel_ci",
+    )
 
 
 # --- the measured loop -----------------------------------------------------------------------
@@ -232,12 +252,20 @@ def fake_steps(clock: FakeClock, seconds: Callable[[int], float]) -> Callable[[]
     return step
 
 
-def run_fake(monkeypatch: pytest.MonkeyPatch, seconds: Callable[[int], float], warmup: int, steps: int,
-             m: MeasureConfig | None, gather: Callable[[Any], list[Any]] | None = None) -> tuple[list[StepRecord], str]:
+def run_fake(
+    monkeypatch: pytest.MonkeyPatch,
+    seconds: Callable[[int], float],
+    warmup: int,
+    steps: int,
+    m: MeasureConfig | None,
+    gather: Callable[[Any], list[Any]] | None = None,
+) -> tuple[list[StepRecord], str]:
     clock = FakeClock()
     monkeypatch.setattr(train, "time", clock)
     records: list[StepRecord] = []
-    reason = run_steps(fake_steps(clock, seconds), warmup, steps, torch.device("cpu"), records.append, m, gather)
+    reason = run_steps(
+        fake_steps(clock, seconds), warmup, steps, torch.device("cpu"), records.append, m, gather
+    )
     return records, reason
 
 
@@ -247,8 +275,12 @@ def measured(records: list[StepRecord]) -> list[StepRecord]:
 
 def test_loop_measures_for_min_seconds_after_the_warmup(monkeypatch: pytest.MonkeyPatch) -> None:
     # warm-up steps take 2 s (compilation) and do not count; measured ones 1/128 s
-    records, reason = run_fake(monkeypatch, lambda i: 2.0 if i < 3 else 1 / 128, 3, 5, measure(min_seconds=0.25))
-    assert [r.phase for r in records[:3]] == ["warmup"] * 3 and [r.step for r in records] == list(range(len(records)))
+    records, reason = run_fake(
+        monkeypatch, lambda i: 2.0 if i < 3 else 1 / 128, 3, 5, measure(min_seconds=0.25)
+    )
+    assert [r.phase for r in records[:3]] == ["warmup"] * 3 and [r.step for r in records] == list(
+        range(len(records))
+    )
     assert (len(measured(records)), reason) == (32, "min_seconds")
     assert math.fsum(r.step_time_ms for r in measured(records)) == 250.0  # the steps' times are the span
 
@@ -258,7 +290,9 @@ def test_loop_honours_steps_and_max_steps(monkeypatch: pytest.MonkeyPatch) -> No
     assert (len(measured(records)), reason) == (7, "steps")
     records, reason = run_fake(monkeypatch, lambda i: 1 / 1024, 1, 7, measure(min_seconds=10.0, max_steps=50))
     assert (len(measured(records)), reason) == (50, "max_steps")
-    records, reason = run_fake(monkeypatch, lambda i: 1 / 1024, 1, 70, measure(min_seconds=10.0, max_steps=50))
+    records, reason = run_fake(
+        monkeypatch, lambda i: 1 / 1024, 1, 70, measure(min_seconds=10.0, max_steps=50)
+    )
     assert (len(measured(records)), reason) == (70, "max_steps")  # steps is the minimum
 
 
@@ -284,6 +318,7 @@ def test_loop_stops_at_the_count_the_ranks_agree_on(monkeypatch: pytest.MonkeyPa
 def test_loop_with_real_sleeps() -> None:
     """5 ms steps for 0.2 s: about 40 of them. A sleep lasts at least as long as asked, so at most
     40; a loaded machine oversleeps, so only a generous lower bound."""
+
     def step() -> tuple[torch.Tensor, float]:
         time.sleep(0.005)
         return torch.zeros(()), 0.0
@@ -316,13 +351,17 @@ def test_steps_in_flight_that_meet_the_rule_stop_the_launches() -> None:
         stopping.measured(1400.0, launched=7)  # 2 warm-up + 5 measured launched, 2 reported
     assert stopping.in_flight_suffice(7)  # 5 steps, 7 s foreseen
     assert not stopping.in_flight_suffice(6)  # 4 steps: the count falls short
-    assert not train._Stopping(2, 5, measure(min_seconds=5.0), gather=None).in_flight_suffice(7)  # nothing seen yet
+    assert not train._Stopping(2, 5, measure(min_seconds=5.0), gather=None).in_flight_suffice(
+        7
+    )  # nothing seen yet
     longer = train._Stopping(2, 5, measure(min_seconds=10.0), gather=None)
     for _ in range(2):
         longer.measured(1400.0, launched=7)
     assert not longer.in_flight_suffice(7)  # 7 s foreseen, 10 s asked
-    for ruled in (train._Stopping(2, 5, measure(min_seconds=5.0, rel_ci=0.01), gather=None),
-                  train._Stopping(2, 5, measure(min_seconds=5.0), gather=lambda value: [value])):
+    for ruled in (
+        train._Stopping(2, 5, measure(min_seconds=5.0, rel_ci=0.01), gather=None),
+        train._Stopping(2, 5, measure(min_seconds=5.0), gather=lambda value: [value]),
+    ):
         ruled.measured(1400.0, launched=7)
         ruled.measured(1400.0, launched=7)
         assert not ruled.in_flight_suffice(7)  # an interval, or ranks that agree on a count
@@ -334,7 +373,8 @@ def test_steps_in_flight_that_meet_the_rule_stop_the_launches() -> None:
 
 
 def test_the_pause_before_measuring_comes_before_the_last_warmup_step_and_is_no_steps_time(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The local executor's wait for quiet (workloads/local/turns.py) runs before the last warm-up step,
     so a warmed-up step separates it from the measured ones, and its seconds count in no step
     (on the fake clock: each step takes 1 ms, the pause 1,000 s)."""
@@ -352,11 +392,15 @@ def test_the_pause_before_measuring_comes_before_the_last_warmup_step_and_is_no_
         clock.now += 1000.0
 
     records: list[StepRecord] = []
-    run_steps(step, 3, 2, torch.device("cpu"), records.append, measure(min_seconds=0.0), before_measuring=pause)
+    run_steps(
+        step, 3, 2, torch.device("cpu"), records.append, measure(min_seconds=0.0), before_measuring=pause
+    )
     assert calls == ["step", "step", "pause", "step", "step", "step"]
     assert [r.step_time_ms for r in records] == pytest.approx([1.0] * 5)
     calls.clear()
-    run_steps(step, 0, 1, torch.device("cpu"), records.append, measure(min_seconds=0.0), before_measuring=pause)
+    run_steps(
+        step, 0, 1, torch.device("cpu"), records.append, measure(min_seconds=0.0), before_measuring=pause
+    )
     assert calls == ["pause", "step"]
 
 
@@ -368,8 +412,15 @@ def _agreeing_rank(rank: int, store_path: str, out_path: str) -> None:
         records: list[StepRecord] = []
         ranks = distributed.Ranks(rank, 2, rank, "gloo")
         gather = lambda value: distributed.gather(ranks, value)  # noqa: E731
-        reason = run_steps(fake_steps(clock, lambda i: (rank + 1) / 128), 2, 4, torch.device("cpu"),
-                           records.append, measure(min_seconds=0.25), gather)
+        reason = run_steps(
+            fake_steps(clock, lambda i: (rank + 1) / 128),
+            2,
+            4,
+            torch.device("cpu"),
+            records.append,
+            measure(min_seconds=0.25),
+            gather,
+        )
         Path(out_path).write_text(f"{len(measured(records))} {reason}")
     finally:
         dist.destroy_process_group()
@@ -379,7 +430,9 @@ def test_two_gloo_ranks_run_the_same_count(tmp_path: Path) -> None:
     """Rank 0 would reach 0.25 s after 32 steps, rank 1 after 16: both run 32."""
     outs = [tmp_path / f"rank{r}" for r in range(2)]
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_agreeing_rank, args=(r, str(tmp_path / "store"), str(outs[r]))) for r in range(2)]
+    procs = [
+        ctx.Process(target=_agreeing_rank, args=(r, str(tmp_path / "store"), str(outs[r]))) for r in range(2)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -392,8 +445,10 @@ def test_two_gloo_ranks_run_the_same_count(tmp_path: Path) -> None:
 
 
 def rank_report(rank: int, times: list[float], waits: list[float], warmup: int = 1) -> RankReport:
-    steps = [StepRecord(i, "warmup" if i < warmup else "measure", t, w, 1.0)
-             for i, (t, w) in enumerate(zip(times, waits))]
+    steps = [
+        StepRecord(i, "warmup" if i < warmup else "measure", t, w, 1.0)
+        for i, (t, w) in enumerate(zip(times, waits))
+    ]
     return RankReport(rank, f"node{rank}", steps, peak_mem_bytes=None)
 
 
@@ -418,8 +473,11 @@ def test_end_to_end_columns_of_one_rank(tmp_path: Path) -> None:
 def test_end_to_end_span_of_two_ranks_is_the_slowest_per_step() -> None:
     rec = CellRecorder("cell", 1, world_size=2)
     rec.items_per_step, rec.flops_per_step, rec.peak = 2048, 2e12, 50.0
-    rec.summarise([rank_report(0, [500, 10, 40, 12], [1, 4, 0, 3]),
-                   rank_report(1, [400, 30, 20, 12], [2, 1, 6, 3])], compiles=True, setup_time_s=0.0)
+    rec.summarise(
+        [rank_report(0, [500, 10, 40, 12], [1, 4, 0, 3]), rank_report(1, [400, 30, 20, 12], [2, 1, 6, 3])],
+        compiles=True,
+        setup_time_s=0.0,
+    )
     run = rec.run
     # merged measured steps: max(10, 30), max(40, 20), max(12, 12) = 30, 40, 12 ms; waits 4, 6, 3 ms
     assert run["measured_s"] == pytest.approx(0.082, rel=1e-12)
@@ -438,25 +496,37 @@ def test_end_to_end_mfu_is_null_without_a_peak() -> None:
 def test_the_columns_follow_mfu_in_the_run_schema() -> None:
     names = RUN_SCHEMA.names
     at = names.index("mfu")
-    assert names[at + 1:at + 6] == ["measured_s", "e2e_items_per_s", "e2e_mfu", "data_wait_s", "stop_reason"]
+    assert names[at + 1 : at + 6] == [
+        "measured_s",
+        "e2e_items_per_s",
+        "e2e_mfu",
+        "data_wait_s",
+        "stop_reason",
+    ]
     assert set(STOP_REASONS) == {"steps", "min_seconds", "rel_ci", "max_steps", "max_seconds"}
 
 
 # --- configuration -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("section, message", [
-    ({"min_seconds": -1}, "measure.min_seconds must be >= 0"),
-    ({"max_steps": 0}, "measure.max_steps must be >= 1 or null"),
-    ({"max_seconds": 0}, "measure.max_seconds must be > 0"),
-    ({"max_seconds": 2.0}, r"measure.max_seconds \(2.0\) must be >= measure.min_seconds \(5.0\)"),
-    ({"rel_ci": 0}, "measure.rel_ci must be between 0 and 1"),
-    ({"rel_ci": 1.5}, "measure.rel_ci must be between 0 and 1"),
-    ({"rel_ci": 0.01, "max_steps": None, "max_seconds": None}, "measure.rel_ci needs measure.max_steps or"),
-    ({"min_second": 1}, "unknown config key 'measure.min_second'"),
-    ({"min_seconds": "long"}, "config key measure.min_seconds must be float"),
-    ({"max_steps": 1.5}, "config key measure.max_steps must be int or null"),
-])
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        ({"min_seconds": -1}, "measure.min_seconds must be >= 0"),
+        ({"max_steps": 0}, "measure.max_steps must be >= 1 or null"),
+        ({"max_seconds": 0}, "measure.max_seconds must be > 0"),
+        ({"max_seconds": 2.0}, r"measure.max_seconds \(2.0\) must be >= measure.min_seconds \(5.0\)"),
+        ({"rel_ci": 0}, "measure.rel_ci must be between 0 and 1"),
+        ({"rel_ci": 1.5}, "measure.rel_ci must be between 0 and 1"),
+        (
+            {"rel_ci": 0.01, "max_steps": None, "max_seconds": None},
+            "measure.rel_ci needs measure.max_steps or",
+        ),
+        ({"min_second": 1}, "unknown config key 'measure.min_second'"),
+        ({"min_seconds": "long"}, "config key measure.min_seconds must be float"),
+        ({"max_steps": 1.5}, "config key measure.max_steps must be int or null"),
+    ],
+)
 def test_bad_measure_section(section: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as err:
         cell_config_from_dict({"measure": section})
@@ -471,9 +541,16 @@ def test_measure_section_values_are_read() -> None:
 def test_default_cells_keep_their_ids() -> None:
     """The digests of these configs at the commit before `measure` existed (615db9f)."""
     assert config_digest(CellConfig()) == "fd8ea6a5ee09"
-    resnet = {"model": {"name": "resnet"}, "size": "small", "backend": {"name": "inductor", "mode": "max-autotune"},
-              "steps": 50}
+    resnet = {
+        "model": {"name": "resnet"},
+        "size": "small",
+        "backend": {"name": "inductor", "mode": "max-autotune"},
+        "steps": 50,
+    }
     assert config_digest(cell_config_from_dict(resnet)) == "7c316a04bcf3"
-    explicit = {**resnet, "measure": {"min_seconds": 5.0, "max_steps": 5000, "max_seconds": 300.0, "rel_ci": None}}
+    explicit = {
+        **resnet,
+        "measure": {"min_seconds": 5.0, "max_steps": 5000, "max_seconds": 300.0, "rel_ci": None},
+    }
     assert config_digest(cell_config_from_dict(explicit)) == "7c316a04bcf3"
     assert config_digest(cell_config_from_dict({**resnet, "measure": {"rel_ci": 0.01}})) != "7c316a04bcf3"

@@ -53,7 +53,9 @@ def imported(source: str, module: str, known: set[str]) -> set[str]:
             base = node.module or ""
             if node.level:
                 base = ".".join([*module.split(".")[: -node.level], *filter(None, [base])])
-            names |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names}
+            names |= {
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names
+            }
     return {name for name in names if name in known}
 
 
@@ -106,9 +108,13 @@ def room_problems(graph: dict[str, set[str]]) -> list[str]:
         package = module.split(".")[0]
         for target in sorted(targets):
             if PACKAGES.index(target.split(".")[0]) < PACKAGES.index(package):
-                problems.append(f"{module} imports {target}: the packages import one way, {' -> '.join(PACKAGES)}")
+                problems.append(
+                    f"{module} imports {target}: the packages import one way, {' -> '.join(PACKAGES)}"
+                )
             elif package == target.split(".")[0] == "workloads" and room(target) not in ROOMS[room(module)]:
-                problems.append(f"{module} imports {target}: the room {room(module)} may import {sorted(ROOMS[room(module)])}")
+                problems.append(
+                    f"{module} imports {target}: the room {room(module)} may import {sorted(ROOMS[room(module)])}"
+                )
     return problems
 
 
@@ -125,9 +131,14 @@ def test_packages_and_rooms_import_one_way() -> None:
 
 def test_the_contract_imports_no_torch() -> None:
     contract = {m: s for m, s in sources().items() if room(m) == "contract"}
-    torch_users = [m for m, s in contract.items()
-                   if any(isinstance(n, (ast.Import, ast.ImportFrom)) and "torch" in ast.unparse(n).split()[1].split(".")[0]
-                          for n in ast.walk(ast.parse(s)))]
+    torch_users = [
+        m
+        for m, s in contract.items()
+        if any(
+            isinstance(n, (ast.Import, ast.ImportFrom)) and "torch" in ast.unparse(n).split()[1].split(".")[0]
+            for n in ast.walk(ast.parse(s))
+        )
+    ]
     assert len(contract) >= 5 and torch_users == []
 
 
@@ -139,15 +150,26 @@ def test_no_module_imports_a_module_that_imports_it() -> None:
 def test_the_checks_see_what_breaks_them() -> None:
     """A circle through an import inside a function, an import up the packages and one across the
     rooms are each found; what is allowed is not."""
-    hidden = {"workloads.cell.a": "def f():\n    from workloads.cell import b\n",
-              "workloads.cell.b": "from workloads.cell.a import f\n"}
+    hidden = {
+        "workloads.cell.a": "def f():\n    from workloads.cell import b\n",
+        "workloads.cell.b": "from workloads.cell.a import f\n",
+    }
     assert circles(import_graph(hidden)) == [["workloads.cell.a", "workloads.cell.b"]]
-    relative = {"workloads.cell.a": "from .b import g\n", "workloads.cell.b": "from . import a\n",
-                "workloads.cell": ""}
+    relative = {
+        "workloads.cell.a": "from .b import g\n",
+        "workloads.cell.b": "from . import a\n",
+        "workloads.cell": "",
+    }
     assert circles(import_graph(relative)) == [["workloads.cell.a", "workloads.cell.b"]]
-    wrong = {"workloads.contract.x": "from workloads.cell.y import z\n", "workloads.cell.y": "",
-             "analysis.p": "import orchestrator.q\n", "orchestrator.q": "from analysis import p\n",
-             "workloads.local.t": "from workloads.contract import x\n"}
+    wrong = {
+        "workloads.contract.x": "from workloads.cell.y import z\n",
+        "workloads.cell.y": "",
+        "analysis.p": "import orchestrator.q\n",
+        "orchestrator.q": "from analysis import p\n",
+        "workloads.local.t": "from workloads.contract import x\n",
+    }
     problems = room_problems(import_graph(wrong))
-    assert [p.split(":")[0] for p in problems] == ["analysis.p imports orchestrator.q",
-                                                  "workloads.contract.x imports workloads.cell.y"]
+    assert [p.split(":")[0] for p in problems] == [
+        "analysis.p imports orchestrator.q",
+        "workloads.contract.x imports workloads.cell.y",
+    ]

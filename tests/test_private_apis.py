@@ -22,8 +22,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def versions(distribution: str) -> str:
-    return (f"{distribution} {private_apis.installed(distribution)}, tested "
-            f"{distribution}{private_apis.tested_range(distribution)}")
+    return (
+        f"{distribution} {private_apis.installed(distribution)}, tested "
+        f"{distribution}{private_apis.tested_range(distribution)}"
+    )
 
 
 @pytest.mark.parametrize("api", private_apis.CHECKS, ids=lambda c: c.api)
@@ -45,7 +47,9 @@ def test_a_changed_api_names_itself_and_the_versions(monkeypatch: pytest.MonkeyP
         private_apis.check()
     message = str(info.value)
     assert "BasicSweeper.split_arguments" in message and "no longer exists" in message
-    assert re.search(r"hydra-core \S+; compilebench is tested with hydra-core>=1\.3\.2,<1\.4", message), message
+    assert re.search(r"hydra-core \S+; compilebench is tested with hydra-core>=1\.3\.2,<1\.4", message), (
+        message
+    )
 
 
 def test_pyproject_pins_the_tested_versions() -> None:
@@ -54,7 +58,8 @@ def test_pyproject_pins_the_tested_versions() -> None:
         pins = re.findall(rf'"({re.escape(distribution)}\b[^"]*)"', text)
         assert pins == [f"{distribution}{private_apis.tested_range(distribution)}"], (
             f"pyproject.toml pins {pins}; orchestrator/private_apis.py was tested with "
-            f"{distribution}{private_apis.tested_range(distribution)}")
+            f"{distribution}{private_apis.tested_range(distribution)}"
+        )
 
 
 # --- behaviour: what the wrappers are used for ---------------------------------------------------
@@ -73,26 +78,39 @@ def parse(loader, *lines: str) -> list:
 def test_hydra_composition_wrappers(loader) -> None:
     try:
         assert private_apis.group_exists(loader, "backend") and not private_apis.group_exists(loader, "steps")
-        cfg = private_apis.compose_groups(loader, CONFIG_NAME, parse(loader, "size=small", "backend=inductor"))
+        cfg = private_apis.compose_groups(
+            loader, CONFIG_NAME, parse(loader, "size=small", "backend=inductor")
+        )
         assert "hydra" not in cfg and cfg.size == "small" and cfg.backend.name == "inductor"
         OmegaConf.set_struct(cfg, True)
         private_apis.apply_overrides(parse(loader, "steps=7", "+extra=1", "~data.workers"), cfg)
         assert cfg.steps == 7 and cfg.extra == 1 and "workers" not in cfg.data
     except Exception as exc:
-        pytest.fail(f"Hydra's composition through orchestrator/private_apis.py ({versions('hydra-core')}): "
-                    f"{type(exc).__name__}: {exc}", pytrace=False)
+        pytest.fail(
+            f"Hydra's composition through orchestrator/private_apis.py ({versions('hydra-core')}): "
+            f"{type(exc).__name__}: {exc}",
+            pytrace=False,
+        )
 
 
 def test_hydra_sweep_split(loader) -> None:
     jobs = private_apis.split_sweep(parse(loader, "seed=1,2", "size=tiny,small", "seed=3,4"))
-    expected = [["size=tiny", "seed=3"], ["size=tiny", "seed=4"], ["size=small", "seed=3"], ["size=small", "seed=4"]]
+    expected = [
+        ["size=tiny", "seed=3"],
+        ["size=tiny", "seed=4"],
+        ["size=small", "seed=3"],
+        ["size=small", "seed=4"],
+    ]
     assert sorted(map(sorted, jobs)) == sorted(map(sorted, expected)), (
-        f"BasicSweeper.split_arguments ({versions('hydra-core')}) now gives {jobs}")
+        f"BasicSweeper.split_arguments ({versions('hydra-core')}) now gives {jobs}"
+    )
 
 
 def test_submitit_memory_format() -> None:
     got = [private_apis.convert_mem(gb) for gb in (120, 1, 1.5)]
-    assert got == ["120GB", "1GB", "1536MB"], f"submitit.slurm.slurm._convert_mem ({versions('submitit')}) gives {got}"
+    assert got == ["120GB", "1GB", "1536MB"], (
+        f"submitit.slurm.slurm._convert_mem ({versions('submitit')}) gives {got}"
+    )
 
 
 def test_submitit_script_text(tmp_path: Path) -> None:

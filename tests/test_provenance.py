@@ -20,7 +20,14 @@ import torch
 from analysis.environment import environment_table
 from tests.analysis_sweeps import write_cell
 from workloads.instruments import provenance
-from workloads.instruments.provenance import PROVENANCE_FIELDS, describe_host, finish, format_cpu_list, gpu_state, start
+from workloads.instruments.provenance import (
+    PROVENANCE_FIELDS,
+    describe_host,
+    finish,
+    format_cpu_list,
+    gpu_state,
+    start,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GPU_KEYS = provenance._GPU_KEYS
@@ -28,8 +35,15 @@ GPU_KEYS = provenance._GPU_KEYS
 
 def _host_in_subprocess(env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()) -> dict:
     code = "import json; from workloads.instruments.provenance import describe_host; print(json.dumps(describe_host()))"
-    out = subprocess.run([*prefix, sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
-                         env={**os.environ, **(env or {})}, timeout=120, check=True)
+    out = subprocess.run(
+        [*prefix, sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -48,18 +62,29 @@ def test_module_imports_without_torch() -> None:
     subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True, timeout=60)
 
 
-@pytest.mark.parametrize("cpus, text", [
-    ({0, 1, 2, 5, 7, 8}, "0-2,5,7-8"), ({0}, "0"), (set(), ""), ([3, 1, 2, 2], "1-3"),
-    (range(0, 8), "0-7"), ({0, 2, 4}, "0,2,4"), ({0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}, "0-7,16-23"),
-])
+@pytest.mark.parametrize(
+    "cpus, text",
+    [
+        ({0, 1, 2, 5, 7, 8}, "0-2,5,7-8"),
+        ({0}, "0"),
+        (set(), ""),
+        ([3, 1, 2, 2], "1-3"),
+        (range(0, 8), "0-7"),
+        ({0, 2, 4}, "0,2,4"),
+        ({0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}, "0-7,16-23"),
+    ],
+)
 def test_format_cpu_list(cpus, text: str) -> None:
     assert format_cpu_list(cpus) == text
 
 
 def test_host_cpu_affinity_threads_and_node() -> None:
     host = describe_host()
-    models = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-              if line.startswith("model name")]
+    models = [
+        line.split(":", 1)[1].strip()
+        for line in Path("/proc/cpuinfo").read_text().splitlines()
+        if line.startswith("model name")
+    ]
     if models:
         assert host["cpu_model"] == models[0]
     assert host["cpu_model"]
@@ -78,9 +103,19 @@ def test_restricted_affinity_is_reported() -> None:
 
 
 def test_slurm_environment_is_recorded() -> None:
-    clean = {key: "" for key in ("SLURM_CPU_BIND", "SLURM_CPU_BIND_TYPE", "SLURM_CPU_BIND_LIST",
-                                 "SLURM_CPUS_PER_TASK", "SLURM_JOB_CPUS_PER_NODE")}
-    host = _host_in_subprocess({**clean, "SLURM_CPU_BIND": "quiet,mask_cpu:0x3", "SLURMD_NODENAME": "gpu-node-17"})
+    clean = {
+        key: ""
+        for key in (
+            "SLURM_CPU_BIND",
+            "SLURM_CPU_BIND_TYPE",
+            "SLURM_CPU_BIND_LIST",
+            "SLURM_CPUS_PER_TASK",
+            "SLURM_JOB_CPUS_PER_NODE",
+        )
+    }
+    host = _host_in_subprocess(
+        {**clean, "SLURM_CPU_BIND": "quiet,mask_cpu:0x3", "SLURMD_NODENAME": "gpu-node-17"}
+    )
     assert host["slurm_cpu_bind"] == "quiet,mask_cpu:0x3"
     assert host["node_name"] == "gpu-node-17"
     parts = _host_in_subprocess({**clean, "SLURM_CPU_BIND_TYPE": "map_cpu:", "SLURM_CPU_BIND_LIST": "4"})
@@ -106,7 +141,9 @@ def test_the_environment_names_runs_that_slurm_did_not_bind(tmp_path: Path) -> N
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="for a machine without a GPU")
-def test_gpu_state_without_a_gpu_is_all_none_and_asks_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_state_without_a_gpu_is_all_none_and_asks_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No GPU: no probe is started (neither NVML nor nvidia-smi), so nothing can make it wait."""
     calls = _fake_smi(tmp_path, monkeypatch, "exit 0\n")
     asked: list[str] = []
@@ -130,21 +167,33 @@ def test_gpu_state_reads_nvidia_smi_by_bus_id(tmp_path: Path, monkeypatch: pytes
     # The torch index is 0 but the GPU is the one at bus 0xAB: nvidia-smi must be asked for that one.
     monkeypatch.setattr(provenance, "_gpu_id", lambda index: ("00000000:ab:00.0", 1980))
     monkeypatch.setattr(provenance, "_nvml_state", lambda bus_id: None)  # as without pynvml
-    calls = _fake_smi(tmp_path, monkeypatch, f"""
+    calls = _fake_smi(
+        tmp_path,
+        monkeypatch,
+        f"""
         case "$1" in
           --query-gpu=*) echo "580.159.04, 1755, 2619, [N/A], 700.00, 41" ;;
           *) printf '{os.getpid()}, /usr/bin/python3\\n4242, /opt/other/bin/train\\n' ;;
         esac
-    """)
+    """,
+    )
     state = gpu_state(0)
-    assert state == {"gpu_driver": "580.159.04", "gpu_sm_clock_mhz": 1755, "gpu_mem_clock_mhz": 2619,
-                     "gpu_max_sm_clock_mhz": 1980,  # nvidia-smi said [N/A]: torch's value
-                     "gpu_power_limit_w": 700.0, "gpu_temp_c": 41.0,
-                     "gpu_other_processes": 1, "gpu_other_process_list": "4242:train"}  # ourselves left out
+    assert state == {
+        "gpu_driver": "580.159.04",
+        "gpu_sm_clock_mhz": 1755,
+        "gpu_mem_clock_mhz": 2619,
+        "gpu_max_sm_clock_mhz": 1980,  # nvidia-smi said [N/A]: torch's value
+        "gpu_power_limit_w": 700.0,
+        "gpu_temp_c": 41.0,
+        "gpu_other_processes": 1,
+        "gpu_other_process_list": "4242:train",
+    }  # ourselves left out
     assert all(line.split()[-2:] == ["-i", "00000000:ab:00.0"] for line in calls.read_text().splitlines())
 
 
-def test_a_hanging_nvidia_smi_gives_none_within_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hanging_nvidia_smi_gives_none_within_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(provenance, "PROBE_TIMEOUT_S", 0.3)
     monkeypatch.setattr(provenance, "_gpu_id", lambda index: ("00000000:ab:00.0", None))
     monkeypatch.setattr(provenance, "_nvml_state", lambda bus_id: None)
@@ -169,18 +218,41 @@ def test_a_hanging_nvml_gives_none_within_the_bound(monkeypatch: pytest.MonkeyPa
         release.set()
 
 
-def test_finish_adds_the_end_temperature_and_keeps_what_its_probe_missed(monkeypatch: pytest.MonkeyPatch) -> None:
-    states = iter([
-        {"gpu_driver": "580", "gpu_sm_clock_mhz": 345, "gpu_mem_clock_mhz": 2619, "gpu_max_sm_clock_mhz": 1980,
-         "gpu_power_limit_w": 700.0, "gpu_temp_c": 30.0, "gpu_other_processes": 2, "gpu_other_process_list": "1:a,2:b"},
-        {"gpu_driver": None, "gpu_sm_clock_mhz": 1755, "gpu_mem_clock_mhz": None, "gpu_max_sm_clock_mhz": None,
-         "gpu_power_limit_w": None, "gpu_temp_c": 62.0, "gpu_other_processes": 1, "gpu_other_process_list": "1:a"},
-    ])
+def test_finish_adds_the_end_temperature_and_keeps_what_its_probe_missed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    states = iter(
+        [
+            {
+                "gpu_driver": "580",
+                "gpu_sm_clock_mhz": 345,
+                "gpu_mem_clock_mhz": 2619,
+                "gpu_max_sm_clock_mhz": 1980,
+                "gpu_power_limit_w": 700.0,
+                "gpu_temp_c": 30.0,
+                "gpu_other_processes": 2,
+                "gpu_other_process_list": "1:a,2:b",
+            },
+            {
+                "gpu_driver": None,
+                "gpu_sm_clock_mhz": 1755,
+                "gpu_mem_clock_mhz": None,
+                "gpu_max_sm_clock_mhz": None,
+                "gpu_power_limit_w": None,
+                "gpu_temp_c": 62.0,
+                "gpu_other_processes": 1,
+                "gpu_other_process_list": "1:a",
+            },
+        ]
+    )
     monkeypatch.setattr(provenance, "_cuda_index", lambda device: 0)
     monkeypatch.setattr(provenance, "gpu_state", lambda index: dict(next(states)))
     row = finish("cuda", start("cuda"))
     assert (row["gpu_temp_start_c"], row["gpu_temp_end_c"]) == (30.0, 62.0)
-    assert (row["gpu_sm_clock_mhz"], row["gpu_mem_clock_mhz"]) == (1755, 2619)  # under load; start's where unread
+    assert (row["gpu_sm_clock_mhz"], row["gpu_mem_clock_mhz"]) == (
+        1755,
+        2619,
+    )  # under load; start's where unread
     assert (row["gpu_driver"], row["gpu_max_sm_clock_mhz"], row["gpu_power_limit_w"]) == ("580", 1980, 700.0)
     assert (row["gpu_other_processes"], row["gpu_other_process_list"]) == (2, "1:a,2:b")  # the most seen
     assert "gpu_temp_c" not in row

@@ -24,7 +24,13 @@ def test_replicates_alternate_backends_and_keep_the_cell_ids() -> None:
     assert [repeat for *_, repeat in order] == [0] * 4 + [1] * 4 + [2] * 4  # every cell once, then again
     for size in ("tiny", "small"):
         assert [(backend, repeat) for s, backend, repeat in order if s == size] == [
-            ("eager", 0), ("inductor", 0), ("eager", 1), ("inductor", 1), ("eager", 2), ("inductor", 2)]
+            ("eager", 0),
+            ("inductor", 0),
+            ("eager", 1),
+            ("inductor", 1),
+            ("eager", 2),
+            ("inductor", 2),
+        ]
 
 
 def _runs(sweep: Path) -> dict[str, pd.DataFrame]:
@@ -33,8 +39,13 @@ def _runs(sweep: Path) -> dict[str, pd.DataFrame]:
 
 def _process_starts(sweep: Path) -> dict[str, list[pd.Timestamp]]:
     """When each replicate's process started, per cell in replicate order, as its log says."""
-    return {d.name: [pd.Timestamp(t) for t in re.findall(r"process started at (\S+),", (d / "logs" / "stderr.log").read_text())]
-            for d in (sweep / "cells").iterdir()}
+    return {
+        d.name: [
+            pd.Timestamp(t)
+            for t in re.findall(r"process started at (\S+),", (d / "logs" / "stderr.log").read_text())
+        ]
+        for d in (sweep / "cells").iterdir()
+    }
 
 
 def test_local_replicates_run_in_turn_and_more_runs_add_only_the_missing(tmp_path: Path) -> None:
@@ -43,7 +54,9 @@ def test_local_replicates_run_in_turn_and_more_runs_add_only_the_missing(tmp_pat
     first = cli(tmp_path, *args, "repeats=2")
     assert first.returncode == 0, first.stderr
     progress = re.findall(r"\[(\d)/4\] \S+ run (\d)/2 \((\w+)\)", first.stdout)
-    assert [run for _, run, _ in progress] == ["1", "1", "2", "2"], first.stdout  # both cells, then both again
+    assert [run for _, run, _ in progress] == ["1", "1", "2", "2"], (
+        first.stdout
+    )  # both cells, then both again
     for runs in _runs(sweep).values():
         assert list(runs["repeat"]) == [0, 1] and set(runs["status"]) == {"completed"}
     # One process on the device at a time, in the sweep's order; each next one started ahead,
@@ -84,18 +97,29 @@ def test_replicates_started_ahead_in_a_batch_still_take_the_device_one_at_a_time
 
 def test_replicates_are_array_tasks_in_alternating_order(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     sweep = tmp_path / "sw"
-    args = ["sweep", "cluster=test_slurm", *TINY, "backend=eager,aot_eager", "repeats=2", "hydra.sweep.dir=sw"]
+    args = [
+        "sweep",
+        "cluster=test_slurm",
+        *TINY,
+        "backend=eager,aot_eager",
+        "repeats=2",
+        "hydra.sweep.dir=sw",
+    ]
     submitted = slurm_cli(slurm_cluster, tmp_path, *args)
     assert submitted.returncode == 0, submitted.stderr
     manifest = pd.read_parquet(sweep / "manifest.parquet").set_index("cell_id")
     jobs = {cell: ids.split() for cell, ids in manifest["job_id"].items()}  # one job per replicate
     array = {job.split("_")[0] for ids in jobs.values() for job in ids}
     assert len(array) == 1 and sorted(job for ids in jobs.values() for job in ids) == [
-        f"{next(iter(array))}_{task}" for task in range(4)]
+        f"{next(iter(array))}_{task}" for task in range(4)
+    ]
     eager = manifest.index[manifest["backend"] == "eager"][0]
     compiled = manifest.index[manifest["backend"] == "aot_eager"][0]
     task = lambda job: int(job.split("_")[1])  # noqa: E731
-    assert [task(j) for j in jobs[eager]] == [0, 2] and [task(j) for j in jobs[compiled]] == [1, 3]  # alternating
+    assert [task(j) for j in jobs[eager]] == [0, 2] and [task(j) for j in jobs[compiled]] == [
+        1,
+        3,
+    ]  # alternating
 
     cell_dirs = [sweep / "cells" / cell for cell in manifest.index]
     wait_until_done(slurm_cluster, {job for ids in jobs.values() for job in ids}, cell_dirs)

@@ -12,12 +12,15 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 TESTS = Path(__file__).resolve().parent
 #: Where fixtures are defined for the whole suite.
-FIXTURE_MODULES = {"tests.conftest": TESTS / "conftest.py", "tests.slurm.fixtures": TESTS / "slurm" / "fixtures.py"}
+FIXTURE_MODULES = {
+    "tests.conftest": TESTS / "conftest.py",
+    "tests.slurm.fixtures": TESTS / "slurm" / "fixtures.py",
+}
 
 
 def python_files() -> list[Path]:
@@ -88,41 +91,65 @@ def fixture_imports(source: str, fixtures: dict[str, set[str]]) -> list[str]:
 
 def problems_in_tree(check: Callable[[str], list[str]]) -> list[str]:
     """What `check` finds in the source of each Python file of tests/, each line naming its file."""
-    return [f"{path.relative_to(TESTS.parent)}: {problem}"
-            for path in python_files() for problem in check(path.read_text())]
+    return [
+        f"{path.relative_to(TESTS.parent)}: {problem}"
+        for path in python_files()
+        for problem in check(path.read_text())
+    ]
 
 
 def test_no_module_imports_a_test_module() -> None:
     test_modules = suite_test_modules()
     problems = problems_in_tree(lambda source: imports_of_test_modules(source, test_modules))
-    assert not problems, ("a test module is imported; move what it shares to tests/helpers.py "
-                          "(a fixture: tests/conftest.py):\n" + "\n".join(problems))
+    assert not problems, (
+        "a test module is imported; move what it shares to tests/helpers.py "
+        "(a fixture: tests/conftest.py):\n" + "\n".join(problems)
+    )
 
 
 def test_fixtures_are_never_imported() -> None:
     fixtures = {module: fixture_names(path) for module, path in FIXTURE_MODULES.items()}
     assert fixtures["tests.slurm.fixtures"] >= {"slurm_clusters", "slurm_cluster", "slurm_cluster_accounting"}
     problems = problems_in_tree(lambda source: fixture_imports(source, fixtures))
-    assert not problems, ("fixtures come from tests/conftest.py and its plugins by name, "
-                          "never from an import:\n" + "\n".join(problems))
+    assert not problems, (
+        "fixtures come from tests/conftest.py and its plugins by name, "
+        "never from an import:\n" + "\n".join(problems)
+    )
 
 
 def test_the_checks_see_every_spelling() -> None:
     """The checks above would pass on a tree they cannot read: each way of breaking the rules is
     found, and what is allowed is not."""
     modules = {"test_status", "test_faults"}
-    for source in ("from tests.test_status import cli", "import tests.test_status", "import test_status",
-                   "from test_status import cli", "from tests import test_faults", "from . import test_status",
-                   "from .test_status import cli", "import tests.test_status as s",
-                   "def f():\n    from tests.test_faults import x"):
+    for source in (
+        "from tests.test_status import cli",
+        "import tests.test_status",
+        "import test_status",
+        "from test_status import cli",
+        "from tests import test_faults",
+        "from . import test_status",
+        "from .test_status import cli",
+        "import tests.test_status as s",
+        "def f():\n    from tests.test_faults import x",
+    ):
         assert imports_of_test_modules(source, modules), source
-    for source in ("from tests.helpers import cli", "import pytest", "from tests.slurm.fixtures import SlurmClusters",
-                   "from torch.testing import assert_close", "from tests import helpers"):
+    for source in (
+        "from tests.helpers import cli",
+        "import pytest",
+        "from tests.slurm.fixtures import SlurmClusters",
+        "from torch.testing import assert_close",
+        "from tests import helpers",
+    ):
         assert imports_of_test_modules(source, modules) == [], source
 
     fixtures = {"tests.slurm.fixtures": {"slurm_cluster"}, "tests.conftest": {"tiny_cells"}}
-    for source in ("from tests.slurm.fixtures import *", "from tests.slurm.fixtures import slurm_cluster",
-                   "from tests.slurm.fixtures import SlurmClusters, slurm_cluster", "from conftest import tiny_cells",
-                   "from .slurm.fixtures import slurm_cluster", "from tests.conftest import *"):
+    for source in (
+        "from tests.slurm.fixtures import *",
+        "from tests.slurm.fixtures import slurm_cluster",
+        "from tests.slurm.fixtures import SlurmClusters, slurm_cluster",
+        "from conftest import tiny_cells",
+        "from .slurm.fixtures import slurm_cluster",
+        "from tests.conftest import *",
+    ):
         assert fixture_imports(source, fixtures), source
     assert fixture_imports("from tests.slurm.fixtures import REQUIRE_ENV, SlurmClusters", fixtures) == []

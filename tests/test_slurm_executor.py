@@ -50,7 +50,9 @@ def check_golden(name: str, text: str) -> None:
         path.parent.mkdir(exist_ok=True)
         path.write_text(text)
     assert path.exists(), f"no golden file {path}; run with {UPDATE_ENV}=1 to write it"
-    assert text == path.read_text(), f"{name} differs from the golden file (rerun with {UPDATE_ENV}=1 and review)"
+    assert text == path.read_text(), (
+        f"{name} differs from the golden file (rerun with {UPDATE_ENV}=1 and review)"
+    )
 
 
 # --- grouping ------------------------------------------------------------------------------
@@ -59,10 +61,21 @@ def check_golden(name: str, text: str) -> None:
 def test_group_arrays_keeps_order_and_splits_at_max_size() -> None:
     items = ["a1", "b1", "a2", "a3", "b2", "a4", "a5", "a6", "a7"]
     groups = group_arrays(items, key=lambda s: s[0], max_size=3)
-    assert groups == [("a", ["a1", "a2", "a3"]), ("a", ["a4", "a5", "a6"]), ("a", ["a7"]), ("b", ["b1", "b2"])]
+    assert groups == [
+        ("a", ["a1", "a2", "a3"]),
+        ("a", ["a4", "a5", "a6"]),
+        ("a", ["a7"]),
+        ("b", ["b1", "b2"]),
+    ]
     assert group_arrays(items, key=lambda s: s[0], max_size=100) == [
-        ("a", ["a1", "a2", "a3", "a4", "a5", "a6", "a7"]), ("b", ["b1", "b2"])]
-    assert [len(g) for _, g in group_arrays(list(range(2001)), key=lambda i: 0, max_size=1000)] == [1000, 1000, 1]
+        ("a", ["a1", "a2", "a3", "a4", "a5", "a6", "a7"]),
+        ("b", ["b1", "b2"]),
+    ]
+    assert [len(g) for _, g in group_arrays(list(range(2001)), key=lambda i: 0, max_size=1000)] == [
+        1000,
+        1000,
+        1,
+    ]
     assert group_arrays([], key=lambda s: s, max_size=5) == []
     with pytest.raises(ValueError):
         group_arrays(items, key=lambda s: s, max_size=0)
@@ -77,7 +90,13 @@ def test_cells_sharing_resources_share_an_array() -> None:
     assert {model: len(r) for model, r in by_model.items()} == {"gpt": 1, "resnet": 1}  # 4 cells each
     assert len(params) == 2
     (gpt,), (resnet,) = by_model["gpt"], by_model["resnet"]
-    assert (gpt.partition, gpt.gres, gpt.cpus, gpt.mem_gb, gpt.time_min) == ("grete:shared", "gpu:A100:1", 16, 120, 60)
+    assert (gpt.partition, gpt.gres, gpt.cpus, gpt.mem_gb, gpt.time_min) == (
+        "grete:shared",
+        "gpu:A100:1",
+        16,
+        120,
+        60,
+    )
     assert (resnet.partition, resnet.gres) == ("grete-h100", "gpu:H100:1")
 
 
@@ -85,14 +104,16 @@ def test_array_task_imports_no_torch() -> None:
     """The function a Slurm task unpickles loads without Hydra and torch: on a busy node that
     start-up would come on top of the cell's own (which imports torch in its subprocess)."""
     code = "import sys, orchestrator.slurm_job; print(sorted({'torch', 'hydra'} & set(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[]"
 
 
 # --- profiles ------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _grete(overrides: tuple[str, ...]) -> str:
     return json.dumps(expand(["cluster=grete", *overrides]).cluster)
 
@@ -116,7 +137,9 @@ def grete(*overrides: str) -> dict:
         (["cluster.partition=grete-h100"], "gpt", "grete-h100", "gpu:A100:1"),
     ],
 )
-def test_resources_from_profile_and_model(overrides: list[str], model: str, partition: str, gres: str | None) -> None:
+def test_resources_from_profile_and_model(
+    overrides: list[str], model: str, partition: str, gres: str | None
+) -> None:
     res = resources_for(load_profile(grete(*overrides)), model)
     assert (res.partition, res.gres) == (partition, gres)
     assert res.cpus == 16 * max(res.gpus, 1) and res.mem_gb == 120 * max(res.gpus, 1)
@@ -125,8 +148,14 @@ def test_resources_from_profile_and_model(overrides: list[str], model: str, part
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"gpu_type": "V100"}, "unknown GPU type 'V100' (for model gpt); the profile's partitions have: A100, H100"),
-        ({"partition": "nope"}, "unknown partition 'nope'; the profile's partitions: grete-h100, grete:shared"),
+        (
+            {"gpu_type": "V100"},
+            "unknown GPU type 'V100' (for model gpt); the profile's partitions have: A100, H100",
+        ),
+        (
+            {"partition": "nope"},
+            "unknown partition 'nope'; the profile's partitions: grete-h100, grete:shared",
+        ),
         ({"compile_cache": "sometimes"}, "compile_cache must be one of shared, per_job"),
         ({"time_min": None}, "time_min (required for Slurm: minutes per job) must be a positive integer"),
         ({"gpus": 5}, "gpus=5 is more than a node has (gpus_per_node=4)"),
@@ -162,7 +191,9 @@ def test_no_gpu_type_for_a_model() -> None:
         ("cluster.executor=pbs", "unknown executor 'pbs'"),
     ],
 )
-def test_cli_bad_cluster_input_exits_2_before_anything(capsys, no_slurm_here, tmp_path: Path, override: str, message: str) -> None:
+def test_cli_bad_cluster_input_exits_2_before_anything(
+    capsys, no_slurm_here, tmp_path: Path, override: str, message: str
+) -> None:
     code, out, err = sweep_cli(capsys, "cluster=grete", override, "hydra.sweep.dir=sw")
     assert code == 2
     lines = err.strip().splitlines()
@@ -176,18 +207,52 @@ def test_cli_bad_cluster_input_exits_2_before_anything(capsys, no_slurm_here, tm
 def test_dry_run_grid_and_golden_scripts(capsys, no_slurm_here, tmp_path: Path) -> None:
     """Two models, two backends on Grete: LLM cells in one A100 array, CNN cells in one H100 array."""
     sweep = tmp_path / "sweep"
-    code, out, err = sweep_cli(capsys, "cluster=grete", "model=gpt,resnet", "backend=eager,inductor",
-                               f"hydra.sweep.dir={sweep}", "--dry-run")
+    code, out, err = sweep_cli(
+        capsys,
+        "cluster=grete",
+        "model=gpt,resnet",
+        "backend=eager,inductor",
+        f"hydra.sweep.dir={sweep}",
+        "--dry-run",
+    )
     assert code == 0, err
     header = [c.strip() for c in out.splitlines()[0].strip("|").split("|")]
-    assert header == ["cell_id", "model", "size", "backend", "compile_mode", "precision",
-                      "partition", "tasks", "gres", "cpus", "mem", "time", "array", "state"]
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()[2:6]}
+    assert header == [
+        "cell_id",
+        "model",
+        "size",
+        "backend",
+        "compile_mode",
+        "precision",
+        "partition",
+        "tasks",
+        "gres",
+        "cpus",
+        "mem",
+        "time",
+        "array",
+        "state",
+    ]
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+        for line in out.splitlines()[2:6]
+    }
     cells = expand(["cluster=grete", "model=gpt,resnet", "backend=eager,inductor"]).cells
     assert sorted(rows) == sorted(c.cell_id for c in cells)
     for cell_id, model in ((c.cell_id, c.axes["model"]) for c in cells):
-        gpu, partition, array = ("A100", "grete:shared", "0") if model == "gpt" else ("H100", "grete-h100", "1")
-        assert rows[cell_id][6:] == [partition, "1x1", f"gpu:{gpu}:1", "16", "120G", "60 min", array, "submit"]
+        gpu, partition, array = (
+            ("A100", "grete:shared", "0") if model == "gpt" else ("H100", "grete-h100", "1")
+        )
+        assert rows[cell_id][6:] == [
+            partition,
+            "1x1",
+            f"gpu:{gpu}:1",
+            "16",
+            "120G",
+            "60 min",
+            array,
+            "submit",
+        ]
     assert "4 cell(s): 4 in 2 job array(s)" in out and "nothing submitted (--dry-run)" in out
     scripts = sorted((sweep / "sbatch").iterdir())
     assert [p.name for p in scripts] == ["dryrun-00.sh", "dryrun-01.sh"]
@@ -208,10 +273,21 @@ def test_site_setup_is_quoted(capsys, no_slurm_here, tmp_path: Path) -> None:
     """Every profile value that reaches the script is shell-quoted; `setup` lines stand verbatim."""
     sweep = tmp_path / "sweep"
     code, out, err = sweep_cli(
-        capsys, "cluster=grete", "cluster.compile_cache=shared", "cluster.account='proj; touch pwned'",
-        "cluster.qos=normal", "cluster.modules=[cuda/12.1,gcc 12]", "cluster.venv=/opt/venv with space",
-        "+cluster.env.NCCL_DEBUG=WARN", "+cluster.env.WHO='$(whoami)'", "cluster.setup=[module purge,nvidia-smi -L]",
-        "+cluster.sbatch_extra.constraint=80gb", "+cluster.sbatch_extra.mail-type=FAIL", f"hydra.sweep.dir={sweep}", "--dry-run")
+        capsys,
+        "cluster=grete",
+        "cluster.compile_cache=shared",
+        "cluster.account='proj; touch pwned'",
+        "cluster.qos=normal",
+        "cluster.modules=[cuda/12.1,gcc 12]",
+        "cluster.venv=/opt/venv with space",
+        "+cluster.env.NCCL_DEBUG=WARN",
+        "+cluster.env.WHO='$(whoami)'",
+        "cluster.setup=[module purge,nvidia-smi -L]",
+        "+cluster.sbatch_extra.constraint=80gb",
+        "+cluster.sbatch_extra.mail-type=FAIL",
+        f"hydra.sweep.dir={sweep}",
+        "--dry-run",
+    )
     assert code == 0, err
     script = (sweep / "sbatch" / "dryrun-00.sh").read_text()
     check_golden("grete_site_setup.sh", normalise(script, sweep))  # one cell: a plain job, no --array
@@ -223,14 +299,29 @@ def test_site_setup_is_quoted(capsys, no_slurm_here, tmp_path: Path) -> None:
 
 def test_big_sweep_splits_at_max_array_size(capsys, no_slurm_here, tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    code, out, err = sweep_cli(capsys, "cluster=grete", "seed=range(0,7)", "cluster.max_array_size=3",
-                               "cluster.array_parallelism=2", f"hydra.sweep.dir={sweep}", "--dry-run")
+    code, out, err = sweep_cli(
+        capsys,
+        "cluster=grete",
+        "seed=range(0,7)",
+        "cluster.max_array_size=3",
+        "cluster.array_parallelism=2",
+        f"hydra.sweep.dir={sweep}",
+        "--dry-run",
+    )
     assert code == 0, err
     assert "7 cell(s): 7 in 3 job array(s)" in out
-    arrays = [re.search(r"#SBATCH --array=(\S+)", p.read_text()) for p in sorted((sweep / "sbatch").iterdir())]
-    assert [a.group(1) if a else None for a in arrays] == ["0-2%2", "0-2%2", None]  # the last one is a lone cell
+    arrays = [
+        re.search(r"#SBATCH --array=(\S+)", p.read_text()) for p in sorted((sweep / "sbatch").iterdir())
+    ]
+    assert [a.group(1) if a else None for a in arrays] == [
+        "0-2%2",
+        "0-2%2",
+        None,
+    ]  # the last one is a lone cell
     # A second, smaller dry run leaves no stale script of the first behind.
-    code, out, err = sweep_cli(capsys, "cluster=grete", "seed=range(0,7)", f"hydra.sweep.dir={sweep}", "--dry-run")
+    code, out, err = sweep_cli(
+        capsys, "cluster=grete", "seed=range(0,7)", f"hydra.sweep.dir={sweep}", "--dry-run"
+    )
     assert [p.name for p in (sweep / "sbatch").iterdir()] == ["dryrun-00.sh"]
     assert "--array=0-6%7" in (sweep / "sbatch" / "dryrun-00.sh").read_text()
 
@@ -255,7 +346,9 @@ def test_sweep_through_job_arrays(slurm_cluster: LocalSlurm, tmp_path: Path) -> 
     planned = slurm_cli(slurm_cluster, tmp_path, *args, "--dry-run")
     assert planned.returncode == 0, planned.stderr
     assert "4 cell(s): 4 in 1 job array(s)" in planned.stdout
-    assert jobs_from(slurm_cluster, tmp_path) == set() and not (sweep / "submitit").exists()  # nothing submitted
+    assert (
+        jobs_from(slurm_cluster, tmp_path) == set() and not (sweep / "submitit").exists()
+    )  # nothing submitted
     dry_script = (sweep / "sbatch" / "dryrun-00.sh").read_text()
 
     submitted = slurm_cli(slurm_cluster, tmp_path, *args, env=LEAKY_ENV)
@@ -282,17 +375,27 @@ def test_sweep_through_job_arrays(slurm_cluster: LocalSlurm, tmp_path: Path) -> 
         run = pd.read_parquet(cell_dir / "run.parquet").iloc[-1]
         assert run["status"] == "completed", run["error"]
         assert (run["partition"], run["slurm_job_id"], f"{array_id}_{run['slurm_array_task_id']}") == (
-            "grete:shared", array_id, job_id)
+            "grete:shared",
+            array_id,
+            job_id,
+        )
         assert (cell_dir / "steps.parquet").exists()
         # The job is findable from the cell: submitit's log of the task, and what the task saw.
         assert f"cell {cell_dir.name}: completed" in (cell_dir / "logs" / f"slurm-{job_id}.out").read_text()
-        seen = dict(line.split("=", 1) for line in (cell_dir / "logs" / f"slurm-{job_id}.env").read_text().splitlines())
+        seen = dict(
+            line.split("=", 1)
+            for line in (cell_dir / "logs" / f"slurm-{job_id}.env").read_text().splitlines()
+        )
         assert "SLURM_COMPILEBENCH_LEAK" not in seen and "SBATCH_PARTITION" not in seen
         assert (seen["SLURM_JOB_PARTITION"], seen["SLURM_CPUS_PER_TASK"]) == ("grete:shared", "1")
         assert seen["SLURM_ARRAY_JOB_ID"] == array_id and seen["SLURM_JOB_ID"] != LEAKY_ENV["SLURM_JOB_ID"]
-        cache = Path(seen["COMPILEBENCH_COMPILE_CACHE"])  # per_job (the default): fresh, and removed at the end
+        cache = Path(
+            seen["COMPILEBENCH_COMPILE_CACHE"]
+        )  # per_job (the default): fresh, and removed at the end
         assert cache.name.startswith("compilebench-compile-cache.") and not cache.exists()
-        assert "TORCHINDUCTOR_CACHE_DIR" not in seen and "TRITON_CACHE_DIR" not in seen  # the leaked ones unset
+        assert (
+            "TORCHINDUCTOR_CACHE_DIR" not in seen and "TRITON_CACHE_DIR" not in seen
+        )  # the leaked ones unset
 
     # Re-running the finished sweep skips every cell and submits nothing.
     final = slurm_cli(slurm_cluster, tmp_path, *args)
@@ -302,15 +405,27 @@ def test_sweep_through_job_arrays(slurm_cluster: LocalSlurm, tmp_path: Path) -> 
     assert sorted(p.name for p in (sweep / "sbatch").iterdir()) == sorted(["dryrun-00.sh", f"{array_id}.sh"])
 
 
-def test_shared_compile_cache_makes_the_next_job_start_warm(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+def test_shared_compile_cache_makes_the_next_job_start_warm(
+    slurm_cluster: LocalSlurm, tmp_path: Path
+) -> None:
     """Two replicates of an inductor cell on the H100 partition, one array task after the other
     (%1), with cluster.compile_cache=shared: the first compiles cold into the sweep's cache, in a
     directory keyed by what it ran on, and the second job finds it there and starts warm, as its
     run row says (dynamo's own cache hit counters, and the cache held entries when it began)."""
     sweep = tmp_path / "sw"
-    result = slurm_cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY, "backend=inductor", "repeats=2",
-                       "cluster.gpu_type=H100", "cluster.array_parallelism=1", "++cluster.compile_cache=shared",
-                       "hydra.sweep.dir=sw")
+    result = slurm_cli(
+        slurm_cluster,
+        tmp_path,
+        "sweep",
+        "cluster=test_slurm",
+        *TINY,
+        "backend=inductor",
+        "repeats=2",
+        "cluster.gpu_type=H100",
+        "cluster.array_parallelism=1",
+        "++cluster.compile_cache=shared",
+        "hydra.sweep.dir=sw",
+    )
     assert result.returncode == 0, result.stderr
     job_ids = set(pd.read_parquet(sweep / "manifest.parquet")["job_id"])
     (array_id,) = {job_id.split("_")[0] for job_id in job_ids}
@@ -329,17 +444,32 @@ def test_shared_compile_cache_makes_the_next_job_start_warm(slurm_cluster: Local
     (keyed,) = (sweep / "compile_cache").iterdir()  # one machine, one key
     assert set(runs["compile_cache_dir"]) == {str(keyed / "inductor")}
     assert json.loads((keyed / "key.json").read_text())["device"].startswith("cpu: ")
-    assert not cold["compile_cache_warm"] and cold["fx_graph_cache_hits"] == 0 and cold["fx_graph_cache_misses"] > 0
-    assert warm["compile_cache_warm"] and warm["fx_graph_cache_hits"] > 0 and warm["fx_graph_cache_misses"] == 0
+    assert (
+        not cold["compile_cache_warm"]
+        and cold["fx_graph_cache_hits"] == 0
+        and cold["fx_graph_cache_misses"] > 0
+    )
+    assert (
+        warm["compile_cache_warm"] and warm["fx_graph_cache_hits"] > 0 and warm["fx_graph_cache_misses"] == 0
+    )
     assert warm["aot_autograd_cache_hits"] > 0 and warm["aot_autograd_cache_misses"] == 0
 
 
 def test_partition_the_cluster_lacks_is_refused(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
-    result = slurm_cli(slurm_cluster, tmp_path, "sweep", "cluster=test_slurm", *TINY,
-                       "cluster.partitions.A100=gpu-a100", "hydra.sweep.dir=sw")
+    result = slurm_cli(
+        slurm_cluster,
+        tmp_path,
+        "sweep",
+        "cluster=test_slurm",
+        *TINY,
+        "cluster.partitions.A100=gpu-a100",
+        "hydra.sweep.dir=sw",
+    )
     assert result.returncode == 2
-    assert result.stderr.strip() == ("error: partition 'gpu-a100' does not exist on this cluster "
-                                     "(sinfo lists: debug, grete-h100, grete:shared)")
+    assert result.stderr.strip() == (
+        "error: partition 'gpu-a100' does not exist on this cluster "
+        "(sinfo lists: debug, grete-h100, grete:shared)"
+    )
     assert not (tmp_path / "sw").exists() and jobs_from(slurm_cluster, tmp_path) == set()
 
 
@@ -348,8 +478,14 @@ def test_failed_cell_fails_its_job_and_is_resubmitted(slurm_cluster: LocalSlurm,
     FAILED with the reason in the cell's logs; a re-run submits that cell again and only it."""
     short_bin = tmp_path / "short.bin"
     np.arange(10, dtype=np.uint16).tofile(short_bin)
-    args = ["sweep", "cluster=test_slurm", *TINY, "data.source=bin,synthetic", f"data.path={short_bin}",
-            "hydra.sweep.dir=sw"]
+    args = [
+        "sweep",
+        "cluster=test_slurm",
+        *TINY,
+        "data.source=bin,synthetic",
+        f"data.path={short_bin}",
+        "hydra.sweep.dir=sw",
+    ]
     sweep = tmp_path / "sw"
     first = slurm_cli(slurm_cluster, tmp_path, *args)
     assert first.returncode == 0, first.stderr  # submitted; the failure comes later, in the job

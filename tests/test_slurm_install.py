@@ -34,8 +34,9 @@ def unpacked_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return prefix
 
 
-def test_cluster_from_unpacked_debs_schedules_typed_gpus(unpacked_prefix: Path, slurm_clusters: SlurmClusters,
-                                                         tmp_path: Path) -> None:
+def test_cluster_from_unpacked_debs_schedules_typed_gpus(
+    unpacked_prefix: Path, slurm_clusters: SlurmClusters, tmp_path: Path
+) -> None:
     install = SlurmInstall(unpacked_prefix)
     assert install.missing(accounting=False) == []
     assert install.command("slurmd") == str(unpacked_prefix / "usr/sbin/slurmd-wlm")  # no plain name there
@@ -44,12 +45,32 @@ def test_cluster_from_unpacked_debs_schedules_typed_gpus(unpacked_prefix: Path, 
         # Started under its file name `slurmd-wlm`, slurmd ignored the node's gres: (null) here.
         assert cluster.run("sinfo", "-h", "-N", "-o", "%G").stdout.split()[0] == "gpu:A100:2,gpu:H100:2"
         out = tmp_path / "job.out"
-        cluster.run("sbatch", "--wait", "-p", "grete-h100", "-G", "H100:1", "-o", str(out),
-                    "--wrap", "echo $SLURM_JOB_PARTITION $SLURM_GPUS_ON_NODE; command -v sbatch", timeout=120)
+        cluster.run(
+            "sbatch",
+            "--wait",
+            "-p",
+            "grete-h100",
+            "-G",
+            "H100:1",
+            "-o",
+            str(out),
+            "--wrap",
+            "echo $SLURM_JOB_PARTITION $SLURM_GPUS_ON_NODE; command -v sbatch",
+            timeout=120,
+        )
         partition, gpus, sbatch = out.read_text().split()
         assert (partition, gpus) == ("grete-h100", "1")
         assert sbatch == str(unpacked_prefix / "usr/bin/sbatch")  # the job sees the prefix's commands
         # As the GPU machines' sweeps run it: a job bound to the one core it asked for, not the node's.
-        cluster.run("sbatch", "--wait", "-c", "1", "-o", str(out), "--wrap",
-                    "python3 -c 'import os; print(len(os.sched_getaffinity(0)))'", timeout=120)
+        cluster.run(
+            "sbatch",
+            "--wait",
+            "-c",
+            "1",
+            "-o",
+            str(out),
+            "--wrap",
+            "python3 -c 'import os; print(len(os.sched_getaffinity(0)))'",
+            timeout=120,
+        )
         assert int(out.read_text()) == 1 < cluster.cpus, (out.read_text(), cluster.cpus)

@@ -41,16 +41,25 @@ def test_job_id_and_state_parsing() -> None:
     assert expand_job_ids("12_[0-2,5%2]") == ["12_0", "12_1", "12_2", "12_5"]
     assert expand_job_ids("12_4") == ["12_4"] and expand_job_ids("13") == ["13"]
     assert parse_states("12_[0-1]|PENDING\n13|CANCELLED by 0\n14_0|RUNNING\n14_0|COMPLETED\n") == {
-        "12_0": "PENDING", "12_1": "PENDING", "13": "CANCELLED", "14_0": "COMPLETED"}
+        "12_0": "PENDING",
+        "12_1": "PENDING",
+        "13": "CANCELLED",
+        "14_0": "COMPLETED",
+    }
     # sacct after tasks 0 and 1 of an array ran and task 2 was cancelled while pending (seen on Slurm 22.05)
     assert parse_states("15_0|COMPLETED\n15_1|FAILED\n15_[0-2%3]|CANCELLED by 0\n") == {
-        "15_0": "COMPLETED", "15_1": "FAILED", "15_2": "CANCELLED"}
+        "15_0": "COMPLETED",
+        "15_1": "FAILED",
+        "15_2": "CANCELLED",
+    }
 
 
 def test_local_sweep_completed_and_failed(tmp_path: Path) -> None:
     short_bin = tmp_path / "short.bin"  # shorter than one block: that cell fails in the workload
     np.arange(10, dtype=np.uint16).tofile(short_bin)
-    swept = cli(tmp_path, "sweep", *EAGER, "data.source=bin,synthetic", f"data.path={short_bin}", "hydra.sweep.dir=sw")
+    swept = cli(
+        tmp_path, "sweep", *EAGER, "data.source=bin,synthetic", f"data.path={short_bin}", "hydra.sweep.dir=sw"
+    )
     assert swept.returncode == 1, swept.stderr
 
     result = cli(tmp_path, "status", "sw")
@@ -61,7 +70,8 @@ def test_local_sweep_completed_and_failed(tmp_path: Path) -> None:
     assert "block_size" in failed["error"] and len(failed["error"]) <= ERROR_WIDTH
     assert all(row["attempts"] == "1" and row["job_id"] == "" for row in rows.values())
     assert {(row["model"], row["size"], row["backend"], row["precision"]) for row in rows.values()} == {
-        ("gpt", "tiny", "eager", "fp32")}
+        ("gpt", "tiny", "eager", "fp32")
+    }
     assert result.stdout.rstrip().splitlines()[-1] == "2 cell(s): 1 completed, 1 failed"
 
     as_json = cli(tmp_path, "status", "sw", "--json")
@@ -72,9 +82,19 @@ def test_local_sweep_completed_and_failed(tmp_path: Path) -> None:
     cells = {cell["cell_id"]: cell for cell in document["cells"]}
     assert set(cells) == set(rows)
     for cell_id, cell in cells.items():
-        assert (cell["state"], cell["attempts"], cell["repeats"], cell["job_ids"]) == (rows[cell_id]["state"], 1, 1, [])
+        assert (cell["state"], cell["attempts"], cell["repeats"], cell["job_ids"]) == (
+            rows[cell_id]["state"],
+            1,
+            1,
+            [],
+        )
         assert {k: cell["axes"][k] for k in ("model", "size", "backend", "precision", "seed")} == {
-            "model": "gpt", "size": "tiny", "backend": "eager", "precision": "fp32", "seed": 1337}
+            "model": "gpt",
+            "size": "tiny",
+            "backend": "eager",
+            "precision": "fp32",
+            "seed": 1337,
+        }
         assert (cell["error"] or "") == rows[cell_id]["error"]
     assert cli(tmp_path, "status", "sw", "--json", "--retry-failed").returncode == 2
 
@@ -102,8 +122,9 @@ def test_not_a_sweep_exits_2_with_one_line(tmp_path: Path, make, retry: list[str
 def test_wait_and_dry_run_exclude_each_other(tmp_path: Path) -> None:
     result = cli(tmp_path, "sweep", "cluster=test_slurm", "--dry-run", "--wait", "hydra.sweep.dir=sw")
     assert result.returncode == 2 and result.stdout == "" and not any(tmp_path.iterdir())
-    assert result.stderr.strip() == ("error: --wait and --dry-run exclude each other: "
-                                     "a dry run submits nothing to wait for")
+    assert result.stderr.strip() == (
+        "error: --wait and --dry-run exclude each other: a dry run submits nothing to wait for"
+    )
 
 
 # --- through the real single-node Slurm (no accounting) --------------------------------------
@@ -115,8 +136,18 @@ def sweep_with_jobs(sweep: Path, job_ids: list[str]) -> Path:
     from workloads.contract.sweep_dir import MANIFEST_FILE
 
     sweep.mkdir(parents=True)
-    rows = [{"cell_id": f"cell{i:08d}", "model": "gpt", "size": "tiny", "backend": "eager", "precision": "fp32",
-             "executor": "slurm", "job_id": job_id} for i, job_id in enumerate(job_ids)]
+    rows = [
+        {
+            "cell_id": f"cell{i:08d}",
+            "model": "gpt",
+            "size": "tiny",
+            "backend": "eager",
+            "precision": "fp32",
+            "executor": "slurm",
+            "job_id": job_id,
+        }
+        for i, job_id in enumerate(job_ids)
+    ]
     write_parquet_atomic(table_from_rows(rows, MANIFEST_SCHEMA), sweep / MANIFEST_FILE)
     return sweep
 
@@ -124,8 +155,16 @@ def sweep_with_jobs(sweep: Path, job_ids: list[str]) -> Path:
 def test_status_of_a_slurm_sweep(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     """Submitted on hold: the first look must see both cells pending; released, they complete."""
     env = slurm_cluster.env()
-    submitted = cli(tmp_path, "sweep", "cluster=test_slurm", *EAGER, "seed=1,2", "+cluster.sbatch_extra.hold=true",
-                    "hydra.sweep.dir=sw", env=env)
+    submitted = cli(
+        tmp_path,
+        "sweep",
+        "cluster=test_slurm",
+        *EAGER,
+        "seed=1,2",
+        "+cluster.sbatch_extra.hold=true",
+        "hydra.sweep.dir=sw",
+        env=env,
+    )
     assert submitted.returncode == 0, submitted.stderr
     job_ids = set(pd.read_parquet(tmp_path / "sw" / "manifest.parquet")["job_id"])
 
@@ -141,8 +180,13 @@ def test_status_of_a_slurm_sweep(slurm_cluster: LocalSlurm, tmp_path: Path) -> N
     held, rows = look()
     assert {row["state"] for row in rows.values()} == {"pending"}, held.stdout  # held: certainly still queued
     slurm_cluster.run("scontrol", "release", *sorted(job_ids))
-    result, rows = wait_until(look, JOB_TIMEOUT_S, lambda last: f"not completed:\n{last[0].stdout}\n{slurm_cluster.logs()}",
-                              done=lambda last: last[0].returncode == 0, interval=1)
+    result, rows = wait_until(
+        look,
+        JOB_TIMEOUT_S,
+        lambda last: f"not completed:\n{last[0].stdout}\n{slurm_cluster.logs()}",
+        done=lambda last: last[0].returncode == 0,
+        interval=1,
+    )
     assert result.stdout.rstrip().endswith("2 cell(s): 2 completed")
     assert all(row["attempts"] == "1" for row in rows.values())
 
@@ -188,25 +232,49 @@ def test_wait_follows_the_sweep_and_ctrl_c_leaves_the_jobs(slurm_cluster: LocalS
     and then one every `--poll` seconds. The job carries the sweep's name."""
     env = slurm_cluster.env()
     poll = 2
-    args = ["sweep", "cluster=test_slurm", *EAGER, "+cluster.sbatch_extra.hold=true", "hydra.sweep.dir=sw",
-            "--wait", "--poll", str(poll)]
+    args = [
+        "sweep",
+        "cluster=test_slurm",
+        *EAGER,
+        "+cluster.sbatch_extra.hold=true",
+        "hydra.sweep.dir=sw",
+        "--wait",
+        "--poll",
+        str(poll),
+    ]
     log = tmp_path / "wait.log"
     with open(log, "w") as out:
-        proc = cli_popen(tmp_path, *args, env=env, stdout=out, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=as_foreground_job)
-        wait_until(lambda: proc.poll() is not None or progress_lines(log.read_text()), 120,
-                   lambda _: f"no progress line: {log.read_text()}", interval=0.2)
+        proc = cli_popen(
+            tmp_path,
+            *args,
+            env=env,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=as_foreground_job,
+        )
+        wait_until(
+            lambda: proc.poll() is not None or progress_lines(log.read_text()),
+            120,
+            lambda _: f"no progress line: {log.read_text()}",
+            interval=0.2,
+        )
         assert proc.poll() is None, log.read_text()
         (job_id,) = pd.read_parquet(tmp_path / "sw" / "manifest.parquet")["job_id"]
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert progress_lines(log.read_text())[0].startswith("[0s] "), log.read_text()  # the first look at once
-    assert f"stopped waiting; the jobs keep running. Check them with: compilebench status {tmp_path / 'sw'}" in stderr
+    assert (
+        f"stopped waiting; the jobs keep running. Check them with: compilebench status {tmp_path / 'sw'}"
+        in stderr
+    )
     assert progress_lines(log.read_text())[-1].endswith("] 1 pending")
     shown = slurm_cluster.run("scontrol", "show", "job", job_id).stdout
     assert "JobState=PENDING" in shown and "Reason=JobHeldUser" in shown, shown  # not cancelled
-    queued = dict(line.split() for line in slurm_cluster.run("squeue", "-h", "-o", "%i %j").stdout.splitlines())
+    queued = dict(
+        line.split() for line in slurm_cluster.run("squeue", "-h", "-o", "%i %j").stdout.splitlines()
+    )
     assert queued.get(job_id) == "compilebench-sw", queued  # named after the sweep
 
     slurm_cluster.run("scontrol", "release", job_id)
@@ -238,8 +306,10 @@ def hanging_squeue(directory: Path, real: str) -> Path:
     to `directory/pid` and never answers (a controller that has stopped responding)."""
     directory.mkdir()
     script = directory / "squeue"
-    script.write_text(f'#!/bin/sh\nif [ -e {directory}/hang ]; then echo $$ > {directory}/pid; exec sleep 100000; fi\n'
-                      f'exec {real} "$@"\n')
+    script.write_text(
+        f"#!/bin/sh\nif [ -e {directory}/hang ]; then echo $$ > {directory}/pid; exec sleep 100000; fi\n"
+        f'exec {real} "$@"\n'
+    )
     script.chmod(0o755)
     return directory
 
@@ -251,18 +321,41 @@ def test_ctrl_c_stops_the_waiting_while_squeue_hangs(slurm_cluster: LocalSlurm, 
     env = slurm_cluster.env()
     fake = hanging_squeue(tmp_path / "bin", slurm_cluster.install.command("squeue"))
     env["PATH"] = f"{fake}{os.pathsep}{env.get('PATH', os.environ['PATH'])}"
-    args = ["sweep", "cluster=test_slurm", *EAGER, "+cluster.sbatch_extra.hold=true", "hydra.sweep.dir=sw",
-            "--wait", "--poll", "1"]
+    args = [
+        "sweep",
+        "cluster=test_slurm",
+        *EAGER,
+        "+cluster.sbatch_extra.hold=true",
+        "hydra.sweep.dir=sw",
+        "--wait",
+        "--poll",
+        "1",
+    ]
     log = tmp_path / "wait.log"
     try:
         with open(log, "w") as out:
-            proc = cli_popen(tmp_path, *args, env=env, stdout=out, stderr=subprocess.PIPE, text=True,
-                             preexec_fn=as_foreground_job)
-            wait_until(lambda: proc.poll() is not None or progress_lines(log.read_text()), 120,
-                       lambda _: f"no progress line: {log.read_text()}", interval=0.2)
+            proc = cli_popen(
+                tmp_path,
+                *args,
+                env=env,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                text=True,
+                preexec_fn=as_foreground_job,
+            )
+            wait_until(
+                lambda: proc.poll() is not None or progress_lines(log.read_text()),
+                120,
+                lambda _: f"no progress line: {log.read_text()}",
+                interval=0.2,
+            )
             (fake / "hang").touch()
-            wait_until(lambda: proc.poll() is not None or (fake / "pid").exists() and (fake / "pid").read_text(), 120,
-                       lambda _: "squeue was not asked again", interval=0.2)
+            wait_until(
+                lambda: proc.poll() is not None or (fake / "pid").exists() and (fake / "pid").read_text(),
+                120,
+                lambda _: "squeue was not asked again",
+                interval=0.2,
+            )
             looks = progress_lines(log.read_text())
             proc.send_signal(signal.SIGINT)
             _, stderr = proc.communicate(timeout=120)
@@ -282,13 +375,19 @@ def test_ctrl_c_stops_the_waiting_while_squeue_hangs(slurm_cluster: LocalSlurm, 
 def wait_for_states(cwd: Path, env: dict[str, str], expected: dict[str, str]) -> dict[str, dict[str, str]]:
     """Poll `status` until every cell has its expected state (sacct learns of a job's end a
     moment after it ended); returns the table."""
+
     def look() -> dict[str, dict[str, str]]:
         result = cli(cwd, "status", "sw", env=env, timeout=120)
         assert result.stderr == "", result.stderr
         return table(result.stdout)
 
-    return wait_until(look, JOB_TIMEOUT_S, lambda rows: f"states {rows}, expected {expected}", interval=1,
-                      done=lambda rows: {cell: row["state"] for cell, row in rows.items()} == expected)
+    return wait_until(
+        look,
+        JOB_TIMEOUT_S,
+        lambda rows: f"states {rows}, expected {expected}",
+        interval=1,
+        done=lambda rows: {cell: row["state"] for cell, row in rows.items()} == expected,
+    )
 
 
 def test_sacct_states_and_retry_failed(slurm_cluster_accounting: LocalSlurm, tmp_path: Path) -> None:
@@ -297,8 +396,14 @@ def test_sacct_states_and_retry_failed(slurm_cluster_accounting: LocalSlurm, tmp
     through sacct; `--retry-failed` resubmits the two, and only them, with the sweep's profile."""
     cluster = slurm_cluster_accounting
     env = cluster.env()
-    args = ["sweep", "cluster=test_slurm", *EAGER, "seed=1,2,3", "+cluster.sbatch_extra.hold=true",
-            "hydra.sweep.dir=sw"]
+    args = [
+        "sweep",
+        "cluster=test_slurm",
+        *EAGER,
+        "seed=1,2,3",
+        "+cluster.sbatch_extra.hold=true",
+        "hydra.sweep.dir=sw",
+    ]
     submitted = cli(tmp_path, *args, env=env)
     assert submitted.returncode == 0, submitted.stderr
     first_jobs = manifest_jobs(tmp_path / "sw")
@@ -319,7 +424,10 @@ def test_sacct_states_and_retry_failed(slurm_cluster_accounting: LocalSlurm, tmp
     rows_from_sacct = wait_for_states(tmp_path, {**env, "USER": "nobody", "LOGNAME": "nobody"}, expected)
     for view in (rows, rows_from_sacct):
         assert (view[broken]["error"], view[broken]["attempts"]) == ("job FAILED, no result (see logs/)", "0")
-        assert (view[cancelled]["error"], view[cancelled]["attempts"]) == ("job CANCELLED, no result (see logs/)", "0")
+        assert (view[cancelled]["error"], view[cancelled]["attempts"]) == (
+            "job CANCELLED, no result (see logs/)",
+            "0",
+        )
         assert (view[done]["job_id"], view[done]["attempts"]) == (first_jobs[done], "1")
 
     config.write_text(config_text)  # the cause goes away
@@ -331,11 +439,16 @@ def test_sacct_states_and_retry_failed(slurm_cluster_accounting: LocalSlurm, tmp
     array = jobs[broken].split("_")[0]
     assert sorted([jobs[broken], jobs[cancelled]]) == [f"{array}_0", f"{array}_1"]  # one array of two
     assert f"submitted {array}_[0-1]: 2 cell(s) on grete:shared" in retried.stdout
-    assert "Reason=JobHeldUser" in cluster.run("scontrol", "show", "job", jobs[broken]).stdout  # the sweep's profile
+    assert (
+        "Reason=JobHeldUser" in cluster.run("scontrol", "show", "job", jobs[broken]).stdout
+    )  # the sweep's profile
 
     again = cli(tmp_path, "status", "sw", "--retry-failed", env=env)  # queued now: not submitted twice
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "nothing to retry: no cell is failed, oom, timeout, cancelled, not_compiled, lost or not run" in again.stdout
+    assert (
+        "nothing to retry: no cell is failed, oom, timeout, cancelled, not_compiled, lost or not run"
+        in again.stdout
+    )
     assert manifest_jobs(tmp_path / "sw") == jobs
 
     cluster.run("scontrol", "release", array)

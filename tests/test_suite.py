@@ -20,10 +20,23 @@ from tests.analysis_sweeps import write_cell
 from tests.helpers import cli, table
 
 #: Families the model zoo must cover, by the prefix of their timm names.
-FAMILIES = ("resnet", "resnext", "efficientnet", "mobilenet", "convnext", "regnet", "vit_", "deit_", "swin_", "mixer_")
+FAMILIES = (
+    "resnet",
+    "resnext",
+    "efficientnet",
+    "mobilenet",
+    "convnext",
+    "regnet",
+    "vit_",
+    "deit_",
+    "swin_",
+    "mixer_",
+)
 
 
-def test_timm_train_preset_expands_to_one_cell_per_model_and_backend(capsys, no_slurm_here, tmp_path: Path) -> None:
+def test_timm_train_preset_expands_to_one_cell_per_model_and_backend(
+    capsys, no_slurm_here, tmp_path: Path
+) -> None:
     import timm
 
     cells = expand(["+suite=timm_train"]).cells
@@ -34,8 +47,13 @@ def test_timm_train_preset_expands_to_one_cell_per_model_and_backend(capsys, no_
     assert pairs == sorted((arch, backend) for arch in archs for backend in ("eager", "inductor"))
     for cell in cells:
         config = cell.config
-        assert (config["model"]["name"], config["size"], config["precision"]["name"], config["batch_size"],
-                config["suite"]) == ("timm", "small", "bf16", 128, {"name": "timm_train"})
+        assert (
+            config["model"]["name"],
+            config["size"],
+            config["precision"]["name"],
+            config["batch_size"],
+            config["suite"],
+        ) == ("timm", "small", "bf16", 128, {"name": "timm_train"})
 
     # On a Slurm site every cell asks for the same resources: one job array of 88 tasks.
     code = main(["sweep", "+suite=timm_train", "cluster=grete", "hydra.sweep.dir=sw", "--dry-run"])
@@ -50,7 +68,11 @@ def test_a_suite_narrowed_on_the_command_line_and_a_suite_of_your_own(no_slurm_h
     directory of one's own is a suite like the shipped ones."""
     narrowed = expand(["+suite=timm_train", "model.arch=resnet50,fbnetv3_b"]).cells
     assert sorted((c.axes["arch"], c.axes["backend"]) for c in narrowed) == [
-        ("fbnetv3_b", "eager"), ("fbnetv3_b", "inductor"), ("resnet50", "eager"), ("resnet50", "inductor")]
+        ("fbnetv3_b", "eager"),
+        ("fbnetv3_b", "inductor"),
+        ("resnet50", "eager"),
+        ("resnet50", "inductor"),
+    ]
 
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "my_zoo.yaml").write_text("""# @package _global_
@@ -65,7 +87,11 @@ hydra:
       backend: eager,inductor
 """)
     cells = expand(["+suite=my_zoo"], config_dirs=[tmp_path]).cells
-    assert len(cells) == 6 and {c.axes["arch"] for c in cells} == {"resnet18", "convnext_tiny", "vit_small_patch16_224"}
+    assert len(cells) == 6 and {c.axes["arch"] for c in cells} == {
+        "resnet18",
+        "convnext_tiny",
+        "vit_small_patch16_224",
+    }
     assert all(c.config["suite"] == {"name": "my_zoo"} for c in cells)
 
 
@@ -81,14 +107,25 @@ def test_suite_table_arithmetic(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     done = lambda ms, **run: {"step_ms": [ms] * 3, **run}  # noqa: E731
     _model(sweep, "a", done(100.0, peak_mem_bytes=1000), done(50.0, compile_time_s=10.0, peak_mem_bytes=500))
-    _model(sweep, "b", done(100.0, peak_mem_bytes=1000), done(125.0, compile_time_s=20.0, peak_mem_bytes=1000))
+    _model(
+        sweep, "b", done(100.0, peak_mem_bytes=1000), done(125.0, compile_time_s=20.0, peak_mem_bytes=1000)
+    )
     _model(sweep, "c", done(100.0), {"status": "failed", "error": "BackendCompilerFailed: boom\nmore"})
-    _model(sweep, "d", {"status": "failed", "error": "RuntimeError: eager broke"}, {"status": "failed", "error": "x"})
+    _model(
+        sweep,
+        "d",
+        {"status": "failed", "error": "RuntimeError: eager broke"},
+        {"status": "failed", "error": "x"},
+    )
     _model(sweep, "e", done(100.0), {"status": "oom", "error": "OutOfMemoryError: CUDA out of memory"})
     _model(sweep, "f", done(100.0, loss=[4.0] * 5), done(90.0, loss=[4.0, 4.2, 4.0, 4.0, 4.0]))
     _model(sweep, "g", done(100.0), {"status": "not_compiled", "step_ms": [100.0] * 3})
-    _model(sweep, "h", done(100.0, peak_mem_bytes=1000),
-           done(100.0, compile_time_s=2.0, fx_graph_cache_hits=2, peak_mem_bytes=1000))
+    _model(
+        sweep,
+        "h",
+        done(100.0, peak_mem_bytes=1000),
+        done(100.0, compile_time_s=2.0, fx_graph_cache_hits=2, peak_mem_bytes=1000),
+    )
 
     result = analyze(sweep, warn=None)
     assert "suite" not in [t.name for t in result.tables]  # a sweep that is no suite has no suite table
@@ -98,11 +135,33 @@ def test_suite_table_arithmetic(tmp_path: Path) -> None:
     assert suite_tables(result.metrics, result.data.steps, "hand")[0].data.equals(suite.data)
 
     (row,) = suite.data.to_dict("records")
-    assert (row["backend"], row["models"], row["passed"], row["pass_rate"]) == ("inductor", 8, 3, pytest.approx(3 / 8))
-    counts = {k: row[k] for k in ("loss diverges", "compile error", "not compiled", "OOM", "timeout", "eager failed",
-                                  "no result")}
-    assert counts == {"loss diverges": 1, "compile error": 1, "not compiled": 1, "OOM": 1, "timeout": 0,
-                      "eager failed": 1, "no result": 0}
+    assert (row["backend"], row["models"], row["passed"], row["pass_rate"]) == (
+        "inductor",
+        8,
+        3,
+        pytest.approx(3 / 8),
+    )
+    counts = {
+        k: row[k]
+        for k in (
+            "loss diverges",
+            "compile error",
+            "not compiled",
+            "OOM",
+            "timeout",
+            "eager failed",
+            "no result",
+        )
+    }
+    assert counts == {
+        "loss diverges": 1,
+        "compile error": 1,
+        "not compiled": 1,
+        "OOM": 1,
+        "timeout": 0,
+        "eager failed": 1,
+        "no result": 0,
+    }
     assert row["geomean_speedup"] == pytest.approx((2.0 * 0.8 * 1.0) ** (1 / 3))  # a: 2x, b: 0.8x, h: 1x
     assert row["geomean_speedup_clipped"] == pytest.approx(2.0 ** (1 / 3))  # b counts as 1x
     assert row["slower_share"] == pytest.approx(1 / 3)
@@ -111,14 +170,20 @@ def test_suite_table_arithmetic(tmp_path: Path) -> None:
     assert row["compiled_from_cache"] == 1
     assert row["peak_mem_ratio_geomean"] == pytest.approx(0.5 ** (1 / 3))
     text = suite.text.iloc[0]
-    assert (text["pass rate"], text["geomean speedup"], text["geomean clipped ≥1"]) == ("37.5% (3 of 8)", "1.17x", "1.26x")
+    assert (text["pass rate"], text["geomean speedup"], text["geomean clipped ≥1"]) == (
+        "37.5% (3 of 8)",
+        "1.17x",
+        "1.26x",
+    )
 
     named = {(r["model"], r["outcome"]): r["why"] for r in failures.data.to_dict("records")}
-    assert named == {("c", "compile error"): "BackendCompilerFailed: boom",
-                     ("d", "eager failed"): "eager failed: RuntimeError: eager broke",
-                     ("e", "OOM"): "OutOfMemoryError: CUDA out of memory",
-                     ("f", "loss diverges"): "loss 5.0% off eager's in the first 3 steps",
-                     ("g", "not compiled"): ""}
+    assert named == {
+        ("c", "compile error"): "BackendCompilerFailed: boom",
+        ("d", "eager failed"): "eager failed: RuntimeError: eager broke",
+        ("e", "OOM"): "OutOfMemoryError: CUDA out of memory",
+        ("f", "loss diverges"): "loss 5.0% off eager's in the first 3 steps",
+        ("g", "not compiled"): "",
+    }
 
     # Every model, the passed ones fastest first, then the others.
     assert per_model.text["model"].tolist()[:3] == ["a", "h", "b"]
@@ -140,7 +205,11 @@ def test_timm_smoke_suite_on_the_cpu(capsys, tmp_path: Path) -> None:
     suite = out.split("### Suite timm_smoke: pass rate and speedup per backend")[1].split("###")[0]
     (row,) = table(suite.replace("| backend ", "| cell_id ", 1)).values()
     assert (row["cell_id"], row["pass rate"], row["eager failed"], row["compile error"]) == (
-        "aot_eager", "66.7% (2 of 3)", "1", "0")
+        "aot_eager",
+        "66.7% (2 of 3)",
+        "1",
+        "0",
+    )
     assert row["geomean speedup"].endswith("x") and row["compile s median"]
     failures = out.split("### Suite timm_smoke: models that did not pass")[1].split("###")[0]
     (failed,) = table(failures.replace("| backend ", "| cell_id ", 1)).values()

@@ -24,9 +24,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tests.helpers import REPO_ROOT
 from workloads.cell.config import cell_config_from_dict, config_digest
+from workloads.contract.schema import SCHEMA_VERSION
 from workloads.models.gpt import GPT_SIZES
 from workloads.models.vision import VISION_SIZES
-from workloads.contract.schema import SCHEMA_VERSION
 
 BACKENDS = ("eager", "inductor", "cudagraphs", "aot_eager", "torchscript")
 DYNAMO_BACKENDS = ("inductor", "cudagraphs", "aot_eager")
@@ -49,8 +49,11 @@ SESSION_START = datetime.now(timezone.utc)
 
 def spec_id(spec: tuple) -> str:
     model, backend, overrides = spec
-    extra = "-".join(f"{k}={v}" for key, value in overrides.items()
-                     for k, v in (value.items() if isinstance(value, dict) else [(key, value)]))
+    extra = "-".join(
+        f"{k}={v}"
+        for key, value in overrides.items()
+        for k, v in (value.items() if isinstance(value, dict) else [(key, value)])
+    )
     return "-".join(filter(None, (model, backend, extra)))
 
 
@@ -72,8 +75,13 @@ class Cell:
 @pytest.fixture(params=CELLS, ids=[spec_id(spec) for spec in CELLS])
 def cell(request, tiny_cells, tiny_config) -> Cell:
     model, backend, overrides = request.param
-    return Cell(model, backend, overrides, tiny_config(model, backend, **overrides),
-                tiny_cells.get(model, backend, **overrides))
+    return Cell(
+        model,
+        backend,
+        overrides,
+        tiny_config(model, backend, **overrides),
+        tiny_cells.get(model, backend, **overrides),
+    )
 
 
 def expected_status(cell: Cell) -> str:
@@ -136,10 +144,14 @@ def test_compiled_cells_prove_they_compiled(cell: Cell):
         # measured step slower than the compiling one): inductor looked its graphs up in the FX
         # graph cache, and the compile time is recorded, at least the first warm-up step's excess.
         if cell.backend == "inductor":
-            lookups = run["fx_graph_cache_misses"] + run["fx_graph_cache_hits"] + run["fx_graph_cache_bypasses"]
+            lookups = (
+                run["fx_graph_cache_misses"] + run["fx_graph_cache_hits"] + run["fx_graph_cache_bypasses"]
+            )
             assert lookups >= run["graph_count"]
         assert run["compile_time_s"] is not None
-        assert run["compile_time_s"] >= max(0.0, steps[0]["step_time_ms"] - run["median_step_ms"]) / 1e3 * 0.999
+        assert (
+            run["compile_time_s"] >= max(0.0, steps[0]["step_time_ms"] - run["median_step_ms"]) / 1e3 * 0.999
+        )
         if not cell.backend_option.get("compile_optimizer"):
             assert run["graph_break_count"] == 0  # both tiny models trace as whole graphs
 
@@ -147,7 +159,12 @@ def test_compiled_cells_prove_they_compiled(cell: Cell):
 def test_run_row_describes_the_cell(cell: Cell):
     run = cell.result.run
     assert run["cell_id"] == config_digest(cell_config_from_dict(cell.config))
-    assert (run["model"], run["size"], run["backend"], run["precision"]) == (cell.model, "tiny", cell.backend, "fp32")
+    assert (run["model"], run["size"], run["backend"], run["precision"]) == (
+        cell.model,
+        "tiny",
+        cell.backend,
+        "fp32",
+    )
     assert run["compile_mode"] == ("default" if cell.backend == "inductor" else None)
     assert run["regional"] == bool(cell.backend_option.get("regional"))
     assert run["compile_optimizer"] == bool(cell.backend_option.get("compile_optimizer"))
@@ -241,11 +258,29 @@ def test_recompile_count_describes_its_cell_alone(tiny_cells):
 def test_git_sha_names_the_commit_of_a_tagged_release(tmp_path):
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(clone)], check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "tag", "-a", "v9.9",
-                    "-m", "a release"], cwd=clone, check=True)
+    subprocess.run(
+        [
+            "git",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.org",
+            "tag",
+            "-a",
+            "v9.9",
+            "-m",
+            "a release",
+        ],
+        cwd=clone,
+        check=True,
+    )
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True, check=True)
     env = {k: v for k, v in os.environ.items() if k != "COMPILEBENCH_GIT_SHA"}
-    code = ("import torch; from workloads.instruments.environment import describe_environment as d; "
-            "print(d(torch.device('cpu'))['git_sha'])")
-    out = subprocess.run([sys.executable, "-c", code], cwd=clone, env=env, capture_output=True, text=True, check=True)
+    code = (
+        "import torch; from workloads.instruments.environment import describe_environment as d; "
+        "print(d(torch.device('cpu'))['git_sha'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=clone, env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == head.stdout.strip()

@@ -63,7 +63,9 @@ def test_imagefolder_of_jpegs_trains_through_worker_processes(tiny_cells, jpeg_t
 def test_imagefolder_with_workers_is_reproducible(tiny_cells, jpeg_tree: Path):
     """Same seed, same files: worker processes decode and augment the same batches again."""
     first = completed(tiny_cells.get("resnet", "eager", **imagefolder(jpeg_tree)))
-    again = completed(tiny_cells.get("resnet", "eager", cell_id="imagefolder-again", **imagefolder(jpeg_tree)))
+    again = completed(
+        tiny_cells.get("resnet", "eager", cell_id="imagefolder-again", **imagefolder(jpeg_tree))
+    )
     assert again.losses() == first.losses()
 
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from workloads.cell import backends
-from workloads.instruments import dynamo_records
 from workloads.cell.config import cell_config_from_dict
+from workloads.instruments import dynamo_records
 from workloads.models import build_model
 
 #: Backends that run the very aten ops eager runs. Measured max relative loss difference to
@@ -32,14 +32,21 @@ SAME_OPS_RTOL = 1e-6
 #: orders of magnitude below what a real difference in training gives (see the negative tests).
 INDUCTOR_RTOL = 1e-5
 
-RTOL = {"aot_eager": SAME_OPS_RTOL, "cudagraphs": SAME_OPS_RTOL, "torchscript": SAME_OPS_RTOL,
-        "inductor": INDUCTOR_RTOL}
+RTOL = {
+    "aot_eager": SAME_OPS_RTOL,
+    "cudagraphs": SAME_OPS_RTOL,
+    "torchscript": SAME_OPS_RTOL,
+    "inductor": INDUCTOR_RTOL,
+}
 
 #: (model, backend, overrides): compiled cells and the eager cell each must match, which has
 #: the same overrides except the backend options.
 PAIRS = [
-    *[(model, backend, {}) for model in ("gpt", "resnet")
-      for backend in ("inductor", "aot_eager", "cudagraphs", "torchscript")],
+    *[
+        (model, backend, {})
+        for model in ("gpt", "resnet")
+        for backend in ("inductor", "aot_eager", "cudagraphs", "torchscript")
+    ],
     ("gpt", "aot_eager", {"backend": {"regional": True}}),
     ("resnet", "aot_eager", {"backend": {"regional": True}}),
     ("gpt", "inductor", {"backend": {"compile_optimizer": True}}),
@@ -64,12 +71,15 @@ def eager_curve(tiny_cells, model: str, overrides: dict) -> list[float]:
     return cell.losses()
 
 
-@pytest.mark.parametrize("model, backend, overrides", PAIRS,
-                         ids=["-".join([m, b, *o.get("backend", o)]) for m, b, o in PAIRS])
+@pytest.mark.parametrize(
+    "model, backend, overrides", PAIRS, ids=["-".join([m, b, *o.get("backend", o)]) for m, b, o in PAIRS]
+)
 def test_compiled_cell_trains_like_eager(tiny_cells, model, backend, overrides):
     compiled = tiny_cells.get(model, backend, **overrides)
     # cudagraphs on the CPU ends not_compiled (no CUDA graphs), yet trains: its curve still counts.
-    assert compiled.status == ("not_compiled" if backend == "cudagraphs" else "completed"), compiled.run["error"]
+    assert compiled.status == ("not_compiled" if backend == "cudagraphs" else "completed"), compiled.run[
+        "error"
+    ]
     reference = eager_curve(tiny_cells, model, overrides)
     curve = compiled.losses()
     assert len(curve) == 8
@@ -109,9 +119,13 @@ def test_compiled_optimizer_step_updates_like_eager(tiny_config, model):
         eager.step()
         compiled()
     assert dynamo_records.compile_stats().graph_count > 0  # compiled, not dynamo's silent eager fallback
-    diff = max(((q - p).abs().max() / p.abs().max()).item()
-               for p, q in zip(eager_model.parameters(), compiled_model.parameters()))
-    assert diff <= UPDATE_RTOL[model], f"compiled {type(eager).__name__} update differs from eager's by {diff:.3g}"
+    diff = max(
+        ((q - p).abs().max() / p.abs().max()).item()
+        for p, q in zip(eager_model.parameters(), compiled_model.parameters())
+    )
+    assert diff <= UPDATE_RTOL[model], (
+        f"compiled {type(eager).__name__} update differs from eager's by {diff:.3g}"
+    )
 
 
 @pytest.mark.parametrize("model", ["gpt", "resnet"])

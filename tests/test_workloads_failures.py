@@ -47,10 +47,13 @@ def test_exception_during_the_run_is_a_failed_row(tmp_path, workloads_cli, tiny_
     assert cli.cell.steps == []
 
 
-@pytest.mark.parametrize("model, overrides, gigabytes", [
-    pytest.param("resnet", {"model": {"image_size": 10**5}}, 480, id="resnet-4-images-of-100000x100000"),
-    pytest.param("gpt", {"batch_size": 10**10}, 5200, id="gpt-batch-10**10"),
-])
+@pytest.mark.parametrize(
+    "model, overrides, gigabytes",
+    [
+        pytest.param("resnet", {"model": {"image_size": 10**5}}, 480, id="resnet-4-images-of-100000x100000"),
+        pytest.param("gpt", {"batch_size": 10**10}, 5200, id="gpt-batch-10**10"),
+    ],
+)
 def test_out_of_memory_is_an_oom_row(model, overrides, gigabytes, tmp_path, workloads_cli, tiny_config):
     """Far more memory than any node has: the CPU allocator refuses at once."""
     require_refused_allocations()
@@ -77,19 +80,26 @@ _BASE = "model: {name: gpt}\ndevice: cpu\n"
 INVALID_CONFIGS = {
     "unknown-key": (_BASE + "stpes: 3\n", "stpes"),
     "unknown-nested-key": (_BASE + "backend: {name: inductor, fulgraph: true}\n", "fulgraph"),
-    "no-warmup-for-a-compiled-backend": (_BASE + "backend: {name: inductor}\nwarmup_steps: 0\n",
-                                         "warmup_steps >= 1"),
-    "missing-data-file": (_BASE + "data: {source: text, path: /nonexistent/compilebench/missing.txt}\n",
-                          "/nonexistent/compilebench/missing.txt"),
+    "no-warmup-for-a-compiled-backend": (
+        _BASE + "backend: {name: inductor}\nwarmup_steps: 0\n",
+        "warmup_steps >= 1",
+    ),
+    "missing-data-file": (
+        _BASE + "data: {source: text, path: /nonexistent/compilebench/missing.txt}\n",
+        "/nonexistent/compilebench/missing.txt",
+    ),
     "not-a-mapping": ("- model\n- gpt\n", "mapping"),
     "steps-not-a-number": (_BASE + "steps: ten\n", "steps"),
     "broken-yaml": ("model: {name: gpt\n", "line 2"),  # the parser's position of the error
     # Errors that need the model/backend/data registries: still refused before any work.
-    "text-data-for-resnet": (f"model: {{name: resnet}}\ndevice: cpu\ndata: {{source: text, path: {__file__}}}\n",
-                             "data.source=text does not fit model resnet"),
+    "text-data-for-resnet": (
+        f"model: {{name: resnet}}\ndevice: cpu\ndata: {{source: text, path: {__file__}}}\n",
+        "data.source=text does not fit model resnet",
+    ),
     "unknown-size": (_BASE + "size: huge\n", "no size 'huge'"),
     "unknown-backend": (_BASE + "backend: {name: nosuchbackend}\n", "nosuchbackend"),
 }
+
 
 @pytest.mark.parametrize("case", list(INVALID_CONFIGS))
 def test_invalid_config_exits_2_with_one_line(case, tmp_path, workloads_cli):
@@ -109,8 +119,13 @@ def test_attempts_count_up_in_one_cell_directory(tmp_path, workloads_cli, tiny_c
     cell_dir = tmp_path / "cell"
     first = workloads_cli(config, cell_dir, env={name: None for name in SLURM_VARIABLES})
     assert first.proc.returncode == 0, first.proc.stderr[-3000:]
-    slurm = {"SLURM_JOB_ID": "4242", "SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": "2",
-             "SLURM_JOB_PARTITION": "grete-h100", "COMPILEBENCH_GIT_SHA": "0123abcd"}
+    slurm = {
+        "SLURM_JOB_ID": "4242",
+        "SLURM_ARRAY_JOB_ID": "4240",
+        "SLURM_ARRAY_TASK_ID": "2",
+        "SLURM_JOB_PARTITION": "grete-h100",
+        "COMPILEBENCH_GIT_SHA": "0123abcd",
+    }
     second = workloads_cli(config, cell_dir, env=slurm)
     assert second.proc.returncode == 0, second.proc.stderr[-3000:]
 
@@ -144,8 +159,12 @@ def lines_until(proc: subprocess.Popen, marker: str, timeout: float = 300) -> li
                 return
 
     threading.Thread(target=read, daemon=True).start()
-    wait_until(lambda: found.is_set() or proc.poll() is not None, timeout,
-               lambda _: f"no {marker!r} on stdout", interval=0.05)
+    wait_until(
+        lambda: found.is_set() or proc.poll() is not None,
+        timeout,
+        lambda _: f"no {marker!r} on stdout",
+        interval=0.05,
+    )
     assert found.is_set(), f"the process ended ({proc.returncode}) before {marker!r}: {''.join(lines)}"
     return lines
 
@@ -167,8 +186,9 @@ def finish(proc: subprocess.Popen) -> tuple[str, str]:
             proc.communicate()
 
 
-def test_sigterm_is_a_cancelled_row_with_the_steps_so_far(tmp_path, workloads_cli_start, tiny_config,
-                                                          token_bin_file):
+def test_sigterm_is_a_cancelled_row_with_the_steps_so_far(
+    tmp_path, workloads_cli_start, tiny_config, token_bin_file
+):
     """scancel and the time limit send SIGTERM: the cell records what it did and exits non-zero."""
     config = tiny_config("gpt", steps=10**6, data={"source": "bin", "path": str(token_bin_file)})
     proc, cell = workloads_cli_start(config, tmp_path / "cell")
@@ -176,7 +196,7 @@ def test_sigterm_is_a_cancelled_row_with_the_steps_so_far(tmp_path, workloads_cl
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = finish(proc)
     assert proc.returncode == 1, stderr[-3000:]
-    assert (''.join(seen) + stdout).strip().endswith(": cancelled")
+    assert ("".join(seen) + stdout).strip().endswith(": cancelled")
     cell.assert_exact_schemas()
     runs = cell.runs
     assert [r["status"] for r in runs] == ["cancelled"]
@@ -194,8 +214,12 @@ def test_time_limit_warning_while_starting_is_a_timeout_row(tmp_path, workloads_
     the signal, then goes on."""
     config = tiny_config("gpt", steps=10**6)
     proc, cell = workloads_cli_start(config, tmp_path / "cell")
-    wait_until(lambda: proc.poll() is not None or catches(proc.pid, signal.SIGUSR2), 120,
-               lambda _: "the cell never set its SIGUSR2 handler", interval=0.01)
+    wait_until(
+        lambda: proc.poll() is not None or catches(proc.pid, signal.SIGUSR2),
+        120,
+        lambda _: "the cell never set its SIGUSR2 handler",
+        interval=0.01,
+    )
     proc.send_signal(signal.SIGSTOP)
     try:
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
@@ -231,7 +255,9 @@ def test_time_limit_warning_while_compiling_is_a_timeout_row(tmp_path, tiny_conf
     # The registry is read once per process (earlier tests may have read it): read it again.
     catalog.dynamo_backend_names.cache_clear()
 
-    status = run_cell(cell_config_from_dict(tiny_config("gpt", "time_limit_while_compiling", steps=3)), tmp_path)
+    status = run_cell(
+        cell_config_from_dict(tiny_config("gpt", "time_limit_while_compiling", steps=3)), tmp_path
+    )
     (row,) = pq.read_table(tmp_path / "run.parquet").to_pylist()
     assert status == "timeout" and row["status"] == "timeout", row["error"]
     assert row["error"].startswith("received SIGUSR2")

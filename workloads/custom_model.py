@@ -16,16 +16,16 @@ from __future__ import annotations
 import functools
 import importlib
 import numbers
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn
 
 from workloads.cell.config import ConfigError
+from workloads.cell.train import Batch
 from workloads.contract.vocabulary import short_error
-
-Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass
@@ -73,8 +73,10 @@ def load_target(target: str) -> Callable[..., Any]:
     try:
         found: Any = importlib.import_module(module_name)
     except Exception as err:  # the user's module may raise anything while it imports
-        raise ConfigError(f"model.target={target}: cannot import {module_name} "
-                          f"({type(err).__name__}: {short_error(str(err), 200)}); is its package on PYTHONPATH?") from None
+        raise ConfigError(
+            f"model.target={target}: cannot import {module_name} "
+            f"({type(err).__name__}: {short_error(str(err), 200)}); is its package on PYTHONPATH?"
+        ) from None
     for part in name.split("."):
         if not hasattr(found, part):
             raise ConfigError(f"model.target={target}: {module_name} has no attribute {name!r}")
@@ -97,11 +99,15 @@ def build_custom_model(target: str, size: str) -> CustomModel:
     builder = load_target(target)
     built = builder(size)
     if not isinstance(built, CustomModel):
-        raise ConfigError(f"model.target={target} returned a {type(built).__name__}, not a "
-                          "workloads.custom_model.CustomModel")
+        raise ConfigError(
+            f"model.target={target} returned a {type(built).__name__}, not a "
+            "workloads.custom_model.CustomModel"
+        )
     if not isinstance(built.module, nn.Module):
-        raise ConfigError(f"model.target={target}: CustomModel.module is a {type(built.module).__name__}, "
-                          "not a torch.nn.Module")
+        raise ConfigError(
+            f"model.target={target}: CustomModel.module is a {type(built.module).__name__}, "
+            "not a torch.nn.Module"
+        )
     for field in ("loss", "make_batch", "make_optimizer"):
         if not callable(getattr(built, field)):
             raise ConfigError(f"model.target={target}: CustomModel.{field} is not callable")
@@ -110,15 +116,26 @@ def build_custom_model(target: str, size: str) -> CustomModel:
     for field in ("batch_size", "items_per_sample"):
         value = getattr(built, field)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"model.target={target}: CustomModel.{field} must be a positive int, got {value!r}")
+            raise ConfigError(
+                f"model.target={target}: CustomModel.{field} must be a positive int, got {value!r}"
+            )
     flops = built.flops_per_item
     if flops is not None and (isinstance(flops, bool) or not isinstance(flops, numbers.Real) or flops <= 0):
-        raise ConfigError(f"model.target={target}: CustomModel.flops_per_item must be positive or None, got {flops!r}")
+        raise ConfigError(
+            f"model.target={target}: CustomModel.flops_per_item must be positive or None, got {flops!r}"
+        )
     return built
 
 
-def custom_batches(built: CustomModel, source: str, path: str | None, batch_size: int,
-                   device: torch.device, generator: torch.Generator, pool: int = 4) -> Iterator[Batch]:
+def custom_batches(
+    built: CustomModel,
+    source: str,
+    path: str | None,
+    batch_size: int,
+    device: torch.device,
+    generator: torch.Generator,
+    pool: int = 4,
+) -> Iterator[Batch]:
     """Endless batches on `device`: `pool` synthetic batches made once and cycled (as the built-in
     synthetic sources), or the model's own reader of `path` for `data.source=custom`."""
     if source == "custom":

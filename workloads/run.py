@@ -19,9 +19,10 @@ import resource
 import signal
 import sys
 import traceback
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 #: Signals that reach `python -m workloads.run` while it still imports torch (seconds): remembered
 #: here and raised by run_cell once it can record them, so that a scancel (TERM) or the time
@@ -40,19 +41,34 @@ import torch  # noqa: E402  (after the early handlers: this import takes seconds
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from workloads.cell import backends, distributed
-from workloads.instruments import cold_compile, compile_cache, dynamo_records, host_load, provenance
-from workloads.local import turns
 from workloads.cell.catalog import FAMILY_LIBRARIES, check_cell
-from workloads.cell.config import CellConfig, ConfigError, cell_config_to_dict, config_digest, load_cell_config
-from workloads.data import load_token_source, make_batches
+from workloads.cell.config import (
+    CellConfig,
+    ConfigError,
+    cell_config_to_dict,
+    config_digest,
+    load_cell_config,
+)
 from workloads.cell.distributed import LaunchError, Ranks
-from workloads.instruments.environment import describe_environment, peak_tflops, resolve_device
-from workloads.models import ModelSpec, build_model
 from workloads.cell.precision import PRECISIONS
 from workloads.cell.recorder import CellRecorder
-from workloads.contract.sweep_dir import next_attempt
 from workloads.cell.train import PreparedCell, StepRecord, TrainStep, run_steps
-from workloads.contract.vocabulary import COMPLETED, axes_from_config
+from workloads.contract.sweep_dir import next_attempt
+from workloads.contract.vocabulary import (
+    BASELINE_BACKEND,
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    NOT_COMPILED,
+    OOM,
+    TIMEOUT,
+    axes_from_config,
+)
+from workloads.data import load_token_source, make_batches
+from workloads.instruments import cold_compile, compile_cache, dynamo_records, host_load, provenance
+from workloads.instruments.environment import describe_environment, peak_tflops, resolve_device
+from workloads.local import turns
+from workloads.models import ModelSpec, build_model
 
 
 class CellInterrupted(Exception):
@@ -65,14 +81,17 @@ class CellTimedOut(CellInterrupted):
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    raise CellInterrupted("received SIGTERM (scancel, the time limit, or, in a distributed cell, Slurm "
-                          "ending the job step because another rank failed: see that rank's log)")
+    raise CellInterrupted(
+        "received SIGTERM (scancel, the time limit, or, in a distributed cell, Slurm "
+        "ending the job step because another rank failed: see that rank's log)"
+    )
 
 
 def _on_sigusr2(signum: int, frame: Any) -> None:
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # once: the job's task forwards the same signal
-    raise CellTimedOut("received SIGUSR2: the job's time limit is near (or it is preempted); "
-                       "stopped before Slurm kills it")
+    raise CellTimedOut(
+        "received SIGUSR2: the job's time limit is near (or it is preempted); stopped before Slurm kills it"
+    )
 
 
 def _causes(err: BaseException | None) -> Iterator[BaseException]:
@@ -92,8 +111,10 @@ def interruption(err: BaseException) -> CellInterrupted | None:
 def is_out_of_memory(err: BaseException | None) -> bool:
     """CUDA OOM raises torch.OutOfMemoryError, the CPU allocator a plain RuntimeError; during
     compilation dynamo wraps either in its own exception, so the cause chain is searched."""
-    return any(isinstance(cause, torch.OutOfMemoryError) or "can't allocate memory" in str(cause)
-               for cause in _causes(err))
+    return any(
+        isinstance(cause, torch.OutOfMemoryError) or "can't allocate memory" in str(cause)
+        for cause in _causes(err)
+    )
 
 
 def _now() -> datetime:
@@ -136,14 +157,29 @@ def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> 
     items_per_step = batch_size * grad_accum * spec.items_per_sample
     grad_clip = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else spec.default_grad_clip
     rec.items_per_step = items_per_step * ranks.world_size
-    rec.run.update(arch=spec.arch, params=spec.params, batch_size=batch_size, grad_accum=grad_accum,
-                   items_per_step=rec.items_per_step)
+    rec.run.update(
+        arch=spec.arch,
+        params=spec.params,
+        batch_size=batch_size,
+        grad_accum=grad_accum,
+        items_per_step=rec.items_per_step,
+    )
 
     module = spec.module.to(device)
     if spec.kind == "images" and cfg.model.channels_last:
         module = module.to(memory_format=torch.channels_last)
-    batches = make_batches(cfg, spec.kind, batch_size, spec.sample_shape, spec.num_classes, device, tokens,
-                           ranks.rank, ranks.world_size, spec.custom)
+    batches = make_batches(
+        cfg,
+        spec.kind,
+        batch_size,
+        spec.sample_shape,
+        spec.num_classes,
+        device,
+        tokens,
+        ranks.rank,
+        ranks.world_size,
+        spec.custom,
+    )
 
     def autocast(cache_enabled: bool = True):
         return precision.autocast(device.type, cache_enabled)
@@ -161,14 +197,27 @@ def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> 
     example_x, example_y = next(batches)
     model_inputs = (example_x, example_y) if spec.kind == "tokens" else (example_x,)  # GPT takes targets
     data_parallel = distributed.DataParallel(ranks, device, cfg.distributed)
-    compiled = backends.apply_backend(module, cfg.backend, model_inputs, autocast, device.type == "cuda",
-                                      data_parallel)
+    compiled = backends.apply_backend(
+        module, cfg.backend, model_inputs, autocast, device.type == "cuda", data_parallel
+    )
     fused = device.type == "cuda" and not cfg.backend.compile_optimizer
     optimizer = spec.make_optimizer(module, fused)
-    optimizer_step = (backends.compile_optimizer_step(optimizer, cfg.backend)
-                      if cfg.backend.compile_optimizer else None)
-    step = TrainStep(compiled.module, spec.loss, optimizer, batches, precision, device, grad_accum,
-                     grad_clip, compiled.marks_cudagraph_steps, optimizer_step, data_parallel.ddp)
+    optimizer_step = (
+        backends.compile_optimizer_step(optimizer, cfg.backend) if cfg.backend.compile_optimizer else None
+    )
+    step = TrainStep(
+        compiled.module,
+        spec.loss,
+        optimizer,
+        batches,
+        precision,
+        device,
+        grad_accum,
+        grad_clip,
+        compiled.marks_cudagraph_steps,
+        optimizer_step,
+        data_parallel.ddp,
+    )
     return PreparedCell(step, device, compiled)
 
 
@@ -178,28 +227,43 @@ def _peak_memory_bytes(device: torch.device) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _record_compile_stats(cfg: CellConfig, compiled: backends.CompiledRun, rec: CellRecorder,
-                          ddp_buckets: list[int]) -> None:
+def _record_compile_stats(
+    cfg: CellConfig, compiled: backends.CompiledRun, rec: CellRecorder, ddp_buckets: list[int]
+) -> None:
     if compiled.uses_dynamo or cfg.backend.compile_optimizer:
         stats = dynamo_records.compile_stats()
-        rec.run.update(graph_count=stats.graph_count, graph_break_count=stats.graph_break_count,
-                       recompile_count=stats.recompile_count, cudagraph_skips=stats.cudagraph_skips,
-                       graph_break_reasons=stats.graph_break_reasons, recompile_reasons=stats.recompile_reasons,
-                       ddp_graph_splits=sum(buckets - 1 for buckets in ddp_buckets), **stats.cache)
+        rec.run.update(
+            graph_count=stats.graph_count,
+            graph_break_count=stats.graph_break_count,
+            recompile_count=stats.recompile_count,
+            cudagraph_skips=stats.cudagraph_skips,
+            graph_break_reasons=stats.graph_break_reasons,
+            recompile_reasons=stats.recompile_reasons,
+            ddp_graph_splits=sum(buckets - 1 for buckets in ddp_buckets),
+            **stats.cache,
+        )
     elif cfg.backend.name == "torchscript":
-        rec.run.update(graph_count=int(isinstance(compiled.module, torch.jit.ScriptModule)),
-                       graph_break_count=0, recompile_count=0)
+        rec.run.update(
+            graph_count=int(isinstance(compiled.module, torch.jit.ScriptModule)),
+            graph_break_count=0,
+            recompile_count=0,
+        )
 
 
 def _announcing(rec: CellRecorder, warmup_steps: int) -> Callable[[StepRecord], None]:
     """`rec.on_step`, which also says in the log when the first measured step has ended: start-up
     and compilation are behind the cell then (a user following the log sees it; tests wait for it
     before they interrupt a cell that must be training)."""
+
     def on_step(record: StepRecord) -> None:
         rec.on_step(record)
         if record.phase == "measure" and record.step == warmup_steps:
-            print(f"cell {rec.cell_id}: measuring (the {warmup_steps} warm-up step(s) and the first measured "
-                  "step are done)", flush=True)
+            print(
+                f"cell {rec.cell_id}: measuring (the {warmup_steps} warm-up step(s) and the first measured "
+                "step are done)",
+                flush=True,
+            )
+
     return on_step
 
 
@@ -219,31 +283,44 @@ def _train(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
     with distributed.count_ddp_splits() as ddp_buckets:
         try:
             gather = (lambda value: distributed.gather(ranks, value)) if ranks.world_size > 1 else None
-            rec.run["stop_reason"] = run_steps(cell.step, cfg.warmup_steps, cfg.steps, device,
-                                               _announcing(rec, cfg.warmup_steps), cfg.measure, gather,
-                                               before_measuring=before_measuring)
+            rec.run["stop_reason"] = run_steps(
+                cell.step,
+                cfg.warmup_steps,
+                cfg.steps,
+                device,
+                _announcing(rec, cfg.warmup_steps),
+                cfg.measure,
+                gather,
+                before_measuring=before_measuring,
+            )
             finished = True
         finally:
-            rec.run.update(measured.close())  # first: the GPU probes below run nvidia-smi, not part of the window
+            rec.run.update(
+                measured.close()
+            )  # first: the GPU probes below run nvidia-smi, not part of the window
             rec.run.update(provenance.finish(device, started))  # rank 0's: its GPU, its host
             own = rec.report(ranks.rank, _peak_memory_bytes(device))
             # Gathering is a collective: only once this rank's loop finished, else rank 0 keeps
             # its own steps (a rank that died would never join, and the gather would wait forever).
             reports = distributed.gather(ranks, own) if finished else [own]
-            rec.summarise(reports, cfg.backend.name != "eager", compiled.setup_time_s)
+            rec.summarise(reports, cfg.backend.name != BASELINE_BACKEND, compiled.setup_time_s)
             _record_compile_stats(cfg, compiled, rec, ddp_buckets)
             if cold_warmup_ms is not None:
                 cold_compile.record(rec, cold_warmup_ms, compiled.setup_time_s)
 
-    if cfg.backend.name != "eager" and not rec.run.get("graph_count"):
-        rec.run["error"] = (f"backend {cfg.backend.name} was requested but no graph was compiled "
-                            "(torch.compile disabled, e.g. TORCH_COMPILE_DISABLE=1?); steps ran eagerly")
-        return "not_compiled"
+    if cfg.backend.name != BASELINE_BACKEND and not rec.run.get("graph_count"):
+        rec.run["error"] = (
+            f"backend {cfg.backend.name} was requested but no graph was compiled "
+            "(torch.compile disabled, e.g. TORCH_COMPILE_DISABLE=1?); steps ran eagerly"
+        )
+        return NOT_COMPILED
     if backends.wants_cudagraphs(cfg.backend) and rec.run.get("cudagraph_skips"):
-        rec.run["error"] = (f"backend {cfg.backend.name} (mode {cfg.backend.mode}) asked for CUDA graphs, but "
-                            f"{rec.run['cudagraph_skips']} graph(s) ran without them (CPU device or unsupported "
-                            "ops: the job log names the reason)")
-        return "not_compiled"
+        rec.run["error"] = (
+            f"backend {cfg.backend.name} (mode {cfg.backend.mode}) asked for CUDA graphs, but "
+            f"{rec.run['cudagraph_skips']} graph(s) ran without them (CPU device or unsupported "
+            "ops: the job log names the reason)"
+        )
+        return NOT_COMPILED
     return COMPLETED
 
 
@@ -255,10 +332,16 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
     writes = distributed.launched_ranks().is_main
     rec = CellRecorder(cell_id, next_attempt(cell_dir), cfg.distributed.world_size)
     # Every axis the config gives; prepare_cell records the resolved ones (batch, arch) over them.
-    rec.run.update(axes_from_config(cell_config_to_dict(cfg)), repeat=repeat, warmup_steps=cfg.warmup_steps,
-                   started_at=_now())
-    previous_handlers = {sig: signal.signal(sig, handler)
-                         for sig, handler in ((signal.SIGTERM, _on_sigterm), (signal.SIGUSR2, _on_sigusr2))}
+    rec.run.update(
+        axes_from_config(cell_config_to_dict(cfg)),
+        repeat=repeat,
+        warmup_steps=cfg.warmup_steps,
+        started_at=_now(),
+    )
+    previous_handlers = {
+        sig: signal.signal(sig, handler)
+        for sig, handler in ((signal.SIGTERM, _on_sigterm), (signal.SIGUSR2, _on_sigusr2))
+    }
     ranks, finished = Ranks(), False
     try:
         if _EARLY_SIGNALS:  # came while the process started: record it now, as if it came now
@@ -272,10 +355,10 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
         finished = True  # every rank took part in the gather after its loop: all are here
     except Exception as err:  # a failed cell is a result to record, whatever the cause
         if signalled := interruption(err):
-            status = "timeout" if isinstance(signalled, CellTimedOut) else "cancelled"
+            status = TIMEOUT if isinstance(signalled, CellTimedOut) else CANCELLED
             rec.run["error"] = str(signalled)
         else:
-            status = "oom" if is_out_of_memory(err) else "failed"
+            status = OOM if is_out_of_memory(err) else FAILED
             rec.run["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()
             traceback.print_exc()
     finally:
@@ -306,9 +389,13 @@ def take_turn(cfg: CellConfig) -> None:
     turns.done_importing()
     waited = turns.wait_for_turn()
     context = " (CUDA's context included)" if cuda else ""
-    print(f"compilebench: process started at {_PROCESS_STARTED.isoformat()}, imported in "
-          f"{(imported - _PROCESS_STARTED).total_seconds():.1f} s{context}, waited {waited:.1f} s for its turn "
-          "on the device", file=sys.stderr, flush=True)
+    print(
+        f"compilebench: process started at {_PROCESS_STARTED.isoformat()}, imported in "
+        f"{(imported - _PROCESS_STARTED).total_seconds():.1f} s{context}, waited {waited:.1f} s for its turn "
+        "on the device",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def hand_over() -> None:
@@ -328,17 +415,29 @@ def hand_over() -> None:
 
 def _wait_for_quiet() -> None:
     if (waited := turns.wait_for_quiet()) >= 0.1:
-        print(f"compilebench: waited {waited:.1f} s before measuring while other replicates imported or exited",
-              file=sys.stderr, flush=True)
+        print(
+            f"compilebench: waited {waited:.1f} s before measuring while other replicates imported or exited",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workloads.run", description=__doc__.splitlines()[0])
     parser.add_argument("config", type=Path, help="resolved cell config (config.yaml)")
-    parser.add_argument("--cell-dir", type=Path, default=None,
-                        help="where to write the Parquet files (default: the config file's directory)")
-    parser.add_argument("--repeat", type=int, default=0, metavar="R",
-                        help="which replicate of the cell this run is (0 .. repeats-1; default 0)")
+    parser.add_argument(
+        "--cell-dir",
+        type=Path,
+        default=None,
+        help="where to write the Parquet files (default: the config file's directory)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=0,
+        metavar="R",
+        help="which replicate of the cell this run is (0 .. repeats-1; default 0)",
+    )
     parser.add_argument("--compile-cold", type=Path, default=None, metavar="RESULT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
@@ -353,9 +452,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compilebench: cannot run cell {args.config}: {err}", file=sys.stderr)
         return 2
     if not 0 <= args.repeat < cfg.repeats:
-        print(f"compilebench: --repeat {args.repeat} outside 0..{cfg.repeats - 1} (repeats={cfg.repeats})", file=sys.stderr)
+        print(
+            f"compilebench: --repeat {args.repeat} outside 0..{cfg.repeats - 1} (repeats={cfg.repeats})",
+            file=sys.stderr,
+        )
         return 2
-    if args.compile_cold:  # the first process of compile.measure=cold_warm (cold_compile): no results of its own
+    if (
+        args.compile_cold
+    ):  # the first process of compile.measure=cold_warm (cold_compile): no results of its own
         cold_compile.compile_cold_here(cfg, args.compile_cold, prepare_cell)
         return 0
     take_turn(cfg)

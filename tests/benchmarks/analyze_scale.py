@@ -33,8 +33,13 @@ SIZES = ("tiny", "small", "medium", "large", "xl")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 BATCHES = (8, 16, 32, 64, 128)
 #: (backend, compile mode, step time relative to eager)
-BACKENDS = (("eager", None, 1.0), ("inductor", "default", 0.8), ("inductor", "max-autotune", 0.75),
-            ("aot_eager", None, 1.05), ("cudagraphs", None, 0.9))
+BACKENDS = (
+    ("eager", None, 1.0),
+    ("inductor", "default", 0.8),
+    ("inductor", "max-autotune", 0.75),
+    ("aot_eager", None, 1.05),
+    ("cudagraphs", None, 0.9),
+)
 WARMUP_STEPS = 3
 
 
@@ -46,26 +51,60 @@ def write_sweep(root: Path, cells: int, steps: int, seed: int = 0) -> None:
     for index, (model, size, precision, batch, (backend, mode, factor)) in zip(range(cells), grid):
         cell_id = f"{index:05d}"
         base = 10.0 * (1 + SIZES.index(size)) * batch / 8
-        status = "failed" if index % 50 == 7 else "not_compiled" if index % 50 == 19 and backend != "eager" else "completed"
+        status = (
+            "failed"
+            if index % 50 == 7
+            else "not_compiled"
+            if index % 50 == 19 and backend != "eager"
+            else "completed"
+        )
         total = WARMUP_STEPS + steps
         times = rng.lognormal(np.log(base * factor), 0.05, steps)
         warmup = [base * 50.0] + [base * factor] * (WARMUP_STEPS - 1)  # the first step compiles
         loss = 4.0 * np.exp(-np.arange(total) / steps) * (1 + rng.normal(0, 1e-3, total))
-        write_cell(root, cell_id, backend, status=status, step_ms=None if status == "failed" else times,
-                   warmup_ms=warmup, data_ms=rng.exponential(0.05 * base, total), loss=loss,
-                   mfu=rng.uniform(0.2, 0.5, total), model=model, size=size, precision=precision,
-                   batch_size=batch, compile_mode=mode, peak_mem_bytes=int(2**30 * base),
-                   error="RuntimeError: synthetic failure" if status == "failed" else None)
-        listed.append({"cell_id": cell_id, "model": model, "size": size, "backend": backend,
-                       "compile_mode": mode, "precision": precision})
+        write_cell(
+            root,
+            cell_id,
+            backend,
+            status=status,
+            step_ms=None if status == "failed" else times,
+            warmup_ms=warmup,
+            data_ms=rng.exponential(0.05 * base, total),
+            loss=loss,
+            mfu=rng.uniform(0.2, 0.5, total),
+            model=model,
+            size=size,
+            precision=precision,
+            batch_size=batch,
+            compile_mode=mode,
+            peak_mem_bytes=int(2**30 * base),
+            error="RuntimeError: synthetic failure" if status == "failed" else None,
+        )
+        listed.append(
+            {
+                "cell_id": cell_id,
+                "model": model,
+                "size": size,
+                "backend": backend,
+                "compile_mode": mode,
+                "precision": precision,
+            }
+        )
     write_manifest(root, listed)
 
 
 def cpu_model() -> str:
     """The CPU's name from /proc/cpuinfo (Linux), else the architecture."""
     cpuinfo = Path("/proc/cpuinfo")
-    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-             if line.startswith("model name")] if cpuinfo.exists() else []
+    names = (
+        [
+            line.split(":", 1)[1].strip()
+            for line in cpuinfo.read_text().splitlines()
+            if line.startswith("model name")
+        ]
+        if cpuinfo.exists()
+        else []
+    )
     return names[0] if names else platform.machine()
 
 
@@ -74,7 +113,9 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--dir", type=Path, default=None, help="sweep directory (default: a temporary one)")
-    parser.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True, help="time the figures too")
+    parser.add_argument(
+        "--plots", action=argparse.BooleanOptionalAction, default=True, help="time the figures too"
+    )
     args = parser.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="analyze_scale."))
     if not (root / "manifest.parquet").exists():
@@ -93,8 +134,10 @@ def main() -> None:
         start = time.perf_counter()
         write_report(analysis, with_plots=True)
         print(f"report with figures (PNG + SVG): {time.perf_counter() - start:.2f} s")
-    print(f"machine: {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPU cores ({cpu_model()}), load average "
-          f"{os.getloadavg()[0]:.1f}, Python {platform.python_version()}")
+    print(
+        f"machine: {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPU cores ({cpu_model()}), load average "
+        f"{os.getloadavg()[0]:.1f}, Python {platform.python_version()}"
+    )
     if args.dir is None:
         shutil.rmtree(root)
 

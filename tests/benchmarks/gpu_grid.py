@@ -25,8 +25,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 def cell(family: str, size: str, backend_name: str, steps: int, warmup: int, **extra) -> tuple[str, dict]:
     """(cell name, config) of one grid cell; `extra` holds further top-level or nested keys."""
-    config = {"model": {"name": family}, "size": size, "backend": {"name": backend_name},
-              "precision": {"name": "bf16"}, "steps": steps, "warmup_steps": warmup, "device": "cuda"}
+    config = {
+        "model": {"name": family},
+        "size": size,
+        "backend": {"name": backend_name},
+        "precision": {"name": "bf16"},
+        "steps": steps,
+        "warmup_steps": warmup,
+        "device": "cuda",
+    }
     suffix = ""
     for key, value in extra.items():
         if isinstance(value, dict):
@@ -39,22 +46,43 @@ def cell(family: str, size: str, backend_name: str, steps: int, warmup: int, **e
 
 
 GRIDS = {
-    "llm": [cell("gpt", size, backend, steps, warmup)
-            for size, steps, warmup in (("small", 100, 10), ("medium", 10, 3))
-            for backend in ("eager", "cudagraphs", "inductor")],
+    "llm": [
+        cell("gpt", size, backend, steps, warmup)
+        for size, steps, warmup in (("small", 100, 10), ("medium", 10, 3))
+        for backend in ("eager", "cudagraphs", "inductor")
+    ],
     "llm-small": [cell("gpt", "small", backend, 100, 10) for backend in ("eager", "cudagraphs", "inductor")],
     "llm-medium": [cell("gpt", "medium", backend, 10, 3) for backend in ("eager", "cudagraphs")],
-    "cnn": [cell("resnet", size, backend, 50, 5)
-            for size in ("small", "medium", "large")
-            for backend in ("eager", "torchscript", "inductor")],
+    "cnn": [
+        cell("resnet", size, backend, 50, 5)
+        for size in ("small", "medium", "large")
+        for backend in ("eager", "torchscript", "inductor")
+    ],
     # The peers' timm benchmark runs NCHW; our default is channels-last.
-    "cnn-nchw": [cell("resnet", "small", backend, 50, 5, model={"channels_last": False})
-                 for backend in ("eager", "inductor")],
+    "cnn-nchw": [
+        cell("resnet", "small", backend, 50, 5, model={"channels_last": False})
+        for backend in ("eager", "inductor")
+    ],
     # Gradient accumulation under CUDA graph replay must train exactly like eager (fp32, no TF32).
-    "accum-check": [cell("gpt", "tiny", backend, 10, 3, precision={"name": "fp32"}, grad_accum=4,
-                         **({"backend": {"mode": mode}} if mode else {}))
-                    for backend, mode in (("eager", None), ("aot_eager", None), ("cudagraphs", None),
-                                          ("inductor", "reduce-overhead"), ("inductor", None))],
+    "accum-check": [
+        cell(
+            "gpt",
+            "tiny",
+            backend,
+            10,
+            3,
+            precision={"name": "fp32"},
+            grad_accum=4,
+            **({"backend": {"mode": mode}} if mode else {}),
+        )
+        for backend, mode in (
+            ("eager", None),
+            ("aot_eager", None),
+            ("cudagraphs", None),
+            ("inductor", "reduce-overhead"),
+            ("inductor", None),
+        )
+    ],
 }
 
 
@@ -68,8 +96,13 @@ def run_grid(grid: str, out: Path, timeout_s: float) -> list[dict]:
         start = time.perf_counter()
         with open(cell_dir / "log.txt", "w") as log:
             try:
-                subprocess.run([sys.executable, "-m", "workloads.run", str(cell_dir / "config.yaml")],
-                               cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
+                subprocess.run(
+                    [sys.executable, "-m", "workloads.run", str(cell_dir / "config.yaml")],
+                    cwd=REPO,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    timeout=timeout_s,
+                )
             except subprocess.TimeoutExpired:
                 print(f"{name}: timed out after {timeout_s:.0f} s", flush=True)
         wall = time.perf_counter() - start
@@ -78,8 +111,10 @@ def run_grid(grid: str, out: Path, timeout_s: float) -> list[dict]:
         steps_file = cell_dir / "steps.parquet"
         losses = pq.read_table(steps_file).column("loss").to_pylist() if steps_file.exists() else []
         row.update(cell=name, wall_s=wall, losses=losses, loss_vs_eager=None)
-        eager = next((r for r in rows if r["cell"].split("-")[:2] == name.split("-")[:2]
-                      and r["backend"] == "eager"), None)
+        eager = next(
+            (r for r in rows if r["cell"].split("-")[:2] == name.split("-")[:2] and r["backend"] == "eager"),
+            None,
+        )
         if eager and losses and eager["losses"]:
             n = min(len(losses), len(eager["losses"]))
             row["loss_vs_eager"] = max(abs(a - b) / abs(b) for a, b in zip(losses[:n], eager["losses"][:n]))
@@ -93,14 +128,18 @@ def format_row(r: dict) -> str:
         value = r.get(key)
         return "-" if value is None else format(value * scale, fmt)
 
-    return (f"| {r['cell']} | {r.get('status')} | {f('median_step_ms', '.2f')} | {f('std_step_ms', '.2f')} | "
-            f"{f('items_per_s', ',.0f')} | {f('mfu', '.1f', 100)} | {f('compile_time_s', '.1f')} | "
-            f"{r.get('graph_count', '-')} | {r.get('graph_break_count', '-')} | "
-            f"{f('peak_mem_bytes', '.1f', 2**-30)} | {f('loss_vs_eager', '.1e')} | {r['wall_s']:.0f} |")
+    return (
+        f"| {r['cell']} | {r.get('status')} | {f('median_step_ms', '.2f')} | {f('std_step_ms', '.2f')} | "
+        f"{f('items_per_s', ',.0f')} | {f('mfu', '.1f', 100)} | {f('compile_time_s', '.1f')} | "
+        f"{r.get('graph_count', '-')} | {r.get('graph_break_count', '-')} | "
+        f"{f('peak_mem_bytes', '.1f', 2**-30)} | {f('loss_vs_eager', '.1e')} | {r['wall_s']:.0f} |"
+    )
 
 
-HEADER = ("| cell | status | median step ms | std ms | items/s | MFU % | compile s | graphs | breaks | "
-          "peak GiB | max rel. loss diff vs eager | wall s |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = (
+    "| cell | status | median step ms | std ms | items/s | MFU % | compile s | graphs | breaks | "
+    "peak GiB | max rel. loss diff vs eager | wall s |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
 def main() -> None:
@@ -112,8 +151,10 @@ def main() -> None:
     print(HEADER, flush=True)
     rows = [row for grid in args.grid for row in run_grid(grid, args.out, args.timeout)]
     first = next((r for r in rows if r.get("gpu_name")), {})
-    print(f"\n{first.get('gpu_name')}, torch {first.get('torch_version')}, triton {first.get('triton_version')}, "
-          f"timm {first.get('timm_version')}\n{HEADER}")
+    print(
+        f"\n{first.get('gpu_name')}, torch {first.get('torch_version')}, triton {first.get('triton_version')}, "
+        f"timm {first.get('timm_version')}\n{HEADER}"
+    )
     for row in rows:
         print(format_row(row))
 

@@ -32,11 +32,18 @@ def spin(cpu: int) -> None:
 def topology() -> str:
     cpus = sorted(os.sched_getaffinity(0))
     lines = []
-    for cpu in cpus[:4] + cpus[len(cpus) // 2:len(cpus) // 2 + 2]:
+    for cpu in cpus[:4] + cpus[len(cpus) // 2 : len(cpus) // 2 + 2]:
         path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
         lines.append(f"cpu{cpu} siblings: {path.read_text().strip() if path.exists() else '?'}")
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    keep = ("Model name", "Thread(s) per core", "Core(s) per socket", "Socket(s)", "NUMA node(s)", "Hypervisor")
+    keep = (
+        "Model name",
+        "Thread(s) per core",
+        "Core(s) per socket",
+        "Socket(s)",
+        "NUMA node(s)",
+        "Hypervisor",
+    )
     return "\n".join([*(line for line in lscpu.splitlines() if line.startswith(keep)), *lines])
 
 
@@ -60,7 +67,9 @@ def main() -> None:
     os.sched_setaffinity(0, {0})
     op_overhead_us(device)  # the CUDA context, outside every condition
     print(f"device {device}; {seconds} s per condition")
-    print(f"{'condition':<45} {'host µs/op median':>18} {'p90':>8} {'others busy':>12} {'steal':>7}", flush=True)
+    print(
+        f"{'condition':<45} {'host µs/op median':>18} {'p90':>8} {'others busy':>12} {'steal':>7}", flush=True
+    )
     for name, spinning in conditions.items():
         workers = [mp.Process(target=spin, args=(cpu,), daemon=True) for cpu in spinning]
         for w in workers:
@@ -74,8 +83,11 @@ def main() -> None:
             w.kill()
             w.join()
         values.sort()
-        print(f"{name:<45} {statistics.median(values):>18.2f} {values[int(0.9 * len(values))]:>8.2f} "
-              f"{load['node_cpus_busy_other']:>12.2f} {load['cpu_steal_share']:>7.3f}", flush=True)
+        print(
+            f"{name:<45} {statistics.median(values):>18.2f} {values[int(0.9 * len(values))]:>8.2f} "
+            f"{load['node_cpus_busy_other']:>12.2f} {load['cpu_steal_share']:>7.3f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

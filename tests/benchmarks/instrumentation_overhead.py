@@ -13,8 +13,8 @@ import time
 
 from workloads.cell.config import cell_config_from_dict
 from workloads.cell.recorder import CellRecorder
-from workloads.run import prepare_cell
 from workloads.cell.train import run_steps, synchronize
+from workloads.run import prepare_cell
 
 CASES = {
     "cuda": [("gpt", "small", "inductor"), ("gpt", "small", "cudagraphs"), ("resnet", "small", "inductor")],
@@ -41,8 +41,15 @@ def instrumented_loop(step, n: int, device, rec: CellRecorder) -> float:
 
 def measure(model: str, size: str, backend: str, device_name: str, rounds: int, steps: int) -> dict:
     precision = "bf16" if device_name == "cuda" else "fp32"
-    cfg = cell_config_from_dict({"model": {"name": model}, "size": size, "backend": {"name": backend},
-                                 "precision": {"name": precision}, "device": device_name})
+    cfg = cell_config_from_dict(
+        {
+            "model": {"name": model},
+            "size": size,
+            "backend": {"name": backend},
+            "precision": {"name": precision},
+            "device": device_name,
+        }
+    )
     rec = CellRecorder("overhead", 1)
     cell = prepare_cell(cfg, rec)
     run_steps(cell.step, 0, 10, cell.device, lambda _: None)  # compile and settle before timing
@@ -51,8 +58,13 @@ def measure(model: str, size: str, backend: str, device_name: str, rounds: int, 
         bare.append(bare_loop(cell.step, steps, cell.device))
         inst.append(instrumented_loop(cell.step, steps, cell.device, rec))
     b, i = statistics.median(bare), statistics.median(inst)
-    return {"case": f"{model}-{size}-{backend}", "bare_ms": b * 1e3, "instrumented_ms": i * 1e3,
-            "overhead_pct": (i / b - 1) * 100, "spread_bare_pct": (max(bare) / min(bare) - 1) * 100}
+    return {
+        "case": f"{model}-{size}-{backend}",
+        "bare_ms": b * 1e3,
+        "instrumented_ms": i * 1e3,
+        "overhead_pct": (i / b - 1) * 100,
+        "spread_bare_pct": (max(bare) / min(bare) - 1) * 100,
+    }
 
 
 def main() -> None:
@@ -65,8 +77,10 @@ def main() -> None:
     print("| case | bare loop ms/step | instrumented ms/step | overhead % | bare spread (max/min-1) % |")
     print("|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['case']} | {r['bare_ms']:.3f} | {r['instrumented_ms']:.3f} | {r['overhead_pct']:+.2f} | "
-              f"{r['spread_bare_pct']:.2f} |")
+        print(
+            f"| {r['case']} | {r['bare_ms']:.3f} | {r['instrumented_ms']:.3f} | {r['overhead_pct']:+.2f} | "
+            f"{r['spread_bare_pct']:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -40,21 +40,47 @@ def write_synthetic_dataset(nanogpt: Path, tokens: int, vocab: int = 50257) -> s
 
 def nanogpt_median_ms(nanogpt: Path, dataset: str, compile_: bool, iters: int) -> float:
     out = subprocess.run(
-        [sys.executable, "train.py", "config/train_gpt2.py", f"--dataset={dataset}", f"--max_iters={iters}",
-         "--eval_interval=1000000", "--eval_iters=1", "--log_interval=1", "--wandb_log=False",
-         "--always_save_checkpoint=False", f"--compile={compile_}", f"--out_dir={tempfile.mkdtemp()}"],
-        cwd=nanogpt, capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            "train.py",
+            "config/train_gpt2.py",
+            f"--dataset={dataset}",
+            f"--max_iters={iters}",
+            "--eval_interval=1000000",
+            "--eval_iters=1",
+            "--log_interval=1",
+            "--wandb_log=False",
+            "--always_save_checkpoint=False",
+            f"--compile={compile_}",
+            f"--out_dir={tempfile.mkdtemp()}",
+        ],
+        cwd=nanogpt,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     times = [float(t) for i, t in ITER_LINE.findall(out.stdout) if int(i) >= SKIP]
     return statistics.median(times)
 
 
 def ours_median_ms(backend: str, iters: int) -> float:
     cell_dir = Path(tempfile.mkdtemp())
-    config = {"model": {"name": "gpt"}, "size": "medium", "backend": {"name": backend},
-              "precision": {"name": "bf16"}, "steps": iters - SKIP, "warmup_steps": SKIP, "device": "cuda"}
+    config = {
+        "model": {"name": "gpt"},
+        "size": "medium",
+        "backend": {"name": backend},
+        "precision": {"name": "bf16"},
+        "steps": iters - SKIP,
+        "warmup_steps": SKIP,
+        "device": "cuda",
+    }
     (cell_dir / "config.yaml").write_text(yaml.safe_dump(config))
-    subprocess.run([sys.executable, "-m", "workloads.run", str(cell_dir / "config.yaml")], cwd=REPO,
-                   capture_output=True, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "workloads.run", str(cell_dir / "config.yaml")],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    )
     return pq.read_table(cell_dir / "run.parquet").column("median_step_ms")[0].as_py()
 
 

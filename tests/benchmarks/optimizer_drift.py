@@ -33,19 +33,19 @@ import contextlib
 import copy
 import statistics
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import torch
 import torch.nn as nn
 
 from tests.conftest import tiny_config
 from workloads.cell import backends
-from workloads.instruments import dynamo_records
 from workloads.cell.config import CellConfig, cell_config_from_dict
-from workloads.models import ModelSpec, build_model
-from workloads.instruments.provenance import cpu_model
 from workloads.cell.recorder import CellRecorder
+from workloads.instruments import dynamo_records
+from workloads.instruments.provenance import cpu_model
+from workloads.models import ModelSpec, build_model
 from workloads.run import prepare_cell
 
 #: The tiny cells' steps: 2 warm-up + 6 measured.
@@ -88,8 +88,13 @@ def cell_config(model: str, compiled_optimizer: bool = False) -> CellConfig:
     return cell_config_from_dict(tiny_config("resnet", model, **overrides))
 
 
-def train(model: str, compiled_optimizer: bool, dtype: torch.dtype, perturb_seed: int | None = None,
-          record: bool = False) -> Run:
+def train(
+    model: str,
+    compiled_optimizer: bool,
+    dtype: torch.dtype,
+    perturb_seed: int | None = None,
+    record: bool = False,
+) -> Run:
     """Train the tiny ResNet cell for its 8 steps with the model under `model` (eager, inductor) and
     the optimizer step eager or compiled by inductor, at `dtype`."""
     step = prepare_cell(cell_config(model, compiled_optimizer), CellRecorder("optimizer-drift", 1)).step
@@ -123,8 +128,10 @@ def train(model: str, compiled_optimizer: bool, dtype: torch.dtype, perturb_seed
             # Where they cancel, the result's own ulp is far finer than what rounding in the terms
             # leaves (thousands of its ulps, measured), so differences count in ulps of the largest.
             lr = step.optimizer.param_groups[0]["lr"]
-            scale = [torch.stack([p.abs(), lr * g.abs(), lr * b.abs()]).amax(0)
-                     for p, g, b in zip(params, grads, buffers)]
+            scale = [
+                torch.stack([p.abs(), lr * g.abs(), lr * b.abs()]).amax(0)
+                for p, g, b in zip(params, grads, buffers)
+            ]
             run.update_ulps = max(run.update_ulps, ulps([p.detach() for p in step.params], eager, scale))
 
     step.loss_fn, step.optimizer_step = recording_loss, checked_optimizer_step
@@ -144,8 +151,9 @@ def perturb(params: list[torch.Tensor], seed: int) -> None:
             p.mul_(1 + sign * 2.0**-23)
 
 
-def eager_update(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], grads: list[torch.Tensor],
-                 state: dict) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def eager_update(
+    optimizer: torch.optim.Optimizer, params: list[torch.Tensor], grads: list[torch.Tensor], state: dict
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The parameters and momentum buffers after one eager step of an SGD of `optimizer`'s settings
     from `params`, `grads` and the state_dict `state`."""
     twins = [nn.Parameter(p.clone()) for p in params]
@@ -173,7 +181,9 @@ def max_rel_diff(a: list[float], b: list[float]) -> float:
 
 def grad_difference(grads: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
     """Largest difference of a gradient element over the largest reference element of its tensor."""
-    return max(((g - r).abs().max() / r.abs().max().clamp_min(1e-30)).item() for g, r in zip(grads, reference))
+    return max(
+        ((g - r).abs().max() / r.abs().max().clamp_min(1e-30)).item() for g, r in zip(grads, reference)
+    )
 
 
 # --- where the drift starts ---------------------------------------------------------------------
@@ -200,7 +210,9 @@ def eager_model(dtype: torch.dtype) -> ModelSpec:
     """The tiny cell's model, eager, in the cell's memory format, at `dtype`."""
     cfg = cell_config("eager")
     spec = build_model(cfg)
-    spec.module.to(dtype, memory_format=torch.channels_last if cfg.model.channels_last else torch.contiguous_format)
+    spec.module.to(
+        dtype, memory_format=torch.channels_last if cfg.model.channels_last else torch.contiguous_format
+    )
     return spec
 
 
@@ -221,11 +233,17 @@ def gradients(spec: ModelSpec, inputs: StepInputs) -> list[torch.Tensor]:
 def relu_inputs(spec: ModelSpec, inputs: StepInputs) -> dict[str, torch.Tensor]:
     """Every ReLU's input in the forward pass of `inputs`, flattened (the ReLUs act in place)."""
     captured: dict[str, torch.Tensor] = {}
-    def capture(name: str) -> Callable[[nn.Module, tuple[torch.Tensor, ...]], None]:
-        return lambda module, args: captured.__setitem__(name, args[0].detach().to(torch.float64, copy=True).flatten())
 
-    hooks = [module.register_forward_pre_hook(capture(name))
-             for name, module in spec.module.named_modules() if isinstance(module, nn.ReLU)]
+    def capture(name: str) -> Callable[[nn.Module, tuple[torch.Tensor, ...]], None]:
+        return lambda module, args: captured.__setitem__(
+            name, args[0].detach().to(torch.float64, copy=True).flatten()
+        )
+
+    hooks = [
+        module.register_forward_pre_hook(capture(name))
+        for name, module in spec.module.named_modules()
+        if isinstance(module, nn.ReLU)
+    ]
     load(spec, inputs.params)
     with torch.no_grad():
         spec.module(inputs.x.to(next(spec.module.parameters()).dtype))
@@ -286,7 +304,9 @@ def find_kink(run: Run) -> Kink | None:
             tried.append((grad_difference(inputs.grads, gradients(fp32, inputs)), relu, element))
     after_flip, relu, element = min(tried)
     value = values64[relu][element].item()
-    return Kink(number, jump, before, relu, element, value, values32[relu][element].item() - value, after_flip)
+    return Kink(
+        number, jump, before, relu, element, value, values32[relu][element].item() - value, after_flip
+    )
 
 
 # --- the table ------------------------------------------------------------------------------------
@@ -294,19 +314,26 @@ def find_kink(run: Run) -> Kink | None:
 
 def main() -> None:
     start = time.perf_counter()
-    print(f"torch {torch.__version__}, {cpu_model()}, {torch.get_num_threads()} threads; "
-          f"resnet tiny, {STEPS} steps", flush=True)
+    print(
+        f"torch {torch.__version__}, {cpu_model()}, {torch.get_num_threads()} threads; "
+        f"resnet tiny, {STEPS} steps",
+        flush=True,
+    )
 
     def done(what: str) -> None:
         print(f"  done: {what} ({time.perf_counter() - start:.0f} s)", flush=True)
 
     dtypes = {"fp32": torch.float32, "fp64": torch.float64}
-    variants = {"inductor model, eager optimizer step": ("inductor", False),
-                "eager model, compiled optimizer step": ("eager", True),
-                "inductor model and compiled optimizer step (the cell)": ("inductor", True)}
+    variants = {
+        "inductor model, eager optimizer step": ("inductor", False),
+        "eager model, compiled optimizer step": ("eager", True),
+        "inductor model and compiled optimizer step (the cell)": ("inductor", True),
+    }
     eager = {label: train("eager", False, dtype).losses for label, dtype in dtypes.items()}
     drift: dict[str, dict[str, float]] = {variant: {} for variant in variants}
-    update_ulps: dict[str, dict[str, float]] = {variant: {} for variant, (_, compiled) in variants.items() if compiled}
+    update_ulps: dict[str, dict[str, float]] = {
+        variant: {} for variant, (_, compiled) in variants.items() if compiled
+    }
     kink = None
     for label, dtype in dtypes.items():
         for variant, (model, compiled_optimizer) in variants.items():
@@ -318,8 +345,13 @@ def main() -> None:
             if the_cell:
                 kink = find_kink(run)
             done(f"{label} {variant}")
-    perturbed = {model: [max_rel_diff(train(model, False, torch.float32, perturb_seed=seed).losses, eager["fp32"])
-                         for seed in range(PERTURB_SEEDS)] for model in ("eager", "inductor")}
+    perturbed = {
+        model: [
+            max_rel_diff(train(model, False, torch.float32, perturb_seed=seed).losses, eager["fp32"])
+            for seed in range(PERTURB_SEEDS)
+        ]
+        for model in ("eager", "inductor")
+    }
     done("perturbed weights")
 
     width = 58
@@ -330,19 +362,27 @@ def main() -> None:
     print("2. compiled update against eager SGD on the same state (max ulps)")
     for variant, values in update_ulps.items():
         print(f"   {variant:{width - 3}} {values['fp32']:9.3g} {values['fp64']:9.3g}")
-    print(f"3. weights x (1 +- 2^-23), eager optimizer step, {PERTURB_SEEDS} seeds: fp32 loss drift against eager")
+    print(
+        f"3. weights x (1 +- 2^-23), eager optimizer step, {PERTURB_SEEDS} seeds: fp32 loss drift against eager"
+    )
     for model, drifts in perturbed.items():
-        print(f"   {model} model: max {max(drifts):.2g}, median {statistics.median(drifts):.2g}, "
-              f"{sum(d > 1e-5 for d in drifts)} seed(s) above 1e-5")
+        print(
+            f"   {model} model: max {max(drifts):.2g}, median {statistics.median(drifts):.2g}, "
+            f"{sum(d > 1e-5 for d in drifts)} seed(s) above 1e-5"
+        )
     print("4. where the fp32 drift of the cell starts")
     if kink is None:
         print("   no step's gradients jump away from the eager model's")
     else:
-        print(f"   step {kink.step}: gradients differ from the eager model's on the same parameters and batch by "
-              f"{kink.jump:.2g} (steps before: at most {kink.before:.2g})")
-        print(f"   {kink.relu} input element {kink.index}: {kink.value_fp64:.2g} in fp64, fp32 rounding error "
-              f"{kink.error_fp32:+.2g}; with its sign flipped the eager model's gradients differ from "
-              f"inductor's by {kink.after_flip:.2g}")
+        print(
+            f"   step {kink.step}: gradients differ from the eager model's on the same parameters and batch by "
+            f"{kink.jump:.2g} (steps before: at most {kink.before:.2g})"
+        )
+        print(
+            f"   {kink.relu} input element {kink.index}: {kink.value_fp64:.2g} in fp64, fp32 rounding error "
+            f"{kink.error_fp32:+.2g}; with its sign flipped the eager model's gradients differ from "
+            f"inductor's by {kink.after_flip:.2g}"
+        )
     print(f"\n{time.perf_counter() - start:.0f} s")
 
 

@@ -30,20 +30,41 @@ from tests.slurm.cluster import LocalSlurm
 #: 10,000 cells: one group selection x 10,000 seeds; 4 sizes x 5 backends x 2 precisions x 250 seeds.
 DRY_RUN_GRIDS = {
     "1 selection": ["model=gpt", "size=tiny", "backend=eager", "seed=range(0,10000)", "cluster=grete"],
-    "40 selections": ["cluster=grete", "model=gpt", "size=tiny,small,medium,large",
-                      "backend=eager,inductor,cudagraphs,aot_eager,torchscript", "precision=fp32,bf16",
-                      "seed=range(250)"],
+    "40 selections": [
+        "cluster=grete",
+        "model=gpt",
+        "size=tiny,small,medium,large",
+        "backend=eager,inductor,cudagraphs,aot_eager,torchscript",
+        "precision=fp32,bf16",
+        "seed=range(250)",
+    ],
 }
-SUBMIT_GRID = ["cluster=test_slurm", "model=gpt", "size=tiny", "backend=eager", "precision=fp32", "device=cpu",
-               "steps=1", "warmup_steps=0", "seed=range(1024)", "cluster.array_parallelism=1"]
+SUBMIT_GRID = [
+    "cluster=test_slurm",
+    "model=gpt",
+    "size=tiny",
+    "backend=eager",
+    "precision=fp32",
+    "device=cpu",
+    "steps=1",
+    "warmup_steps=0",
+    "seed=range(1024)",
+    "cluster.array_parallelism=1",
+]
 
 
-def timed_sweep(args: list[str], env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess]:
+def timed_sweep(
+    args: list[str], env: dict[str, str] | None = None
+) -> tuple[float, subprocess.CompletedProcess]:
     began = time.perf_counter()
     command = shutil.which("compilebench")
     if command is None:
-        raise SystemExit("no `compilebench` on PATH: pip install -e . first (the benchmark times the user's command)")
-    done = subprocess.run([command, "sweep", *args], capture_output=True, text=True, env={**os.environ, **(env or {})})
+        raise SystemExit(
+            "no `compilebench` on PATH: pip install -e . first (the benchmark times the user's command)"
+        )
+    done = subprocess.run(
+        [command, "sweep", *args], capture_output=True, text=True, env={**os.environ, **(env or {})}
+    )
     seconds = time.perf_counter() - began
     if done.returncode != 0:
         raise SystemExit(f"sweep failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -58,10 +79,14 @@ def dry_run(name: str, grid: list[str], rounds: int, work: Path) -> float:
         seconds, done = timed_sweep([*grid, f"hydra.sweep.dir={sweep_dir}", "--dry-run"])
         times.append(seconds)
         scripts = sorted(p.name for p in (sweep_dir / "sbatch").iterdir())
-        print(f"dry-run {i + 1}: {seconds:.2f} s; {done.stdout.splitlines()[-1][:90]}...; {len(scripts)} scripts")
+        print(
+            f"dry-run {i + 1}: {seconds:.2f} s; {done.stdout.splitlines()[-1][:90]}...; {len(scripts)} scripts"
+        )
     median = statistics.median(times)
-    print(f"10,000-cell --dry-run, {name} (compilebench sweep {' '.join(grid)}): median {median:.2f} s over "
-          f"{rounds} (min {min(times):.2f}, max {max(times):.2f})")
+    print(
+        f"10,000-cell --dry-run, {name} (compilebench sweep {' '.join(grid)}): median {median:.2f} s over "
+        f"{rounds} (min {min(times):.2f}, max {max(times):.2f})"
+    )
     return median
 
 
@@ -73,8 +98,10 @@ def submit(work: Path) -> None:
         arrays = manifest["job_id"].str.split("_").str[0].nunique()
         queued = len(cluster.run("squeue", "-h", "-r", "-o", "%i").stdout.split())
         print(done.stdout.strip().splitlines()[-1])
-        print(f"1,024 cells submitted: {seconds:.2f} s for the whole command; {arrays} sbatch call(s); "
-              f"{manifest['job_id'].notna().sum()} job ids in the manifest, {queued} tasks in squeue")
+        print(
+            f"1,024 cells submitted: {seconds:.2f} s for the whole command; {arrays} sbatch call(s); "
+            f"{manifest['job_id'].notna().sum()} job ids in the manifest, {queued} tasks in squeue"
+        )
 
 
 def main() -> None:
@@ -83,7 +110,9 @@ def main() -> None:
     parser.add_argument("--skip-submit", action="store_true", help="only the dry runs (no Slurm here)")
     parser.add_argument("--limit", type=float, default=5.0, help="seconds a dry run's median may take")
     args = parser.parse_args()
-    print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f}"
+    )
     with tempfile.TemporaryDirectory(prefix="cb-scale-") as tmp:
         medians = {name: dry_run(name, grid, args.rounds, Path(tmp)) for name, grid in DRY_RUN_GRIDS.items()}
         if not args.skip_submit:

@@ -36,30 +36,102 @@ MEASURE = ["measure.min_seconds=2", "measure.rel_ci=0.005", "measure.max_seconds
 #: compiling one suffices, where 5 cost 5.6 s of a 1.4 s step per replicate.
 GPT2_WARMUP = "warmup_steps=2"
 PARTS: dict[str, list[tuple[str, list[str]]]] = {
-    "llm_small": [("seminar_llm_small", ["+experiment=seminar_llm", "size=small", "device=cuda", STEPS, *MEASURE,
-                                         REPEATS])],
-    "llm_medium": [("seminar_llm_medium", ["+experiment=seminar_llm", "size=medium", "device=cuda", STEPS, GPT2_WARMUP,
-                                           *MEASURE, REPEATS])],
+    "llm_small": [
+        (
+            "seminar_llm_small",
+            ["+experiment=seminar_llm", "size=small", "device=cuda", STEPS, *MEASURE, REPEATS],
+        )
+    ],
+    "llm_medium": [
+        (
+            "seminar_llm_medium",
+            ["+experiment=seminar_llm", "size=medium", "device=cuda", STEPS, GPT2_WARMUP, *MEASURE, REPEATS],
+        )
+    ],
     "cnn": [("seminar_cnn", ["+experiment=seminar_cnn", "device=cuda", STEPS, *MEASURE, REPEATS])],
-    "pair": [("gpt_small_pair", ["model=gpt", "size=small", "backend=eager,inductor", "precision=bf16", "device=cuda",
-                                 "steps=300", "warmup_steps=10", "seed=1,2", REPEATS])],
-    "jpeg": [("jpeg_resnet18", ["+experiment=seminar_cnn", "size=small", "backend=eager,inductor", "device=cuda",
-                                "data.source=imagefolder", "data.path=/tmp/jpegs", "data.workers=4", REPEATS])],
-    "timm": [("timm_side_by_side", ["model=resnet", "size=small,large", "backend=eager,inductor", "precision=bf16",
-                                    "batch_size=256", "device=cuda"])],
-    "timm_r18_eager": [("timm_side_by_side_r18_eager", ["model=resnet", "size=small", "backend=eager", "precision=bf16",
-                                                        "batch_size=256", "device=cuda"])],
+    "pair": [
+        (
+            "gpt_small_pair",
+            [
+                "model=gpt",
+                "size=small",
+                "backend=eager,inductor",
+                "precision=bf16",
+                "device=cuda",
+                "steps=300",
+                "warmup_steps=10",
+                "seed=1,2",
+                REPEATS,
+            ],
+        )
+    ],
+    "jpeg": [
+        (
+            "jpeg_resnet18",
+            [
+                "+experiment=seminar_cnn",
+                "size=small",
+                "backend=eager,inductor",
+                "device=cuda",
+                "data.source=imagefolder",
+                "data.path=/tmp/jpegs",
+                "data.workers=4",
+                REPEATS,
+            ],
+        )
+    ],
+    "timm": [
+        (
+            "timm_side_by_side",
+            [
+                "model=resnet",
+                "size=small,large",
+                "backend=eager,inductor",
+                "precision=bf16",
+                "batch_size=256",
+                "device=cuda",
+            ],
+        )
+    ],
+    "timm_r18_eager": [
+        (
+            "timm_side_by_side_r18_eager",
+            [
+                "model=resnet",
+                "size=small",
+                "backend=eager",
+                "precision=bf16",
+                "batch_size=256",
+                "device=cuda",
+            ],
+        )
+    ],
     # Two of the depthwise-convolution models that the timm_train suite found slower compiled, at its settings.
-    "timm_depthwise": [("timm_side_by_side_depthwise", ["model=timm", "model.arch=mobilenetv2_100,efficientnet_b0",
-                                                        "size=small", "backend=eager,inductor", "precision=bf16",
-                                                        "batch_size=128", "measure.min_seconds=2", "device=cuda"])],
+    "timm_depthwise": [
+        (
+            "timm_side_by_side_depthwise",
+            [
+                "model=timm",
+                "model.arch=mobilenetv2_100,efficientnet_b0",
+                "size=small",
+                "backend=eager,inductor",
+                "precision=bf16",
+                "batch_size=128",
+                "measure.min_seconds=2",
+                "device=cuda",
+            ],
+        )
+    ],
 }
 #: timm's benchmark.py runs beside the parts that compare with it: (model, batch, extra arguments).
 COMPILED = ([], ["--torchcompile", "inductor"])
-PEER_RUNS = {"timm": [(model, 256, extra) for model in ("resnet18", "resnet50") for extra in COMPILED],
-             "timm_r18_eager": [("resnet18", 256, [])],
-             "timm_depthwise": [(model, 128, extra) for model in ("mobilenetv2_100", "efficientnet_b0")
-                                for extra in COMPILED]}
+PEER_RUNS = {
+    "timm": [(model, 256, extra) for model in ("resnet18", "resnet50") for extra in COMPILED],
+    "timm_r18_eager": [("resnet18", 256, [])],
+    "timm_depthwise": [
+        (model, 128, extra) for model in ("mobilenetv2_100", "efficientnet_b0") for extra in COMPILED
+    ],
+}
 TIMM_BENCHMARK = Path(".carry/peers/timm_benchmark.py")
 
 
@@ -79,8 +151,9 @@ def make_jpegs(root: Path, classes: int = 10, per_class: int = 300, size: int = 
 def sweep(name: str, overrides: list[str]) -> float:
     """Run one sweep here; returns its wall seconds (every replicate's process, compile included)."""
     start = time.monotonic()
-    code = subprocess.call([sys.executable, "-m", "orchestrator.cli", "sweep", *overrides,
-                            f"hydra.sweep.dir={SWEEPS / name}"])
+    code = subprocess.call(
+        [sys.executable, "-m", "orchestrator.cli", "sweep", *overrides, f"hydra.sweep.dir={SWEEPS / name}"]
+    )
     seconds = time.monotonic() - start
     print(f"== {name}: exit {code}, {seconds:.0f} s on the GPU ({seconds / 60:.2f} GPU-minutes)", flush=True)
     return seconds
@@ -94,8 +167,22 @@ def _without_compile_cache(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
 def timm_peer(runs: list[tuple[str, int, list[str]]]) -> None:
     """timm's benchmark.py at the train size (224 px), as our cells: bf16, the cells' batch, channels-last."""
     for model, batch, extra in runs:
-        command = [sys.executable, str(TIMM_BENCHMARK), "--model", model, "--bench", "train", "--amp",
-                   "--amp-dtype", "bfloat16", "-b", str(batch), "--channels-last", "--use-train-size", *extra]
+        command = [
+            sys.executable,
+            str(TIMM_BENCHMARK),
+            "--model",
+            model,
+            "--bench",
+            "train",
+            "--amp",
+            "--amp-dtype",
+            "bfloat16",
+            "-b",
+            str(batch),
+            "--channels-last",
+            "--use-train-size",
+            *extra,
+        ]
         print("== timm", " ".join(command[2:]), flush=True)
         subprocess.call(command)
 
@@ -105,14 +192,21 @@ def main() -> None:
     parser.add_argument("--part", choices=sorted(PARTS), nargs="+", required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    subprocess.call(["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu",
-                     "--format=csv"])
+    subprocess.call(
+        [
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu",
+            "--format=csv",
+        ]
+    )
     for part in args.part:
         if part == "jpeg" and not Path("/tmp/jpegs").exists():
             make_jpegs(Path("/tmp/jpegs"))
         for name, overrides in PARTS[part]:
             sweep(name, overrides)
-            with tarfile.open(args.out / f"{name}.tar.gz", "w:gz") as tar:  # back even if a later part runs out of time
+            with tarfile.open(
+                args.out / f"{name}.tar.gz", "w:gz"
+            ) as tar:  # back even if a later part runs out of time
                 tar.add(SWEEPS / name, arcname=name, filter=_without_compile_cache)
         if part in PEER_RUNS:
             timm_peer(PEER_RUNS[part])

@@ -25,15 +25,19 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.status import sweep_status
-from workloads.contract.vocabulary import QUEUED
 from tests.slurm.cluster import LocalSlurm
 from tests.slurm.install import SlurmInstall
+from workloads.contract.vocabulary import QUEUED
 
 
 def real_gpus() -> dict[str, list[str]]:
     """GPU type (`H100` from "NVIDIA H100 80GB HBM3") -> device files, from nvidia-smi."""
-    names = subprocess.run(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"],
-                           capture_output=True, text=True, check=True).stdout.splitlines()
+    names = subprocess.run(
+        ["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     gpus: dict[str, list[str]] = {}
     for line in names:
         index, name = (part.strip() for part in line.split(",", 1))
@@ -60,7 +64,16 @@ def follow(cluster: LocalSlurm, sweep_dir: Path, timeout_s: float, every_s: floa
 
 def cell_evidence(sweep_dir: Path) -> pd.DataFrame:
     """Per cell, its last attempt: status, job, partition, the GPU the workload saw, median step."""
-    columns = ["cell_id", "arch", "backend", "status", "slurm_job_id", "partition", "gpu_name", "median_step_ms"]
+    columns = [
+        "cell_id",
+        "arch",
+        "backend",
+        "status",
+        "slurm_job_id",
+        "partition",
+        "gpu_name",
+        "median_step_ms",
+    ]
     runs = [pd.read_parquet(path).iloc[[-1]] for path in sorted(sweep_dir.glob("cells/*/run.parquet"))]
     return pd.concat(runs)[columns] if runs else pd.DataFrame(columns=columns)
 
@@ -80,21 +93,36 @@ def main() -> int:
     parser.add_argument("--cpus-per-gpu", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=480, help="seconds to follow the sweep")
     parser.add_argument("--out", type=Path, help="directory to write sweep.tar.gz into")
-    parser.add_argument("--retry-failed", action="store_true",
-                        help="run `status SWEEP_DIR --retry-failed` (a sweep packed by an earlier run) instead of the sweep")
+    parser.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run `status SWEEP_DIR --retry-failed` (a sweep packed by an earlier run) instead of the sweep",
+    )
     parser.add_argument("overrides", nargs="*", help="compilebench sweep overrides (after --)")
     args = parser.parse_args()
 
     gpus = real_gpus()
     gpu_type = next(iter(gpus))
     # Cores bound: array tasks running side by side on the GPUs of this node get CPUs of their own.
-    with LocalSlurm(args.root, install=SlurmInstall(args.prefix.resolve()), gpus=gpus, bind_cores=True) as cluster:
+    with LocalSlurm(
+        args.root, install=SlurmInstall(args.prefix.resolve()), gpus=gpus, bind_cores=True
+    ) as cluster:
         print(cluster.run("sinfo", "-N", "-o", "%N %P %t %G").stdout, flush=True)
-        command = ([sys.executable, "-m", "orchestrator.cli", "status", str(args.sweep_dir), "--retry-failed"]
-                   if args.retry_failed else
-                   [sys.executable, "-m", "orchestrator.cli", "sweep", "cluster=test_slurm",
-                    f"cluster.gpu_type={gpu_type}", f"cluster.cpus_per_gpu={args.cpus_per_gpu}",
-                    *args.overrides, f"hydra.sweep.dir={args.sweep_dir}"])
+        command = (
+            [sys.executable, "-m", "orchestrator.cli", "status", str(args.sweep_dir), "--retry-failed"]
+            if args.retry_failed
+            else [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "sweep",
+                "cluster=test_slurm",
+                f"cluster.gpu_type={gpu_type}",
+                f"cluster.cpus_per_gpu={args.cpus_per_gpu}",
+                *args.overrides,
+                f"hydra.sweep.dir={args.sweep_dir}",
+            ]
+        )
         print("$", " ".join(command), flush=True)
         submitted = cluster.run(*command, check=False, timeout=600)
         print(submitted.stdout, submitted.stderr, flush=True)
@@ -102,9 +130,13 @@ def main() -> int:
             return submitted.returncode
         for array_id in sorted(set(re.findall(r"submitted (\d+)", submitted.stdout))):
             shown = cluster.run("scontrol", "show", "job", array_id, check=False).stdout
-            print(array_id, " ".join(sorted(set(re.findall(r"(?:Partition|TresPerNode|NodeList)=\S+", shown)))))
+            print(
+                array_id, " ".join(sorted(set(re.findall(r"(?:Partition|TresPerNode|NodeList)=\S+", shown))))
+            )
         follow(cluster, args.sweep_dir, args.timeout)
-        status = cluster.run(sys.executable, "-m", "orchestrator.cli", "status", str(args.sweep_dir), check=False)
+        status = cluster.run(
+            sys.executable, "-m", "orchestrator.cli", "status", str(args.sweep_dir), check=False
+        )
         print(status.stdout, status.stderr)
     print(cell_evidence(args.sweep_dir).to_string(index=False))
     if args.out:

@@ -31,12 +31,18 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from tests.slurm.install import SlurmInstall
 from tests.slurm.slurm_conf import (
-    CLUSTER_NAME, PARTITIONS, NodeSpec, cgroup_conf, gres_conf, slurm_conf, slurmdbd_conf,
+    CLUSTER_NAME,
+    PARTITIONS,
+    NodeSpec,
+    cgroup_conf,
+    gres_conf,
+    slurm_conf,
+    slurmdbd_conf,
 )
 
 #: Typed placeholder GPUs of a node without GPUs: type -> count.
@@ -114,9 +120,14 @@ class LocalSlurm:
     are: the system's packages, or an unpacked-.deb prefix (tests/slurm/install.py).
     """
 
-    def __init__(self, root_dir: str | os.PathLike[str], accounting: bool = False,
-                 gpus: dict[str, list[str]] | None = None, install: SlurmInstall = SlurmInstall(),
-                 bind_cores: bool = False):
+    def __init__(
+        self,
+        root_dir: str | os.PathLike[str],
+        accounting: bool = False,
+        gpus: dict[str, list[str]] | None = None,
+        install: SlurmInstall = SlurmInstall(),
+        bind_cores: bool = False,
+    ):
         self.root = Path(root_dir).resolve()
         self.bind_cores = bind_cores
         self.accounting = accounting
@@ -157,7 +168,7 @@ class LocalSlurm:
         return {"SLURM_CONF": str(self.conf), **self.install.env()}
 
     @contextlib.contextmanager
-    def activated(self) -> Iterator["LocalSlurm"]:
+    def activated(self) -> Iterator[LocalSlurm]:
         """Sets `env()` in os.environ of this process (for submitit & co. called in-process)."""
         saved = {key: os.environ.get(key) for key in self.env()}
         os.environ.update(self.env())
@@ -172,8 +183,14 @@ class LocalSlurm:
 
     def run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
         """Run a client command (`cluster.run("squeue", "-h")`) against this cluster, text output."""
-        return subprocess.run(list(args), env={**os.environ, **self.env()}, capture_output=True, text=True,
-                              check=check, timeout=timeout)
+        return subprocess.run(
+            list(args),
+            env={**os.environ, **self.env()},
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=timeout,
+        )
 
     def logs(self, lines: int = 25) -> str:
         """The tails of the daemons' log files, for error messages."""
@@ -184,13 +201,15 @@ class LocalSlurm:
 
     # --- start ----------------------------------------------------------------------------------
 
-    def start(self, timeout: float = 120) -> "LocalSlurm":
+    def start(self, timeout: float = 120) -> LocalSlurm:
         """Start every daemon and return once the node is idle; on failure stop what was started."""
         if self.running:
             return self
         missing = self.install.missing(self.accounting)
         if missing:
-            raise SlurmStartError(f"commands not found: {' '.join(missing)} (run tests/slurm/install.sh as root)")
+            raise SlurmStartError(
+                f"commands not found: {' '.join(missing)} (run tests/slurm/install.sh as root)"
+            )
         if os.geteuid() != 0:
             raise SlurmStartError("a local Slurm needs root (SlurmUser=root, munged and slurmd as root)")
         self.install.link_slurmstepd()
@@ -224,12 +243,19 @@ class LocalSlurm:
         if not key.exists():
             key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o400)
-        node = NodeSpec(root=self.root, hostname=self.hostname, cpus=self.cpus,
-                        # slurmd reads the free memory; a RealMemory above it would make the node invalid.
-                        real_memory_mb=max(1, int(_mem_available_mb() * 0.5)),
-                        gpus=self.gpus or self._placeholder_gpus(), munge_socket=self.munge_socket,
-                        ports=self.ports, plugin_dir=self.install.plugin_dir, bind_cores=self.bind_cores,
-                        first_job_id=self.first_job_id)
+        node = NodeSpec(
+            root=self.root,
+            hostname=self.hostname,
+            cpus=self.cpus,
+            # slurmd reads the free memory; a RealMemory above it would make the node invalid.
+            real_memory_mb=max(1, int(_mem_available_mb() * 0.5)),
+            gpus=self.gpus or self._placeholder_gpus(),
+            munge_socket=self.munge_socket,
+            ports=self.ports,
+            plugin_dir=self.install.plugin_dir,
+            bind_cores=self.bind_cores,
+            first_job_id=self.first_job_id,
+        )
         self.conf.write_text(slurm_conf(node, self.accounting))
         (self.conf.parent / "gres.conf").write_text(gres_conf(node))  # looked up beside slurm.conf
         (self.conf.parent / "cgroup.conf").write_text(cgroup_conf())
@@ -261,10 +287,16 @@ class LocalSlurm:
         plain name: Slurm decides by its own name whether it runs as a daemon, and a `slurmd-wlm`
         ignores the node's GPUs (gres) in slurm.conf."""
         with open(self.root / "log" / log_name, "ab") as out:
-            return subprocess.Popen(args, executable=self.install.command(args[0]), stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **self.env(), MARKER_ENV: str(self.root)},
-                                    start_new_session=True, cwd=self.root)
+            return subprocess.Popen(
+                args,
+                executable=self.install.command(args[0]),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env(), MARKER_ENV: str(self.root)},
+                start_new_session=True,
+                cwd=self.root,
+            )
 
     def _daemon(self, name: str, pid_file: str, *args: str) -> None:
         """Start a daemon that forks into the background and writes its pid file; wait for that file."""
@@ -278,7 +310,9 @@ class LocalSlurm:
             proc.wait()
             raise SlurmStartError(f"{name} did not daemonise within 60 s\n{self.logs()}")
         if rc != 0:
-            raise SlurmStartError(f"{name} exited with {rc}\n{_tail(self.root / 'log' / f'{name}.out')}\n{self.logs()}")
+            raise SlurmStartError(
+                f"{name} exited with {rc}\n{_tail(self.root / 'log' / f'{name}.out')}\n{self.logs()}"
+            )
         end = time.monotonic() + 30
         while (pid := _read_pid(pid_path)) is None:
             if time.monotonic() > end:
@@ -320,8 +354,10 @@ class LocalSlurm:
         """The node dies as if its power went: slurmd, every slurmstepd and every process of a job
         are killed at once (SIGKILL; none of them records anything), and the node is set down as
         slurmctld sets a node that stopped answering (after SlurmdTimeout). `revive_node()` undoes it."""
-        keep = {_read_pid(self.root / "run" / name) for name in ("slurmctld.pid", "slurmdbd.pid", "mysqld.pid",
-                                                                  "munged.pid")} - {None}
+        keep = {
+            _read_pid(self.root / "run" / name)
+            for name in ("slurmctld.pid", "slurmdbd.pid", "mysqld.pid", "munged.pid")
+        } - {None}
         if self._mysqld_safe is not None:
             keep.add(self._mysqld_safe.pid)
         # The daemons' own children live on the controller too: slurmctld's slurmscriptd, killed,
@@ -329,7 +365,13 @@ class LocalSlurm:
         doomed = [pid for pid in self.processes() if pid not in keep and _parent(pid) not in keep]
         self._terminate(doomed, timeout=10, signals=(signal.SIGKILL,))
         self._forget(_read_pid(self.root / "run" / "slurmd.pid"))
-        self.run("scontrol", "update", f"nodename={self.hostname}", "state=down", "reason=compilebench test: node lost")
+        self.run(
+            "scontrol",
+            "update",
+            f"nodename={self.hostname}",
+            "state=down",
+            "reason=compilebench test: node lost",
+        )
 
     @contextlib.contextmanager
     def node_memory_limited(self, limit_bytes: int) -> Iterator[Path]:
@@ -360,20 +402,32 @@ class LocalSlurm:
 
     def _start_munged(self, deadline: float) -> None:
         root = self.root
-        self._daemon("munged", "munged.pid", f"--key-file={root}/munge/munge.key",
-                     f"--socket={self.munge_socket}", f"--pid-file={root}/run/munged.pid",
-                     f"--log-file={root}/log/munged.log", f"--seed-file={root}/munge/munged.seed",
-                     "--num-threads=4")
+        self._daemon(
+            "munged",
+            "munged.pid",
+            f"--key-file={root}/munge/munge.key",
+            f"--socket={self.munge_socket}",
+            f"--pid-file={root}/run/munged.pid",
+            f"--log-file={root}/log/munged.log",
+            f"--seed-file={root}/munge/munged.seed",
+            "--num-threads=4",
+        )
         self._wait("munge", lambda: self._munge_works(), deadline)
 
     def _munge_works(self) -> bool:
         env = {**os.environ, **self.env()}
-        cred = subprocess.run(["munge", "-n", f"--socket={self.munge_socket}"], capture_output=True, timeout=10,
-                              env=env)
+        cred = subprocess.run(
+            ["munge", "-n", f"--socket={self.munge_socket}"], capture_output=True, timeout=10, env=env
+        )
         if cred.returncode != 0:
             return False
-        check = subprocess.run(["unmunge", f"--socket={self.munge_socket}"], input=cred.stdout,
-                               capture_output=True, timeout=10, env=env)
+        check = subprocess.run(
+            ["unmunge", f"--socket={self.munge_socket}"],
+            input=cred.stdout,
+            capture_output=True,
+            timeout=10,
+            env=env,
+        )
         return check.returncode == 0
 
     def _mysql(self, *args: str, sql: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -388,32 +442,64 @@ class LocalSlurm:
         if not (datadir / "mysql").is_dir():
             shutil.rmtree(datadir, ignore_errors=True)
             init = subprocess.run(
-                ["mariadb-install-db", "--no-defaults", f"--datadir={datadir}", "--user=root",
-                 "--auth-root-authentication-method=socket", "--skip-test-db", "--skip-name-resolve"],
-                capture_output=True, text=True, timeout=max(30, deadline - time.monotonic()))
+                [
+                    "mariadb-install-db",
+                    "--no-defaults",
+                    f"--datadir={datadir}",
+                    "--user=root",
+                    "--auth-root-authentication-method=socket",
+                    "--skip-test-db",
+                    "--skip-name-resolve",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=max(30, deadline - time.monotonic()),
+            )
             if init.returncode != 0:
                 raise SlurmStartError(f"mariadb-install-db failed:\n{init.stdout}\n{init.stderr}")
         self._mysqld_safe = self._spawn(
-            ["mysqld_safe", "--no-defaults", f"--datadir={datadir}", f"--socket={self.mysql_socket}",
-             f"--port={self.ports['mysqld']}", "--bind-address=127.0.0.1", f"--pid-file={root}/run/mysqld.pid",
-             f"--log-error={root}/log/mysqld.err", "--user=root", "--skip-name-resolve",
-             "--innodb-buffer-pool-size=64M", "--skip-log-bin"],
-            "mysqld_safe.out")
+            [
+                "mysqld_safe",
+                "--no-defaults",
+                f"--datadir={datadir}",
+                f"--socket={self.mysql_socket}",
+                f"--port={self.ports['mysqld']}",
+                "--bind-address=127.0.0.1",
+                f"--pid-file={root}/run/mysqld.pid",
+                f"--log-error={root}/log/mysqld.err",
+                "--user=root",
+                "--skip-name-resolve",
+                "--innodb-buffer-pool-size=64M",
+                "--skip-log-bin",
+            ],
+            "mysqld_safe.out",
+        )
         self._wait("mariadb", lambda: self._mysql(sql="SELECT 1", check=False).returncode == 0, deadline)
         pid = _read_pid(root / "run" / "mysqld.pid")
         if pid:
             self._started_pids.append(pid)
         password = self._db_password()
-        self._mysql(sql=(
-            f"CREATE DATABASE IF NOT EXISTS {DB_NAME};"
-            f"CREATE USER IF NOT EXISTS '{DB_USER}'@'127.0.0.1' IDENTIFIED BY '{password}';"
-            f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'127.0.0.1';"))
+        self._mysql(
+            sql=(
+                f"CREATE DATABASE IF NOT EXISTS {DB_NAME};"
+                f"CREATE USER IF NOT EXISTS '{DB_USER}'@'127.0.0.1' IDENTIFIED BY '{password}';"
+                f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'127.0.0.1';"
+            )
+        )
 
     def _start_slurmdbd(self, deadline: float) -> None:
         self._daemon("slurmdbd", "slurmdbd.pid")
         # The first start creates the tables; sacctmgr answers once slurmdbd listens.
-        self._wait("slurmdbd", lambda: self.run("sacctmgr", "-n", "-P", "list", "cluster", "format=cluster",
-                                                check=False, timeout=30).returncode == 0, deadline)
+        self._wait(
+            "slurmdbd",
+            lambda: (
+                self.run(
+                    "sacctmgr", "-n", "-P", "list", "cluster", "format=cluster", check=False, timeout=30
+                ).returncode
+                == 0
+            ),
+            deadline,
+        )
         clusters = self.run("sacctmgr", "-n", "-P", "list", "cluster", "format=cluster").stdout.split()
         if CLUSTER_NAME not in clusters:
             self.run("sacctmgr", "-i", "add", "cluster", CLUSTER_NAME)
@@ -424,6 +510,7 @@ class LocalSlurm:
             out = self.run("sinfo", "-h", "-N", "-o", "%N %t", check=False, timeout=30)
             states = {line.split()[1] for line in out.stdout.splitlines() if len(line.split()) == 2}
             return out.returncode == 0 and bool(states) and states <= {"idle", "mix", "alloc"}
+
         self._wait("the node to be idle in sinfo", idle, deadline)
 
     def _wait(self, what: str, ready, deadline: float) -> None:
@@ -436,11 +523,15 @@ class LocalSlurm:
                 pass
             dead = [pid for pid in self._started_pids if not _alive(pid)]
             if dead:
-                raise SlurmStartError(f"a daemon (pid {dead}) died while waiting for {what} ({self.root})\n{self.logs()}")
+                raise SlurmStartError(
+                    f"a daemon (pid {dead}) died while waiting for {what} ({self.root})\n{self.logs()}"
+                )
             if time.monotonic() > deadline:
                 state = self.run("sinfo", "-N", "-l", check=False, timeout=30)
-                raise SlurmStartError(f"timed out waiting for {what} ({self.root})\n"
-                                      f"sinfo -N -l: {state.stdout}{state.stderr}\n{self.logs()}")
+                raise SlurmStartError(
+                    f"timed out waiting for {what} ({self.root})\n"
+                    f"sinfo -N -l: {state.stdout}{state.stderr}\n{self.logs()}"
+                )
             time.sleep(0.25)
 
     # --- stop -----------------------------------------------------------------------------------
@@ -517,8 +608,12 @@ class LocalSlurm:
                 return
             self.run("scancel", *jobs, check=False, timeout=30)
             end = time.monotonic() + timeout
-            while time.monotonic() < end and self.run("squeue", "-h", "-t", "RUNNING,COMPLETING,CONFIGURING",
-                                                      check=False, timeout=30).stdout.strip():
+            while (
+                time.monotonic() < end
+                and self.run(
+                    "squeue", "-h", "-t", "RUNNING,COMPLETING,CONFIGURING", check=False, timeout=30
+                ).stdout.strip()
+            ):
                 time.sleep(0.2)
 
     def _alive_daemon(self, pid_file: str) -> bool:
@@ -538,7 +633,7 @@ class LocalSlurm:
             if not any(_alive(p) for p in pids):
                 return
 
-    def __enter__(self) -> "LocalSlurm":
+    def __enter__(self) -> LocalSlurm:
         return self.start()
 
     def __exit__(self, *exc) -> None:

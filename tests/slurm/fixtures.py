@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -76,7 +76,9 @@ class SlurmClusters:
                 pytest.fail(f"{reason} and {REQUIRE_ENV} is set", pytrace=False)
             pytest.skip(reason)
         cluster = self.clusters.setdefault(
-            accounting, LocalSlurm(self.base / ("accounting" if accounting else "plain"), accounting=accounting))
+            accounting,
+            LocalSlurm(self.base / ("accounting" if accounting else "plain"), accounting=accounting),
+        )
         if self.current is not None and self.current is not cluster:
             self.current.stop()
             self.current = None
@@ -123,6 +125,9 @@ def _slurm_variant_running(request: pytest.FixtureRequest) -> None:
     if not wanted:
         return
     if len(wanted) > 1:
-        pytest.fail("a test can use slurm_cluster or slurm_cluster_accounting, not both: "
-                    "only one local Slurm runs at a time", pytrace=False)
+        pytest.fail(
+            "a test can use slurm_cluster or slurm_cluster_accounting, not both: "
+            "only one local Slurm runs at a time",
+            pytrace=False,
+        )
     request.getfixturevalue("slurm_clusters").get(wanted.pop())

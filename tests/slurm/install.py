@@ -16,8 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 #: Commands that must be found, without and with accounting.
-REQUIRED = ("munged", "munge", "unmunge", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol",
-            "srun", "sacct", "scancel")
+REQUIRED = (
+    "munged",
+    "munge",
+    "unmunge",
+    "slurmctld",
+    "slurmd",
+    "sbatch",
+    "squeue",
+    "sinfo",
+    "scontrol",
+    "srun",
+    "sacct",
+    "scancel",
+)
 REQUIRED_ACCOUNTING = ("slurmdbd", "sacctmgr", "mysqld_safe", "mariadb-install-db", "mariadb")
 
 #: slurmd runs job steps through this compiled-in path.

@@ -113,7 +113,9 @@ def slurm_conf(node: NodeSpec, accounting: bool) -> str:
 def gres_conf(node: NodeSpec) -> str:
     """One line per device: slurmd counts the lines of a type (gres.conf lies beside slurm.conf)."""
     lines = ["AutoDetect=off"]
-    lines += [f"Name=gpu Type={gpu_type} File={path}" for gpu_type, files in node.gpus.items() for path in files]
+    lines += [
+        f"Name=gpu Type={gpu_type} File={path}" for gpu_type, files in node.gpus.items() for path in files
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -125,19 +127,24 @@ def cgroup_conf() -> str:
 
 
 def slurmdbd_conf(node: NodeSpec, db_name: str, db_user: str, db_password: str) -> str:
-    return "\n".join([
-        "AuthType=auth/munge",
-        f"AuthInfo=socket={node.munge_socket}",
-        f"DbdHost={node.hostname}",
-        f"DbdPort={node.ports['slurmdbd']}",
-        "SlurmUser=root",
-        "DebugLevel=info",
-        f"LogFile={node.root}/log/slurmdbd.log",
-        f"PidFile={node.root}/run/slurmdbd.pid",
-        "StorageType=accounting_storage/mysql",
-        "StorageHost=127.0.0.1",
-        f"StoragePort={node.ports['mysqld']}",
-        f"StorageUser={db_user}",
-        f"StoragePass={db_password}",
-        f"StorageLoc={db_name}",
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "AuthType=auth/munge",
+                f"AuthInfo=socket={node.munge_socket}",
+                f"DbdHost={node.hostname}",
+                f"DbdPort={node.ports['slurmdbd']}",
+                "SlurmUser=root",
+                "DebugLevel=info",
+                f"LogFile={node.root}/log/slurmdbd.log",
+                f"PidFile={node.root}/run/slurmdbd.pid",
+                "StorageType=accounting_storage/mysql",
+                "StorageHost=127.0.0.1",
+                f"StoragePort={node.ports['mysqld']}",
+                f"StorageUser={db_user}",
+                f"StoragePass={db_password}",
+                f"StorageLoc={db_name}",
+            ]
+        )
+        + "\n"
+    )

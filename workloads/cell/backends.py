@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn as nn
 
 from workloads.cell.catalog import check_backend
 from workloads.cell.config import BackendConfig, ConfigError
+from workloads.contract.vocabulary import BASELINE_BACKEND
 
 #: Inductor modes that replay CUDA graphs (cudagraph trees), like the dynamo `cudagraphs` backend.
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -66,9 +67,14 @@ def repeated_blocks(module: nn.Module) -> list[nn.Module]:
     return [child for child in children if type(child) is block_type]
 
 
-def apply_backend(module: nn.Module, cfg: BackendConfig, example_inputs: tuple[torch.Tensor, ...],
-                  autocast: Callable[..., AbstractContextManager], on_cuda: bool,
-                  wrap: Callable[[nn.Module], nn.Module] = lambda m: m) -> CompiledRun:
+def apply_backend(
+    module: nn.Module,
+    cfg: BackendConfig,
+    example_inputs: tuple[torch.Tensor, ...],
+    autocast: Callable[..., AbstractContextManager],
+    on_cuda: bool,
+    wrap: Callable[[nn.Module], nn.Module] = lambda m: m,
+) -> CompiledRun:
     """Prepare `module` for training under backend `cfg`.
 
     `example_inputs` are one real batch's model inputs (torchscript traces with them);
@@ -78,7 +84,7 @@ def apply_backend(module: nn.Module, cfg: BackendConfig, example_inputs: tuple[t
     which is then given the wrapper (how DDP and torch.compile are meant to be combined).
     """
     check_backend(cfg)
-    if cfg.name == "eager":
+    if cfg.name == BASELINE_BACKEND:
         return CompiledRun(wrap(module), uses_dynamo=False, marks_cudagraph_steps=False, setup_time_s=0.0)
     if cfg.name == "torchscript":
         start = time.perf_counter()
@@ -86,8 +92,12 @@ def apply_backend(module: nn.Module, cfg: BackendConfig, example_inputs: tuple[t
         # cache_enabled=False keeps autocast's weight-cast cache out of the trace.
         with autocast(cache_enabled=False):
             traced = torch.jit.trace(module, example_inputs, check_trace=False)
-        return CompiledRun(wrap(traced), uses_dynamo=False, marks_cudagraph_steps=False,
-                           setup_time_s=time.perf_counter() - start)
+        return CompiledRun(
+            wrap(traced),
+            uses_dynamo=False,
+            marks_cudagraph_steps=False,
+            setup_time_s=time.perf_counter() - start,
+        )
     marks = on_cuda and wants_cudagraphs(cfg)
     kwargs = _compile_kwargs(cfg)
     if cfg.regional:
@@ -97,8 +107,9 @@ def apply_backend(module: nn.Module, cfg: BackendConfig, example_inputs: tuple[t
         for block in blocks:
             block.compile(**kwargs)  # in place: the module tree and its state_dict keys stay as they are
         return CompiledRun(wrap(module), uses_dynamo=True, marks_cudagraph_steps=marks, setup_time_s=0.0)
-    return CompiledRun(torch.compile(wrap(module), **kwargs), uses_dynamo=True, marks_cudagraph_steps=marks,
-                       setup_time_s=0.0)
+    return CompiledRun(
+        torch.compile(wrap(module), **kwargs), uses_dynamo=True, marks_cudagraph_steps=marks, setup_time_s=0.0
+    )
 
 
 def compile_optimizer_step(optimizer: torch.optim.Optimizer, cfg: BackendConfig) -> Callable[[], None]:

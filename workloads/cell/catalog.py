@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 
 from workloads.cell.config import BackendConfig, CellConfig, ConfigError
+from workloads.contract.vocabulary import BASELINE_BACKEND
 
 #: The size presets of every model family.
 SIZES = ("tiny", "small", "medium", "large", "xl")
@@ -20,10 +21,13 @@ FAMILY_KINDS = {"gpt": "tokens", "resnet": "images", "timm": "images", "custom":
 #: The package that builds a family's models, where it is not the project itself.
 FAMILY_LIBRARIES = {"resnet": "timm", "timm": "timm"}
 #: Data sources that can feed each kind of model.
-SOURCES_BY_KIND = {"tokens": ("synthetic", "text", "bin"), "images": ("synthetic", "imagefolder"),
-                   "custom": ("synthetic", "custom")}
+SOURCES_BY_KIND = {
+    "tokens": ("synthetic", "text", "bin"),
+    "images": ("synthetic", "imagefolder"),
+    "custom": ("synthetic", "custom"),
+}
 #: Backends that are not dynamo backends; every other name goes to torch.compile(backend=name).
-NON_DYNAMO_BACKENDS = ("eager", "torchscript")
+NON_DYNAMO_BACKENDS = (BASELINE_BACKEND, "torchscript")
 #: Dynamo backends every torch 2.x has. Checking other names lists dynamo's registry, which
 #: imports torch._dynamo (seconds).
 BUILTIN_DYNAMO_BACKENDS = ("inductor", "cudagraphs", "aot_eager")
@@ -52,19 +56,25 @@ def check_model(cfg: CellConfig) -> str:
     if cfg.size not in SIZES:
         raise ConfigError(f"model {cfg.model.name} has no size {cfg.size!r}; sizes: {list(SIZES)}")
     if cfg.model.name == "resnet" and cfg.model.arch and not cfg.model.arch.startswith("resnet"):
-        raise ConfigError(f"model=resnet with arch {cfg.model.arch!r}: use model=timm for other architectures")
+        raise ConfigError(
+            f"model=resnet with arch {cfg.model.arch!r}: use model=timm for other architectures"
+        )
     if kind == "images" and cfg.model.arch and not is_timm_model(cfg.model.arch):
         raise ConfigError(f"timm has no model named {cfg.model.arch!r} (model.arch)")
     if (kind == "custom") != bool(cfg.model.target):
-        raise ConfigError("model.target goes with model=custom (model=custom model.target=package.module:function)")
+        raise ConfigError(
+            "model.target goes with model=custom (model=custom model.target=package.module:function)"
+        )
     return kind
 
 
 def check_data_source(cfg: CellConfig, kind: str) -> None:
     """ConfigError when the data source cannot feed a model reading `kind`."""
     if cfg.data.source not in SOURCES_BY_KIND[kind]:
-        raise ConfigError(f"data.source={cfg.data.source} does not fit model {cfg.model.name} "
-                          f"(reads {kind}); use one of {SOURCES_BY_KIND[kind]}")
+        raise ConfigError(
+            f"data.source={cfg.data.source} does not fit model {cfg.model.name} "
+            f"(reads {kind}); use one of {SOURCES_BY_KIND[kind]}"
+        )
 
 
 def check_backend(cfg: BackendConfig) -> None:
@@ -73,7 +83,9 @@ def check_backend(cfg: BackendConfig) -> None:
         if cfg.regional or cfg.compile_optimizer:
             raise ConfigError(f"backend={cfg.name}: regional/compile_optimizer need a dynamo backend")
     elif cfg.name not in BUILTIN_DYNAMO_BACKENDS and cfg.name not in dynamo_backend_names():
-        raise ConfigError(f"unknown backend {cfg.name!r}; here: {[*NON_DYNAMO_BACKENDS, *dynamo_backend_names()]}")
+        raise ConfigError(
+            f"unknown backend {cfg.name!r}; here: {[*NON_DYNAMO_BACKENDS, *dynamo_backend_names()]}"
+        )
 
 
 def check_cell(cfg: CellConfig, submitting: bool = False) -> None:

@@ -14,13 +14,15 @@ import hashlib
 import json
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
 from workloads.cell.precision import PRECISIONS
+from workloads.contract.vocabulary import BASELINE_BACKEND
 
 #: Inductor compile modes accepted for `backend.mode` (None and "default" mean the default mode).
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -52,7 +54,7 @@ class ModelConfig:
 
 @dataclass
 class BackendConfig:
-    name: str = "eager"
+    name: str = BASELINE_BACKEND
     """`eager`, `torchscript` (jit.trace), or any registered dynamo backend (`inductor`, ...)."""
     mode: str | None = None
     """torch.compile mode (inductor only): default, reduce-overhead, max-autotune, ..."""
@@ -199,7 +201,9 @@ class CellConfig:
             if value is not None and value <= 0:
                 raise ConfigError(f"{key} must be positive, got {value}")
         if self.precision.name not in PRECISIONS:
-            raise ConfigError(f"precision.name must be one of {tuple(PRECISIONS)}, got {self.precision.name!r}")
+            raise ConfigError(
+                f"precision.name must be one of {tuple(PRECISIONS)}, got {self.precision.name!r}"
+            )
         if self.data.source not in DATA_SOURCES:
             raise ConfigError(f"data.source must be one of {DATA_SOURCES}, got {self.data.source!r}")
         if self.data.source != "synthetic" and not self.data.path:
@@ -212,8 +216,10 @@ class CellConfig:
             # a custom model's reader takes what it takes
             wants_dir = {"imagefolder": True, "text": False, "bin": False}.get(self.data.source)
             if wants_dir is not None and path.is_dir() != wants_dir:
-                raise ConfigError(f"data.source={self.data.source} needs a {'directory' if wants_dir else 'file'}"
-                                  f" as data.path, got {self.data.path}")
+                raise ConfigError(
+                    f"data.source={self.data.source} needs a {'directory' if wants_dir else 'file'}"
+                    f" as data.path, got {self.data.path}"
+                )
         if self.data.workers < 0:
             raise ConfigError(f"data.workers must be >= 0, got {self.data.workers}")
         if self.device not in ("auto", "cuda", "cpu"):
@@ -223,13 +229,17 @@ class CellConfig:
             raise ConfigError(f"backend.mode must be one of {INDUCTOR_MODES}, got {mode!r}")
         if mode not in (None, "default") and self.backend.name != "inductor":
             raise ConfigError(f"backend.mode={mode} is an inductor mode; backend is {self.backend.name}")
-        if self.backend.name != "eager" and self.warmup_steps < 1:
+        if self.backend.name != BASELINE_BACKEND and self.warmup_steps < 1:
             raise ConfigError("compiled backends need warmup_steps >= 1: compilation must not be measured")
         if self.compile.measure not in COMPILE_MEASURES:
-            raise ConfigError(f"compile.measure must be one of {COMPILE_MEASURES}, got {self.compile.measure!r}")
+            raise ConfigError(
+                f"compile.measure must be one of {COMPILE_MEASURES}, got {self.compile.measure!r}"
+            )
         if self.compile.measure == "cold_warm" and self.distributed.world_size > 1:
-            raise ConfigError("compile.measure=cold_warm measures one process's compile; this cell trains as "
-                              f"{self.distributed.world_size} processes")
+            raise ConfigError(
+                "compile.measure=cold_warm measures one process's compile; this cell trains as "
+                f"{self.distributed.world_size} processes"
+            )
         if self.backend.compile_optimizer and self.precision.name == "fp16":
             raise ConfigError("backend.compile_optimizer with fp16: GradScaler calls the optimizer itself")
         self._validate_distributed()
@@ -244,12 +254,18 @@ class CellConfig:
         if m.max_seconds is not None and not m.max_seconds > 0:
             raise ConfigError(f"measure.max_seconds must be > 0 or null, got {m.max_seconds}")
         if m.max_seconds is not None and m.max_seconds < m.min_seconds:
-            raise ConfigError(f"measure.max_seconds ({m.max_seconds}) must be >= measure.min_seconds ({m.min_seconds})")
+            raise ConfigError(
+                f"measure.max_seconds ({m.max_seconds}) must be >= measure.min_seconds ({m.min_seconds})"
+            )
         if m.rel_ci is not None and not 0 < m.rel_ci < 1:
-            raise ConfigError(f"measure.rel_ci must be between 0 and 1 (0.01 = ±1% of the median), got {m.rel_ci}")
+            raise ConfigError(
+                f"measure.rel_ci must be between 0 and 1 (0.01 = ±1% of the median), got {m.rel_ci}"
+            )
         if m.rel_ci is not None and m.max_steps is None and m.max_seconds is None:
-            raise ConfigError("measure.rel_ci needs measure.max_steps or measure.max_seconds: a precision that is "
-                              "never reached would measure forever")
+            raise ConfigError(
+                "measure.rel_ci needs measure.max_steps or measure.max_seconds: a precision that is "
+                "never reached would measure forever"
+            )
 
     def _validate_distributed(self) -> None:
         dist = self.distributed
@@ -262,7 +278,9 @@ class CellConfig:
             raise ConfigError("distributed.backend=nccl needs GPUs; device=cpu trains with gloo")
         # DDP's first bucket holds 1 MiB, and dynamo's DDPOptimizer refuses a smaller cap than that.
         if dist.bucket_cap_mb is not None and dist.bucket_cap_mb < 1:
-            raise ConfigError(f"distributed.bucket_cap_mb must be >= 1 (DDP's first bucket), got {dist.bucket_cap_mb}")
+            raise ConfigError(
+                f"distributed.bucket_cap_mb must be >= 1 (DDP's first bucket), got {dist.bucket_cap_mb}"
+            )
 
 
 #: Top-level keys that belong to the orchestrator; a workload ignores them.
@@ -372,8 +390,11 @@ def _plain(value: Any) -> Any:
 @functools.cache
 def _later_section_defaults() -> dict[str, dict[str, Any]]:
     """The sections added after cells existed, at their defaults (built once: a sweep digests every cell)."""
-    return {"distributed": cell_config_to_dict(DistributedConfig()), "measure": cell_config_to_dict(MeasureConfig()),
-            "compile": cell_config_to_dict(CompileConfig())}
+    return {
+        "distributed": cell_config_to_dict(DistributedConfig()),
+        "measure": cell_config_to_dict(MeasureConfig()),
+        "compile": cell_config_to_dict(CompileConfig()),
+    }
 
 
 #: Keys added to a section after cells existed, with the value at which they stay out of the digest.

@@ -21,8 +21,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -55,10 +56,14 @@ class Ranks:
 def launched_ranks(environ: Mapping[str, str] = os.environ) -> Ranks:
     """The ranks the launcher gave this process (torch's env:// variables); no group joined yet."""
     try:
-        ranks = Ranks(int(environ.get("RANK", 0)), int(environ.get("WORLD_SIZE", 1)), int(environ.get("LOCAL_RANK", 0)))
+        ranks = Ranks(
+            int(environ.get("RANK", 0)), int(environ.get("WORLD_SIZE", 1)), int(environ.get("LOCAL_RANK", 0))
+        )
     except ValueError:
-        raise LaunchError(f"RANK, WORLD_SIZE and LOCAL_RANK must be integers, got "
-                          f"{[environ.get(k) for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK')]}") from None
+        raise LaunchError(
+            f"RANK, WORLD_SIZE and LOCAL_RANK must be integers, got "
+            f"{[environ.get(k) for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK')]}"
+        ) from None
     if not 0 <= ranks.rank < ranks.world_size:
         raise LaunchError(f"RANK={ranks.rank} is outside WORLD_SIZE={ranks.world_size}")
     return ranks
@@ -69,16 +74,24 @@ def join(cfg: DistributedConfig, device_type: str, environ: Mapping[str, str] = 
     launched = launched_ranks(environ)
     if launched.world_size != cfg.world_size:
         how = f"WORLD_SIZE={launched.world_size}" if "WORLD_SIZE" in environ else "alone (WORLD_SIZE unset)"
-        hint = ": distributed cells run through a Slurm cluster profile, one task per process" if cfg.world_size > 1 else ""
-        raise LaunchError(f"the cell trains as {cfg.world_size} process(es) (distributed.nodes={cfg.nodes} x "
-                          f"tasks_per_node={cfg.tasks_per_node}) but this process was started {how}{hint}")
+        hint = (
+            ": distributed cells run through a Slurm cluster profile, one task per process"
+            if cfg.world_size > 1
+            else ""
+        )
+        raise LaunchError(
+            f"the cell trains as {cfg.world_size} process(es) (distributed.nodes={cfg.nodes} x "
+            f"tasks_per_node={cfg.tasks_per_node}) but this process was started {how}{hint}"
+        )
     if cfg.world_size == 1:
         return launched
     backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device_type == "cuda" else "gloo")
     if device_type == "cuda":
         if launched.local_rank >= torch.cuda.device_count():
-            raise LaunchError(f"LOCAL_RANK={launched.local_rank} but this process sees "
-                              f"{torch.cuda.device_count()} GPU(s) (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})")
+            raise LaunchError(
+                f"LOCAL_RANK={launched.local_rank} but this process sees "
+                f"{torch.cuda.device_count()} GPU(s) (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})"
+            )
         torch.cuda.set_device(launched.local_rank)  # NCCL's communicator and every .cuda() use it
     dist.init_process_group(backend, init_method="env://", rank=launched.rank, world_size=launched.world_size)
     return Ranks(launched.rank, launched.world_size, launched.local_rank, backend)

@@ -36,8 +36,9 @@ class Precision:
             return contextlib.nullcontext()
         import torch
 
-        return torch.autocast(device_type=device_type, dtype=getattr(torch, self.autocast_dtype),
-                              cache_enabled=cache_enabled)
+        return torch.autocast(
+            device_type=device_type, dtype=getattr(torch, self.autocast_dtype), cache_enabled=cache_enabled
+        )
 
     def make_scaler(self, device_type: str) -> torch.amp.GradScaler | None:
         import torch

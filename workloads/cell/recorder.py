@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import socket
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+from workloads.cell.train import StepRecord
 from workloads.contract.schema import RUN_SCHEMA, SCHEMA_VERSION, STEPS_SCHEMA, append_rows_atomic
 from workloads.contract.sweep_dir import RUN_FILE, STEPS_FILE
-from workloads.cell.train import StepRecord
 
 
 @dataclass
@@ -67,12 +68,17 @@ def merge_steps(reports: Sequence[RankReport]) -> list[MergedStep]:
             raise ValueError(f"ranks disagree on step {step}: {[(s.step, s.phase) for s in per_rank]}")
         times = [s.step_time_ms for s in per_rank]
         waits = [s.data_time_ms for s in per_rank]
-        merged.append(MergedStep(step, phase, max(times), max(waits), statistics.fmean(s.loss for s in per_rank),
-                                 times, waits))
+        merged.append(
+            MergedStep(
+                step, phase, max(times), max(waits), statistics.fmean(s.loss for s in per_rank), times, waits
+            )
+        )
     return merged
 
 
-def compile_time_s(warmup_ms: Sequence[float], measured_ms: Sequence[float], setup_time_s: float) -> float | None:
+def compile_time_s(
+    warmup_ms: Sequence[float], measured_ms: Sequence[float], setup_time_s: float
+) -> float | None:
     """Setup (ahead-of-time work such as TorchScript tracing) plus the warm-up steps' excess over
     the median measured step: compilation, autotuning, graph recording. None without measured steps."""
     if not measured_ms:
@@ -93,8 +99,12 @@ class CellRecorder:
         self.cell_id, self.attempt, self.world_size = cell_id, attempt, world_size
         self.records: list[StepRecord] = []
         self.steps: list[dict[str, Any]] = []
-        self.run: dict[str, Any] = {"cell_id": cell_id, "attempt": attempt, "world_size": world_size,
-                                    "schema_version": SCHEMA_VERSION}
+        self.run: dict[str, Any] = {
+            "cell_id": cell_id,
+            "attempt": attempt,
+            "world_size": world_size,
+            "schema_version": SCHEMA_VERSION,
+        }
         self.items_per_step: int | None = None
         """Items (tokens, images) of one optimizer step over all ranks."""
         self.flops_per_step: float | None = None
@@ -122,8 +132,12 @@ class CellRecorder:
             rank_hostname=[r.hostname for r in reports],
             rank_peak_mem_bytes=memory,
             peak_mem_bytes=max((m for m in memory if m is not None), default=None),
-            rank_median_step_ms=[statistics.median(measured) if measured else None for _, measured in per_rank],
-            rank_compile_time_s=[compile_time_s(*times, setup_time_s) for times in per_rank] if compiles else None,
+            rank_median_step_ms=[
+                statistics.median(measured) if measured else None for _, measured in per_rank
+            ],
+            rank_compile_time_s=[compile_time_s(*times, setup_time_s) for times in per_rank]
+            if compiles
+            else None,
         )
         measured = _phase_times(merged, "measure")
         if not measured:
@@ -137,7 +151,9 @@ class CellRecorder:
             items_per_s=self.items_per_step / (median / 1e3),
             mfu=self._mfu(median),
             first_step_ms=merged[0].step_time_ms,
-            compile_time_s=compile_time_s(_phase_times(merged, "warmup"), measured, setup_time_s) if compiles else None,
+            compile_time_s=compile_time_s(_phase_times(merged, "warmup"), measured, setup_time_s)
+            if compiles
+            else None,
             **self._end_to_end(merged),
         )
 
@@ -164,12 +180,18 @@ class CellRecorder:
     def _row(self, step: MergedStep) -> dict[str, Any]:
         seconds = step.step_time_ms / 1e3
         return {
-            "cell_id": self.cell_id, "attempt": self.attempt, "step": step.step, "phase": step.phase,
-            "step_time_ms": step.step_time_ms, "data_time_ms": step.data_time_ms, "loss": step.loss,
+            "cell_id": self.cell_id,
+            "attempt": self.attempt,
+            "step": step.step,
+            "phase": step.phase,
+            "step_time_ms": step.step_time_ms,
+            "data_time_ms": step.data_time_ms,
+            "loss": step.loss,
             "items": self.items_per_step,
             "tflops": self.flops_per_step / seconds / 1e12 if self.flops_per_step and seconds > 0 else None,
             "mfu": self._mfu(step.step_time_ms),
-            "rank_step_time_ms": step.rank_step_time_ms, "rank_data_time_ms": step.rank_data_time_ms,
+            "rank_step_time_ms": step.rank_step_time_ms,
+            "rank_data_time_ms": step.rank_data_time_ms,
         }
 
     def write(self, cell_dir: Path) -> None:

@@ -16,8 +16,9 @@ import math
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -43,10 +44,20 @@ class StepRecord:
 class TrainStep:
     """A callable that runs one optimizer step and returns (mean loss tensor, seconds waiting for data)."""
 
-    def __init__(self, module: nn.Module, loss_fn: LossFn, optimizer: torch.optim.Optimizer,
-                 batches: Iterator[Batch], precision: Precision, device: torch.device,
-                 grad_accum: int, grad_clip: float, marks_cudagraph_steps: bool,
-                 optimizer_step: Callable[[], None] | None = None, ddp: DistributedDataParallel | None = None):
+    def __init__(
+        self,
+        module: nn.Module,
+        loss_fn: LossFn,
+        optimizer: torch.optim.Optimizer,
+        batches: Iterator[Batch],
+        precision: Precision,
+        device: torch.device,
+        grad_accum: int,
+        grad_clip: float,
+        marks_cudagraph_steps: bool,
+        optimizer_step: Callable[[], None] | None = None,
+        ddp: DistributedDataParallel | None = None,
+    ):
         self.module = module
         self.loss_fn = loss_fn
         self.optimizer = optimizer
@@ -194,7 +205,9 @@ class StopRule:
             bisect.insort(self.sorted_s, seconds)
         if self.n < self.steps:
             return None
-        if self.elapsed_s >= m.min_seconds and (m.rel_ci is None or median_rel_halfwidth(self.sorted_s) <= m.rel_ci):
+        if self.elapsed_s >= m.min_seconds and (
+            m.rel_ci is None or median_rel_halfwidth(self.sorted_s) <= m.rel_ci
+        ):
             if self.n == self.steps:
                 return "steps"
             return "rel_ci" if m.rel_ci is not None and before >= m.min_seconds else "min_seconds"
@@ -247,8 +260,9 @@ class _Stopping:
     collective, at the same step on every rank — and all run the largest one.
     """
 
-    def __init__(self, warmup_steps: int, steps: int, measure: MeasureConfig,
-                 gather: Callable[[Any], list[Any]] | None):
+    def __init__(
+        self, warmup_steps: int, steps: int, measure: MeasureConfig, gather: Callable[[Any], list[Any]] | None
+    ):
         self.warmup_steps, self.gather = warmup_steps, gather
         self.rule = StopRule(steps, measure)
         cap = max(steps, measure.max_steps) if measure.max_steps is not None else math.inf
@@ -269,8 +283,9 @@ class _Stopping:
         if in_flight <= 0 or n < rule.steps:
             return False
         foreseen_s = rule.elapsed_s * n / rule.n
-        return ((m.rel_ci is None and foreseen_s >= m.min_seconds)
-                or (m.max_seconds is not None and foreseen_s >= m.max_seconds))
+        return (m.rel_ci is None and foreseen_s >= m.min_seconds) or (
+            m.max_seconds is not None and foreseen_s >= m.max_seconds
+        )
 
     def measured(self, step_time_ms: float, launched: int) -> None:
         """One more measured step was reported, `launched` steps having been started."""
@@ -285,10 +300,16 @@ class _Stopping:
             self.limit = max(self.warmup_steps + count, launched)
 
 
-def run_steps(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int, steps: int,
-              device: torch.device, on_step: Callable[[StepRecord], None], measure: MeasureConfig | None = None,
-              gather: Callable[[Any], list[Any]] | None = None,
-              before_measuring: Callable[[], object] | None = None) -> str:
+def run_steps(
+    step: Callable[[], tuple[torch.Tensor, float]],
+    warmup_steps: int,
+    steps: int,
+    device: torch.device,
+    on_step: Callable[[StepRecord], None],
+    measure: MeasureConfig | None = None,
+    gather: Callable[[Any], list[Any]] | None = None,
+    before_measuring: Callable[[], object] | None = None,
+) -> str:
     """Run warm-up steps, then measured steps until `measure` says stop (`StopRule`; None: exactly
     `steps`), reporting each step through `on_step` once it has ended on the device, so that a
     failure later in the run keeps the steps already measured. `gather` (every rank's value, in
@@ -328,8 +349,13 @@ class _Pause:
         return True
 
 
-def _run_steps_cpu(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int, stopping: _Stopping,
-                   on_step: Callable[[StepRecord], None], pause: _Pause) -> None:
+def _run_steps_cpu(
+    step: Callable[[], tuple[torch.Tensor, float]],
+    warmup_steps: int,
+    stopping: _Stopping,
+    on_step: Callable[[StepRecord], None],
+    pause: _Pause,
+) -> None:
     """CPU ops complete before they return: the host clock is the device clock."""
     i = 0
     start = time.perf_counter()
@@ -353,8 +379,13 @@ def _phase(i: int, warmup_steps: int) -> str:
     return "warmup" if i < warmup_steps else "measure"
 
 
-def _run_steps_cuda(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps: int, stopping: _Stopping,
-                    on_step: Callable[[StepRecord], None], pause: _Pause) -> None:
+def _run_steps_cuda(
+    step: Callable[[], tuple[torch.Tensor, float]],
+    warmup_steps: int,
+    stopping: _Stopping,
+    on_step: Callable[[StepRecord], None],
+    pause: _Pause,
+) -> None:
     """Step boundaries are CUDA events recorded in the stream; a step's time is the device
     time between its two boundary events (GPU idle time waiting for the host included).
 
@@ -375,8 +406,9 @@ def _run_steps_cuda(step: Callable[[], tuple[torch.Tensor, float]], warmup_steps
 
     def report(i: int, start: torch.cuda.Event, end: torch.cuda.Event, data_s: float) -> StepRecord:
         end.synchronize()
-        rec = StepRecord(i, _phase(i, warmup_steps), start.elapsed_time(end), data_s * 1e3,
-                         losses[i % len(losses)].item())
+        rec = StepRecord(
+            i, _phase(i, warmup_steps), start.elapsed_time(end), data_s * 1e3, losses[i % len(losses)].item()
+        )
         on_step(rec)
         return rec
 

@@ -23,9 +23,9 @@ import socket
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
 
 #: What flock answers on a filesystem that does not support it (Lustre without `-o flock`, NFS
 #: without a lock manager, some FUSE filesystems).
@@ -47,7 +47,7 @@ class Holder:
     token: str
 
     @classmethod
-    def me(cls) -> "Holder":
+    def me(cls) -> Holder:
         return cls(socket.gethostname(), os.getpid(), uuid.uuid4().hex)
 
     def describe(self) -> str:
@@ -107,8 +107,12 @@ def _acquire(lock: Path, me: Holder, stale_after_s: float) -> None:
                 _break(lock, holder, why)
                 continue
             if not announced and time.monotonic() - began > ANNOUNCE_WAIT_S and holder is not None:
-                print(f"waiting for the lock {lock}, held by {holder.describe()} "
-                      f"(broken once older than {stale_after_s:.0f} s)", file=sys.stderr, flush=True)
+                print(
+                    f"waiting for the lock {lock}, held by {holder.describe()} "
+                    f"(broken once older than {stale_after_s:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 announced = True
             time.sleep(delay)
             delay = min(2 * delay, 0.5)
@@ -132,7 +136,7 @@ def read_holder(lock: Path) -> Holder | None:
 
 def stale(lock: Path, holder: Holder, stale_after_s: float) -> str | None:
     """Why the lock file of `holder` may be broken, or None while it must be waited for."""
-    if holder.host == socket.gethostname() and not _alive(holder.pid):
+    if holder.host == socket.gethostname() and not process_alive(holder.pid):
         return f"its holder, {holder.describe()}, is gone"
     try:
         age = time.time() - lock.stat().st_mtime
@@ -143,7 +147,9 @@ def stale(lock: Path, holder: Holder, stale_after_s: float) -> str | None:
     return None
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """A running process of this host (an exited one that its parent has not reaped yet, a zombie,
+    is not)."""
     if pid <= 0:
         return False
     try:
@@ -152,7 +158,10 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:  # another user's process
         return True
-    return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: alive as far as we can tell
 
 
 def _break(lock: Path, holder: Holder, why: str) -> None:
@@ -176,5 +185,8 @@ def _release(lock: Path, me: Holder) -> None:
     if read_holder(lock) == me:
         lock.unlink(missing_ok=True)
     else:
-        print(f"warning: the lock {lock} was broken while {me.describe()} held it (held too long?)",
-              file=sys.stderr, flush=True)
+        print(
+            f"warning: the lock {lock} was broken while {me.describe()} held it (held too long?)",
+            file=sys.stderr,
+            flush=True,
+        )

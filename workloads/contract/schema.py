@@ -27,8 +27,9 @@ while the cell measured.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -54,7 +55,10 @@ STEPS_SCHEMA = pa.schema(
         ("tflops", pa.float64()),  # achieved model TFLOP/s; null where FLOPs are unknown
         ("mfu", pa.float64()),  # fraction of peak (0..1) of all ranks' devices; null where no peak is known
         ("rank_step_time_ms", pa.list_(pa.float64())),  # each rank's own step time; step_time_ms is their max
-        ("rank_data_time_ms", pa.list_(pa.float64())),  # each rank's wait for batches; data_time_ms is their max
+        (
+            "rank_data_time_ms",
+            pa.list_(pa.float64()),
+        ),  # each rank's wait for batches; data_time_ms is their max
     ]
 )
 
@@ -67,7 +71,9 @@ PROVENANCE_FIELDS: list[pa.Field] = [
     pa.field("torch_threads", pa.int64()),  # torch.get_num_threads(): intra-op CPU threads
     pa.field("node_name", pa.string()),  # SLURMD_NODENAME, else the hostname
     pa.field("slurm_cpu_bind", pa.string()),  # srun's SLURM_CPU_BIND (else _TYPE+_LIST); null outside srun
-    pa.field("slurm_cpus", pa.int64()),  # CPUs Slurm gave the task (SLURM_CPUS_PER_TASK, else the job's on this node)
+    pa.field(
+        "slurm_cpus", pa.int64()
+    ),  # CPUs Slurm gave the task (SLURM_CPUS_PER_TASK, else the job's on this node)
     pa.field("gpu_driver", pa.string()),  # NVIDIA driver version, e.g. "570.86.15"
     pa.field("gpu_sm_clock_mhz", pa.int64()),  # SM clock, MHz, sampled at finish (under load), else at start
     pa.field("gpu_mem_clock_mhz", pa.int64()),  # memory clock, MHz, sampled like gpu_sm_clock_mhz
@@ -75,7 +81,9 @@ PROVENANCE_FIELDS: list[pa.Field] = [
     pa.field("gpu_power_limit_w", pa.float64()),  # enforced power limit, W
     pa.field("gpu_temp_start_c", pa.float64()),  # GPU die temperature before the first step, °C
     pa.field("gpu_temp_end_c", pa.float64()),  # GPU die temperature after the last step, °C
-    pa.field("gpu_other_processes", pa.int64()),  # compute processes on this GPU besides ours, max of start/end
+    pa.field(
+        "gpu_other_processes", pa.int64()
+    ),  # compute processes on this GPU besides ours, max of start/end
     pa.field("gpu_other_process_list", pa.string()),  # those processes, "pid:name" comma-joined; "" if none
 ]
 
@@ -83,12 +91,20 @@ PROVENANCE_FIELDS: list[pa.Field] = [
 HOST_LOAD_FIELDS: list[pa.Field] = [
     pa.field("host_op_us", pa.float64()),  # µs of host time per tiny op on the device, right before measuring
     pa.field("node_cpus_busy_other", pa.float64()),  # node CPUs busy with others' work, mean over the window
-    pa.field("cpu_steal_share", pa.float64()),  # share of node CPU time stolen by the hypervisor in the window
+    pa.field(
+        "cpu_steal_share", pa.float64()
+    ),  # share of node CPU time stolen by the hypervisor in the window
 ]
 #: Lookups of inductor's FX graph cache and of the AOTAutograd cache that hit, missed or
 #: bypassed it (dynamo's counters: workloads/instruments/dynamo_records.py).
-CACHE_COUNT_COLUMNS = ("fx_graph_cache_hits", "fx_graph_cache_misses", "fx_graph_cache_bypasses",
-                       "aot_autograd_cache_hits", "aot_autograd_cache_misses", "aot_autograd_cache_bypasses")
+CACHE_COUNT_COLUMNS = (
+    "fx_graph_cache_hits",
+    "fx_graph_cache_misses",
+    "fx_graph_cache_bypasses",
+    "aot_autograd_cache_hits",
+    "aot_autograd_cache_misses",
+    "aot_autograd_cache_bypasses",
+)
 
 #: Why graphs broke or recompiled (workloads/instruments/dynamo_records.py): one entry per distinct reason.
 REASONS = pa.list_(pa.struct([("reason", pa.string()), ("count", pa.int64())]))
@@ -112,14 +128,26 @@ RUN_SCHEMA = pa.schema(
         ("std_step_ms", pa.float64()),
         ("items_per_s", pa.float64()),
         ("mfu", pa.float64()),
-        ("measured_s", pa.float64()),  # measured span = sum of measured step_time_ms (CUDA: device clock; CPU: host)
+        (
+            "measured_s",
+            pa.float64(),
+        ),  # measured span = sum of measured step_time_ms (CUDA: device clock; CPU: host)
         ("e2e_items_per_s", pa.float64()),  # items_per_step x measured_steps / measured_s
         ("e2e_mfu", pa.float64()),  # mfu over measured_s: waits for data or for the host included
         ("data_wait_s", pa.float64()),  # waiting for batches in the measured steps: sum of their data_time_ms
-        ("stop_reason", pa.string()),  # why measuring stopped: steps | min_seconds | rel_ci | max_steps | max_seconds
+        (
+            "stop_reason",
+            pa.string(),
+        ),  # why measuring stopped: steps | min_seconds | rel_ci | max_steps | max_seconds
         ("compile_time_s", pa.float64()),
-        ("compile_cold_s", pa.float64()),  # compile.measure=cold_warm: the compile with empty caches, its own process
-        ("compile_warm_s", pa.float64()),  # ... and with the caches that one left: this attempt's compile_time_s
+        (
+            "compile_cold_s",
+            pa.float64(),
+        ),  # compile.measure=cold_warm: the compile with empty caches, its own process
+        (
+            "compile_warm_s",
+            pa.float64(),
+        ),  # ... and with the caches that one left: this attempt's compile_time_s
         ("compile_cache_dir", pa.string()),  # the inductor cache directory the attempt compiled with
         ("compile_cache_warm", pa.bool_()),  # it held FX graph or AOTAutograd entries when the attempt began
         *((name, pa.int64()) for name in CACHE_COUNT_COLUMNS),  # cache lookups: hits, misses, bypasses
@@ -193,4 +221,3 @@ def append_rows_atomic(path: str | Path, rows: Iterable[Mapping[str, Any]], sche
         old = pq.read_table(path, schema=schema)
         new = pa.concat_tables([old, new])
     write_parquet_atomic(new, path)
-

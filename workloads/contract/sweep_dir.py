@@ -20,9 +20,10 @@ import contextlib
 import os
 import socket
 import sys
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence, TextIO
+from typing import Any, TextIO
 
 import pandas as pd
 import pyarrow as pa
@@ -32,7 +33,13 @@ import yaml
 
 from workloads.contract.file_lock import exclusive
 from workloads.contract.schema import (
-    MANIFEST_SCHEMA, RUN_SCHEMA, SCHEMA_VERSION, append_rows_atomic, atomic_output, table_from_rows, write_parquet_atomic,
+    MANIFEST_SCHEMA,
+    RUN_SCHEMA,
+    SCHEMA_VERSION,
+    append_rows_atomic,
+    atomic_output,
+    table_from_rows,
+    write_parquet_atomic,
 )
 from workloads.contract.vocabulary import COMPLETED, axes_from_config
 
@@ -49,8 +56,9 @@ SMOKE_DIR = "smoke"  # the sweep of `sweep --smoke`
 REPORT_DIR = "report"  # `analyze`'s tables, figures and index page
 COMPILE_CACHE_DIR = "compile_cache"  # cluster.compile_cache=shared
 #: What a sweep directory may hold at its top level; anything else means it is somebody else's.
-SWEEP_ENTRIES = frozenset({MANIFEST_FILE, CELLS_DIR, SBATCH_DIR, SUBMITIT_DIR, SMOKE_DIR, REPORT_DIR,
-                           COMPILE_CACHE_DIR})
+SWEEP_ENTRIES = frozenset(
+    {MANIFEST_FILE, CELLS_DIR, SBATCH_DIR, SUBMITIT_DIR, SMOKE_DIR, REPORT_DIR, COMPILE_CACHE_DIR}
+)
 
 #: libyaml's emitter and parser where PyYAML was built with them (the same YAML, ~20x faster
 #: than the pure-Python ones, which dominated a 10,000-cell dry-run).
@@ -83,11 +91,15 @@ def check_sweep_dir(sweep_dir: Path) -> None:
     if not path.is_dir():
         raise SweepDirError(f"hydra.sweep.dir={path} is a file, not a directory")
     # Hidden names are left alone: ours are temporary files of atomic writes (.manifest.parquet.*.tmp).
-    foreign = sorted(e.name for e in path.iterdir() if e.name not in SWEEP_ENTRIES and not e.name.startswith("."))
+    foreign = sorted(
+        e.name for e in path.iterdir() if e.name not in SWEEP_ENTRIES and not e.name.startswith(".")
+    )
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise SweepDirError(f"hydra.sweep.dir={path} is not a compilebench sweep directory (it holds {shown}); "
-                            "choose a new or empty directory")
+        raise SweepDirError(
+            f"hydra.sweep.dir={path} is not a compilebench sweep directory (it holds {shown}); "
+            "choose a new or empty directory"
+        )
 
 
 def is_sweep_dir(sweep_dir: Path) -> bool:
@@ -112,6 +124,7 @@ def cell_dirs(sweep_dir: Path) -> list[Path]:
 
 
 # Reading Parquet files.
+
 
 def read_tables(paths: Sequence[Path], schema: pa.Schema) -> tuple[pa.Table, list[tuple[Path, Exception]]]:
     """The files as one table of `schema` (columns a file lacks come back null, columns `schema`
@@ -148,6 +161,7 @@ def read_parquet(path: Path, schema: pa.Schema, warn: TextIO | None = STDERR) ->
 
 # The cell's config.
 
+
 def config_yaml(config: Mapping[str, Any]) -> str:
     """A cell's resolved config as the YAML text of its config.yaml."""
     return yaml.dump(dict(config), Dumper=_YAML_DUMPER, sort_keys=False)
@@ -176,6 +190,7 @@ def read_cell_config(directory: Path, warn: TextIO | None = STDERR) -> dict[str,
 
 
 # The manifest.
+
 
 @contextlib.contextmanager
 def manifest_lock(sweep_dir: Path) -> Iterator[None]:
@@ -212,10 +227,15 @@ def recorded_job_ids(sweep_dir: Path) -> dict[str, str]:
     manifest = read_manifest(sweep_dir)
     if manifest is None:
         return {}
-    return {cell: job for cell, job in zip(manifest["cell_id"], manifest["job_id"]) if isinstance(job, str) and job}
+    return {
+        cell: job
+        for cell, job in zip(manifest["cell_id"], manifest["job_id"])
+        if isinstance(job, str) and job
+    }
 
 
 # Attempts: which one speaks for the cell, and whether it is done.
+
 
 def counting_attempts(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per cell_id: the attempt that speaks for the cell, i.e. the last completed one,
@@ -293,16 +313,26 @@ def next_attempt(directory: Path) -> int:
     return max(attempts, default=0) + 1
 
 
-def record_killed_attempt(directory: Path, cell_id: str, repeat: int, status: str, error: str,
-                          started_at: datetime) -> None:
+def record_killed_attempt(
+    directory: Path, cell_id: str, repeat: int, status: str, error: str, started_at: datetime
+) -> None:
     """A run row for an attempt whose process was killed before it could write one (the kernel's
     OOM killer sends SIGKILL, which no process can catch): written by the process that started it,
     so that the attempt is a recorded status, not a cell without a result."""
     directory = Path(directory)
-    row = {**axes_from_config(read_cell_config(directory, None)), "cell_id": cell_id,
-           "attempt": next_attempt(directory), "repeat": repeat, "status": status, "error": error,
-           "hostname": socket.gethostname(), "started_at": started_at, "finished_at": datetime.now(timezone.utc),
-           "slurm_job_id": os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID"),
-           "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
-           "partition": os.environ.get("SLURM_JOB_PARTITION"), "schema_version": SCHEMA_VERSION}
+    row = {
+        **axes_from_config(read_cell_config(directory, None)),
+        "cell_id": cell_id,
+        "attempt": next_attempt(directory),
+        "repeat": repeat,
+        "status": status,
+        "error": error,
+        "hostname": socket.gethostname(),
+        "started_at": started_at,
+        "finished_at": datetime.now(timezone.utc),
+        "slurm_job_id": os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID"),
+        "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
+        "partition": os.environ.get("SLURM_JOB_PARTITION"),
+        "schema_version": SCHEMA_VERSION,
+    }
     append_rows_atomic(directory / RUN_FILE, [row], RUN_SCHEMA)

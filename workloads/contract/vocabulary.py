@@ -22,8 +22,9 @@ This module imports nothing heavy (no torch, no pandas): the Slurm task and `sta
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -60,7 +61,9 @@ def _arch(config: Mapping[str, Any]) -> str | None:
 
 def _processes(config: Mapping[str, Any]) -> int:
     # A one-process cell's config may have no `distributed` section (its id stays what it was).
-    return (config_value(config, "distributed.nodes") or 1) * (config_value(config, "distributed.tasks_per_node") or 1)
+    return (config_value(config, "distributed.nodes") or 1) * (
+        config_value(config, "distributed.tasks_per_node") or 1
+    )
 
 
 def _nodes(config: Mapping[str, Any]) -> int:
@@ -167,14 +170,27 @@ def backend_label(values: Mapping[str, Any]) -> str:
     return f"{name} ({', '.join(notes)})" if notes else name
 
 
+#: The backend every other one is compared with: a compiled cell's speedup is over the eager cell
+#: of the same workload.
+BASELINE_BACKEND = "eager"
+
+
 # States. An attempt of a cell ends in one of STATUSES (run.parquet's `status`); `not_compiled`:
 # a compiled backend was asked for and nothing compiled. A cell without a readable result is
 # NO_RESULT or UNREADABLE to analysis; `status` asks the scheduler about it instead.
-COMPLETED = "completed"
-STATUSES = (COMPLETED, "failed", "oom", "timeout", "cancelled", "not_compiled")
+COMPLETED, FAILED, OOM, TIMEOUT, CANCELLED, NOT_COMPILED = (
+    "completed",
+    "failed",
+    "oom",
+    "timeout",
+    "cancelled",
+    "not_compiled",
+)
+STATUSES = (COMPLETED, FAILED, OOM, TIMEOUT, CANCELLED, NOT_COMPILED)
 NO_RESULT, UNREADABLE = "no_result", "unreadable"
 #: A cell's job in the scheduler's queue.
-QUEUED = ("pending", "running")
+PENDING, RUNNING = "pending", "running"
+QUEUED = (PENDING, RUNNING)
 #: A job that the scheduler has forgotten without a result; a cell whose job state could not be
 #: learned; a cell never started (a dry run, or a local sweep that has not reached it).
 LOST, UNKNOWN, NOT_RUN = "lost", "unknown", "not run"
@@ -187,5 +203,9 @@ ERROR_WIDTH = 60
 
 def short_error(error: Any, width: int = ERROR_WIDTH) -> str:
     """The first non-empty line of an error, cut to `width` characters ('' for no error)."""
-    line = next((line.strip() for line in error.splitlines() if line.strip()), "") if isinstance(error, str) else ""
+    line = (
+        next((line.strip() for line in error.splitlines() if line.strip()), "")
+        if isinstance(error, str)
+        else ""
+    )
     return line if len(line) <= width else line[: width - 1] + "…"

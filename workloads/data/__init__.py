@@ -8,7 +8,7 @@ Which sources fit which model kind:
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -17,8 +17,13 @@ from workloads.cell.config import CellConfig
 from workloads.custom_model import CustomModel, custom_batches
 from workloads.data.images import imagefolder_batches, synthetic_image_batches
 from workloads.data.tokens import (
-    Batch, bin_vocab_size, encode_text_file, stream_batches, synthetic_token_batches,
+    Batch,
+    bin_vocab_size,
+    encode_text_file,
+    stream_batches,
+    synthetic_token_batches,
 )
+
 
 def _data_generator(cfg: CellConfig, rank: int) -> torch.Generator:
     # Separate stream from model init, so data is identical whatever the model consumed; each
@@ -36,10 +41,18 @@ def load_token_source(cfg: CellConfig) -> tuple[np.ndarray | None, int | None]:
     return None, None
 
 
-def make_batches(cfg: CellConfig, kind: str, batch_size: int, sample_shape: tuple[int, ...],
-                 num_classes: int, device: torch.device,
-                 tokens: np.ndarray | None = None, rank: int = 0, world_size: int = 1,
-                 custom: CustomModel | None = None) -> Iterator[Batch]:
+def make_batches(
+    cfg: CellConfig,
+    kind: str,
+    batch_size: int,
+    sample_shape: tuple[int, ...],
+    num_classes: int,
+    device: torch.device,
+    tokens: np.ndarray | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    custom: CustomModel | None = None,
+) -> Iterator[Batch]:
     """Endless batches of the configured source, already on `device`; with several ranks, this
     rank's share (its own random samples, or its DistributedSampler part of an image folder).
     `custom`: a custom model's own batch maker and reader (kind `custom`)."""
@@ -52,7 +65,16 @@ def make_batches(cfg: CellConfig, kind: str, batch_size: int, sample_shape: tupl
             return stream_batches(tokens, batch_size, block_size, device, generator)
         return synthetic_token_batches(batch_size, block_size, num_classes, device, generator)
     if cfg.data.source == "imagefolder":
-        return imagefolder_batches(cfg.data.path, batch_size, sample_shape, device, cfg.data.workers,
-                                   cfg.seed, cfg.model.channels_last, world_size)
-    return synthetic_image_batches(batch_size, sample_shape, num_classes, device, generator,
-                                   cfg.model.channels_last)
+        return imagefolder_batches(
+            cfg.data.path,
+            batch_size,
+            sample_shape,
+            device,
+            cfg.data.workers,
+            cfg.seed,
+            cfg.model.channels_last,
+            world_size,
+        )
+    return synthetic_image_batches(
+        batch_size, sample_shape, num_classes, device, generator, cfg.model.channels_last
+    )

@@ -4,12 +4,12 @@ timm's prefetcher normalises on the device in a side stream)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+from workloads.cell.train import Batch
 
 
 def _to_memory_format(batches: Iterator[Batch], channels_last: bool) -> Iterator[Batch]:
@@ -18,9 +18,15 @@ def _to_memory_format(batches: Iterator[Batch], channels_last: bool) -> Iterator
         yield x.contiguous(memory_format=fmt), y
 
 
-def synthetic_image_batches(batch_size: int, sample_shape: tuple[int, ...], num_classes: int,
-                            device: torch.device, generator: torch.Generator, channels_last: bool,
-                            pool: int = 4) -> Iterator[Batch]:
+def synthetic_image_batches(
+    batch_size: int,
+    sample_shape: tuple[int, ...],
+    num_classes: int,
+    device: torch.device,
+    generator: torch.Generator,
+    channels_last: bool,
+    pool: int = 4,
+) -> Iterator[Batch]:
     """Random normalised images and labels made once on the host and cycled from device memory."""
     batches = []
     for _ in range(pool):
@@ -35,9 +41,16 @@ def synthetic_image_batches(batch_size: int, sample_shape: tuple[int, ...], num_
     return _to_memory_format(cycle(), channels_last)
 
 
-def imagefolder_batches(root: str | Path, batch_size: int, sample_shape: tuple[int, ...],
-                        device: torch.device, workers: int, seed: int,
-                        channels_last: bool, world_size: int = 1) -> Iterator[Batch]:
+def imagefolder_batches(
+    root: str | Path,
+    batch_size: int,
+    sample_shape: tuple[int, ...],
+    device: torch.device,
+    workers: int,
+    seed: int,
+    channels_last: bool,
+    world_size: int = 1,
+) -> Iterator[Batch]:
     """Endless training batches from `root/<class>/<image>` through timm's loader; with
     world_size > 1, this rank's part of every epoch (timm's DistributedSampler, in the joined
     process group)."""
@@ -45,8 +58,10 @@ def imagefolder_batches(root: str | Path, batch_size: int, sample_shape: tuple[i
 
     dataset = create_dataset("", root=str(root), is_training=True, seed=seed)
     if len(dataset) < batch_size * world_size:  # else an epoch has no full batch, and never ends
-        raise ValueError(f"{root}: {len(dataset)} images, fewer than one batch of {batch_size} "
-                         f"for each of {world_size} rank(s)")
+        raise ValueError(
+            f"{root}: {len(dataset)} images, fewer than one batch of {batch_size} "
+            f"for each of {world_size} rank(s)"
+        )
     on_gpu = device.type == "cuda"
     loader = create_loader(
         dataset,

@@ -8,13 +8,13 @@ without blocking so the copy overlaps the running step.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+from workloads.cell.train import Batch
 
 
 def encode_text_file(path: str | Path) -> tuple[np.ndarray, int]:
@@ -37,23 +37,30 @@ def bin_vocab_size(path: str | Path) -> int | None:
         return int(pickle.load(fh)["vocab_size"])
 
 
-def stream_batches(tokens: np.ndarray, batch_size: int, block_size: int, device: torch.device,
-                   generator: torch.Generator) -> Iterator[Batch]:
+def stream_batches(
+    tokens: np.ndarray, batch_size: int, block_size: int, device: torch.device, generator: torch.Generator
+) -> Iterator[Batch]:
     """Endless (inputs, targets) batches drawn at random offsets of `tokens`."""
     if len(tokens) <= block_size + 1:
         raise ValueError(f"data has {len(tokens)} tokens; need more than block_size + 1 = {block_size + 1}")
     pin = device.type == "cuda"
     while True:
         ix = torch.randint(len(tokens) - block_size - 1, (batch_size,), generator=generator).tolist()
-        x = torch.from_numpy(np.stack([tokens[i:i + block_size] for i in ix]).astype(np.int64))
-        y = torch.from_numpy(np.stack([tokens[i + 1:i + 1 + block_size] for i in ix]).astype(np.int64))
+        x = torch.from_numpy(np.stack([tokens[i : i + block_size] for i in ix]).astype(np.int64))
+        y = torch.from_numpy(np.stack([tokens[i + 1 : i + 1 + block_size] for i in ix]).astype(np.int64))
         if pin:
             x, y = x.pin_memory(), y.pin_memory()
         yield x.to(device, non_blocking=pin), y.to(device, non_blocking=pin)
 
 
-def synthetic_token_batches(batch_size: int, block_size: int, vocab_size: int, device: torch.device,
-                            generator: torch.Generator, pool: int = 8) -> Iterator[Batch]:
+def synthetic_token_batches(
+    batch_size: int,
+    block_size: int,
+    vocab_size: int,
+    device: torch.device,
+    generator: torch.Generator,
+    pool: int = 8,
+) -> Iterator[Batch]:
     """Random token batches, made once on the host (identical on every device) and cycled
     from device memory, so that the measured step contains no input pipeline."""
     batches = []

@@ -24,18 +24,18 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import ContextManager
 
-from workloads.instruments import compile_cache, dynamo_records
-from workloads.local import turns
 from workloads.cell.catalog import NON_DYNAMO_BACKENDS
-from workloads.local.child_env import child_env
 from workloads.cell.config import CellConfig, cell_config_to_dict, config_digest
 from workloads.cell.recorder import CellRecorder, compile_time_s
-from workloads.contract.sweep_dir import config_yaml
 from workloads.cell.train import PreparedCell, run_steps
-
+from workloads.contract.sweep_dir import config_yaml
+from workloads.instruments import compile_cache, dynamo_records
+from workloads.local import turns
+from workloads.local.child_env import child_env
 
 
 def measures_cold_and_warm(cfg: CellConfig) -> bool:
@@ -59,30 +59,48 @@ def compile_cold(cfg: CellConfig) -> list[float] | None:
     base = Path(os.environ[compile_cache.BASE_ENV])
     config, result = base / "cold.yaml", base / "cold.json"
     config.write_text(config_yaml(cell_config_to_dict(cfg)))
-    print("compilebench: compiling cold in a process of its own (compile.measure=cold_warm)", file=sys.stderr, flush=True)
+    print(
+        "compilebench: compiling cold in a process of its own (compile.measure=cold_warm)",
+        file=sys.stderr,
+        flush=True,
+    )
     sys.stdout.flush()
-    code = subprocess.run([sys.executable, "-m", "workloads.run", str(config), "--compile-cold", str(result)],
-                          # not one of the local executor's replicates: it takes no turn on the device
-                          env=child_env(drop=(turns.DIR_ENV, turns.INDEX_ENV)), stdin=subprocess.DEVNULL).returncode
+    code = subprocess.run(
+        [sys.executable, "-m", "workloads.run", str(config), "--compile-cold", str(result)],
+        # not one of the local executor's replicates: it takes no turn on the device
+        env=child_env(drop=(turns.DIR_ENV, turns.INDEX_ENV)),
+        stdin=subprocess.DEVNULL,
+    ).returncode
     if code != 0:
-        raise RuntimeError(f"the cold compile's process (compile.measure=cold_warm) exited {code}; its output is "
-                           "in this log, before this line")
+        raise RuntimeError(
+            f"the cold compile's process (compile.measure=cold_warm) exited {code}; its output is "
+            "in this log, before this line"
+        )
     return json.loads(result.read_text())["warmup_ms"]
 
 
-def compile_cold_here(cfg: CellConfig, result: Path,
-                      prepare: Callable[[CellConfig, CellRecorder], PreparedCell]) -> None:
+def compile_cold_here(
+    cfg: CellConfig, result: Path, prepare: Callable[[CellConfig, CellRecorder], PreparedCell]
+) -> None:
     """What `--compile-cold RESULT` runs: build, compile (`prepare`: workloads.run.prepare_cell)
     and run the warm-up steps and one more, then write the warm-up steps' times (ms) into RESULT
     (JSON)."""
     rec = CellRecorder(cfg.cell_id or config_digest(cfg), 0, 1)
     cell = prepare(cfg, rec)
     warmup: list[float] = []
-    run_steps(cell.step, cfg.warmup_steps, 1, cell.device,
-              lambda record: warmup.append(record.step_time_ms) if record.phase == "warmup" else None)
+    run_steps(
+        cell.step,
+        cfg.warmup_steps,
+        1,
+        cell.device,
+        lambda record: warmup.append(record.step_time_ms) if record.phase == "warmup" else None,
+    )
     stats = dynamo_records.compile_stats()
-    print(f"compilebench: cold compile done: warm-up steps {[round(t) for t in warmup]} ms, caches {stats.cache}",
-          file=sys.stderr, flush=True)
+    print(
+        f"compilebench: cold compile done: warm-up steps {[round(t) for t in warmup]} ms, caches {stats.cache}",
+        file=sys.stderr,
+        flush=True,
+    )
     result.write_text(json.dumps({"warmup_ms": warmup, "cache": stats.cache}))
 
 
@@ -91,5 +109,7 @@ def record(rec: CellRecorder, cold_warmup_ms: list[float], setup_time_s: float) 
     `compile_time_s` (the warm compile's): the same measure as compile_time_s, against this
     attempt's measured steps."""
     measured = [row["step_time_ms"] for row in rec.steps if row["phase"] == "measure"]
-    rec.run.update(compile_cold_s=compile_time_s(cold_warmup_ms, measured, setup_time_s),
-                   compile_warm_s=rec.run.get("compile_time_s"))
+    rec.run.update(
+        compile_cold_s=compile_time_s(cold_warmup_ms, measured, setup_time_s),
+        compile_warm_s=rec.run.get("compile_time_s"),
+    )

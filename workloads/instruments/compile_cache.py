@@ -34,8 +34,9 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from workloads.contract.atomic import atomic_output
 

@@ -34,7 +34,6 @@ from typing import Any
 
 import torch
 
-
 #: run.parquet's cache columns and the dynamo counters they count. Autotuning has no counter of its
 #: own: its results are cached in the inductor directory too, and a compile that hits the FX graph
 #: cache autotunes nothing.
@@ -66,8 +65,6 @@ class CompileStats:
     hit, missed or bypassed the cache (a graph it cannot cache)."""
 
 
-
-
 def reset_compile_stats() -> None:
     """Forget earlier compilations (counters, caches) so that stats describe this cell alone."""
     torch._dynamo.reset()
@@ -82,8 +79,13 @@ def _counted(counts: Counter) -> list[dict[str, Any]]:
 def compile_stats() -> CompileStats:
     """Graphs, graph breaks and recompilations since the last `reset_compile_stats`, from dynamo."""
     counters = torch._dynamo.utils.counters
-    recompiles = [reason for reason in (getattr(m, "recompile_reason", None)
-                                        for m in torch._dynamo.utils.get_compilation_metrics()) if reason]
+    recompiles = [
+        reason
+        for reason in (
+            getattr(m, "recompile_reason", None) for m in torch._dynamo.utils.get_compilation_metrics()
+        )
+        if reason
+    ]
     breaks = Counter({str(reason).strip(): count for reason, count in counters["graph_break"].items()})
     return CompileStats(
         graph_count=int(counters["stats"]["unique_graphs"]),
@@ -91,7 +93,9 @@ def compile_stats() -> CompileStats:
         recompile_count=len(recompiles),
         cudagraph_skips=int(counters["inductor"]["cudagraph_skips"]),
         graph_break_reasons=_counted(breaks),
-        recompile_reasons=_counted(Counter(_COMPILE_ID.sub("", str(reason)).strip() for reason in recompiles)),
+        recompile_reasons=_counted(
+            Counter(_COMPILE_ID.sub("", str(reason)).strip() for reason in recompiles)
+        ),
         cache={column: int(counters[group][name]) for column, (group, name) in CACHE_COUNTERS.items()},
     )
 

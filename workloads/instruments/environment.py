@@ -54,8 +54,13 @@ def _git_sha() -> str | None:
     if os.environ.get("COMPILEBENCH_GIT_SHA"):
         return os.environ["COMPILEBENCH_GIT_SHA"]
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40", "--exclude=*"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=40", "--exclude=*"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:

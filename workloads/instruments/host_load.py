@@ -27,8 +27,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from workloads.contract.schema import HOST_LOAD_FIELDS
-
 #: The tiny ops timed per block, and the blocks (their median is reported): a few ms in all.
 OPS_PER_BLOCK, BLOCKS = 200, 5
 _PROC_STAT = "/proc/stat"
@@ -50,7 +48,9 @@ def parse_proc_stat(text: str, ticks_per_s: float) -> tuple[float, float, float]
     for line in text.splitlines():
         fields = line.split()
         if fields and fields[0] == "cpu":
-            user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in (fields[1:9] + ["0"] * 8)[:8])
+            user, nice, system, idle, iowait, irq, softirq, steal = (
+                int(v) for v in (fields[1:9] + ["0"] * 8)[:8]
+            )
             busy = user + nice + system + irq + softirq
             return busy / ticks_per_s, steal / ticks_per_s, (busy + idle + iowait + steal) / ticks_per_s
     return None

@@ -14,14 +14,23 @@ import platform
 import socket
 import subprocess
 import threading
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from workloads.contract.schema import PROVENANCE_FIELDS
 
 PROBE_TIMEOUT_S = 2.0  # bound of one subprocess (nvidia-smi, lscpu); gpu_state waits 2x this + 1 s at most
 
-_GPU_KEYS = ("gpu_driver", "gpu_sm_clock_mhz", "gpu_mem_clock_mhz", "gpu_max_sm_clock_mhz",
-             "gpu_power_limit_w", "gpu_temp_c", "gpu_other_processes", "gpu_other_process_list")
+_GPU_KEYS = (
+    "gpu_driver",
+    "gpu_sm_clock_mhz",
+    "gpu_mem_clock_mhz",
+    "gpu_max_sm_clock_mhz",
+    "gpu_power_limit_w",
+    "gpu_temp_c",
+    "gpu_other_processes",
+    "gpu_other_process_list",
+)
 
 
 def format_cpu_list(cpus: Iterable[int]) -> str:
@@ -88,10 +97,15 @@ def describe_host() -> dict[str, Any]:
         threads: int | None = torch.get_num_threads()
     except Exception:  # noqa: BLE001 - provenance never fails the attempt
         threads = None
-    return {"cpu_model": cpu_model(), "cpu_affinity": None if allowed is None else format_cpu_list(allowed),
-            "cpu_count_allowed": None if allowed is None else len(allowed), "torch_threads": threads,
-            "node_name": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
-            "slurm_cpu_bind": _slurm_cpu_bind(), "slurm_cpus": _slurm_cpus()}
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_affinity": None if allowed is None else format_cpu_list(allowed),
+        "cpu_count_allowed": None if allowed is None else len(allowed),
+        "torch_threads": threads,
+        "node_name": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+        "slurm_cpu_bind": _slurm_cpu_bind(),
+        "slurm_cpus": _slurm_cpus(),
+    }
 
 
 def _gpu_id(device_index: int) -> tuple[str | None, int | None]:
@@ -109,14 +123,27 @@ def _gpu_id(device_index: int) -> tuple[str | None, int | None]:
     return f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0", max_sm
 
 
-def _state(driver: Any, sm: Any, mem: Any, max_sm: Any, power_w: Any, temp: Any,
-           procs: list[tuple[int, str]] | None) -> dict[str, Any]:
+def _state(
+    driver: Any, sm: Any, mem: Any, max_sm: Any, power_w: Any, temp: Any, procs: list[tuple[int, str]] | None
+) -> dict[str, Any]:
     """gpu_state's dict. Our own pid is left out of `procs`; in a PID namespace (some containers)
     the driver reports host pids, and there this process may count itself as one other."""
     rest = sorted({(pid, name) for pid, name in procs or [] if pid is not None and pid != os.getpid()})
-    return dict(zip(_GPU_KEYS, (driver, sm, mem, max_sm, power_w, temp,
-                                None if procs is None else len(rest),
-                                None if procs is None else ",".join(f"{pid}:{name}" for pid, name in rest))))
+    return dict(
+        zip(
+            _GPU_KEYS,
+            (
+                driver,
+                sm,
+                mem,
+                max_sm,
+                power_w,
+                temp,
+                None if procs is None else len(rest),
+                None if procs is None else ",".join(f"{pid}:{name}" for pid, name in rest),
+            ),
+        )
+    )
 
 
 def _nvml_state(bus_id: str) -> dict[str, Any] | None:
@@ -139,13 +166,23 @@ def _nvml_state(bus_id: str) -> dict[str, Any] | None:
         driver, power_mw = get(nv.nvmlSystemGetDriverVersion), get(nv.nvmlDeviceGetEnforcedPowerLimit, h)
         temp = get(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
         running = get(nv.nvmlDeviceGetComputeRunningProcesses, h)
-        procs = None if running is None else [
-            (p.pid, os.path.basename(str(get(nv.nvmlSystemGetProcessName, p.pid) or "?"))) for p in running]
-        return _state(driver.decode() if isinstance(driver, bytes) else driver,  # old pynvml gave bytes
-                      get(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
-                      get(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
-                      get(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
-                      None if power_mw is None else power_mw / 1000.0, None if temp is None else float(temp), procs)
+        procs = (
+            None
+            if running is None
+            else [
+                (p.pid, os.path.basename(str(get(nv.nvmlSystemGetProcessName, p.pid) or "?")))
+                for p in running
+            ]
+        )
+        return _state(
+            driver.decode() if isinstance(driver, bytes) else driver,  # old pynvml gave bytes
+            get(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
+            get(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
+            get(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
+            None if power_mw is None else power_mw / 1000.0,
+            None if temp is None else float(temp),
+            procs,
+        )
     except Exception:  # noqa: BLE001 - e.g. a bus id NVML does not know
         return None
     finally:
@@ -161,16 +198,38 @@ def _number(text: str, kind: type) -> Any:
 
 def _smi_state(bus_id: str) -> dict[str, Any] | None:
     """The GPU's state through nvidia-smi (two queries, each bounded), or None without it."""
-    out = _run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit,"
-                "temperature.gpu", "--format=csv,noheader,nounits", "-i", bus_id])
+    out = _run(
+        [
+            "nvidia-smi",
+            "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu",
+            "--format=csv,noheader,nounits",
+            "-i",
+            bus_id,
+        ]
+    )
     cols = [c.strip() for c in (out or "").strip().split("\n")[0].split(",")]
     if len(cols) != 6:
         return None
-    apps = _run(["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader", "-i", bus_id])
-    procs = None if apps is None else [(_number(pid, int), os.path.basename(name.strip())) for pid, _, name in
-                                       (line.partition(",") for line in apps.splitlines() if line.strip())]
-    return _state(cols[0] or None, _number(cols[1], int), _number(cols[2], int), _number(cols[3], int),
-                  _number(cols[4], float), _number(cols[5], float), procs)
+    apps = _run(
+        ["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader", "-i", bus_id]
+    )
+    procs = (
+        None
+        if apps is None
+        else [
+            (_number(pid, int), os.path.basename(name.strip()))
+            for pid, _, name in (line.partition(",") for line in apps.splitlines() if line.strip())
+        ]
+    )
+    return _state(
+        cols[0] or None,
+        _number(cols[1], int),
+        _number(cols[2], int),
+        _number(cols[3], int),
+        _number(cols[4], float),
+        _number(cols[5], float),
+        procs,
+    )
 
 
 def gpu_state(device_index: int) -> dict[str, Any]:
@@ -238,5 +297,7 @@ def finish(device: Any, started: dict[str, Any]) -> dict[str, Any]:
     values["gpu_temp_end_c"] = gpu.pop("gpu_temp_c")
     if (values.get("gpu_other_processes") or 0) > (gpu["gpu_other_processes"] or 0):
         del gpu["gpu_other_processes"], gpu["gpu_other_process_list"]  # start saw more: keep those
-    values.update({key: value for key, value in gpu.items() if value is not None})  # a failed probe keeps start's
+    values.update(
+        {key: value for key, value in gpu.items() if value is not None}
+    )  # a failed probe keeps start's
     return values

@@ -11,8 +11,8 @@ without it.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 #: The checkout (or site-packages) that holds `workloads` (and `orchestrator`, its sibling).
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]

@@ -29,7 +29,8 @@ import os
 import time
 from pathlib import Path
 
-from workloads.contract.schema import atomic_output
+from workloads.contract.atomic import atomic_output
+from workloads.contract.file_lock import process_alive
 
 DIR_ENV = "COMPILEBENCH_TURNS"
 INDEX_ENV = "COMPILEBENCH_TURN"
@@ -99,23 +100,9 @@ def _busy(directory: Path) -> bool:
         pid = _read(marker)
         if pid is None:
             continue  # removed since the glob
-        if not pid or _alive(int(pid)):
+        if not pid or process_alive(int(pid)):
             return True
     return False
-
-
-def _alive(pid: int) -> bool:
-    """A running process (an exited one that its parent has not reaped yet is not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True  # no /proc: alive as far as we can tell
 
 
 def _read(path: Path) -> str | None:

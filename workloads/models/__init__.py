@@ -9,8 +9,8 @@ its optimizer, and (for GPT) the analytic FLOPs per token.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import torch
 import torch.nn as nn
@@ -108,8 +108,9 @@ def build_timm(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
     wd = cfg.optim.weight_decay if cfg.optim.weight_decay is not None else 1e-4
 
     def make_optimizer(module: nn.Module, fused: bool) -> torch.optim.Optimizer:
-        return torch.optim.SGD(module.parameters(), lr=lr, momentum=0.9, nesterov=True,
-                               weight_decay=wd, fused=fused)
+        return torch.optim.SGD(
+            module.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=wd, fused=fused
+        )
 
     return ModelSpec(
         module=model,

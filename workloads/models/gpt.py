@@ -38,16 +38,49 @@ class GPTConfig:
 
 
 GPT_SIZES: dict[str, GPTConfig] = {
-    "tiny": GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=65, dropout=0.0,
-                      batch_size=8, grad_accum=1),
-    "small": GPTConfig(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65, dropout=0.2,
-                       batch_size=64, grad_accum=1),
-    "medium": GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304,
-                        dropout=0.0, batch_size=12, grad_accum=40),
-    "large": GPTConfig(n_layer=24, n_head=16, n_embd=1024, block_size=1024, vocab_size=50304,
-                       dropout=0.0, batch_size=12, grad_accum=40),
-    "xl": GPTConfig(n_layer=48, n_head=25, n_embd=1600, block_size=1024, vocab_size=50304,
-                    dropout=0.0, batch_size=4, grad_accum=40),
+    "tiny": GPTConfig(
+        n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=65, dropout=0.0, batch_size=8, grad_accum=1
+    ),
+    "small": GPTConfig(
+        n_layer=6,
+        n_head=6,
+        n_embd=384,
+        block_size=256,
+        vocab_size=65,
+        dropout=0.2,
+        batch_size=64,
+        grad_accum=1,
+    ),
+    "medium": GPTConfig(
+        n_layer=12,
+        n_head=12,
+        n_embd=768,
+        block_size=1024,
+        vocab_size=50304,
+        dropout=0.0,
+        batch_size=12,
+        grad_accum=40,
+    ),
+    "large": GPTConfig(
+        n_layer=24,
+        n_head=16,
+        n_embd=1024,
+        block_size=1024,
+        vocab_size=50304,
+        dropout=0.0,
+        batch_size=12,
+        grad_accum=40,
+    ),
+    "xl": GPTConfig(
+        n_layer=48,
+        n_head=25,
+        n_embd=1600,
+        block_size=1024,
+        vocab_size=50304,
+        dropout=0.0,
+        batch_size=4,
+        grad_accum=40,
+    ),
 }
 
 

@@ -7,7 +7,7 @@ compilebench trains it with `model=custom model.target=my_model:build`; its pack
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.nn as nn
@@ -43,7 +43,9 @@ def make_batch(batch_size: int, generator: torch.Generator) -> tuple[torch.Tenso
     return images, torch.randint(CLASSES, (batch_size,), generator=generator)
 
 
-def read_batches(path: str, batch_size: int, generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def read_batches(
+    path: str, batch_size: int, generator: torch.Generator
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Real data: a file saved with torch.save((images, labels)), sampled with replacement."""
     images, labels = torch.load(path)
     while True:
