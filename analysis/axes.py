@@ -72,8 +72,8 @@ def axis_rows(frame: pd.DataFrame, axes: list[str]) -> list[list[object]]:
 
 
 def workload_labels(metrics: pd.DataFrame, settings: list[str] = SAME_WORKLOAD) -> pd.Series:
-    """`gpt small`, `resnet small\nfp32 b128`: model (or timm arch, custom target) and size, and on a second line
-    those of `settings` (workload axes) that differ between the cells with a result."""
+    """`gpt small`, `resnet small\nfp32 b128`: model (or timm arch, custom target) and size, and on a
+    second line those of `settings` (workload axes) that differ between the cells with a result."""
     with_result = metrics[~metrics["status"].isin([NO_RESULT, UNREADABLE])]
     varying = varying_axes(with_result, [a for a in settings if a not in ("model", "arch", "size")])
     names = [

@@ -8,8 +8,8 @@ compile time once and saves (eager step - compiled step) per step, so it breaks 
                                                        the compiled run's compile + steps is as long)
 
 and never where the compiled step is not faster: then `pays_off` is false and the counts null (as
-they are where a cell has no speedup or compile time; `pays_off` is null there). The steps are those the verdict
-rests on (analysis.metrics): median steps, or mean steps where the speedup is end to end
+they are where a cell has no speedup or compile time; `pays_off` is null there). The steps are those
+the verdict rests on (analysis.metrics): median steps, or mean steps where the speedup is end to end
 (data-bound cells), so the compiled step is the eager step / that speedup.
 
 Compile seconds: the cold compile (`compile_cold_s`, where a run measured it with empty caches,
@@ -51,11 +51,14 @@ def baseline_step_ms(metrics: pd.DataFrame, cells: pd.DataFrame, e2e: pd.Series)
 def compile_seconds(cells: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(cold, warm) compile seconds of each cell: the cold one `compile_cold_s` where recorded, else
     `compile_time_s`; the warm one `compile_warm_s` (NaN where not recorded)."""
-    recorded = lambda name: (
-        pd.to_numeric(cells[name], errors="coerce").to_numpy(float)  # noqa: E731
-        if name in cells
-        else np.full(len(cells), np.nan)
-    )
+
+    def recorded(name: str) -> np.ndarray:
+        return (
+            pd.to_numeric(cells[name], errors="coerce").to_numpy(float)
+            if name in cells
+            else np.full(len(cells), np.nan)
+        )
+
     cold = recorded(COMPILE_COLD)
     return np.where(np.isnan(cold), recorded("compile_time_s"), cold), recorded(COMPILE_WARM)
 

@@ -168,8 +168,8 @@ def claims_table(
         else ""
     )
     note = (
-        f"{summary}. Ours: speedup = eager median step / compiled median step (median over runs) with its 95% "
-        "bootstrap interval over runs, then steps (with one run, over steps only: run-to-run noise not "
+        f"{summary}. Ours: speedup = eager median step / compiled median step (median over runs) with its "
+        "95% bootstrap interval over runs, then steps (with one run, over steps only: run-to-run noise not "
         f"covered); faster or slower only where the interval excludes 1, {within}no clear difference "
         "otherwise. Data-bound cells are judged on end-to-end throughput (items over the measured span). "
         "Table 2 (MFU) orders the backends as Table 1 does, so its claims are Table 1's."

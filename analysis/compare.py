@@ -205,7 +205,8 @@ def compare(
     rate_low, rate_high = ratio_interval(b_draws[1], a_draws[1])
     value = lambda frame, column: frame[column].to_numpy(float)  # noqa: E731
     cells = pd.DataFrame({
-        "label": a["label"].to_numpy(), "a_cell_id": a["cell_id"].to_numpy(), "b_cell_id": b["cell_id"].to_numpy(),
+        "label": a["label"].to_numpy(),
+        "a_cell_id": a["cell_id"].to_numpy(), "b_cell_id": b["cell_id"].to_numpy(),
         **{axis: a[axis].to_numpy() for axis in MATCHED_AXES},
         "a_gpu_name": a["gpu_name"].to_numpy(), "b_gpu_name": b["gpu_name"].to_numpy(),
         "a_median_step_ms": value(a, "median_step_ms"), "b_median_step_ms": value(b, "median_step_ms"),

@@ -27,7 +27,8 @@ FIELDS = (
     ("node_name", "node"), ("partition", "partition"), ("slurm_cpu_bind", "CPU binding"),
     ("gpu_max_sm_clock_mhz", "max SM clock (MHz)"), ("gpu_sm_clock_mhz", "SM clock at the end (MHz)"),
     ("gpu_power_limit_w", "power limit (W)"), ("gpu_temp_start_c", "GPU temperature at start (°C)"),
-    ("gpu_temp_end_c", "GPU temperature at the end (°C)"), ("gpu_other_processes", "other processes on the GPU"),
+    ("gpu_temp_end_c", "GPU temperature at the end (°C)"),
+    ("gpu_other_processes", "other processes on the GPU"),
     ("host_op_us", "host µs per tiny op, before measuring"),
     ("node_cpus_busy_other", "node CPUs busy with other work, while measuring"),
     ("cpu_steal_share", "CPU time taken by the hypervisor, while measuring"),
@@ -88,8 +89,8 @@ def environment_table(sweep_dir: Path) -> Table:
     stolen = int((runs["cpu_steal_share"] > STEAL_NOTED).sum())
     if stolen:
         note += (
-            f" {stolen} of them measured while the hypervisor took more than {fmt_percent(STEAL_NOTED, 0)} of "
-            "the node's CPU time for other guests: their host ran slower than its CPUs say, and a "
+            f" {stolen} of them measured while the hypervisor took more than {fmt_percent(STEAL_NOTED, 0)} "
+            "of the node's CPU time for other guests: their host ran slower than its CPUs say, and a "
             "launch-bound step (small kernels, eager or compiled without CUDA graphs) slower with it."
         )
     return Table("environment", "Environment", data, data[["field", "value"]], note)

@@ -21,8 +21,10 @@ from analysis.render import Table
 
 #: Cells that read as numbers (`1,399`, `1.15x`, `30.3%`, `-4.0%`) are right-aligned.
 _NUMBER = re.compile(r"[-+]?[\d,]*\.?\d+(e[-+]?\d+)?[%x]?")
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px; padding: 0 1em; color: #222; }
+_STYLE = (
+    """
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px; padding: 0 1em; """
+    """color: #222; }
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 1.6em; }
 nav a { margin-right: 1em; }
 .scroll { overflow-x: auto; margin: 0.5em 0; }
@@ -35,6 +37,7 @@ tr:hover td { background: #f7fbff; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 .problems li { color: #a40000; }
 """
+)
 
 
 def _table(table: Table, link: str | None, heading: bool = True) -> str:
@@ -50,7 +53,8 @@ def _table(table: Table, link: str | None, heading: bool = True) -> str:
     title = f'<h3 id="table-{escape(table.name)}">{escape(table.title)}</h3>' if heading else ""
     parts = [
         title,
-        f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>',
+        f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>",
     ]
     if table.note:
         parts.append(f'<p class="note">{escape(table.note)}</p>')

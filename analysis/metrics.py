@@ -3,9 +3,9 @@
 Step statistics come from the measured steps (`phase == "measure"`) of the attempts that count,
 so warm-up and compilation never leak into them; compile time is the workload's own
 `compile_time_s`, and `compile_cache_hits` counts the graphs it found in the compile cache (FX
-graph and AOTAutograd hits: more than 0, and the compile was not a cold one). Only `completed` cells get numbers: a failed or `not_compiled` cell stays in
-the frame with its status, but what it measured is not a result (a `not_compiled` cell ran
-eagerly while claiming a compiled backend).
+graph and AOTAutograd hits: more than 0, and the compile was not a cold one). Only `completed` cells
+get numbers: a failed or `not_compiled` cell stays in the frame with its status, but what it
+measured is not a result (a `not_compiled` cell ran eagerly while claiming a compiled backend).
 Which cells are compared with which (SAME_WORKLOAD, SCALING_WORKLOAD), and how cells are named
 and ordered, is analysis/axes.py's.
 
@@ -73,10 +73,12 @@ METRIC_COLUMNS = [
     "p5_step_ms", "p95_step_ms", "replicate_spread", "unstable", "items_per_s", "e2e_items_per_s", "mfu_mean",
     "mfu_std", "e2e_mfu", "speedup", "speedup_low", "speedup_high", "e2e_speedup", "e2e_speedup_low",
     "e2e_speedup_high", "data_bound", "verdict", "verdict_basis", "baseline_cell_id", "compile_time_s",
-    "compile_cache_hits", *BREAK_EVEN_COLUMNS, "first_step_ms", "peak_mem_bytes", "peak_mem_ratio", "graph_count", "graph_break_count", "recompile_count",
+    "compile_cache_hits", *BREAK_EVEN_COLUMNS, "first_step_ms", "peak_mem_bytes", "peak_mem_ratio",
+    "graph_count", "graph_break_count", "recompile_count",
     "loss_max_rel_diff", "data_wait_share", "items_per_step",
     "scaling_baseline_cell_id", "scaling_speedup", "scaling_speedup_low", "scaling_speedup_high",
-    "scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high", "ddp_graph_splits", "rank_imbalance",
+    "scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high", "ddp_graph_splits",
+    "rank_imbalance",
 ]  # fmt: skip
 CELL_COLUMNS = ["cell_id", *AXES, *METRIC_COLUMNS]
 COUNT_COLUMNS = [
@@ -171,7 +173,9 @@ def _step_stats(cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray) -> R
         "items_per_s": items / (median / 1e3),
         "e2e_items_per_s": items * steps_per_ms * 1e3,
         "mfu_mean": mfu_mean, "mfu_std": mfu_std, "e2e_mfu": flops_over_peak * steps_per_ms,
-        "data_wait_share": group_ratio_of_sums(group, steps["data_time_ms"].to_numpy(float)[measured], times, n),
+        "data_wait_share": group_ratio_of_sums(
+            group, steps["data_time_ms"].to_numpy(float)[measured], times, n
+        ),
     }  # fmt: skip
     for column, values in stats.items():
         fallback = cells[RUN_SUMMARY[column]].to_numpy(float) if column in RUN_SUMMARY else np.nan
@@ -372,8 +376,8 @@ def cell_metrics(
     data_bound: float = DATA_BOUND,
 ) -> pd.DataFrame:
     """One row per cell (CELL_COLUMNS), ordered by `sort_cells`. `equivalence`: the margin of practical
-    equivalence of the verdicts, also the tolerance of `unstable` where above UNSTABLE_TOLERANCE; `data_bound`: the data-wait share
-    above which a cell is data-bound."""
+    equivalence of the verdicts, also the tolerance of `unstable` where above UNSTABLE_TOLERANCE;
+    `data_bound`: the data-wait share above which a cell is data-bound."""
     if not 0 <= equivalence < 1 or not 0 <= data_bound <= 1:
         raise ValueError(
             f"equivalence must lie in [0, 1) and data_bound in [0, 1], not {equivalence} and {data_bound}"

@@ -93,9 +93,9 @@ def reasons_table(cells: pd.DataFrame, metrics: pd.DataFrame) -> Table | None:
     })  # fmt: skip
     left_out = len(data) - len(top)
     note = (
-        "Dynamo's own records of each cell's attempt that counts (rank 0's in a distributed cell): graph breaks "
-        "(its message; times: how often it broke there) and recompiles (the guard that failed and the code it "
-        "guards; times: recompiles). Ranked by cells hit, then times."
+        "Dynamo's own records of each cell's attempt that counts (rank 0's in a distributed cell): graph "
+        "breaks (its message; times: how often it broke there) and recompiles (the guard that failed and the "
+        "code it guards; times: recompiles). Ranked by cells hit, then times."
         + (f" {left_out} more reason(s) in the CSV." if left_out > 0 else "")
     )
     return Table(REASONS, "Why graphs broke or recompiled", data, text, note)

@@ -90,8 +90,9 @@ def scaling_table(metrics: pd.DataFrame) -> Table:
         "Batch and gradient accumulation are per process, so N processes train N times the items per step "
         "(weak scaling); a multi-process step lasts as long as its slowest rank's. Speedup vs 1 process: "
         "items/s over those of the same workload and backend on 1 process, 95% bootstrap interval over both "
-        "cells' runs, then their measured steps; efficiency = speedup / processes. vs eager: eager median step / own median "
-        "step at the same processes. DDP splits: extra graphs from DDPOptimizer's cuts at gradient buckets. "
+        "cells' runs, then their measured steps; efficiency = speedup / processes. vs eager: eager median "
+        "step / own median step at the same processes. DDP splits: extra graphs from DDPOptimizer's cuts "
+        "at gradient buckets. "
         "Rank imbalance: slowest rank's median step / fastest rank's - 1; the gradient all-reduce makes "
         "ranks wait for each other inside a step, so a slow rank shows as slower steps of all ranks."
     )

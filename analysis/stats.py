@@ -67,7 +67,8 @@ class SortedSamples:
         return cls(values[order], start, count)
 
     def _at(self, index: np.ndarray) -> np.ndarray:
-        """values[start + index] per group (index: one per group, or a row per group); NaN for empty groups."""
+        """values[start + index] per group (index: one per group, or a row per group); NaN for empty
+        groups."""
         index = np.asarray(index)
         start = self.start.reshape((-1,) + (1,) * (index.ndim - 1))
         if not len(self.values):
@@ -103,9 +104,10 @@ class SortedSamples:
         u_gap = rng.beta(1, np.maximum(n - k, 1))
         u_high = np.where(n % 2 == 0, u_low + (1 - u_low) * u_gap, u_low)
         first, last = self.start[group], len(self.values) - 1
-        at = lambda u: self.values[
-            np.minimum(first + np.minimum(np.floor(n * u).astype(np.int64), n - 1), last)
-        ]  # noqa: E731
+
+        def at(u: np.ndarray) -> np.ndarray:
+            return self.values[np.minimum(first + np.minimum(np.floor(n * u).astype(np.int64), n - 1), last)]
+
         return np.where(self.count[group] == 0, np.nan, (at(u_low) + at(u_high)) / 2)
 
     def bootstrap_medians(self, resamples: int, rngs: Sequence[np.random.Generator]) -> np.ndarray:
@@ -222,11 +224,11 @@ class ReplicateSamples:
         disjoint (intervals on a line overlap pairwise exactly when the largest low end is at most
         the smallest high end), by more than `tolerance` relative to the smaller: largest low >
         smallest high * (1 + tolerance). Then the step-only interval of one run understates what a
-        re-run would give. Two 95% intervals of one law are disjoint with probability about 0.6% (normal, equal widths),
-        so few false alarms for a handful of replicates; with thousands of steps per replicate the
-        intervals are so narrow that a tolerance (e.g. the equivalence margin) keeps the flag about
-        differences that matter. Cells with fewer than 2 replicates are never unstable. Replicate
-        r's bootstrap draws from rngs[cell[r]]; `spread` is `spread()`.
+        re-run would give. Two 95% intervals of one law are disjoint with probability about 0.6%
+        (normal, equal widths), so few false alarms for a handful of replicates; with thousands of steps
+        per replicate the intervals are so narrow that a tolerance (e.g. the equivalence margin) keeps
+        the flag about differences that matter. Cells with fewer than 2 replicates are never unstable.
+        Replicate r's bootstrap draws from rngs[cell[r]]; `spread` is `spread()`.
         """
         low, high = percentile_interval(
             self.steps.bootstrap_medians(resamples, [rngs[c] for c in self.cell]), level

@@ -197,7 +197,9 @@ def _per_model(cells: pd.DataFrame, name: str) -> Table:
         "speedup [95% CI]": [fmt_speedup(*values) for values in
                              zip(data["speedup"], data["speedup_low"], data["speedup_high"])],
         "compile s": np.where(data["from_cache"], "from cache", data["compile_time_s"].map(fmt_number)),
-        "peak mem vs eager": data["peak_mem_ratio"].map(lambda ratio: "" if is_null(ratio) else f"{ratio:.3f}"),
+        "peak mem vs eager": data["peak_mem_ratio"].map(
+            lambda ratio: "" if is_null(ratio) else f"{ratio:.3f}"
+        ),
     })  # fmt: skip
     note = (
         "One row per model and backend: speedup over the eager cell of the model (eager median step / own, "
@@ -225,8 +227,9 @@ def suite_tables(metrics: pd.DataFrame, steps: pd.DataFrame, name: str) -> list[
         **{header: data[column].map(fmt) for header, column, fmt in _OVER_PASSED},
     })  # fmt: skip
     note = (
-        f"Suite {name}: each model compiled by the backend against the eager cell of the same model. Pass rate "
-        "over every model, whatever its outcome (each counted in one column: loss diverges = completed, but "
+        f"Suite {name}: each model compiled by the backend against the eager cell of the same model. Pass "
+        "rate over every model, whatever its outcome (each counted in one column: loss diverges = completed, "
+        "but "
         f"the loss is more than {fmt_percent(LOSS_RTOL, 0)} off eager's in one of the first {LOSS_STEPS} "
         "steps; compile error = failed while eager completed; eager failed = the eager cell did not "
         "complete); the models that did not pass are named in the next table. Over the passed models: "
@@ -244,7 +247,8 @@ def suite_tables(metrics: pd.DataFrame, steps: pd.DataFrame, name: str) -> list[
             f"Suite {name}: models that did not pass",
             failures,
             failures.astype(str),
-            "One row per model and backend; why: the first error line (of the eager cell where eager failed).",
+            "One row per model and backend; why: the first error line (of the eager cell where eager "
+            "failed).",
         ),
         _per_model(cells, name),
     ]

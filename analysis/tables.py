@@ -1,5 +1,6 @@
 """The sweep's own tables: every cell, cells counted by status, geometric-mean speedups, the
-break-even of compiling, and scaling over processes (analysis/scaling.py) where the sweep has multi-process cells.
+break-even of compiling, and scaling over processes (analysis/scaling.py) where the sweep has
+multi-process cells.
 
 `summarize`, `sweep_summary`, `to_markdown` and `to_csv` are what `compilebench sweep` prints at
 its end and what scripts use; `sweep_tables` is the set `compilebench analyze` renders.
@@ -109,7 +110,8 @@ def summary_table(
         "speedup [95% CI]": [fmt_speedup(*v) for v in
                              zip(metrics["speedup"], metrics["speedup_low"], metrics["speedup_high"])],
         "e2e speedup [95% CI]": [fmt_speedup(*v) for v in
-                                 zip(metrics["e2e_speedup"], metrics["e2e_speedup_low"], metrics["e2e_speedup_high"])],
+                                 zip(metrics["e2e_speedup"], metrics["e2e_speedup_low"],
+                                     metrics["e2e_speedup_high"])],
         "verdict": verdict_texts(metrics),
         "compile s": metrics["compile_time_s"].map(fmt_number),
         "break-even steps": _cold_warm(metrics, "break_even_steps", whole=True),
@@ -130,8 +132,9 @@ def summary_table(
     note = (
         "Measured steps only (warm-up excluded). Runs: replicates of the cell (one process each), ± the "
         "coefficient of variation of their median steps, `unstable` where they disagree beyond their own 95% "
-        "intervals by more than 1%. Median ms: median of the runs' median steps; mean, std, p5–p95, MFU and data wait over the "
-        "steps of all runs. Items/s at the median step; e2e items/s over the measured span (items / the sum "
+        "intervals by more than 1%. Median ms: median of the runs' median steps; mean, std, p5–p95, MFU "
+        "and data wait over the steps of all runs. Items/s at the median step; e2e items/s over the "
+        "measured span (items / the sum "
         "of step times, waits for data included: at the mean step), median over runs. Speedup: eager median "
         "step / own median step of the same workload; e2e speedup: own e2e items/s / eager's; 95% bootstrap "
         "intervals over runs, then steps (with one run, over its steps only: run-to-run noise not covered). "
@@ -139,8 +142,8 @@ def summary_table(
         f"lies {margin}, else undecided; from the e2e interval for data-bound cells (more than "
         f"{fmt_percent(data_bound, digits=0)} of step time waiting for data) and against data-bound eager "
         "cells. Loss Δ: largest relative loss difference to eager at equal steps. Data wait: share of step "
-        "time spent waiting for batches. Break-even: steps (and GPU-minutes) after which compiling pays for itself, "
-        "with the cold compile, and the warm one where measured (see the break-even table)."
+        "time spent waiting for batches. Break-even: steps (and GPU-minutes) after which compiling pays for "
+        "itself, with the cold compile, and the warm one where measured (see the break-even table)."
     )
     return Table(SUMMARY, "Cells", metrics, text, note)
 
@@ -191,16 +194,17 @@ def break_even_table(metrics: pd.DataFrame) -> Table:
         text["GPU-min (warm)"] = _texts(data, "break_even_gpu_min_warm")
     note = (
         "Compiling pays for itself after compile s / (eager step - compiled step) steps, never where the "
-        "compiled step is not faster; GPU-minutes: those steps at the eager step, times the processes (one GPU "
-        "each). Steps as the verdict's: median steps, or mean steps where the speedup is end to end "
-        "(data-bound). Compile s: the cold compile where measured, else the workload's compile time (whatever "
-        "the compile caches held); warm: compiled again with the caches the first left."
+        "compiled step is not faster; GPU-minutes: those steps at the eager step, times the processes (one "
+        "GPU each). Steps as the verdict's: median steps, or mean steps where the speedup is end to end "
+        "(data-bound). Compile s: the cold compile where measured, else the workload's compile time "
+        "(whatever the compile caches held); warm: compiled again with the caches the first left."
     )
     return Table(BREAK_EVEN, "Break-even: steps until compiling pays off", data, text, note)
 
 
 def _runs(status: object, replicates: object, spread: object, unstable: object) -> str:
-    """`1`, `3 ±4.1%`, `3 ±4.1% unstable`: a completed cell's replicates, their spread, whether they disagree."""
+    """`1`, `3 ±4.1%`, `3 ±4.1% unstable`: a completed cell's replicates, their spread, whether they
+    disagree."""
     if status != COMPLETED or is_null(replicates):
         return ""
     parts = [fmt_count(replicates)]

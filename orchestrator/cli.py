@@ -3,7 +3,8 @@ flags and their help: orchestrator/cli_args.py).
 
     compilebench sweep [OVERRIDES...] [--dry-run]     # cluster=local runs the cells here; a Slurm
                                                       # cluster (cluster=grete) submits job arrays
-    compilebench sweep [OVERRIDES...] --smoke         # every cell here first, tiny, 2+1 steps (SWEEP_DIR/smoke)
+    compilebench sweep [OVERRIDES...] --smoke         # every cell here first, tiny, 2+1 steps
+                                                      # (SWEEP_DIR/smoke)
     compilebench sweep [OVERRIDES...] --wait          # Slurm: then follow the jobs (cells per state
                          [--poll SECONDS]             # at once, then every 30 s) and print the status table;
                          [--give-up SECONDS]          # stop after 120 s of a squeue that does not answer
@@ -196,7 +197,8 @@ def sweep_slurm(
         return EXIT_OK
 
     print(
-        f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} (executor slurm, cluster {the_plan.profile.name})",
+        f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} "
+        f"(executor slurm, cluster {the_plan.profile.name})",
         flush=True,
     )
     if not the_plan.arrays:
@@ -207,8 +209,8 @@ def sweep_slurm(
     if code != EXIT_OK:
         return code
     print(
-        f"{cells} cell(s) submitted in {len(the_plan.arrays)} job array(s), {skipped} not submitted (completed or "
-        f"queued); job ids in {grid.sweep_dir}/manifest.parquet, scripts in {scripts}/"
+        f"{cells} cell(s) submitted in {len(the_plan.arrays)} job array(s), {skipped} not submitted "
+        f"(completed or queued); job ids in {grid.sweep_dir}/manifest.parquet, scripts in {scripts}/"
     )
     return follow_sweep(grid.sweep_dir, poll_s, give_up_s) if wait else EXIT_OK
 
@@ -340,7 +342,8 @@ def cmd_analyze(
     )
     if result.metrics.empty:
         print(
-            f"no cells in {sweep_dir} (expected {sweep_dir}/cells/<cell_id>/ or a manifest.parquet listing them)",
+            f"no cells in {sweep_dir} "
+            f"(expected {sweep_dir}/cells/<cell_id>/ or a manifest.parquet listing them)",
             file=sys.stderr,
         )
         return EXIT_FAILED

@@ -59,8 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         help="expand a Hydra sweep into cells and run them",
-        description="Expand Hydra overrides (size=small,medium backend=glob(*) +experiment=NAME hydra.sweep.dir=DIR)\n"
-        "into cells, write their configs and the manifest, and run every cell (a sweep is always a multirun).",
+        description=(
+            "Expand Hydra overrides (size=small,medium backend=glob(*) +experiment=NAME "
+            "hydra.sweep.dir=DIR)\n"
+            "into cells, write their configs and the manifest, and run every cell (a sweep is always a "
+            "multirun)."
+        ),
     )
     sweep.add_argument(
         "-h", "--help", action=_SweepHelp, help="show this help and the config groups, then exit"
@@ -148,8 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = commands.add_parser(
         "analyze",
         help="tables, figures and a report page of a sweep directory",
-        description="Per-cell statistics over measured steps, speedups with bootstrap intervals, status counts, "
-        "the seminar report's tables; printed, and written with figures to SWEEP_DIR/report/ (index.html, index.md).",
+        description=(
+            "Per-cell statistics over measured steps, speedups with bootstrap intervals, status counts, "
+            "the seminar report's tables; printed, and written with figures to SWEEP_DIR/report/ "
+            "(index.html, index.md)."
+        ),
     )
     analyze.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
     analyze.add_argument(
@@ -193,10 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     compare = commands.add_parser(
         "compare",
         help="the same cells in two sweeps: ratios B/A with intervals, regressions (exit 1)",
-        description="Match the cells of SWEEP_B with those of SWEEP_A by their axes (not torch version, cluster, GPU "
-        "or date) and print B/A of the median step time and of end-to-end throughput with 95%% bootstrap intervals. "
-        "A regression: the step time interval lies above 1 + THRESHOLD. Exit 1 when there is one, else 0; 2 for bad "
-        "input.",
+        description=(
+            "Match the cells of SWEEP_B with those of SWEEP_A by their axes (not torch version, cluster, "
+            "GPU or date) and print B/A of the median step time and of end-to-end throughput with 95%% "
+            "bootstrap intervals. A regression: the step time interval lies above 1 + THRESHOLD. Exit 1 "
+            "when there is one, else 0; 2 for bad input."
+        ),
     )
     compare.add_argument("sweep_a", type=Path, metavar="SWEEP_A", help="the reference sweep (before)")
     compare.add_argument("sweep_b", type=Path, metavar="SWEEP_B", help="the sweep compared with it (after)")

@@ -85,8 +85,8 @@ def refused(overrides: Sequence[str], clusters: Sequence[str]) -> str | None:
             return f"{override}: compilebench launches the cells itself; choose where with {where}"
         if key == "hydra/sweeper":
             return (
-                f"{override}: compilebench expands the grid itself (sweep with a,b range() choice() glob() or an "
-                f"experiment's hydra.sweeper.params); choose where it runs with {where}"
+                f"{override}: compilebench expands the grid itself (sweep with a,b range() choice() glob() "
+                f"or an experiment's hydra.sweeper.params); choose where it runs with {where}"
             )
     return None
 

@@ -53,8 +53,8 @@ def tested_range(distribution: str) -> str:
 def _error(distribution: str, api: str, problem: str) -> PrivateApiError:
     return PrivateApiError(
         f"{api} ({distribution} {installed(distribution)}; compilebench is tested with "
-        f"{distribution}{tested_range(distribution)}): {problem}. Adapt its wrapper in orchestrator/private_apis.py "
-        f"or install a tested version."
+        f"{distribution}{tested_range(distribution)}): {problem}. Adapt its wrapper in "
+        f"orchestrator/private_apis.py or install a tested version."
     )
 
 

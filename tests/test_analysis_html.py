@@ -49,11 +49,14 @@ def test_the_page_loads_without_errors_or_requests(report: tuple[Path, Path], pa
 
 
 def test_every_figure_is_decoded_and_painted(report: tuple[Path, Path], page: Page, tmp_path: Path) -> None:
-    images = page.evaluate("""[...document.images].map(i => {
+    images = page.evaluate(
+        """[...document.images].map(i => {
         const r = i.getBoundingClientRect();  // the content box: inside the border
         return {alt: i.alt, complete: i.complete, width: i.naturalWidth, height: i.naturalHeight,
-                box: [r.left + i.clientLeft + scrollX, r.top + i.clientTop + scrollY, i.clientWidth, i.clientHeight]};
-    })""")
+                box: [r.left + i.clientLeft + scrollX, r.top + i.clientTop + scrollY, """
+        """i.clientWidth, i.clientHeight]};
+    })"""
+    )
     assert [image["alt"] for image in images] == list(FIGURES)
     shot = Image.open(page.screenshot(tmp_path / "page.png")).convert("L")
     for image in images:

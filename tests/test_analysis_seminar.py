@@ -43,7 +43,7 @@ TABLE2_WITHOUT_REFERENCE = """\
 | Compiled (Inductor backend)                | 46.000       | 0.000  | 17.000                 | 0.000              |
 | Compiled (Inductor backend) [max-autotune] | not in sweep |        | 26.000                 | 0.000              |
 
-Ours: NVIDIA H100 80GB HBM3; data: synthetic."""
+Ours: NVIDIA H100 80GB HBM3; data: synthetic."""  # noqa: E501
 
 TABLE3_WITH_REFERENCE = """\
 ### Table 3: time per step (s), μ and σ over measured steps

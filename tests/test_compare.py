@@ -87,8 +87,8 @@ def test_cells_only_in_one_sweep_are_listed(tmp_path: Path, capsys: pytest.Captu
     assert code == 0
     assert "Only in A" not in out  # A's seed-1 cell is in B, failed there
     assert (
-        "Not compared (not completed in both):\n- gpt tiny bf16 seed 1 · aot_eager (A seed1 completed, B fails failed)"
-        in out
+        "Not compared (not completed in both):\n"
+        "- gpt tiny bf16 seed 1 · aot_eager (A seed1 completed, B fails failed)" in out
     )
     assert f"Only in B ({b}):\n- gpt tiny fp32 seed 1337 · inductor (bf, completed)" in out
     result = json.loads(run(capsys, a, b, "--format", "json")[1])

@@ -1,6 +1,7 @@
-"""Why a cell's graphs broke or recompiled, from dynamo's own records (workloads/instruments/dynamo_records.py):
-a real model that breaks its graph and recompiles, trained under a real dynamo backend on the CPU,
-its reasons in run.parquet, and `analyze` listing them with the cell."""
+"""Why a cell's graphs broke or recompiled, from dynamo's own records
+(workloads/instruments/dynamo_records.py): a real model that breaks its graph and recompiles, trained
+under a real dynamo backend on the CPU, its reasons in run.parquet, and `analyze` listing them with the
+cell."""
 
 from __future__ import annotations
 
@@ -103,8 +104,8 @@ def test_the_top_reasons_across_a_sweep_name_the_cells_they_hit(tmp_path: Path) 
     cells (its hint differs, the short form does not), another in one; one recompile reason at two
     sizes (as a ResNet's stages give it) and another; a sweep's other cells have none."""
     item = (
-        "Unsupported Tensor.item() call with capture_scalar_outputs=False\n  Explanation: Dynamo does not support "
-        "tracing `Tensor.item()`.\n  Hint: {hint}"
+        "Unsupported Tensor.item() call with capture_scalar_outputs=False\n  Explanation: Dynamo does not "
+        "support tracing `Tensor.item()`.\n  Hint: {hint}"
     )
     for cell, hint in (("a", "one"), ("b", "two"), ("c", "three")):
         write_cell(

@@ -376,7 +376,8 @@ def test_mfu_of_gpt2_is_within_bounds(tiny_cells) -> None:
     table_peak = peak_tflops(run["gpu_name"], "bf16")
     if table_peak is None:
         pytest.skip(
-            f"{run['gpu_name']} is not in the peak table (workloads/instruments/environment.py): no MFU to check"
+            f"{run['gpu_name']} is not in the peak table (workloads/instruments/environment.py): "
+            "no MFU to check"
         )
     assert run["peak_tflops"] == table_peak
     # MFU is the FLOPs of a step (nanoGPT's count) over its median time and the peak.

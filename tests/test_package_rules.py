@@ -113,7 +113,8 @@ def room_problems(graph: dict[str, set[str]]) -> list[str]:
                 )
             elif package == target.split(".")[0] == "workloads" and room(target) not in ROOMS[room(module)]:
                 problems.append(
-                    f"{module} imports {target}: the room {room(module)} may import {sorted(ROOMS[room(module)])}"
+                    f"{module} imports {target}: the room {room(module)} may import "
+                    f"{sorted(ROOMS[room(module)])}"
                 )
     return problems
 

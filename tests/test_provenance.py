@@ -34,7 +34,10 @@ GPU_KEYS = provenance._GPU_KEYS
 
 
 def _host_in_subprocess(env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()) -> dict:
-    code = "import json; from workloads.instruments.provenance import describe_host; print(json.dumps(describe_host()))"
+    code = (
+        "import json; from workloads.instruments.provenance import describe_host; "
+        "print(json.dumps(describe_host()))"
+    )
     out = subprocess.run(
         [*prefix, sys.executable, "-c", code],
         cwd=REPO_ROOT,
@@ -129,7 +132,8 @@ def test_slurm_environment_is_recorded() -> None:
 
 def test_the_environment_names_runs_that_slurm_did_not_bind(tmp_path: Path) -> None:
     """A run that could use more CPUs than its Slurm job was given shared them with the node's other
-    jobs: the report's environment table says how many runs did, and a sweep of bound runs has no such line."""
+    jobs: the report's environment table says how many runs did, and a sweep of bound runs has no such
+    line."""
     write_cell(tmp_path, "bound", step_ms=[5.0], cpu_count_allowed=16, slurm_cpus=16)
     write_cell(tmp_path, "free", "inductor", step_ms=[4.0], cpu_count_allowed=32, slurm_cpus=16)
     table = environment_table(tmp_path)

@@ -4,7 +4,8 @@ the orchestrator's manifest schema), then times the analysis (read every file, p
 with bootstrap intervals, all tables including the seminar comparison, the report's tables written)
 and, separately, the figures.
 
-    PYTHONPATH=. python3 tests/benchmarks/analyze_scale.py [--cells 1000] [--steps 1000] [--dir DIR] [--no-plots]
+    PYTHONPATH=. python3 tests/benchmarks/analyze_scale.py [--cells 1000] [--steps 1000] [--dir DIR]
+                                                           [--no-plots]
 
 The grid: gpt and resnet at five sizes x four precisions x five batch sizes = 200 workloads, each
 under eager, inductor, inductor max-autotune, aot_eager and cudagraphs; one cell in 50 failed, one
@@ -135,8 +136,8 @@ def main() -> None:
         write_report(analysis, with_plots=True)
         print(f"report with figures (PNG + SVG): {time.perf_counter() - start:.2f} s")
     print(
-        f"machine: {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPU cores ({cpu_model()}), load average "
-        f"{os.getloadavg()[0]:.1f}, Python {platform.python_version()}"
+        f"machine: {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPU cores ({cpu_model()}), "
+        f"load average {os.getloadavg()[0]:.1f}, Python {platform.python_version()}"
     )
     if args.dir is None:
         shutil.rmtree(root)

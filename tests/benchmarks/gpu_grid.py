@@ -1,7 +1,9 @@
 """Run the seminar grids on this machine's GPU through the real cell entry point and print a table.
 
-    python tests/benchmarks/gpu_grid.py --grid llm --out DIR     # gpt small/medium x eager/cudagraphs/inductor
-    python tests/benchmarks/gpu_grid.py --grid cnn --out DIR     # resnet small/medium/large x eager/torchscript/inductor
+    python tests/benchmarks/gpu_grid.py --grid llm --out DIR     # gpt small/medium x
+                                                                 # eager/cudagraphs/inductor
+    python tests/benchmarks/gpu_grid.py --grid cnn --out DIR     # resnet small/medium/large x
+                                                                 # eager/torchscript/inductor
     python tests/benchmarks/gpu_grid.py --grid llm cnn --out DIR # both
 
 Each cell runs as its own `python -m workloads.run` process (as a Slurm job would), so no
@@ -152,7 +154,8 @@ def main() -> None:
     rows = [row for grid in args.grid for row in run_grid(grid, args.out, args.timeout)]
     first = next((r for r in rows if r.get("gpu_name")), {})
     print(
-        f"\n{first.get('gpu_name')}, torch {first.get('torch_version')}, triton {first.get('triton_version')}, "
+        f"\n{first.get('gpu_name')}, torch {first.get('torch_version')}, "
+        f"triton {first.get('triton_version')}, "
         f"timm {first.get('timm_version')}\n{HEADER}"
     )
     for row in rows:

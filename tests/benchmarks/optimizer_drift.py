@@ -24,7 +24,8 @@ The same update to a few ulps (2) and a drift that vanishes in float64 (1) mean 
 that differs, or a float64 drift near the fp32 one, would mean a bug. (3) and (4) say where the fp32
 drift comes from instead.
 
-    PYTHONPATH=. python3 tests/benchmarks/optimizer_drift.py    # CPU; 2 cores: 100 s, 40 s with a warm inductor cache
+    PYTHONPATH=. python3 tests/benchmarks/optimizer_drift.py    # CPU; 2 cores: 100 s, 40 s with a warm
+                                                                # inductor cache
 """
 
 from __future__ import annotations
@@ -285,7 +286,7 @@ def find_kink(run: Run) -> Kink | None:
     model's gradients closest to inductor's."""
     fp32, fp64 = eager_model(torch.float32), eager_model(torch.float64)
     before = 0.0
-    for number, inputs in enumerate(run.steps):
+    for number, inputs in enumerate(run.steps):  # noqa: B007 (`number` is the kink's step, after the break)
         jump = grad_difference(inputs.grads, gradients(fp32, inputs))
         if jump > GRAD_JUMP:
             break
@@ -363,7 +364,8 @@ def main() -> None:
     for variant, values in update_ulps.items():
         print(f"   {variant:{width - 3}} {values['fp32']:9.3g} {values['fp64']:9.3g}")
     print(
-        f"3. weights x (1 +- 2^-23), eager optimizer step, {PERTURB_SEEDS} seeds: fp32 loss drift against eager"
+        f"3. weights x (1 +- 2^-23), eager optimizer step, {PERTURB_SEEDS} seeds: fp32 loss drift "
+        "against eager"
     )
     for model, drifts in perturbed.items():
         print(
@@ -375,8 +377,8 @@ def main() -> None:
         print("   no step's gradients jump away from the eager model's")
     else:
         print(
-            f"   step {kink.step}: gradients differ from the eager model's on the same parameters and batch by "
-            f"{kink.jump:.2g} (steps before: at most {kink.before:.2g})"
+            f"   step {kink.step}: gradients differ from the eager model's on the same parameters and batch "
+            f"by {kink.jump:.2g} (steps before: at most {kink.before:.2g})"
         )
         print(
             f"   {kink.relu} input element {kink.index}: {kink.value_fp64:.2g} in fp64, fp32 rounding error "

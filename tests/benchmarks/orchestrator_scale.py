@@ -80,7 +80,8 @@ def dry_run(name: str, grid: list[str], rounds: int, work: Path) -> float:
         times.append(seconds)
         scripts = sorted(p.name for p in (sweep_dir / "sbatch").iterdir())
         print(
-            f"dry-run {i + 1}: {seconds:.2f} s; {done.stdout.splitlines()[-1][:90]}...; {len(scripts)} scripts"
+            f"dry-run {i + 1}: {seconds:.2f} s; {done.stdout.splitlines()[-1][:90]}...; "
+            f"{len(scripts)} scripts"
         )
     median = statistics.median(times)
     print(
@@ -111,7 +112,8 @@ def main() -> None:
     parser.add_argument("--limit", type=float, default=5.0, help="seconds a dry run's median may take")
     args = parser.parse_args()
     print(
-        f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f}"
+        f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
     with tempfile.TemporaryDirectory(prefix="cb-scale-") as tmp:
         medians = {name: dry_run(name, grid, args.rounds, Path(tmp)) for name, grid in DRY_RUN_GRIDS.items()}

@@ -7,10 +7,10 @@ analyze` here. One part per device call (each call has 10 minutes); a warm machi
 inductor cache between calls, as a cluster's shared cache would.
 
     PYTHONPATH=/tmp/site:. python tests/benchmarks/replicate_study.py --part llm_small pair --out "$OUT"
-    parts: llm_small, llm_medium (seminar_llm, repeats 3), cnn (seminar_cnn, repeats 3), pair (gpt small eager/inductor,
-    seeds 1 and 2, repeats 3), jpeg (resnet18 on real JPEGs, 4 workers, repeats 3), timm (timm's
-    benchmark.py from .carry/peers beside our cells, 224 px, bf16, batch 256, channels-last), timm_depthwise
-    (the same for mobilenetv2_100 and efficientnet_b0 at the timm_train suite's batch 128)
+    parts: llm_small, llm_medium (seminar_llm, repeats 3), cnn (seminar_cnn, repeats 3), pair (gpt small
+    eager/inductor, seeds 1 and 2, repeats 3), jpeg (resnet18 on real JPEGs, 4 workers, repeats 3), timm
+    (timm's benchmark.py from .carry/peers beside our cells, 224 px, bf16, batch 256, channels-last),
+    timm_depthwise (the same for mobilenetv2_100 and efficientnet_b0 at the timm_train suite's batch 128)
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ PARTS: dict[str, list[tuple[str, list[str]]]] = {
             ],
         )
     ],
-    # Two of the depthwise-convolution models that the timm_train suite found slower compiled, at its settings.
+    # Two of the depthwise-convolution models that the timm_train suite found slower compiled, at its
+    # settings.
     "timm_depthwise": [
         (
             "timm_side_by_side_depthwise",

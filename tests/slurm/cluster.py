@@ -305,10 +305,10 @@ class LocalSlurm:
         proc = self._spawn([name, *args], f"{name}.out")
         try:
             rc = proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as exc:
             proc.kill()
             proc.wait()
-            raise SlurmStartError(f"{name} did not daemonise within 60 s\n{self.logs()}")
+            raise SlurmStartError(f"{name} did not daemonise within 60 s\n{self.logs()}") from exc
         if rc != 0:
             raise SlurmStartError(
                 f"{name} exited with {rc}\n{_tail(self.root / 'log' / f'{name}.out')}\n{self.logs()}"

@@ -1,8 +1,8 @@
 """The configuration files of the local Slurm: slurm.conf, gres.conf, cgroup.conf and slurmdbd.conf.
 
 Why the settings are as they are (no systemd and no cgroups in containers and on CI machines):
-see docs/testing.md and docs/clusters.md ("A real Slurm on the GPU machines"). Everything lives under the cluster's root directory;
-ports are given by the caller (picked free at each start).
+see docs/testing.md and docs/clusters.md ("A real Slurm on the GPU machines"). Everything lives
+under the cluster's root directory; ports are given by the caller (picked free at each start).
 """
 
 from __future__ import annotations
@@ -103,7 +103,10 @@ def slurm_conf(node: NodeSpec, accounting: bool) -> str:
         lines += ["AccountingStorageType=accounting_storage/none", "JobAcctGatherType=jobacct_gather/none"]
     gres = ",".join(f"gpu:{gpu_type}:{len(files)}" for gpu_type, files in node.gpus.items())
     lines += [
-        f"NodeName={node.hostname} CPUs={node.cpus} RealMemory={node.real_memory_mb} Gres={gres} State=UNKNOWN",
+        (
+            f"NodeName={node.hostname} CPUs={node.cpus} RealMemory={node.real_memory_mb} "
+            f"Gres={gres} State=UNKNOWN"
+        ),
         f"PartitionName={DEFAULT_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
         *(f"PartitionName={name} Nodes=ALL MaxTime=INFINITE State=UP" for name in PARTITIONS.values()),
     ]

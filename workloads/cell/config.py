@@ -82,7 +82,8 @@ class DataConfig:
     """synthetic | text (char-level file) | bin (uint16 token memmap) | imagefolder | custom (model=custom's
     own reader)."""
     path: str | None = None
-    """File (text, bin), directory (imagefolder) or either (custom); required for every source but synthetic."""
+    """File (text, bin), directory (imagefolder) or either (custom); required for every source but
+    synthetic."""
     workers: int = 4
     """DataLoader worker processes for imagefolder."""
 
@@ -406,8 +407,8 @@ def config_digest(cfg: CellConfig | Mapping[str, Any]) -> str:
     values = cell_config_to_dict(cfg) if isinstance(cfg, CellConfig) else dict(cfg)
     values.pop("cell_id", None)
     values.pop("repeats", None)  # more replicates of a cell are the same cell
-    # Sections (`distributed`, `measure`, `compile`) and keys added after cells existed are left out at their defaults,
-    # so that re-running an older sweep still finds its completed cells.
+    # Sections (`distributed`, `measure`, `compile`) and keys added after cells existed are left out at
+    # their defaults, so that re-running an older sweep still finds its completed cells.
     for section, defaults in _later_section_defaults().items():
         if values.get(section) == defaults:
             del values[section]

@@ -90,7 +90,8 @@ def join(cfg: DistributedConfig, device_type: str, environ: Mapping[str, str] = 
         if launched.local_rank >= torch.cuda.device_count():
             raise LaunchError(
                 f"LOCAL_RANK={launched.local_rank} but this process sees "
-                f"{torch.cuda.device_count()} GPU(s) (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})"
+                f"{torch.cuda.device_count()} GPU(s) "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})"
             )
         torch.cuda.set_device(launched.local_rank)  # NCCL's communicator and every .cuda() use it
     dist.init_process_group(backend, init_method="env://", rank=launched.rank, world_size=launched.world_size)

@@ -26,7 +26,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import ContextManager
 
 from workloads.cell.catalog import NON_DYNAMO_BACKENDS
 from workloads.cell.config import CellConfig, cell_config_to_dict, config_digest
@@ -43,7 +42,7 @@ def measures_cold_and_warm(cfg: CellConfig) -> bool:
     return cfg.compile.measure == "cold_warm" and cfg.backend.name not in NON_DYNAMO_BACKENDS
 
 
-def private_caches(cfg: CellConfig) -> ContextManager[Path | None]:
+def private_caches(cfg: CellConfig) -> contextlib.AbstractContextManager[Path | None]:
     """Around the attempt: under cold_warm both compiles use a fresh cache directory of the
     attempt's own (compile_cache.private_base), not the sweep's; else nothing changes."""
     return compile_cache.private_base() if measures_cold_and_warm(cfg) else contextlib.nullcontext()
@@ -97,7 +96,8 @@ def compile_cold_here(
     )
     stats = dynamo_records.compile_stats()
     print(
-        f"compilebench: cold compile done: warm-up steps {[round(t) for t in warmup]} ms, caches {stats.cache}",
+        f"compilebench: cold compile done: warm-up steps {[round(t) for t in warmup]} ms, "
+        f"caches {stats.cache}",
         file=sys.stderr,
         flush=True,
     )

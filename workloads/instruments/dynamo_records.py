@@ -8,7 +8,8 @@ API for these records; torch 2.11 on the H100 and 2.15 on the CPU machines have 
                                               "graph_break" (dynamo's message -> times it broke there),
                                               "inductor"/"cudagraph_skips",
                                               "inductor"/"fxgraph_cache_hit|miss|bypass" (FX graph cache),
-                                              "aot_autograd"/"autograd_cache_hit|miss|bypass" (AOTAutograd cache)
+                                              "aot_autograd"/"autograd_cache_hit|miss|bypass"
+                                              (AOTAutograd cache)
     torch._dynamo.utils.get_compilation_metrics()   one record per frame compile; `recompile_reason`
                                               (the guard that failed) is set on a recompile
     torch._dynamo.utils.clear_compilation_metrics(), torch._dynamo.reset()
@@ -16,7 +17,8 @@ API for these records; torch 2.11 on the H100 and 2.15 on the CPU machines have 
     <inductor cache>/fxgraph/, <inductor cache>/aotautograd/   where those two caches keep entries
 
 A torch that renames one of them fails tests/test_compile_reasons.py (a real model that breaks and
-recompiles) or tests/test_compile_cache.py (a real cold and warm compile), not a sweep. In a distributed cell these are rank 0's records.
+recompiles) or tests/test_compile_cache.py (a real cold and warm compile), not a sweep. In a
+distributed cell these are rank 0's records.
 
 Reasons are recorded as dynamo words them, stripped; a recompile's without its compile id
 (`0/1: `), which differs between recompiles for one reason. Identical reasons are counted once
