@@ -7,11 +7,14 @@ docs/architecture.md draws them.
 - The rooms of workloads: each imports only the rooms beneath it (ROOMS); `contract` none but
   itself, and no torch.
 - No circles: no module imports, directly or through others, a module that imports it.
+- The tree is as `ruff format` writes it, and `ruff check` finds nothing (pyproject.toml).
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.helpers import REPO_ROOT
@@ -174,3 +177,9 @@ def test_the_checks_see_what_breaks_them() -> None:
         "analysis.p imports orchestrator.q",
         "workloads.contract.x imports workloads.cell.y",
     ]
+
+
+def test_the_tree_is_formatted_and_linted_by_ruff() -> None:
+    for command in (["format", "--check", "."], ["check", "."]):
+        done = subprocess.run([sys.executable, "-m", "ruff", *command], cwd=REPO_ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, f"ruff {' '.join(command)}:\n{done.stdout}{done.stderr}"

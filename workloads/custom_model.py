@@ -24,8 +24,10 @@ import torch
 import torch.nn as nn
 
 from workloads.cell.config import ConfigError
-from workloads.cell.train import Batch
 from workloads.contract.vocabulary import short_error
+
+#: (inputs, targets) of one step, as every data source and custom model gives them.
+Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass

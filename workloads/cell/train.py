@@ -27,8 +27,8 @@ from torch.nn.parallel import DistributedDataParallel
 from workloads.cell.backends import CompiledRun
 from workloads.cell.config import MeasureConfig
 from workloads.cell.precision import Precision
+from workloads.custom_model import Batch
 
-Batch = tuple[torch.Tensor, torch.Tensor]
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from workloads.cell.train import Batch
+from workloads.custom_model import Batch
 
 
 def _to_memory_format(batches: Iterator[Batch], channels_last: bool) -> Iterator[Batch]:
