@@ -21,8 +21,8 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -38,8 +38,14 @@ ARRAY_SIZE = 50
 PARALLELISM = 1
 SEED = int(os.environ.get("COMPILEBENCH_CHAOS_SEED", "15"))
 #: How many times each fault is injected; the driver shuffles them with SEED.
-FAULTS = {"scancel running": 3, "scancel pending": 2, "scontrol requeue": 3, "kill slurmd": 2,
-          "kill slurmctld": 2, "fill the filesystem": 2}
+FAULTS = {
+    "scancel running": 3,
+    "scancel pending": 2,
+    "scontrol requeue": 3,
+    "kill slurmd": 2,
+    "kill slurmctld": 2,
+    "fill the filesystem": 2,
+}
 #: The sweep's filesystem: room for the whole sweep (about 40 MB), little enough to fill at once.
 TMPFS_SIZE = "256m"
 #: A few CPU seconds per cell (interpreter, torch, one step), two cells at a time on two cores.
@@ -50,8 +56,14 @@ RETRY_ROUNDS = 5
 CELL = [*(o for o in TINY if not o.startswith(("steps=", "warmup_steps="))), "steps=1", "warmup_steps=0"]
 #: A task whose end slurmctld missed (it was killed just then) stays RUNNING, holding its array's
 #: only slot, until its time limit: 3 minutes, not the profile's 10.
-SWEEP = ["cluster=test_slurm", *CELL, f"seed=range(0,{CELLS})", "cluster.time_min=3",
-         f"cluster.max_array_size={ARRAY_SIZE}", f"cluster.array_parallelism={PARALLELISM}"]
+SWEEP = [
+    "cluster=test_slurm",
+    *CELL,
+    f"seed=range(0,{CELLS})",
+    "cluster.time_min=3",
+    f"cluster.max_array_size={ARRAY_SIZE}",
+    f"cluster.array_parallelism={PARALLELISM}",
+]
 
 
 @pytest.fixture
@@ -59,8 +71,11 @@ def small_filesystem(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs of TMPFS_SIZE mounted in the test's directory (needs root, as the local Slurm does)."""
     mount = tmp_path / "fs"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs for the sweep: {done.stderr.strip()}")
     try:
@@ -97,15 +112,24 @@ class Driver:
 
     def some(self, state: str) -> str:
         """A task of ours in `state` (waited for), chosen by the seeded generator."""
-        found = wait_until(lambda: sorted(job for job, s in self.tasks().items() if s == state), 600,
-                           lambda last: f"no task {state}", interval=0.2)
+        found = wait_until(
+            lambda: sorted(job for job, s in self.tasks().items() if s == state),
+            600,
+            lambda last: f"no task {state}",
+            interval=0.2,
+        )
         return self.rng.choice(found)
 
     def after_tasks_end(self, count: int) -> None:
         """Until `count` more of our tasks have left the queue (or none is left)."""
         before = set(self.tasks())
-        wait_until(lambda: before - set(self.tasks()), 900, lambda gone: f"only {len(gone)} task(s) ended",
-                   done=lambda gone: len(gone) >= min(count, len(before)), interval=0.5)
+        wait_until(
+            lambda: before - set(self.tasks()),
+            900,
+            lambda gone: f"only {len(gone)} task(s) ended",
+            done=lambda gone: len(gone) >= min(count, len(before)),
+            interval=0.5,
+        )
 
     def inject(self, fault: str) -> None:
         if fault in ("scancel running", "scancel pending"):
@@ -136,7 +160,9 @@ class Driver:
                     fh.write(b"\0" * (1 << 20))
             except OSError as exc:  # ENOSPC: full
                 full = str(exc)
-        ended = wait_until(lambda: queued - set(self.tasks()), 600, lambda _: "no task ended while full", interval=0.2)
+        ended = wait_until(
+            lambda: queued - set(self.tasks()), 600, lambda _: "no task ended while full", interval=0.2
+        )
         filler.unlink()
         self.note("fill the filesystem", f"{full}; {sorted(ended)} ended while it was full; freed")
 
@@ -158,8 +184,13 @@ def until_done(driver: Driver, sweep: Path) -> int:
     the throttle."""
     env = driver.cluster.env()
     for retries in range(RETRY_ROUNDS + 1):
-        wait_until(driver.tasks, SWEEP_DEADLINE_S, done=lambda left: not left, interval=2,
-                   describe=lambda left: f"{len(left)} task(s) still queued\n{driver.cluster.logs()}")
+        wait_until(
+            driver.tasks,
+            SWEEP_DEADLINE_S,
+            done=lambda left: not left,
+            interval=2,
+            describe=lambda left: f"{len(left)} task(s) still queued\n{driver.cluster.logs()}",
+        )
         status = json.loads(cli(driver.workdir, "status", str(sweep), "--json", env=env).stdout)
         driver.log.append(f"status after {retries} retr(ies): {status['counts']}")
         if status["all_completed"]:
@@ -170,8 +201,9 @@ def until_done(driver: Driver, sweep: Path) -> int:
 
 
 @pytest.mark.timeout(SWEEP_DEADLINE_S + 1200)
-def test_a_chaotic_queue_completes_every_cell_once(slurm_cluster: LocalSlurm, small_filesystem: Path,
-                                                   tmp_path: Path) -> None:
+def test_a_chaotic_queue_completes_every_cell_once(
+    slurm_cluster: LocalSlurm, small_filesystem: Path, tmp_path: Path
+) -> None:
     sweep = small_filesystem / "sw"
     began = time.monotonic()
     submitted = cli(tmp_path, "sweep", *SWEEP, f"hydra.sweep.dir={sweep}", env=slurm_cluster.env())
@@ -189,7 +221,9 @@ def test_a_chaotic_queue_completes_every_cell_once(slurm_cluster: LocalSlurm, sm
             pq.read_table(path)
         except Exception as exc:  # pyarrow raises several types for a corrupt file
             unreadable.append(f"{path}: {exc}")
-    steps = pd.concat([pd.read_parquet(path) for path in sweep.glob("cells/*/steps.parquet")], ignore_index=True)
+    steps = pd.concat(
+        [pd.read_parquet(path) for path in sweep.glob("cells/*/steps.parquet")], ignore_index=True
+    )
     leftovers = sorted(str(p.relative_to(sweep)) for p in sweep.rglob(".*.tmp"))
     summary = [
         f"chaos: {CELLS} cells in arrays of {ARRAY_SIZE} (%{PARALLELISM}), seed {SEED}, "
@@ -209,13 +243,19 @@ def test_a_chaotic_queue_completes_every_cell_once(slurm_cluster: LocalSlurm, sm
     assert len(manifest) == CELLS
     completed = runs[runs["status"] == "completed"]
     assert Counter(completed["cell_id"]) == Counter({cell: 1 for cell in manifest["cell_id"]})
-    assert not runs.duplicated(["cell_id", "attempt"]).any(), runs[runs.duplicated(["cell_id", "attempt"], keep=False)]
+    assert not runs.duplicated(["cell_id", "attempt"]).any(), runs[
+        runs.duplicated(["cell_id", "attempt"], keep=False)
+    ]
     doubled = steps.duplicated(["cell_id", "attempt", "step"], keep=False)
     assert not doubled.any(), steps[doubled][["cell_id", "attempt", "step"]]
     jobs = dict(zip(manifest["cell_id"], manifest["job_id"]))
     assert all(isinstance(job, str) and job for job in jobs.values()), jobs
-    completed_by = {row.cell_id: row.slurm_job_id if pd.isna(row.slurm_array_task_id)  # a lone job, not an array
-                    else f"{row.slurm_job_id}_{row.slurm_array_task_id}" for row in completed.itertuples()}
+    completed_by = {
+        row.cell_id: row.slurm_job_id
+        if pd.isna(row.slurm_array_task_id)  # a lone job, not an array
+        else f"{row.slurm_job_id}_{row.slurm_array_task_id}"
+        for row in completed.itertuples()
+    }
     unlisted = {cell: job for cell, job in completed_by.items() if job not in jobs[cell].split()}
     assert not unlisted, f"completed by jobs the manifest does not name: {unlisted}"
     assert max(driver.most_running.values()) <= PARALLELISM, driver.most_running
