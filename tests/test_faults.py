@@ -36,7 +36,15 @@ import pandas as pd
 import pytest
 
 from tests.helpers import (
-    MEASURING, REPO_ROOT, WAIT, cli, cli_popen, manifest_jobs, require_refused_allocations, table, wait_until,
+    MEASURING,
+    REPO_ROOT,
+    WAIT,
+    cli,
+    cli_popen,
+    manifest_jobs,
+    require_refused_allocations,
+    table,
+    wait_until,
 )
 from tests.slurm.cluster import LocalSlurm, memory_cgroup_unavailable
 from tests.slurm.fixtures import REQUIRE_ENV, SlurmClusters, slurm_required
@@ -45,12 +53,23 @@ from tests.slurm.fixtures import REQUIRE_ENV, SlurmClusters, slurm_required
 #: margin within which a fault sent then arrives (scancel and a daemon's kill take milliseconds).
 MEASURE_S = 8
 #: A tiny cell that trains for MEASURE_S seconds on a CPU: long enough to be hit while it runs.
-LONG = ["cluster=test_slurm", "model=gpt", "size=tiny", "precision=fp32", "device=cpu", "backend=eager",
-        "warmup_steps=1", "steps=3", f"measure.min_seconds={MEASURE_S}", "measure.max_steps=null"]
+LONG = [
+    "cluster=test_slurm",
+    "model=gpt",
+    "size=tiny",
+    "precision=fp32",
+    "device=cpu",
+    "backend=eager",
+    "warmup_steps=1",
+    "steps=3",
+    f"measure.min_seconds={MEASURE_S}",
+    "measure.max_steps=null",
+]
 #: A test on both clusters, without and with accounting. Module scope orders the tests by cluster,
 #: all of one before any of the other: each change of cluster stops one and starts the other.
-ON_BOTH_CLUSTERS = pytest.mark.parametrize("accounting", [False, True], ids=["no-accounting", "accounting"],
-                                           scope="module")
+ON_BOTH_CLUSTERS = pytest.mark.parametrize(
+    "accounting", [False, True], ids=["no-accounting", "accounting"], scope="module"
+)
 
 
 def attempts(sweep: Path) -> dict[str, list[str]]:
@@ -64,12 +83,18 @@ def attempts(sweep: Path) -> dict[str, list[str]]:
 
 def wait_measuring(sweep: Path, cell_ids: list[str], timeout: float = 300) -> None:
     """Until each cell's process says in its log that it measures (warm-up and a measured step done)."""
+
     def log(cell: str) -> str:
         path = sweep / "cells" / cell / "logs" / "stdout.log"
         return path.read_text() if path.exists() else ""
 
-    wait_until(lambda: [cell for cell in cell_ids if MEASURING not in log(cell)], timeout,
-               lambda left: f"cells {left} not measuring", done=lambda left: not left, interval=0.2)
+    wait_until(
+        lambda: [cell for cell in cell_ids if MEASURING not in log(cell)],
+        timeout,
+        lambda left: f"cells {left} not measuring",
+        done=lambda left: not left,
+        interval=0.2,
+    )
 
 
 def submit(cluster: LocalSlurm, cwd: Path, *overrides: str) -> dict[str, str]:
@@ -88,7 +113,7 @@ def wait_sweep(cluster: LocalSlurm, cwd: Path, *overrides: str) -> str:
 @ON_BOTH_CLUSTERS
 def test_time_limit_requeues_the_job(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
     slurm_cluster = slurm_clusters.get(accounting)
-    (cell_id, job_id), = submit(slurm_cluster, tmp_path, "cluster.max_requeue=1").items()
+    ((cell_id, job_id),) = submit(slurm_cluster, tmp_path, "cluster.max_requeue=1").items()
     wait_measuring(tmp_path / "sw", [cell_id])
     slurm_cluster.run("scancel", "-s", "USR2", job_id)
     wait_sweep(slurm_cluster, tmp_path, "cluster.max_requeue=1")
@@ -117,27 +142,38 @@ def install_slow_backend(directory: Path) -> str:
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: cb-slow-backend\nVersion: 0\n")
     (info / "entry_points.txt").write_text(
-        "[torch_dynamo_backends]\ncompile_until_the_limit = cb_slow_backend:compile_until_the_limit\n")
+        "[torch_dynamo_backends]\ncompile_until_the_limit = cb_slow_backend:compile_until_the_limit\n"
+    )
     return os.pathsep.join([str(REPO_ROOT), str(directory)])
 
 
 @pytest.mark.slow  # about 60 s: two one-minute jobs, each timing out twice
-def test_a_real_time_limit_while_training_and_while_compiling(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+def test_a_real_time_limit_while_training_and_while_compiling(
+    slurm_cluster: LocalSlurm, tmp_path: Path
+) -> None:
     """Jobs of one minute (`cluster.time_min=1`): Slurm itself sends USR2 ahead of the limit (the
     `--signal` submitit sets; its check runs every 30 s, so `signal_delay_s=20` makes it come 10 to
     40 s after the job started, once the job step runs). A cell that trains longer and one whose
     backend compiles until then both record `timeout` (dynamo wraps the second one's signal in its
     own exception), their jobs are requeued once (`max_requeue=1`) and time out again."""
-    limit = ["cluster.time_min=1", "cluster.signal_delay_s=20", "cluster.max_requeue=1", "measure.min_seconds=120"]
+    limit = [
+        "cluster.time_min=1",
+        "cluster.signal_delay_s=20",
+        "cluster.max_requeue=1",
+        "measure.min_seconds=120",
+    ]
     env = {**slurm_cluster.env(), "PYTHONPATH": install_slow_backend(tmp_path)}
     for backend in (["backend=eager"], ["backend=aot_eager", "backend.name=compile_until_the_limit"]):
         submitted = cli(tmp_path, "sweep", *LONG, *limit, *backend, "hydra.sweep.dir=sw", env=env)
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     jobs = manifest_jobs(tmp_path / "sw")
-    waited = cli(tmp_path, "sweep", *LONG, *limit, "backend=eager", "hydra.sweep.dir=sw", *WAIT, env=env,
-                 timeout=600)
+    waited = cli(
+        tmp_path, "sweep", *LONG, *limit, "backend=eager", "hydra.sweep.dir=sw", *WAIT, env=env, timeout=600
+    )
     assert waited.returncode == 1, waited.stdout + waited.stderr  # no cell completed
-    assert {cell: row["state"] for cell, row in table(waited.stdout).items()} == dict.fromkeys(jobs, "timeout")
+    assert {cell: row["state"] for cell, row in table(waited.stdout).items()} == dict.fromkeys(
+        jobs, "timeout"
+    )
     assert attempts(tmp_path / "sw") == dict.fromkeys(jobs, ["timeout", "timeout"])
     for cell, job in jobs.items():
         script = (tmp_path / "sw" / "sbatch" / f"{job}.sh").read_text()
@@ -147,16 +183,23 @@ def test_a_real_time_limit_while_training_and_while_compiling(slurm_cluster: Loc
         assert set(runs["slurm_job_id"]) == {job}  # the same job both times: requeued, not submitted again
         assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", job).stdout
         assert manifest_jobs(tmp_path / "sw")[cell] == job
-    compiling = next(cell for cell in jobs if
-                     "compile_until_the_limit" in (tmp_path / "sw" / "cells" / cell / "config.yaml").read_text())
+    compiling = next(
+        cell
+        for cell in jobs
+        if "compile_until_the_limit" in (tmp_path / "sw" / "cells" / cell / "config.yaml").read_text()
+    )
     log = (tmp_path / "sw" / "cells" / compiling / "logs" / "stderr.log").read_text()
     assert log.count("compile_until_the_limit: compiling") == 2  # the signal came while it compiled, twice
-    assert not (tmp_path / "sw" / "cells" / compiling / "steps.parquet").exists() or \
-        pd.read_parquet(tmp_path / "sw" / "cells" / compiling / "steps.parquet").empty
+    assert (
+        not (tmp_path / "sw" / "cells" / compiling / "steps.parquet").exists()
+        or pd.read_parquet(tmp_path / "sw" / "cells" / compiling / "steps.parquet").empty
+    )
 
 
 @ON_BOTH_CLUSTERS
-def test_timeout_and_scancel_then_retry_failed(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
+def test_timeout_and_scancel_then_retry_failed(
+    slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path
+) -> None:
     cluster = slurm_clusters.get(accounting)
     jobs = submit(cluster, tmp_path, "cluster.max_requeue=0", "seed=1,2,3")
     (timed_out, to_job), (cancelled, cancel_job), (untouched, _) = jobs.items()
@@ -169,17 +212,29 @@ def test_timeout_and_scancel_then_retry_failed(slurm_clusters: SlurmClusters, ac
         shown = table(cli(tmp_path, "status", "sw", env=cluster.env()).stdout)
         return {cell: shown[cell]["state"] for cell in jobs}
 
-    wait_until(states, 300, lambda last: f"states {last}, expected {expected}", done=lambda now: now == expected,
-               interval=1)
+    wait_until(
+        states,
+        300,
+        lambda last: f"states {last}, expected {expected}",
+        done=lambda now: now == expected,
+        interval=1,
+    )
     retried = cli(tmp_path, "status", "sw", "--retry-failed", env=cluster.env())
-    assert retried.returncode == 0 and "2 cell(s) resubmitted" in retried.stdout, retried.stdout + retried.stderr
+    assert retried.returncode == 0 and "2 cell(s) resubmitted" in retried.stdout, (
+        retried.stdout + retried.stderr
+    )
     wait_sweep(cluster, tmp_path, "cluster.max_requeue=0", "seed=1,2,3")
-    assert attempts(tmp_path / "sw") == {timed_out: ["timeout", "completed"], cancelled: ["cancelled", "completed"],
-                                         untouched: ["completed"]}
+    assert attempts(tmp_path / "sw") == {
+        timed_out: ["timeout", "completed"],
+        cancelled: ["cancelled", "completed"],
+        untouched: ["completed"],
+    }
 
 
 @ON_BOTH_CLUSTERS
-def test_daemons_restarted_while_cells_run(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
+def test_daemons_restarted_while_cells_run(
+    slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path
+) -> None:
     cluster = slurm_clusters.get(accounting)
     jobs = submit(cluster, tmp_path, "seed=1,2")
     wait_measuring(tmp_path / "sw", list(jobs))
@@ -191,7 +246,12 @@ def test_daemons_restarted_while_cells_run(slurm_clusters: SlurmClusters, accoun
     assert manifest_jobs(tmp_path / "sw") == jobs  # nothing was submitted again
     for cell in jobs:  # the cells were running when slurmd was killed
         run = pd.read_parquet(tmp_path / "sw" / "cells" / cell / "run.parquet").iloc[0]
-        assert run["started_at"] < killed < run["finished_at"], (cell, run["started_at"], killed, run["finished_at"])
+        assert run["started_at"] < killed < run["finished_at"], (
+            cell,
+            run["started_at"],
+            killed,
+            run["finished_at"],
+        )
 
 
 def test_node_lost_under_running_cells(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
@@ -211,43 +271,81 @@ def test_node_lost_under_running_cells(slurm_cluster: LocalSlurm, tmp_path: Path
         slurm_cluster.revive_node()
     rows = table(shown.stdout)
     assert shown.returncode == 1 and rows[kept]["state"] == "pending", shown.stdout + shown.stderr
-    assert (rows[lost]["state"], rows[lost]["error"]) == ("lost", "job NODE_FAIL, no result (see logs/)"), shown.stdout
+    assert (rows[lost]["state"], rows[lost]["error"]) == ("lost", "job NODE_FAIL, no result (see logs/)"), (
+        shown.stdout
+    )
     retried = cli(tmp_path, "status", "sw", "--retry-failed", env=slurm_cluster.env())
-    assert retried.returncode == 0 and "1 cell(s) resubmitted" in retried.stdout, retried.stdout + retried.stderr
+    assert retried.returncode == 0 and "1 cell(s) resubmitted" in retried.stdout, (
+        retried.stdout + retried.stderr
+    )
     wait_sweep(slurm_cluster, tmp_path, "seed=1,2")
     assert attempts(tmp_path / "sw") == dict.fromkeys(jobs, ["completed"])  # the killed runs left nothing
     after = manifest_jobs(tmp_path / "sw")
-    assert after[kept] == kept_job and after[lost] != lost_job  # requeued by Slurm; resubmitted by --retry-failed
+    assert (
+        after[kept] == kept_job and after[lost] != lost_job
+    )  # requeued by Slurm; resubmitted by --retry-failed
 
 
 def test_squeue_not_answering(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     """The controller stops answering (stopped) while `sweep --wait` follows a queued job: `status`
     says `unknown` after squeue's 10 s timeout, `--wait` stops once squeue has not answered for
     `--give-up` seconds (one line, exit 1); the job is still queued when the controller answers again."""
-    submitted = cli(tmp_path, "sweep", *LONG, "+cluster.sbatch_extra.hold=true", "hydra.sweep.dir=sw",
-                    env=slurm_cluster.env())
+    submitted = cli(
+        tmp_path,
+        "sweep",
+        *LONG,
+        "+cluster.sbatch_extra.hold=true",
+        "hydra.sweep.dir=sw",
+        env=slurm_cluster.env(),
+    )
     assert submitted.returncode == 0, submitted.stderr
-    (cell, job), = manifest_jobs(tmp_path / "sw").items()
+    ((cell, job),) = manifest_jobs(tmp_path / "sw").items()
     out, err = tmp_path / "wait.out", tmp_path / "wait.err"
     with open(out, "w") as stdout, open(err, "w") as stderr:
-        waiting = cli_popen(tmp_path, "sweep", *LONG, "+cluster.sbatch_extra.hold=true", "hydra.sweep.dir=sw", *WAIT,
-                            "--give-up", "3", env=slurm_cluster.env(), stdout=stdout, stderr=stderr)
+        waiting = cli_popen(
+            tmp_path,
+            "sweep",
+            *LONG,
+            "+cluster.sbatch_extra.hold=true",
+            "hydra.sweep.dir=sw",
+            *WAIT,
+            "--give-up",
+            "3",
+            env=slurm_cluster.env(),
+            stdout=stdout,
+            stderr=stderr,
+        )
     try:
-        wait_until(lambda: "] 1 pending" in out.read_text(), 120, lambda _: f"--wait never followed: {out.read_text()}")
+        wait_until(
+            lambda: "] 1 pending" in out.read_text(),
+            120,
+            lambda _: f"--wait never followed: {out.read_text()}",
+        )
         with slurm_cluster.controller_stopped():
-            shown = cli_popen(tmp_path, "status", "sw", env=slurm_cluster.env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+            shown = cli_popen(
+                tmp_path,
+                "status",
+                "sw",
+                env=slurm_cluster.env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             stdout_text, stderr_text = shown.communicate(timeout=60)
             waiting.wait(timeout=120)
     finally:
         if waiting.poll() is None:
             waiting.kill()
     assert shown.returncode == 1 and "Traceback" not in stderr_text, stderr_text
-    assert (table(stdout_text)[cell]["state"], table(stdout_text)[cell]["error"]) == ("unknown", "squeue did not answer")
+    assert (table(stdout_text)[cell]["state"], table(stdout_text)[cell]["error"]) == (
+        "unknown",
+        "squeue did not answer",
+    )
     assert waiting.returncode == 1 and table(out.read_text())[cell]["state"] == "unknown", out.read_text()
     assert err.read_text().splitlines() == [
         f"error: squeue has not answered for 3 s: stopped waiting; the jobs may still run. Check them with: "
-        f"compilebench status {tmp_path / 'sw'}"], err.read_text()
+        f"compilebench status {tmp_path / 'sw'}"
+    ], err.read_text()
     again = table(cli(tmp_path, "status", "sw", env=slurm_cluster.env()).stdout)
     assert again[cell]["state"] == "pending"
     slurm_cluster.run("scancel", job)
@@ -264,11 +362,20 @@ def test_a_cell_killed_by_the_oom_killer(slurm_cluster: LocalSlurm, tmp_path: Pa
         if slurm_required():
             pytest.fail(f"{reason} and {REQUIRE_ENV} is set", pytrace=False)
         pytest.skip(reason)
-    overrides = [*LONG[:-3], "steps=2", "measure.min_seconds=0", "batch_size=4,16384", "cluster.array_parallelism=1",
-                 "hydra.sweep.dir=sw", *WAIT]
+    overrides = [
+        *LONG[:-3],
+        "steps=2",
+        "measure.min_seconds=0",
+        "batch_size=4,16384",
+        "cluster.array_parallelism=1",
+        "hydra.sweep.dir=sw",
+        *WAIT,
+    ]
     with slurm_cluster.node_memory_limited(3 << 29) as node:
         waited = cli(tmp_path, "sweep", *overrides, env=slurm_cluster.env(), timeout=600)
-        kills = dict(line.split() for line in (node / "memory.oom_control").read_text().splitlines())["oom_kill"]
+        kills = dict(line.split() for line in (node / "memory.oom_control").read_text().splitlines())[
+            "oom_kill"
+        ]
     assert int(kills) >= 1  # the kernel's OOM killer did it
     assert waited.returncode == 1, waited.stdout + waited.stderr
     manifest = pd.read_parquet(tmp_path / "sw" / "manifest.parquet")
@@ -281,7 +388,9 @@ def test_a_cell_killed_by_the_oom_killer(slurm_cluster: LocalSlurm, tmp_path: Pa
 
 
 @ON_BOTH_CLUSTERS
-def test_exception_and_out_of_memory_cells(slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path) -> None:
+def test_exception_and_out_of_memory_cells(
+    slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path
+) -> None:
     """Three sweeps into one directory: a cell whose data is too short (it raises), one far too big
     (out of memory), one that completes; then the data is fixed and only the two are run again."""
     require_refused_allocations()
@@ -293,14 +402,22 @@ def test_exception_and_out_of_memory_cells(slurm_clusters: SlurmClusters, accoun
         submitted = cli(tmp_path, "sweep", *base, *overrides, "hydra.sweep.dir=sw", env=slurm_cluster.env())
         assert submitted.returncode == 0, submitted.stderr
     assert len(manifest_jobs(tmp_path / "sw")) == 3  # three sweeps, one manifest holding all their cells
-    waited = cli(tmp_path, "sweep", *base, "seed=5", "hydra.sweep.dir=sw", *WAIT, env=slurm_cluster.env(),
-                 timeout=600)
+    waited = cli(
+        tmp_path, "sweep", *base, "seed=5", "hydra.sweep.dir=sw", *WAIT, env=slurm_cluster.env(), timeout=600
+    )
     assert waited.returncode == 1  # the sweep directory holds two cells that did not complete
     states = {row["state"]: cell for cell, row in table(waited.stdout).items()}
     assert set(states) == {"failed", "oom", "completed"}, waited.stdout
-    (np.arange(5000) % 10).astype(np.uint16).tofile(data)  # fixed (same 10 symbols); the configs stay as they were
+    (np.arange(5000) % 10).astype(np.uint16).tofile(
+        data
+    )  # fixed (same 10 symbols); the configs stay as they were
     retried = cli(tmp_path, "status", "sw", "--retry-failed", env=slurm_cluster.env())
-    assert retried.returncode == 0 and "2 cell(s) resubmitted" in retried.stdout, retried.stdout + retried.stderr
+    assert retried.returncode == 0 and "2 cell(s) resubmitted" in retried.stdout, (
+        retried.stdout + retried.stderr
+    )
     cli(tmp_path, "sweep", *base, "seed=5", "hydra.sweep.dir=sw", *WAIT, env=slurm_cluster.env(), timeout=600)
-    assert attempts(tmp_path / "sw") == {states["failed"]: ["failed", "completed"], states["oom"]: ["oom", "oom"],
-                                         states["completed"]: ["completed"]}
+    assert attempts(tmp_path / "sw") == {
+        states["failed"]: ["failed", "completed"],
+        states["oom"]: ["oom", "oom"],
+        states["completed"]: ["completed"],
+    }
