@@ -181,5 +181,6 @@ def test_the_checks_see_what_breaks_them() -> None:
 
 def test_the_tree_is_formatted_and_linted_by_ruff() -> None:
     for command in (["format", "--check", "."], ["check", "."]):
-        done = subprocess.run([sys.executable, "-m", "ruff", *command], cwd=REPO_ROOT, capture_output=True, text=True)
+        ruff = [sys.executable, "-m", "ruff", *command]
+        done = subprocess.run(ruff, cwd=REPO_ROOT, capture_output=True, text=True)
         assert done.returncode == 0, f"ruff {' '.join(command)}:\n{done.stdout}{done.stderr}"
