@@ -12,8 +12,8 @@ import pytest
 
 from analysis.environment import environment_table
 from tests.analysis_sweeps import write_cell
+from workloads.contract.schema import HOST_LOAD_FIELDS
 from workloads.instruments.host_load import (
-    HOST_LOAD_FIELDS,
     CpuSample,
     MeasuredWindow,
     op_overhead_us,

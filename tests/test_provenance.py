@@ -19,9 +19,9 @@ import torch
 
 from analysis.environment import environment_table
 from tests.analysis_sweeps import write_cell
+from workloads.contract.schema import PROVENANCE_FIELDS
 from workloads.instruments import provenance
 from workloads.instruments.provenance import (
-    PROVENANCE_FIELDS,
     describe_host,
     finish,
     format_cpu_list,
