@@ -6,28 +6,35 @@ other cells' results intact, and the sweep brought to completion without re-runn
   with `cluster.max_requeue=1` submitit requeues the job and the next attempt completes, with
   `max_requeue=0` the job ends and `status --retry-failed` runs the cell again;
 - a running task cancelled with `scancel` records `cancelled`, and is retried;
-- slurmd killed (as if it crashed) and restarted, slurmctld restarted, while cells run (their run
-  rows' start and end enclose the kill): they complete once;
+- slurmctld and slurmd killed (SIGKILL, as if they crashed) and restarted while cells run (held
+  with SIGSTOP meanwhile; their run rows' start and end enclose the kills): they complete once;
 - a cell that raises and one out of memory record `failed`/`oom`; with the cause fixed,
   `status --retry-failed` runs exactly those two again;
 each of these on both clusters, without and with accounting (slurmdbd). On the cluster without:
 - a real time limit of one minute: Slurm's own USR2 reaches a cell training and one compiling;
+- USR2 while inductor compiles a model's C++ kernels (torch's own log says when): `timeout`;
 - the node dying under running cells: a requeued job's cell runs again, a NODE_FAIL one is `lost`
   and `--retry-failed` completes it;
 - slurmctld not answering (stopped) while `--wait` follows: `unknown`, and `--wait` gives up;
-- the kernel's OOM killer under a cgroup memory limit: the killed attempt is recorded `oom`.
+- the kernel's OOM killer under a cgroup memory limit: the killed attempt is recorded `oom`;
+- the sweep directory's filesystem (a tmpfs) full while one cell ends and another starts: both
+  `failed` without a result, the results written before kept, `--retry-failed` completes them.
 Corrupt and half-written files are the analysis tests' part (tests/test_analysis_collect.py).
 
 A fault comes once the cells are training: their logs say `measuring` (workloads/run.py), and they
 measure for MEASURE_S more, far longer than the fault takes to arrive. The fault's recorded
 state (or, for the daemons, the run rows' times) shows that it did arrive while the cell ran.
+USR2 during inductor's compile is sent once torch's own log says the kernels compile, and that
+log shows it ended the compile; the daemons are killed while the cells' processes are held.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -103,6 +110,23 @@ def submit(cluster: LocalSlurm, cwd: Path, *overrides: str) -> dict[str, str]:
     return manifest_jobs(cwd / "sw")
 
 
+def settled(cwd: Path, sweep: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`status SWEEP` once none of its cells is pending, running or unknown: what `sweep --wait`
+    follows, without running the sweep again, which submits anew a cell whose job ended without
+    completing it (as a job that timed out for the last time may have, however soon one looks)."""
+
+    def unsettled(shown: subprocess.CompletedProcess) -> set[str]:
+        return {row["state"] for row in table(shown.stdout).values()} & {"pending", "running", "unknown"}
+
+    return wait_until(
+        lambda: cli(cwd, "status", sweep, env=env),
+        600,
+        lambda last: f"cells still queued:\n{last.stdout}{last.stderr}",
+        done=lambda shown: not unsettled(shown),
+        interval=1,
+    )
+
+
 def wait_sweep(cluster: LocalSlurm, cwd: Path, *overrides: str) -> str:
     """The same sweep again with --wait: submits only what is neither done nor queued, follows to the end."""
     waited = cli(cwd, "sweep", *LONG, *overrides, "hydra.sweep.dir=sw", *WAIT, env=cluster.env(), timeout=600)
@@ -167,13 +191,9 @@ def test_a_real_time_limit_while_training_and_while_compiling(
         submitted = cli(tmp_path, "sweep", *LONG, *limit, *backend, "hydra.sweep.dir=sw", env=env)
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     jobs = manifest_jobs(tmp_path / "sw")
-    waited = cli(
-        tmp_path, "sweep", *LONG, *limit, "backend=eager", "hydra.sweep.dir=sw", *WAIT, env=env, timeout=600
-    )
-    assert waited.returncode == 1, waited.stdout + waited.stderr  # no cell completed
-    assert {cell: row["state"] for cell, row in table(waited.stdout).items()} == dict.fromkeys(
-        jobs, "timeout"
-    )
+    shown = settled(tmp_path, "sw", env)  # not `sweep --wait`: the first job may have ended already
+    assert shown.returncode == 1, shown.stdout + shown.stderr  # no cell completed
+    assert {cell: row["state"] for cell, row in table(shown.stdout).items()} == dict.fromkeys(jobs, "timeout")
     assert attempts(tmp_path / "sw") == dict.fromkeys(jobs, ["timeout", "timeout"])
     for cell, job in jobs.items():
         script = (tmp_path / "sw" / "sbatch" / f"{job}.sh").read_text()
@@ -194,6 +214,48 @@ def test_a_real_time_limit_while_training_and_while_compiling(
         not (tmp_path / "sw" / "cells" / compiling / "steps.parquet").exists()
         or pd.read_parquet(tmp_path / "sw" / "cells" / compiling / "steps.parquet").empty
     )
+
+
+#: torch's own log lines in a cell's stderr.log under TORCH_LOGS="dynamo,+output_code": dynamo hands the
+#: model's graph to inductor; inductor has written the graph's code and loads it, which compiles its C++
+#: kernels (the line comes once before the load and once after it); inductor has returned to dynamo.
+INDUCTOR_STARTS = "Step 2: calling compiler function inductor"
+KERNELS_COMPILE = "[__output_code] Output code written to: "
+INDUCTOR_DONE = "Step 2: done compiler function inductor"
+
+
+def test_the_time_limit_while_inductor_compiles(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    """Slurm's time-limit warning (USR2, sent with `scancel -s USR2`, which signals every process
+    of the job step as Slurm's own warning does) while inductor compiles the model's C++ kernels,
+    cold (the job's own empty cache, `cluster.compile_cache=per_job`): the cell records `timeout`,
+    not `failed`, though inductor and dynamo wrap what the signal raised in their own exceptions.
+    torch's own log says when the kernels compile, and the signal is sent then; that the log never
+    says the code was loaded or that inductor returned shows that the signal ended the compile."""
+    overrides = [*LONG, "backend=inductor", "cluster.max_requeue=0", "hydra.sweep.dir=sw"]
+    env = {**slurm_cluster.env(), "TORCH_LOGS": "dynamo,+output_code"}  # sbatch passes it on to the job
+    submitted = cli(tmp_path, "sweep", *overrides, env=env)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    ((cell, job),) = manifest_jobs(tmp_path / "sw").items()
+    log = tmp_path / "sw" / "cells" / cell / "logs" / "stderr.log"
+
+    def logged() -> str:
+        return log.read_text() if log.exists() else ""
+
+    wait_until(
+        lambda: KERNELS_COMPILE in logged(),
+        300,
+        lambda _: f"no kernels compiled:\n{logged()[-3000:]}",
+        interval=0.2,
+    )
+    slurm_cluster.run("scancel", "-s", "USR2", job)
+    row = table(settled(tmp_path, "sw", env).stdout)[cell]
+    assert (row["state"], row["error"].startswith("received SIGUSR2")) == ("timeout", True), row
+    assert attempts(tmp_path / "sw") == {cell: ["timeout"]}
+    steps = tmp_path / "sw" / "cells" / cell / "steps.parquet"
+    assert not steps.exists() or pd.read_parquet(steps).empty  # not one step ran
+    text = logged()
+    assert text.count(INDUCTOR_STARTS) == 1 and text.count(KERNELS_COMPILE) == 1, text[-3000:]
+    assert INDUCTOR_DONE not in text, text[-3000:]  # the signal came while inductor compiled, and ended it
 
 
 @ON_BOTH_CLUSTERS
@@ -231,27 +293,52 @@ def test_timeout_and_scancel_then_retry_failed(
     }
 
 
+def cell_processes(sweep: Path, cell_ids: list[str]) -> list[int]:
+    """Pids of the cells' own processes: `python -m workloads.run SWEEP/cells/<id>/config.yaml`."""
+    configs = {(sweep / "cells" / cell / "config.yaml").resolve() for cell in cell_ids}
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:  # not a process, or one that has ended
+            continue
+        named = {Path(arg).resolve() for arg in args if arg.endswith(".yaml")}
+        if "workloads.run" in args and configs & named:
+            found.append(int(entry.name))
+    return found
+
+
 @ON_BOTH_CLUSTERS
 def test_daemons_restarted_while_cells_run(
     slurm_clusters: SlurmClusters, accounting: bool, tmp_path: Path
 ) -> None:
+    """slurmctld and slurmd SIGKILLed (as if they crashed) and restarted while two cells train: the
+    cells complete, each once, and nothing is submitted again. The cells' processes are held
+    (SIGSTOP) from just before the first kill until both daemons are back, so that no job ends while
+    a daemon is down: a job that ends just as slurmctld is SIGKILLed can stay RUNNING until its time
+    limit, unknown to the restarted controller (docs/testing.md, "A chaotic queue")."""
     cluster = slurm_clusters.get(accounting)
     jobs = submit(cluster, tmp_path, "seed=1,2")
     wait_measuring(tmp_path / "sw", list(jobs))
-    killed = datetime.now(timezone.utc)
-    cluster.restart("slurmd", signal.SIGKILL, down_s=3)  # as if it crashed; job steps run on
-    cluster.restart("slurmctld")  # recovers the queue from its state directory
+    held = cell_processes(tmp_path / "sw", list(jobs))
+    assert len(held) == len(jobs), held
+    for pid in held:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        killed = datetime.now(timezone.utc)
+        cluster.restart("slurmctld", signal.SIGKILL)  # recovers the queue from its state directory
+        cluster.restart("slurmd", signal.SIGKILL, down_s=3)  # the job steps run on meanwhile
+        back = datetime.now(timezone.utc)
+    finally:
+        for pid in held:
+            os.kill(pid, signal.SIGCONT)
     wait_sweep(cluster, tmp_path, "seed=1,2")
     assert attempts(tmp_path / "sw") == {cell: ["completed"] for cell in jobs}  # each ran exactly once
     assert manifest_jobs(tmp_path / "sw") == jobs  # nothing was submitted again
-    for cell in jobs:  # the cells were running when slurmd was killed
+    for cell in jobs:  # the cells were running before the first kill, and ended after both daemons were back
         run = pd.read_parquet(tmp_path / "sw" / "cells" / cell / "run.parquet").iloc[0]
-        assert run["started_at"] < killed < run["finished_at"], (
-            cell,
-            run["started_at"],
-            killed,
-            run["finished_at"],
-        )
+        began, ended = run["started_at"], run["finished_at"]
+        assert began < killed and back < ended, (cell, began, killed, back, ended)
 
 
 def test_node_lost_under_running_cells(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
@@ -281,9 +368,8 @@ def test_node_lost_under_running_cells(slurm_cluster: LocalSlurm, tmp_path: Path
     wait_sweep(slurm_cluster, tmp_path, "seed=1,2")
     assert attempts(tmp_path / "sw") == dict.fromkeys(jobs, ["completed"])  # the killed runs left nothing
     after = manifest_jobs(tmp_path / "sw")
-    assert (
-        after[kept] == kept_job and after[lost] != lost_job
-    )  # requeued by Slurm; resubmitted by --retry-failed
+    # The kept job was requeued by Slurm; the lost one's cell was resubmitted by --retry-failed.
+    assert after[kept] == kept_job and after[lost] != lost_job
 
 
 def test_squeue_not_answering(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
@@ -373,9 +459,8 @@ def test_a_cell_killed_by_the_oom_killer(slurm_cluster: LocalSlurm, tmp_path: Pa
     ]
     with slurm_cluster.node_memory_limited(3 << 29) as node:
         waited = cli(tmp_path, "sweep", *overrides, env=slurm_cluster.env(), timeout=600)
-        kills = dict(line.split() for line in (node / "memory.oom_control").read_text().splitlines())[
-            "oom_kill"
-        ]
+        oom_control = (node / "memory.oom_control").read_text()
+        kills = dict(line.split() for line in oom_control.splitlines())["oom_kill"]
     assert int(kills) >= 1  # the kernel's OOM killer did it
     assert waited.returncode == 1, waited.stdout + waited.stderr
     manifest = pd.read_parquet(tmp_path / "sw" / "manifest.parquet")
@@ -408,9 +493,8 @@ def test_exception_and_out_of_memory_cells(
     assert waited.returncode == 1  # the sweep directory holds two cells that did not complete
     states = {row["state"]: cell for cell, row in table(waited.stdout).items()}
     assert set(states) == {"failed", "oom", "completed"}, waited.stdout
-    (np.arange(5000) % 10).astype(np.uint16).tofile(
-        data
-    )  # fixed (same 10 symbols); the configs stay as they were
+    # Fixed (the same 10 symbols); the configs stay as they were.
+    (np.arange(5000) % 10).astype(np.uint16).tofile(data)
     retried = cli(tmp_path, "status", "sw", "--retry-failed", env=slurm_cluster.env())
     assert retried.returncode == 0 and "2 cell(s) resubmitted" in retried.stdout, (
         retried.stdout + retried.stderr
@@ -421,3 +505,97 @@ def test_exception_and_out_of_memory_cells(
         states["oom"]: ["oom", "oom"],
         states["completed"]: ["completed"],
     }
+
+
+@pytest.fixture
+def small_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of 64 MB mounted in the test's directory, for a sweep directory that the test fills
+    (root is needed, as for the local Slurm; where the mount is refused the test skips, and fails
+    under the require flag)."""
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        reason = f"cannot mount a tmpfs for the sweep directory: {done.stderr.strip()}"
+        if slurm_required():
+            pytest.fail(f"{reason} and {REQUIRE_ENV} is set", pytrace=False)
+        pytest.skip(reason)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(filesystem: Path) -> Path:
+    """Write zeros into a file on `filesystem` until the kernel refuses (ENOSPC); the file."""
+    filler = filesystem / "filler"
+    with open(filler, "wb", buffering=0) as out, pytest.raises(OSError) as refused:
+        while True:
+            out.write(bytes(1 << 20))  # unbuffered: nothing left over for close() to write
+    assert refused.value.errno == errno.ENOSPC, refused.value
+    return filler
+
+
+def test_the_sweep_filesystem_full_for_a_while(
+    slurm_cluster: LocalSlurm, small_filesystem: Path, tmp_path: Path
+) -> None:
+    """The sweep directory's filesystem is full while one cell trains (it ends while full) and
+    another starts (its array, throttled to one task, starts it once the first ended): both end
+    without a result, `failed` (the job FAILED), while a cell completed before keeps its results.
+    Freed, `status --retry-failed` runs the two again, and every cell has completed once."""
+    sweep, env = small_filesystem / "sw", slurm_cluster.env()
+    one_at_a_time = "cluster.array_parallelism=1"  # one profile for the whole sweep, as --retry-failed wants
+    quick = [
+        *LONG[:-3],
+        "steps=2",
+        "measure.min_seconds=0",
+        "seed=0",
+        one_at_a_time,
+        f"hydra.sweep.dir={sweep}",
+    ]
+    before = cli(tmp_path, "sweep", *quick, *WAIT, env=env, timeout=600)
+    assert before.returncode == 0, before.stdout + before.stderr
+    ((done, done_job),) = manifest_jobs(sweep).items()
+    kept = {name: (sweep / "cells" / done / name).read_bytes() for name in ("run.parquet", "steps.parquet")}
+    overrides = [*LONG, "seed=1,2", one_at_a_time, f"hydra.sweep.dir={sweep}"]
+    submitted = cli(tmp_path, "sweep", *overrides, env=env)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    pair = [cell for cell in manifest_jobs(sweep) if cell != done]
+
+    def measuring() -> list[str]:  # one at a time: the first of the two to train
+        logs = {cell: sweep / "cells" / cell / "logs" / "stdout.log" for cell in pair}
+        return [cell for cell, log in logs.items() if log.exists() and MEASURING in log.read_text()]
+
+    (running,) = wait_until(measuring, 300, lambda _: f"neither of {pair} trains", interval=0.2)
+    (starting,) = set(pair) - {running}
+    filler = fill(small_filesystem)  # milliseconds: the cell measures for MEASURE_S more
+
+    def states() -> dict[str, tuple[str, str]]:
+        shown = cli(tmp_path, "status", str(sweep), env=env)
+        return {cell: (row["state"], row["error"]) for cell, row in table(shown.stdout).items()}
+
+    no_result = ("failed", "job FAILED, no result (see logs/)")
+    expected = {done: ("completed", ""), running: no_result, starting: no_result}
+    wait_until(
+        states,
+        300,
+        lambda last: f"states {last}, expected {expected}\n{slurm_cluster.logs()}",
+        done=lambda now: now == expected,
+        interval=1,
+    )
+    filler.unlink()
+    assert {name: (sweep / "cells" / done / name).read_bytes() for name in kept} == kept
+    assert not (sweep / "cells" / running / "run.parquet").exists()
+    assert not (sweep / "cells" / starting / "run.parquet").exists()
+    retried = cli(tmp_path, "status", str(sweep), "--retry-failed", env=env)
+    assert retried.returncode == 0, retried.stdout + retried.stderr
+    assert "2 cell(s) resubmitted" in retried.stdout, retried.stdout
+    waited = cli(tmp_path, "sweep", *overrides, *WAIT, env=env, timeout=600)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    assert attempts(sweep) == {cell: ["completed"] for cell in (done, running, starting)}
+    assert manifest_jobs(sweep)[done] == done_job  # not run again
