@@ -21,6 +21,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import pandas as pd
@@ -204,6 +205,23 @@ def progress_lines(text: str) -> list[str]:
     return re.findall(r"^\[\d+(?:s|m\d\ds)\] .+$", text, flags=re.M)
 
 
+def start_waiting(
+    cwd: Path, args: list[str], env: dict[str, str], out: TextIO, log: Path
+) -> subprocess.Popen:
+    """`compilebench ARGS` (a `--wait`) started as a shell's foreground job, its stdout to `out`
+    (the file `log`), once it has printed its first look at the queue."""
+    proc = cli_popen(
+        cwd, *args, env=env, stdout=out, stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job
+    )
+    wait_until(
+        lambda: proc.poll() is not None or progress_lines(log.read_text()),
+        120,
+        lambda _: f"no progress line: {log.read_text()}",
+        interval=0.2,
+    )
+    return proc
+
+
 def cli_on_terminal(cwd: Path, *args: str, env: dict[str, str]) -> tuple[int, str]:
     """The command line with its stdout on a pseudo-terminal (as in an interactive shell): exit
     code and everything it wrote there."""
@@ -244,21 +262,7 @@ def test_wait_follows_the_sweep_and_ctrl_c_leaves_the_jobs(slurm_cluster: LocalS
     ]
     log = tmp_path / "wait.log"
     with open(log, "w") as out:
-        proc = cli_popen(
-            tmp_path,
-            *args,
-            env=env,
-            stdout=out,
-            stderr=subprocess.PIPE,
-            text=True,
-            preexec_fn=as_foreground_job,
-        )
-        wait_until(
-            lambda: proc.poll() is not None or progress_lines(log.read_text()),
-            120,
-            lambda _: f"no progress line: {log.read_text()}",
-            interval=0.2,
-        )
+        proc = start_waiting(tmp_path, args, env, out, log)
         assert proc.poll() is None, log.read_text()
         (job_id,) = pd.read_parquet(tmp_path / "sw" / "manifest.parquet")["job_id"]
         proc.send_signal(signal.SIGINT)
@@ -334,21 +338,7 @@ def test_ctrl_c_stops_the_waiting_while_squeue_hangs(slurm_cluster: LocalSlurm, 
     log = tmp_path / "wait.log"
     try:
         with open(log, "w") as out:
-            proc = cli_popen(
-                tmp_path,
-                *args,
-                env=env,
-                stdout=out,
-                stderr=subprocess.PIPE,
-                text=True,
-                preexec_fn=as_foreground_job,
-            )
-            wait_until(
-                lambda: proc.poll() is not None or progress_lines(log.read_text()),
-                120,
-                lambda _: f"no progress line: {log.read_text()}",
-                interval=0.2,
-            )
+            proc = start_waiting(tmp_path, args, env, out, log)
             (fake / "hang").touch()
             wait_until(
                 lambda: proc.poll() is not None or (fake / "pid").exists() and (fake / "pid").read_text(),
