@@ -224,13 +224,18 @@ KERNELS_COMPILE = "[__output_code] Output code written to: "
 INDUCTOR_DONE = "Step 2: done compiler function inductor"
 
 
-def test_the_time_limit_while_inductor_compiles(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+@pytest.mark.parametrize("moment", [INDUCTOR_STARTS, KERNELS_COMPILE], ids=["cache_keys", "kernels"])
+def test_the_time_limit_while_inductor_compiles(
+    slurm_cluster: LocalSlurm, tmp_path: Path, moment: str
+) -> None:
     """Slurm's time-limit warning (USR2, sent with `scancel -s USR2`, which signals every process
-    of the job step as Slurm's own warning does) while inductor compiles the model's C++ kernels,
-    cold (the job's own empty cache, `cluster.compile_cache=per_job`): the cell records `timeout`,
-    not `failed`, though inductor and dynamo wrap what the signal raised in their own exceptions.
-    torch's own log says when the kernels compile, and the signal is sent then; that the log never
-    says the code was loaded or that inductor returned shows that the signal ended the compile."""
+    of the job step as Slurm's own warning does) while inductor compiles, cold (the job's own empty
+    cache, `cluster.compile_cache=per_job`): in its first second, while torch computes its cache keys
+    and probes the CPU in code that catches every `Exception`, and while it compiles the model's C++
+    kernels, where inductor and dynamo wrap what the signal raised in their own exceptions. Either
+    way the cell records `timeout`, not `failed` and not a cell that trains on. torch's own log says
+    when each moment comes, and the signal is sent then; that the log never says inductor returned
+    shows that the signal ended the compile."""
     overrides = [*LONG, "backend=inductor", "cluster.max_requeue=0", "hydra.sweep.dir=sw"]
     env = {**slurm_cluster.env(), "TORCH_LOGS": "dynamo,+output_code"}  # sbatch passes it on to the job
     submitted = cli(tmp_path, "sweep", *overrides, env=env)
@@ -242,9 +247,9 @@ def test_the_time_limit_while_inductor_compiles(slurm_cluster: LocalSlurm, tmp_p
         return log.read_text() if log.exists() else ""
 
     wait_until(
-        lambda: KERNELS_COMPILE in logged(),
+        lambda: moment in logged(),
         300,
-        lambda _: f"no kernels compiled:\n{logged()[-3000:]}",
+        lambda _: f"{moment!r} not logged:\n{logged()[-3000:]}",
         interval=0.2,
     )
     slurm_cluster.run("scancel", "-s", "USR2", job)
@@ -254,7 +259,7 @@ def test_the_time_limit_while_inductor_compiles(slurm_cluster: LocalSlurm, tmp_p
     steps = tmp_path / "sw" / "cells" / cell / "steps.parquet"
     assert not steps.exists() or pd.read_parquet(steps).empty  # not one step ran
     text = logged()
-    assert text.count(INDUCTOR_STARTS) == 1 and text.count(KERNELS_COMPILE) == 1, text[-3000:]
+    assert text.count(INDUCTOR_STARTS) == 1 and text.count(KERNELS_COMPILE) <= 1, text[-3000:]
     assert INDUCTOR_DONE not in text, text[-3000:]  # the signal came while inductor compiled, and ended it
 
 

@@ -71,8 +71,10 @@ from workloads.local import turns
 from workloads.models import ModelSpec, build_model
 
 
-class CellInterrupted(Exception):
-    """Raised in the cell's process when Slurm (scancel, time limit) sends SIGTERM."""
+class CellInterrupted(BaseException):
+    """Raised in the cell's process when Slurm (scancel, time limit) sends SIGTERM. Not an `Exception`,
+    as KeyboardInterrupt is not: torch 2.15 catches every `Exception` while inductor computes its cache
+    keys and probes the CPU, and a signal raised there was swallowed and the cell trained on."""
 
 
 class CellTimedOut(CellInterrupted):
@@ -353,7 +355,7 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
         with cold_compile.private_caches(cfg):
             status = _train(cfg, rec, ranks)
         finished = True  # every rank took part in the gather after its loop: all are here
-    except Exception as err:  # a failed cell is a result to record, whatever the cause
+    except (CellInterrupted, Exception) as err:  # a failed cell is a result to record, whatever the cause
         if signalled := interruption(err):
             status = TIMEOUT if isinstance(signalled, CellTimedOut) else CANCELLED
             rec.run["error"] = str(signalled)
