@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 
 from analysis.breakeven import COMPILE_COLD, COMPILE_WARM
-from workloads.contract.schema import RUN_SCHEMA, STEPS_SCHEMA
+from workloads.contract.schema import MANIFEST_SCHEMA, RUN_SCHEMA, STEPS_SCHEMA
 from workloads.contract.sweep_dir import (
     MANIFEST_FILE,
     RUN_FILE,
@@ -31,9 +31,8 @@ from workloads.contract.sweep_dir import (
     cell_dirs,
     counting_attempts,
     read_cell_config,
-    read_tables,
+    read_files,
     replicate_attempts,
-    with_repeat,
 )
 from workloads.contract.vocabulary import (
     AXES,
@@ -77,13 +76,11 @@ RUN_READ_SCHEMA = pa.schema(
             "rank_median_step_ms",
             "graph_break_reasons",
             "recompile_reasons",
-            # Cold and warm compile times, once the workload records them (analysis/breakeven.py).
-            *(name for name in (COMPILE_COLD, COMPILE_WARM) if name in RUN_SCHEMA.names),
+            COMPILE_COLD,  # cold and warm compile times (analysis/breakeven.py)
+            COMPILE_WARM,
         )
     ]
 )
-#: What a run row of schema version 1 (before distributed cells) lacks: it ran one process on one node.
-SINGLE_PROCESS = {"world_size": 1, "nodes": 1}
 STEPS_READ_SCHEMA = pa.schema(
     [
         STEPS_SCHEMA.field(name)
@@ -92,10 +89,10 @@ STEPS_READ_SCHEMA = pa.schema(
 )
 #: The column `load_cells` adds to the steps: the replicate of the attempt a step belongs to.
 REPEAT = "repeat"
+#: The columns of SweepData.steps.
+STEPS_FRAME_SCHEMA = STEPS_READ_SCHEMA.append(pa.field(REPEAT, pa.int64()))
 #: The manifest's axis columns, read for cells without a result.
-MANIFEST_AXES_SCHEMA = pa.schema(
-    [RUN_SCHEMA.field("cell_id"), *(RUN_SCHEMA.field(a.name) for a in CONFIG_AXES)]
-)
+MANIFEST_AXES = ("cell_id", *(axis.name for axis in CONFIG_AXES))
 
 
 @dataclass(frozen=True)
@@ -145,7 +142,7 @@ class SweepData:
         parts = list(parts)
         return cls(
             _concat([p.cells for p in parts], RUN_READ_SCHEMA),
-            _concat([p.steps for p in parts], STEPS_READ_SCHEMA),
+            _concat([p.steps for p in parts], STEPS_FRAME_SCHEMA),
             [problem for part in parts for problem in part.problems],
             _concat([p.replicates for p in parts], RUN_READ_SCHEMA),
         )
@@ -159,7 +156,7 @@ def _concat(frames: list[pd.DataFrame], schema: pa.Schema) -> pd.DataFrame:
 
 def _read_manifest(path: Path, problems: _Problems) -> dict[str, dict[str, Any]]:
     """{cell_id: axes} of manifest.parquet; {} when it is unreadable."""
-    table, bad = read_tables([path], MANIFEST_AXES_SCHEMA)
+    table, bad = read_files([path], MANIFEST_SCHEMA, MANIFEST_AXES)
     for bad_path, exc in bad:
         problems.add(bad_path, f"cannot read ({exc})")
     return {row.pop("cell_id"): row for row in table.to_pylist()}
@@ -205,7 +202,7 @@ def _counting_steps(
             paths.append(path)
         elif directory.name in runs.index and runs.at[directory.name, "status"] == COMPLETED:
             problems.add(path, "completed cell without steps")
-    table, bad = read_tables(paths, STEPS_READ_SCHEMA)
+    table, bad = read_files(paths, STEPS_SCHEMA, STEPS_READ_SCHEMA.names)
     for path, exc in bad:
         problems.add(path, f"cannot read ({exc})")
     steps = table.to_pandas(strings_to_categorical=True)  # a million rows name a thousand cells
@@ -250,10 +247,11 @@ def load_cells(
 ) -> SweepData:
     """Read these cell directories (some may not exist yet: then `manifest` gives their axes)."""
     problems = problems if problems is not None else _Problems(warn)
-    table, bad = read_tables([d / RUN_FILE for d in directories if (d / RUN_FILE).is_file()], RUN_READ_SCHEMA)
+    paths = [d / RUN_FILE for d in directories if (d / RUN_FILE).is_file()]
+    table, bad = read_files(paths, RUN_SCHEMA, RUN_READ_SCHEMA.names)
     for path, exc in bad:
         problems.add(path, f"cannot read ({exc})")
-    every = with_repeat(table.to_pandas().fillna(SINGLE_PROCESS))
+    every = table.to_pandas()
     replicates = replicate_attempts(every)
     runs = counting_attempts(every).set_index("cell_id", drop=False)
     runs["replicates"] = (

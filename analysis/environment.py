@@ -11,11 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
 
 from analysis.render import Table, fmt_number, fmt_percent, is_null
 from workloads.contract.schema import RUN_SCHEMA
-from workloads.contract.sweep_dir import RUN_FILE, cell_dirs, read_tables
+from workloads.contract.sweep_dir import RUN_FILE, cell_dirs, read_files
 from workloads.contract.vocabulary import COMPLETED
 
 #: (run.parquet column, what the table calls it), in the table's order.
@@ -38,7 +37,7 @@ FIELDS = (
 STEAL_NOTED = 0.05
 #: Distinct text values listed per field; the rest are counted.
 MAX_VALUES = 4
-_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in ("status", *(column for column, _ in FIELDS))])
+_COLUMNS = ("status", *(column for column, _ in FIELDS))
 
 
 def _summary(column: str, values: pd.Series) -> str:
@@ -65,8 +64,8 @@ def _summary(column: str, values: pd.Series) -> str:
 
 def environment_table(sweep_dir: Path) -> Table:
     """The environment of the sweep's runs: one row per field that some run recorded."""
-    table, _ = read_tables(
-        [d / RUN_FILE for d in cell_dirs(Path(sweep_dir)) if (d / RUN_FILE).is_file()], _SCHEMA
+    table, _ = read_files(
+        [d / RUN_FILE for d in cell_dirs(Path(sweep_dir)) if (d / RUN_FILE).is_file()], RUN_SCHEMA, _COLUMNS
     )
     runs = table.to_pandas()  # files that cannot be read are the problems analysis reports already
     completed = runs[runs["status"] == COMPLETED]

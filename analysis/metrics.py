@@ -153,7 +153,7 @@ def _step_stats(cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray) -> R
     measured[measured] = done[code[measured]]
     group = code[measured]
     times = steps["step_time_ms"].to_numpy(float)[measured]
-    replicas = ReplicateSamples.from_steps(group, _repeats(steps)[measured], times, n)
+    replicas = ReplicateSamples.from_steps(group, steps[REPEAT].to_numpy(np.int64)[measured], times, n)
     samples = _pooled(replicas, group, times, n)
     count, mean, std = group_mean_std(group, times, n)
     mfu = steps["mfu"].to_numpy(float)[measured]
@@ -180,11 +180,6 @@ def _step_stats(cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray) -> R
     for column, values in stats.items():
         fallback = cells[RUN_SUMMARY[column]].to_numpy(float) if column in RUN_SUMMARY else np.nan
         cells[column] = np.where(done & has, values, np.where(done, fallback, np.nan))
-    # Without steps, a run row without end-to-end columns (schema version 2) still has its mean step.
-    e2e = cells["e2e_items_per_s"].to_numpy(float)
-    cells["e2e_items_per_s"] = np.where(
-        done & ~has & np.isnan(e2e), items / (cells["mean_step_ms"].to_numpy(float) / 1e3), e2e
-    )
     counted = (
         pd.to_numeric(cells["replicates"], errors="coerce").to_numpy(float)
         if "replicates" in cells
@@ -192,13 +187,6 @@ def _step_stats(cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray) -> R
     )
     cells["replicates"] = np.where(done & has, replicas.replicates, np.where(done, np.fmax(counted, 1), 0))
     return replicas
-
-
-def _repeats(steps: pd.DataFrame) -> np.ndarray:
-    """The replicate of each step row: 0 where the frame has none (written before replicates)."""
-    if REPEAT not in steps.columns:
-        return np.zeros(len(steps), np.int64)
-    return steps[REPEAT].fillna(0).to_numpy(np.int64)
 
 
 def _generators(
@@ -237,7 +225,7 @@ def _loss_max_rel_diff(
             "cell": code[known],
             "step": steps["step"].to_numpy()[known],
             "loss": steps["loss"].to_numpy(float)[known],
-            "repeat": _repeats(steps)[known],
+            "repeat": steps[REPEAT].to_numpy(np.int64)[known],
         }
     )
     rows["base"] = baseline[rows["cell"]]

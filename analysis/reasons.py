@@ -50,8 +50,6 @@ def reason_rows(cells: pd.DataFrame) -> pd.DataFrame:
     """One row per (cell, kind, short reason) of the cells' run rows: cell_id, kind, reason, count."""
     rows = []
     for column, kind in KINDS.items():
-        if column not in cells:
-            continue
         for cell_id, reasons in zip(cells["cell_id"], cells[column]):
             for entry in reasons if reasons is not None and not isinstance(reasons, float) else ():
                 rows.append(

@@ -5,23 +5,8 @@ Two files per cell directory: `steps.parquet` (one row per training step, every 
 sweep. Where they lie and how they are read is workloads/contract/sweep_dir.py; the axis columns come from
 workloads/contract/vocabulary.py. Files are rewritten whole through a temporary file and `os.replace`, so a
 reader sees either the old or the new file, never half of one. Bump SCHEMA_VERSION when a column
-changes meaning or disappears (adding a column needs no bump: readers fill it with nulls).
-
-Version 2 added the distributed cells (DDP over several processes, workloads/cell/recorder.py): one
-steps row per step still, its step time the slowest rank's, `items`/`items_per_step`/
-`flops_per_step` over all ranks, and the `rank_*` list columns (one entry per rank, in rank
-order); in run.parquet `world_size`, `nodes`, `dist_backend` and `ddp_graph_splits`. Cells of one
-process have world_size 1 and one-entry lists. Files of version 1 read with nulls there.
-
-Added within version 2 (no bump: files without them read with nulls): `graph_break_reasons` and
-`recompile_reasons` in run.parquet (workloads/instruments/dynamo_records.py), why graphs broke or recompiled,
-one {reason, count} per distinct reason; null for backends that dynamo does not compile. The compile
-cache (workloads/instruments/compile_cache.py): `compile_cache_dir`, `compile_cache_warm`, the FX graph and
-AOTAutograd cache counts (`fx_graph_cache_hits`, ...), and with `compile.measure=cold_warm`
-`compile_cold_s` and `compile_warm_s`. `slurm_cpus` (workloads/instruments/provenance.py), the CPUs Slurm gave
-the task, to tell an unbound cell (`cpu_count_allowed` above it) from a bound one. `host_op_us`,
-`node_cpus_busy_other` and `cpu_steal_share` (workloads/instruments/host_load.py): the host's speed and load
-while the cell measured.
+changes meaning or disappears (an added column needs none: older files read with nulls there), and
+lift the older rows in workloads/contract/upgrade.py, which keeps the version history.
 """
 
 from __future__ import annotations
@@ -106,7 +91,8 @@ CACHE_COUNT_COLUMNS = (
     "aot_autograd_cache_bypasses",
 )
 
-#: Why graphs broke or recompiled (workloads/instruments/dynamo_records.py): one entry per distinct reason.
+#: Why graphs broke or recompiled (workloads/instruments/dynamo_records.py): one entry per distinct reason;
+#: null for backends that dynamo does not compile.
 REASONS = pa.list_(pa.struct([("reason", pa.string()), ("count", pa.int64())]))
 
 RUN_SCHEMA = pa.schema(

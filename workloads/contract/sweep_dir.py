@@ -10,8 +10,9 @@
 
 Every package goes through this module: the orchestrator lays a grid out and asks whether a cell
 is done, the workload finds its attempt number, analysis reads everything. The columns are in
-workloads/contract/schema.py. Readers tolerate what a shared filesystem shows mid-sweep: a missing file is
-None, an unreadable one is reported, columns a file lacks (an older schema) come back null.
+workloads/contract/schema.py. Every Parquet file is read through `read_files`, which lifts what an older
+version wrote to the current schema (workloads/contract/upgrade.py). Readers tolerate what a shared
+filesystem shows mid-sweep: a missing file is None, an unreadable one is reported.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from workloads.contract.schema import (
     table_from_rows,
     write_parquet_atomic,
 )
+from workloads.contract.upgrade import LIFT_INPUTS, lift
 from workloads.contract.vocabulary import COMPLETED, axes_from_config
 
 MANIFEST_FILE = "manifest.parquet"
@@ -126,10 +128,10 @@ def cell_dirs(sweep_dir: Path) -> list[Path]:
 # Reading Parquet files.
 
 
-def read_tables(paths: Sequence[Path], schema: pa.Schema) -> tuple[pa.Table, list[tuple[Path, Exception]]]:
-    """The files as one table of `schema` (columns a file lacks come back null, columns `schema`
-    lacks are not read), and the files that could not be read, with their error. One
-    `pyarrow.dataset` scan reads them all; one bad file fails a scan, so then they are read one by one."""
+def _scan(paths: Sequence[Path], schema: pa.Schema) -> tuple[pa.Table, list[tuple[Path, Exception]]]:
+    """The files as one table of `schema` (columns a file lacks come back null), and the files that
+    could not be read, with their error. One `pyarrow.dataset` scan reads them all; one bad file fails
+    a scan, so then they are read one by one."""
     if not paths:
         return schema.empty_table(), []
     scan = lambda files: ds.dataset([str(p) for p in files], schema=schema, format="parquet").to_table()  # noqa: E731
@@ -146,12 +148,24 @@ def read_tables(paths: Sequence[Path], schema: pa.Schema) -> tuple[pa.Table, lis
     return (pa.concat_tables(tables) if tables else schema.empty_table()), bad
 
 
-def read_parquet(path: Path, schema: pa.Schema, warn: TextIO | None = STDERR) -> pd.DataFrame | None:
-    """The file as a DataFrame of `schema`'s columns; None if it is missing (silently: the caller
-    knows whether absence is expected) or unreadable (with a line on `warn`)."""
+def read_files(
+    paths: Sequence[Path], kind: pa.Schema, columns: Sequence[str] | None = None
+) -> tuple[pa.Table, list[tuple[Path, Exception]]]:
+    """Files of one kind (RUN_SCHEMA, STEPS_SCHEMA or MANIFEST_SCHEMA) as one table of its current
+    columns (only `columns` where given: the others are not decoded), whatever schema version wrote
+    them (`upgrade.lift`), and the files that could not be read, with their error."""
+    wanted = list(columns) if columns is not None else kind.names
+    inputs = LIFT_INPUTS if kind is RUN_SCHEMA else ()
+    table, bad = _scan(paths, pa.schema([kind.field(name) for name in dict.fromkeys([*wanted, *inputs])]))
+    return lift(table, kind).select(wanted), bad
+
+
+def read_parquet(path: Path, kind: pa.Schema, warn: TextIO | None = STDERR) -> pd.DataFrame | None:
+    """The file as a DataFrame of `kind`'s columns (`read_files`); None if it is missing (silently: the
+    caller knows whether absence is expected) or unreadable (with a line on `warn`)."""
     if not Path(path).exists():
         return None
-    table, bad = read_tables([path], schema)
+    table, bad = read_files([path], kind)
     for bad_path, exc in bad:
         if warn is not None:
             print(f"warning: cannot read {bad_path}: {exc}", file=warn)
@@ -245,13 +259,8 @@ def counting_attempts(runs: pd.DataFrame) -> pd.DataFrame:
     return ranked.drop_duplicates("cell_id", keep="last").drop(columns="_completed")
 
 
-def with_repeat(runs: pd.DataFrame) -> pd.DataFrame:
-    """Run rows with `repeat` filled in: rows written before replicates existed are replicate 0."""
-    return runs.assign(repeat=runs["repeat"].fillna(0).astype("int64"))
-
-
 def replicate_attempts(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (cell_id, repeat) of run rows `with_repeat`: the attempt that speaks for each
+    """One row per (cell_id, repeat) of run rows: the attempt that speaks for each
     replicate of a cell (as `counting_attempts` for a cell)."""
     ranked = runs.assign(_completed=runs["status"] == COMPLETED)
     ranked = ranked.sort_values(["cell_id", "repeat", "_completed", "attempt"], kind="stable")
@@ -259,9 +268,9 @@ def replicate_attempts(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _runs(directory: Path) -> pd.DataFrame:
-    """A cell directory's run rows `with_repeat` (none where there is no readable run.parquet)."""
+    """A cell directory's run rows (none where there is no readable run.parquet)."""
     runs = read_parquet(Path(directory) / RUN_FILE, RUN_SCHEMA)
-    return with_repeat(runs) if runs is not None else RUN_SCHEMA.empty_table().to_pandas()
+    return runs if runs is not None else RUN_SCHEMA.empty_table().to_pandas()
 
 
 def _missing(runs: pd.DataFrame, repeats: int) -> list[int]:

@@ -1,0 +1,76 @@
+"""Old sweep directories read as the current schema: the one place that knows how files used to look.
+
+Every reader of a sweep's Parquet files goes through workloads/contract/sweep_dir.py, which scans a file
+with its kind's current columns (a column the file lacks comes back null) and the columns the lift reads
+(LIFT_INPUTS), then hands the table to `lift`. Within a version columns were only added, so a row is
+told by what it holds: `schema_version` (null: version 1) for what changed with a bump, a null in a
+column its writer always fills for what was added within a version. No column was renamed and no
+encoding changed so far; such a change would be one more step here. The history, a line each:
+
+- version 1 (fa8cdeb): one process per cell; `cudagraph_skips` added within it (990d346).
+- version 2 (723a086): distributed cells; a steps row's time is the slowest rank's, `items` all
+  ranks', the `rank_*` lists one entry per rank; run.parquet's `world_size`, `nodes`, `dist_backend`,
+  `ddp_graph_splits`: `_one_process`.
+- within 2 (696c87d): `repeat` (`_replicate_zero`), the end-to-end columns (`_end_to_end`), the
+  provenance columns and the manifest's other axes; (8446e4d) `graph_break_reasons`,
+  `recompile_reasons`; (6582ece) the compile cache columns; (681e623) `slurm_cpus`; (96465f2) the
+  host-load columns: null in older files, nothing to lift.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from workloads.contract.schema import RUN_SCHEMA
+
+#: The run columns the lift steps read, scanned whatever columns a reader asked for.
+LIFT_INPUTS = (
+    "schema_version",
+    "world_size",
+    "nodes",
+    "repeat",
+    "items_per_step",
+    "mean_step_ms",
+    "measured_s",
+    "e2e_items_per_s",
+)
+
+
+def _replace(table: pa.Table, name: str, values: pa.ChunkedArray) -> pa.Table:
+    return table.set_column(table.column_names.index(name), name, values.cast(table.schema.field(name).type))
+
+
+def _one_process(runs: pa.Table) -> pa.Table:
+    """Version 1 (before 723a086, distributed cells): every cell ran one process on one node."""
+    version = runs.column("schema_version")
+    old = pc.fill_null(pc.less(version, 2), True)
+    for name in ("world_size", "nodes"):
+        runs = _replace(runs, name, pc.if_else(old, pc.fill_null(runs.column(name), 1), runs.column(name)))
+    return runs
+
+
+def _replicate_zero(runs: pa.Table) -> pa.Table:
+    """Within version 2, before replicates (696c87d): a row without `repeat` ran replicate 0."""
+    return _replace(runs, "repeat", pc.fill_null(runs.column("repeat"), 0))
+
+
+def _end_to_end(runs: pa.Table) -> pa.Table:
+    """Within version 2, before the end-to-end columns (696c87d): a row without `measured_s` has its
+    end-to-end items/s at its mean step (measured steps tile the measured span)."""
+    items = pc.cast(runs.column("items_per_step"), pa.float64())
+    at_mean = pc.divide(items, pc.divide(runs.column("mean_step_ms"), 1e3))
+    before = pc.is_null(runs.column("measured_s"))
+    e2e = runs.column("e2e_items_per_s")
+    return _replace(runs, "e2e_items_per_s", pc.if_else(before, pc.coalesce(e2e, at_mean), e2e))
+
+
+def lift(table: pa.Table, kind: pa.Schema) -> pa.Table:
+    """Rows scanned from files of `kind` (RUN_SCHEMA, STEPS_SCHEMA or MANIFEST_SCHEMA; a run table with
+    LIFT_INPUTS among its columns) as the current schema has them. Steps and manifest files only
+    gained columns: theirs read as null, nothing to lift."""
+    if kind is not RUN_SCHEMA:
+        return table
+    for step in (_one_process, _replicate_zero, _end_to_end):
+        table = step(table)
+    return table
