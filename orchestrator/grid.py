@@ -28,6 +28,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+import orchestrator.config_store  # noqa: F401 (registers `cell_defaults`, which conf/config.yaml composes)
 from orchestrator.config_groups import (
     ConfigDirError,
     group_values,
@@ -103,8 +104,9 @@ class Grid:
     cluster: dict[str, Any]
 
     @property
-    def executor(self) -> str:
-        return str(self.cluster.get("executor", "local"))
+    def executor(self) -> str | None:
+        """The cluster profile's `executor` (its default is conf/cluster_base.yaml's)."""
+        return self.cluster.get("executor")
 
     def replicates(self) -> list[tuple[Cell, int]]:
         """Every (cell, repeat) to run, in run order: replicate 0 of every cell in grid order, then

@@ -5,8 +5,10 @@ has a default here, the same as in conf/cluster_base.yaml (the base every profil
 documents the fields), so a profile names only what its site needs. A cell's resources follow
 from the profile and the cell's model: the GPU type is `cluster.gpu_type` when set, else
 `cluster.gpu_type_by_model[<model>]`, else `cluster.gpu_type_by_model.default`; the partition is
-`cluster.partition` when set, else `cluster.partitions[<gpu type>]`. Bad values raise
-ProfileError with a one-line message.
+`cluster.partition` when set, else `cluster.partitions[<gpu type>]`. SlurmProfile is OmegaConf's
+structured schema of the node, which converts and checks each value's type; what OmegaConf cannot
+say (positive, known partition, one-line setup) is checked here. Bad values raise ProfileError with
+a one-line message.
 
 A cell trains as `distributed.nodes × distributed.tasks_per_node` processes, one Slurm task each
 (workloads/cell/distributed.py). `cluster.gpus` is what each task gets, so a node's request is
@@ -21,6 +23,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from workloads.cell.config import DistributedConfig, distributed_section
 
@@ -103,17 +108,31 @@ def _fail(profile: str, message: str) -> ProfileError:
     return ProfileError(f"cluster {profile}: {message}")
 
 
-def _positive(name: str, value: Any, key: str, optional: bool = True, integer: bool = True) -> None:
-    if value is None and optional:
+def _typed(name: str, values: Mapping[str, Any]) -> SlurmProfile:
+    """`values` set key by key on SlurmProfile as OmegaConf's structured schema, which converts
+    and checks each value's type ("3" -> 3; `gpus: true`, `modules: cuda` refused, naming the key)."""
+    schema = OmegaConf.structured(SlurmProfile)
+    OmegaConf.set_readonly(schema, False)  # a frozen dataclass gives a read-only config
+    for key, value in values.items():
+        try:
+            schema[key] = value
+        except OmegaConfBaseException as exc:
+            raise _fail(name, f"{key}: {str(exc).splitlines()[0]}") from None
+    try:
+        return OmegaConf.to_object(schema)
+    except MissingMandatoryValue as exc:
+        raise _fail(name, f"{exc.full_key} is required (conf/cluster_base.yaml: ???)") from None
+
+
+def _positive(name: str, value: Any, key: str, optional: bool = True) -> None:
+    if (value is None and optional) or (value is not None and value > 0):
         return
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
-        kind = "integer" if integer else "number"
-        raise _fail(name, f"{key} must be a positive {kind}, got {value!r}")
+    kind = "integer" if isinstance(value, int) or value is None else "number"
+    raise _fail(name, f"{key} must be a positive {kind}, got {value!r}")
 
 
-def _mapping_of_str(name: str, value: Any, key: str) -> None:
-    if not isinstance(value, Mapping) or not all(isinstance(v, str) and v for v in value.values()):
+def _named(name: str, value: Mapping[str, str], key: str) -> None:
+    if not all(value.values()):
         raise _fail(name, f"{key} must map names to non-empty strings, got {value!r}")
 
 
@@ -124,26 +143,22 @@ def load_profile(cluster: Mapping[str, Any]) -> SlurmProfile:
     unknown = sorted(set(cluster) - known)
     if unknown:
         raise _fail(name, f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    values = {key: value for key, value in cluster.items() if value is not None}  # null = the default
-    try:
-        profile = SlurmProfile(**values)
-    except TypeError as exc:  # a required key missing
-        raise _fail(name, str(exc).split(") ", 1)[-1]) from None
+    given = {key: value for key, value in cluster.items() if value is not None}  # null = the default
+    profile = _typed(name, given)
 
-    _mapping_of_str(name, profile.partitions, "partitions")
+    _named(name, profile.partitions, "partitions")
     if not profile.partitions:
         raise _fail(
             name, "partitions is empty; map each GPU type to a partition, e.g. {A100: 'grete:shared'}"
         )
-    _mapping_of_str(name, profile.gpu_type_by_model, "gpu_type_by_model")
+    _named(name, profile.gpu_type_by_model, "gpu_type_by_model")
     for key in ("gpus_per_node", "cpus_per_gpu", "max_array_size", "array_parallelism", "signal_delay_s"):
         _positive(name, getattr(profile, key), key)
     _positive(name, profile.time_min, "time_min (required for Slurm: minutes per job)", optional=False)
-    _positive(name, profile.mem_per_gpu_gb, "mem_per_gpu_gb", integer=False)
+    _positive(name, profile.mem_per_gpu_gb, "mem_per_gpu_gb")
     for key in ("gpus", "max_requeue"):
-        value = getattr(profile, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise _fail(name, f"{key} must be an integer >= 0, got {value!r}")
+        if getattr(profile, key) < 0:
+            raise _fail(name, f"{key} must be an integer >= 0, got {getattr(profile, key)!r}")
     if profile.gpus_per_node and profile.gpus > profile.gpus_per_node:
         raise _fail(
             name, f"gpus={profile.gpus} is more than a node has (gpus_per_node={profile.gpus_per_node})"
@@ -160,14 +175,10 @@ def load_profile(cluster: Mapping[str, Any]) -> SlurmProfile:
         )
     for key in ("modules", "setup"):
         lines = getattr(profile, key)
-        if not isinstance(lines, list) or not all(isinstance(x, str) and "\n" not in x for x in lines):
+        if any("\n" in line for line in lines):
             raise _fail(name, f"{key} must be a list of one-line strings, got {lines!r}")
-    if not isinstance(profile.env, Mapping) or not all(_ENV_NAME.fullmatch(str(k)) for k in profile.env):
+    if not all(_ENV_NAME.fullmatch(key) for key in profile.env):
         raise _fail(name, f"env must map variable names to values, got {profile.env!r}")
-    if not isinstance(profile.sbatch_extra, Mapping):
-        raise _fail(
-            name, f"sbatch_extra must map sbatch option names to values, got {profile.sbatch_extra!r}"
-        )
     return profile
 
 

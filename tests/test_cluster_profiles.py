@@ -15,7 +15,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from orchestrator.grid import CONF_DIR, GridError, expand
-from orchestrator.profile import SlurmProfile, load_profile
+from orchestrator.profile import ProfileError, SlurmProfile, load_profile
 
 BASE = CONF_DIR / "cluster_base.yaml"
 INHERIT = "/cluster_base@_here_"
@@ -176,3 +176,28 @@ def test_a_profile_without_its_site_is_refused(tmp_path: Path) -> None:
     (conf / "cluster" / "bare.yaml").write_text(f"defaults:\n  - {INHERIT}\n  - _self_\n\ntime_min: 5\n")
     with pytest.raises(GridError, match=r"cluster\.(name|partitions)"):
         expand(["cluster=bare"], config_dir=conf)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"time_min": "abc"}, "time_min: Value 'abc' of type 'str' could not be converted to Integer"),
+        ({"gpus": True}, "gpus: Value 'True' of type 'bool' could not be converted to Integer"),
+        ({"mem_per_gpu_gb": "lots"}, "mem_per_gpu_gb: Value 'lots' of type 'str' could not be converted"),
+        ({"modules": "cuda/12.1"}, "modules: Invalid value assigned: str is not a ListConfig"),
+        ({"partitions": ["grete:shared"]}, "partitions: Invalid type assigned: list is not a subclass"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_one_line_naming_the_key(change: dict, message: str) -> None:
+    """SlurmProfile is OmegaConf's structured schema of a profile: its typing checks each value."""
+    cluster = {**expand(["cluster=grete"]).cluster, **change}
+    with pytest.raises(ProfileError) as info:
+        load_profile(cluster)
+    assert str(info.value).startswith(f"cluster grete: {message}") and "\n" not in str(info.value)
+
+
+def test_a_value_that_converts_is_converted() -> None:
+    """As OmegaConf converts: `cluster.time_min='30'` is 30 minutes, `mem_per_gpu_gb: 120` 120.0 GB."""
+    profile = load_profile({**expand(["cluster=grete"]).cluster, "time_min": "30"})
+    assert profile.time_min == 30 and profile.mem_per_gpu_gb == 120.0
+    assert isinstance(profile.partitions, dict) and isinstance(profile.modules, list)

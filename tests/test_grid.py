@@ -212,6 +212,18 @@ def test_cells_sharing_a_composition_stay_independent() -> None:
         assert {k: v for k, v in cell.config.items() if k != "cell_id"} == hydra_compose(overrides), overrides
 
 
+def test_compositions_sharing_the_cached_defaults_stay_independent() -> None:
+    """`cell_defaults` (orchestrator/config_store.py) is loaded once per expansion and merged
+    first into every composition: a later composition (backend=inductor) must not change an
+    earlier one, which a model with a `???` (timm's arch) copies for each of its cells."""
+    overrides = ["model=timm", "model.arch=resnet18,resnet50", "backend=eager,inductor"]  # backend fastest
+    cells = expand(overrides).cells
+    assert len(cells) == 4
+    for cell in cells:
+        assert cell.config["backend"]["name"] == cell.override_values()["backend"], cell.overrides
+        assert {k: v for k, v in cell.config.items() if k != "cell_id"} == hydra_compose(list(cell.overrides))
+
+
 @pytest.mark.parametrize("override", ["backend=nope", "size=[", "nokey=1"])
 def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path, override: str) -> None:
     result = cli(tmp_path, "sweep", override)

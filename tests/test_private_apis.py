@@ -6,6 +6,7 @@ version and the tested range (an upgrade changed one of them: adapt its wrapper)
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
+from submitit import SlurmExecutor
 
 from orchestrator import private_apis
 from orchestrator.grid import CONF_DIR, CONFIG_NAME
@@ -28,25 +30,12 @@ def versions(distribution: str) -> str:
     )
 
 
-@pytest.mark.parametrize("api", private_apis.CHECKS, ids=lambda c: c.api)
-def test_wrapped_api_is_as_tested(api: private_apis.ApiCheck) -> None:
-    try:
-        api.run()
-    except private_apis.PrivateApiError as exc:
-        pytest.fail(str(exc), pytrace=False)
-
-
-def test_check_covers_every_api() -> None:
-    private_apis.check()
-
-
-def test_a_changed_api_names_itself_and_the_versions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What an upgrade that renames an API looks like."""
-    monkeypatch.delattr(private_apis.BasicSweeper, "split_arguments")
+def test_a_missing_api_names_itself_and_the_versions() -> None:
+    """What an upgrade that removes a wrapped API looks like, at import of private_apis."""
     with pytest.raises(private_apis.PrivateApiError) as info:
-        private_apis.check()
+        private_apis._load("hydra-core", "hydra._internal.core_plugins.basic_sweeper", "Gone")
     message = str(info.value)
-    assert "BasicSweeper.split_arguments" in message and "no longer exists" in message
+    assert "hydra._internal.core_plugins.basic_sweeper.Gone" in message and "cannot be imported" in message
     assert re.search(r"hydra-core \S+; compilebench is tested with hydra-core>=1\.3\.2,<1\.4", message), (
         message
     )
@@ -127,3 +116,45 @@ def test_submitit_script_text(tmp_path: Path) -> None:
     assert "echo hi" in texts[1] and "submitit.core._submit" in texts[1], f"{where}:\n{texts[1]}"
     with pytest.raises(RuntimeError, match="does not submit"):
         private_apis.RenderOnlyExecutor(folder=tmp_path / "submitit").submit(print, "never")
+
+
+def test_hydra_search_path_extension(loader, tmp_path: Path) -> None:
+    """A site's config dir (`hydra.searchpath`) joins the loader's own repository: its cluster
+    profile is a group option and composes."""
+    (tmp_path / "cluster").mkdir()
+    (tmp_path / "cluster" / "site.yaml").write_text(
+        "defaults:\n  - /cluster_base@_here_\n  - _self_\nname: site\npartitions: {A100: a}\n"
+    )
+    private_apis.extend_search_path(loader, [f"file://{tmp_path}"])
+    cfg = private_apis.compose_groups(loader, CONFIG_NAME, parse(loader, "cluster=site"))
+    assert cfg.cluster.name == "site" and cfg.cluster.partitions == {"A100": "a"}, (
+        f"ConfigLoaderImpl.repository.initialize_sources ({versions('hydra-core')})"
+    )
+
+
+def test_hydra_caching_repository_composes_as_hydra(loader) -> None:
+    """Compositions through one caching repository equal fresh ones, also for a second selection."""
+    repo = private_apis.caching_repository(loader)
+    for selection in (["size=small"], ["size=tiny", "backend=inductor"], ["size=small"]):
+        cached = private_apis.compose_groups(loader, CONFIG_NAME, parse(loader, *selection), repo)
+        fresh = private_apis.compose_groups(loader, CONFIG_NAME, parse(loader, *selection))
+        assert cached == fresh, f"CachingConfigRepository ({versions('hydra-core')}) differs for {selection}"
+
+
+def test_submitit_submission_errors_are_what_a_refused_sbatch_raises(tmp_path: Path, monkeypatch) -> None:
+    """An sbatch that refuses (a script first on PATH, as Slurm's client answers a bad partition)
+    makes submitit raise one of SUBMISSION_ERRORS, which slurm_submit.py turns into one line."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool, body in (
+        ("sbatch", "echo 'sbatch: error: invalid partition specified: nope' >&2; exit 1"),
+        ("srun", "exit 0"),
+    ):
+        (bin_dir / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    executor = SlurmExecutor(folder=tmp_path / "submitit")
+    executor.update_parameters(time=1, partition="nope")
+    with pytest.raises(private_apis.SUBMISSION_ERRORS) as info:
+        executor.submit(print, "never")
+    assert "invalid partition" in str(info.value), f"submitit ({versions('submitit')}): {info.value!r}"

@@ -1,9 +1,12 @@
 """Typed configuration of one cell: what `run_cell` needs, and nothing about how it was scheduled.
 
-The orchestrator composes these values with Hydra and writes them to
+The dataclasses' defaults are the only ones: the orchestrator registers them with Hydra
+(orchestrator/config_store.py) under conf/'s groups, composes each cell and writes it to
 `cells/<cell_id>/config.yaml`; `load_cell_config` turns that file (or a plain dict) back into
 dataclasses, rejecting unknown keys so that a typo never silently becomes a default.
 Keys the workload does not use (`cluster`, `hydra`, ...) are allowed at the top level only.
+The types are checked here, not by OmegaConf: a Slurm task runs `python -m workloads.run` where
+no OmegaConf is installed (docs/clusters.md).
 """
 
 from __future__ import annotations
