@@ -2,22 +2,21 @@
 break-even of compiling, and scaling over processes (analysis/scaling.py) where the sweep has
 multi-process cells.
 
-`summarize`, `sweep_summary`, `to_markdown` and `to_csv` are what `compilebench sweep` prints at
-its end and what scripts use; `sweep_tables` is the set `compilebench analyze` renders.
+`summarize` and `to_markdown` are what `compilebench sweep` prints at its end; `sweep_tables` is the
+set `compilebench analyze` renders.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 import pandas as pd
 
 from analysis.axes import axis_text, backend_labels, varying_axes, workload_labels
 from analysis.breakeven import BREAK_EVEN_COLUMNS, baseline_step_ms
-from analysis.collect import SweepData, load_sweep, read_cell
+from analysis.collect import SweepData, read_cell
 from analysis.metrics import DATA_BOUND, E2E_BASIS, EQUIVALENCE, cell_metrics, verdict_reasons
 from analysis.render import (
     Table,
@@ -31,7 +30,6 @@ from analysis.render import (
 )
 from analysis.scaling import multi_process, scaling_table
 from analysis.stats import geometric_mean
-from workloads.contract.sweep_dir import STDERR
 from workloads.contract.vocabulary import (
     AXIS,
     BASELINE_BACKEND,
@@ -57,11 +55,6 @@ def ordered_statuses(statuses: Iterable[str]) -> list[str]:
 def summarize(parts: Iterable[SweepData]) -> pd.DataFrame:
     """Per-cell metrics (analysis.metrics.CELL_COLUMNS) of these cells, e.g. `read_cell` of each."""
     return cell_metrics(SweepData.concat(parts))
-
-
-def sweep_summary(sweep_dir: Path, warn: TextIO | None = STDERR) -> pd.DataFrame:
-    """Read a sweep directory and compute its per-cell metrics (empty when it has no cells)."""
-    return cell_metrics(load_sweep(Path(sweep_dir), warn))
 
 
 def _gib(value: object) -> str:
@@ -302,8 +295,3 @@ def to_markdown(metrics: pd.DataFrame) -> str:
     """The per-cell table as Markdown (without heading)."""
     text = summary_table(metrics).text
     return render_markdown(text.to_dict("records"), list(text.columns))
-
-
-def to_csv(metrics: pd.DataFrame) -> str:
-    """The per-cell metrics as CSV with raw numbers (MFU and shares as fractions, times in ms)."""
-    return metrics.to_csv(index=False)

@@ -42,13 +42,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.cli_args import build_parser
+from orchestrator.executor import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Follow
 
 if TYPE_CHECKING:  # the modules behind them import Hydra and torch: only the commands that need them do
     from orchestrator.grid import Grid
-    from orchestrator.slurm import SlurmPlan
     from orchestrator.status import CellStatus
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def _error(message: str) -> int:
@@ -86,48 +84,27 @@ def cmd_sweep(
     if first is not None and (not cfg or first < 1):
         return _error("--first N (N >= 1) goes with --cfg job: how many cells' configs to print")
     # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.
-    from analysis.tables import cells_markdown, render_markdown
+    from analysis.tables import render_markdown
+    from orchestrator.executor import ExecutorError
+    from orchestrator.executors import executor_for
     from orchestrator.grid import GridError, expand
-    from orchestrator.grid_files import prepare
-    from orchestrator.local import SKIPPED, run_grid, why_not_local
-    from workloads.contract.sweep_dir import SweepDirError, cell_dir, check_sweep_dir
-    from workloads.contract.vocabulary import COMPLETED
+    from workloads.contract.sweep_dir import SweepDirError, check_sweep_dir
 
     try:
         grid = smoke_of(overrides, config_dirs) if smoke else expand(overrides, config_dirs=config_dirs)
         if cfg:
             return print_configs(grid, first)
         check_sweep_dir(grid.sweep_dir.parent if smoke else grid.sweep_dir)
-    except (GridError, SweepDirError) as exc:
+        executor = executor_for(grid)
+        the_plan = executor.plan(grid)
+    except (GridError, SweepDirError, ExecutorError) as exc:
         return _error(str(exc))
-    if grid.executor == "slurm":
-        return sweep_slurm(grid, dry_run, wait, poll_s, give_up_s)
-    if grid.executor != "local":
-        return _error(
-            f"unknown executor {grid.executor!r} (cluster={grid.cluster.get('name')}); use local or slurm"
-        )
-    if problem := why_not_local(grid):
-        return _error(problem)
-
     if dry_run:
-        rows = grid.rows()
+        rows = executor.rows(the_plan)
         print(render_markdown(rows, list(rows[0])))
-        print(f"\n{len(grid.cells)} cell(s) for {grid.sweep_dir}; nothing written or run (--dry-run)")
+        print(f"\n{executor.dry_run(the_plan)}")
         return EXIT_OK
-
-    prepare(grid)
-    print(f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} (executor {grid.executor})", flush=True)
-    outcomes = run_grid(grid)
-    sys.stdout.flush()  # reading may warn on stderr; keep it after the progress lines
-    print()
-    print(cells_markdown([cell_dir(grid.sweep_dir, cell.cell_id) for cell in grid.cells]))
-    failed = [o for o in outcomes if not o.ok]
-    done = sum(o.status == COMPLETED for o in outcomes)
-    skipped = sum(o.status == SKIPPED for o in outcomes)
-    print(
-        f"\n{done} completed, {skipped} already completed, {len(failed)} failed; results in {grid.sweep_dir}"
-    )
-    return EXIT_FAILED if failed else EXIT_OK
+    return executor.run(the_plan, Follow(poll_s, give_up_s) if wait else None)
 
 
 def print_configs(grid: Grid, first: int | None) -> int:
@@ -150,119 +127,16 @@ def print_configs(grid: Grid, first: int | None) -> int:
 def smoke_of(overrides: Sequence[str], config_dirs: Sequence[Path] = ()) -> Grid:
     """--smoke: the sweep's grid checked as for submission (Slurm: its profile too), then its
     smoke grid, which the local executor runs."""
-    from orchestrator.grid import GridError, smoke_grid
-    from orchestrator.profile import ProfileError
-    from orchestrator.slurm import check_grid
+    from orchestrator.executors import executor_for
+    from orchestrator.grid import smoke_grid
 
     full, smoke = smoke_grid(overrides, config_dirs)
-    if full.executor == "slurm":
-        try:
-            check_grid(full)
-        except ProfileError as exc:
-            raise GridError(str(exc)) from exc
+    executor_for(full).check(full)
     print(
         f"smoke: the sweep's {len(full.cells)} cell(s) as {len(smoke.cells)} tiny cell(s) of 2+1 steps here",
         flush=True,
     )
     return smoke
-
-
-def sweep_slurm(
-    grid: Grid, dry_run: bool, wait: bool = False, poll_s: float | None = None, give_up_s: float | None = None
-) -> int:
-    """Submit the grid's cells as job arrays (or only write the scripts: --dry-run); returns once
-    submitted, or with `wait` once no cell is queued any more."""
-    from analysis.tables import render_markdown
-    from orchestrator.grid_files import prepare
-    from orchestrator.profile import ProfileError
-    from orchestrator.slurm import grid_rows, plan, write_dry_run
-    from workloads.contract.sweep_dir import SBATCH_DIR
-
-    try:
-        the_plan = plan(grid)
-    except ProfileError as exc:
-        return _error(str(exc))
-    cells = sum(len(array.tasks) for array in the_plan.arrays)
-    skipped = len(the_plan.skipped)
-    scripts = grid.sweep_dir / SBATCH_DIR
-    if dry_run:
-        rows = grid_rows(the_plan)
-        print(render_markdown(rows, list(rows[0])))
-        paths = write_dry_run(the_plan)
-        print(
-            f"\n{len(grid.cells)} cell(s): {cells} in {len(paths)} job array(s), {skipped} not submitted "
-            f"(completed or queued); scripts in {scripts}/ ({', '.join(p.name for p in paths) or 'none'}); "
-            "nothing submitted (--dry-run)"
-        )
-        return EXIT_OK
-
-    print(
-        f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} "
-        f"(executor slurm, cluster {the_plan.profile.name})",
-        flush=True,
-    )
-    if not the_plan.arrays:
-        print(f"nothing to submit: {skipped} cell(s) completed or still queued")
-        return follow_sweep(grid.sweep_dir, poll_s, give_up_s) if wait else EXIT_OK
-    prepare(grid)
-    code = submit_plan(the_plan)
-    if code != EXIT_OK:
-        return code
-    print(
-        f"{cells} cell(s) submitted in {len(the_plan.arrays)} job array(s), {skipped} not submitted "
-        f"(completed or queued); job ids in {grid.sweep_dir}/manifest.parquet, scripts in {scripts}/"
-    )
-    return follow_sweep(grid.sweep_dir, poll_s, give_up_s) if wait else EXIT_OK
-
-
-def submit_plan(the_plan: SlurmPlan) -> int:
-    """Submit a Slurm plan's arrays; on an sbatch failure say what was submitted before it."""
-    from orchestrator.slurm import SubmissionInterrupted, SubmitError, submit
-
-    try:
-        submit(the_plan)
-    except SubmissionInterrupted as exc:
-        print(f"\n{exc}", file=sys.stderr)
-        return 128 + exc.signum
-    except SubmitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        if exc.submitted:
-            print(
-                f"{exc.submitted} array(s) were submitted before; their job ids are in "
-                f"{the_plan.grid.sweep_dir}/manifest.parquet",
-                file=sys.stderr,
-            )
-        return EXIT_FAILED if exc.submitted else EXIT_USAGE
-    return EXIT_OK
-
-
-def follow_sweep(sweep_dir: Path, poll_s: float | None = None, give_up_s: float | None = None) -> int:
-    """--wait: the cells per state at once, then every `poll_s` seconds until none is queued (or
-    squeue has not answered for `give_up_s`), then the status table. Ctrl-C stops the waiting, not
-    the jobs."""
-    from orchestrator.scheduler import UNANSWERED_LIMIT_S, WAIT_INTERVAL_S
-    from orchestrator.status import all_completed, follow, render
-    from workloads.contract.vocabulary import UNKNOWN
-
-    poll_s = WAIT_INTERVAL_S if poll_s is None else poll_s
-    give_up_s = UNANSWERED_LIMIT_S if give_up_s is None else give_up_s
-    print(f"waiting for the jobs, a look every {poll_s:g} s (Ctrl-C stops waiting, not the jobs)", flush=True)
-    try:
-        rows = follow(sweep_dir, interval_s=poll_s, give_up_s=give_up_s)
-    except KeyboardInterrupt:
-        print(
-            f"\nstopped waiting; the jobs keep running. Check them with: compilebench status {sweep_dir}",
-            file=sys.stderr,
-        )
-        return 130
-    print(render(rows))
-    if any(row.state == UNKNOWN for row in rows):  # follow gave up on a squeue that did not answer
-        print(
-            f"error: squeue has not answered for {give_up_s:g} s: stopped waiting; the jobs may still run. "
-            f"Check them with: compilebench status {sweep_dir}",
-            file=sys.stderr,
-        )
-    return EXIT_OK if all_completed(rows) else EXIT_FAILED
 
 
 def cmd_status(sweep_dir: Path, retry_failed: bool = False, as_json: bool = False) -> int:
@@ -283,11 +157,9 @@ def cmd_status(sweep_dir: Path, retry_failed: bool = False, as_json: bool = Fals
 def retry(sweep_dir: Path, rows: Sequence[CellStatus]) -> int:
     """--retry-failed: run again the cells that did not complete and are not queued, through the
     sweep's own executor (Slurm: job arrays, job ids into the manifest; local: here, in turn)."""
-    from orchestrator.grid import Grid
+    from orchestrator.executor import ExecutorError
+    from orchestrator.executors import executor_for
     from orchestrator.grid_files import read_grid
-    from orchestrator.local import run_grid
-    from orchestrator.profile import ProfileError
-    from orchestrator.slurm import plan
     from orchestrator.status import RETRY, count_states, to_retry
     from workloads.contract.sweep_dir import SweepDirError
 
@@ -295,30 +167,14 @@ def retry(sweep_dir: Path, rows: Sequence[CellStatus]) -> int:
     if not todo:
         print(f"\nnothing to retry: no cell is {', '.join(RETRY[:-1])} or {RETRY[-1]}")
         return EXIT_OK
-    wanted = {row.cell_id for row in todo}
     try:
         grid = read_grid(sweep_dir)
-        if grid.executor not in ("local", "slurm"):
-            raise SweepDirError(f"unknown executor {grid.executor!r} in {sweep_dir}; use local or slurm")
-        the_plan = plan(grid, only=wanted) if grid.executor == "slurm" else None
-    except (SweepDirError, ProfileError) as exc:
+        executor = executor_for(grid)
+        the_plan = executor.plan(grid, only={row.cell_id for row in todo})
+    except (SweepDirError, ExecutorError) as exc:
         return _error(str(exc))
     print(f"\nretrying {len(todo)} cell(s): {count_states(todo)}", flush=True)
-    if the_plan is None:
-        outcomes = run_grid(
-            Grid([c for c in grid.cells if c.cell_id in wanted], grid.sweep_dir, grid.cluster)
-        )
-        failed = sum(not o.ok for o in outcomes)
-        print(f"{len(outcomes) - failed} completed, {failed} failed again")
-        return EXIT_FAILED if failed else EXIT_OK
-    code = submit_plan(the_plan)
-    if code == EXIT_OK:
-        resubmitted = sum(len(array.tasks) for array in the_plan.arrays)
-        print(
-            f"{resubmitted} cell(s) resubmitted, job ids in {grid.sweep_dir}/manifest.parquet; "
-            f"follow them with: compilebench status {sweep_dir}"
-        )
-    return code
+    return executor.run(the_plan)
 
 
 def cmd_analyze(

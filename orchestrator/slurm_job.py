@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.local import SKIPPED, Outcome, log_paths, run_cell_process
+from orchestrator.cell_process import SKIPPED, Outcome, log_paths, run_cell_process
 from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, missing_repeats, newest_attempt
 from workloads.instruments.compile_cache import BASE_ENV
 
@@ -55,7 +55,7 @@ RECORD_WAIT_S = 60
 
 
 class CellFailed(RuntimeError):
-    """The cell ran and did not complete; the message is the local executor's one-line reason."""
+    """The cell ran and did not complete; the message is its outcome's one-line reason."""
 
 
 def _link(target: Path, link: Path) -> None:

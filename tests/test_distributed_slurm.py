@@ -16,7 +16,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.grid import expand
 from orchestrator.profile import ProfileError
-from orchestrator.slurm import check_grid
+from orchestrator.slurm_plan import check_grid
 from tests.helpers import BASH, TINY, slurm_cli, wait_until_done
 from tests.slurm.cluster import LocalSlurm
 

@@ -24,7 +24,7 @@ from orchestrator.cli import main
 from orchestrator.grid import expand
 from orchestrator.profile import ProfileError, load_profile, resources_for
 from orchestrator.sbatch import job_name
-from orchestrator.slurm import check_grid, group_arrays
+from orchestrator.slurm_plan import check_grid, group_arrays
 from tests.helpers import BASH, REPO_ROOT, TINY, jobs_from, slurm_cli, wait_until_done
 from tests.slurm.cluster import LocalSlurm
 

@@ -1,0 +1,85 @@
+"""The executor seam: the command line speaks to `Executor` alone, chosen once from the profile."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator import executors
+from orchestrator.cli import main
+from orchestrator.executor import EXIT_OK, Executor, ExecutorError, Follow
+from orchestrator.grid import Grid, expand
+from orchestrator.local import LocalExecutor
+from orchestrator.slurm import SlurmExecutor
+from tests.helpers import REPO_ROOT, TINY
+
+
+class RecordingExecutor(Executor[tuple[str, ...]]):
+    """A third executor the command line has never heard of: it records what it is asked."""
+
+    name = "recording"
+    calls: list[tuple[str, Any]] = []
+
+    def plan(self, grid: Grid, only: Collection[str] | None = None) -> tuple[str, ...]:
+        planned = tuple(c.cell_id for c in grid.cells if only is None or c.cell_id in only)
+        self.calls.append(("plan", planned))
+        return planned
+
+    def rows(self, plan: tuple[str, ...]) -> list[dict[str, Any]]:
+        return [{"cell_id": cell_id, "where": "recorded"} for cell_id in plan]
+
+    def dry_run(self, plan: tuple[str, ...]) -> str:
+        return f"{len(plan)} cell(s) recorded, nothing run"
+
+    def run(self, plan: tuple[str, ...], follow: Follow | None = None) -> int:
+        self.calls.append(("run", (plan, follow)))
+        return EXIT_OK
+
+
+@pytest.fixture
+def recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
+    monkeypatch.setitem(executors.EXECUTORS, "recording", RecordingExecutor)
+    RecordingExecutor.calls = []
+    return RecordingExecutor.calls
+
+
+def test_the_profile_chooses_the_executor_once() -> None:
+    local = expand([*TINY, "seed=1,2"])
+    assert isinstance(executors.executor_for(local), LocalExecutor)
+    slurm = expand([*TINY, "cluster=grete"])
+    assert isinstance(executors.executor_for(slurm), SlurmExecutor)
+    with pytest.raises(ExecutorError, match="unknown executor 'pbs' .*use local or slurm"):
+        executors.executor_for(expand([*TINY, "cluster.executor=pbs"]))
+
+
+def test_a_new_executor_needs_no_change_to_the_command_line(
+    recording: list[tuple[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    sweep = [*TINY, "seed=1,2", "cluster.executor=recording", f"hydra.sweep.dir={tmp_path / 'sw'}"]
+    cells = tuple(c.cell_id for c in expand(sweep).cells)
+    assert main(["sweep", *sweep, "--dry-run"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "| recorded |" in out and "2 cell(s) recorded, nothing run" in out
+    assert main(["sweep", *sweep, "--wait", "--poll", "5"]) == EXIT_OK
+    assert recording == [("plan", cells), ("plan", cells), ("run", (cells, Follow(poll_s=5.0)))]
+    assert not (tmp_path / "sw").exists()  # what the sweep writes is the executor's to write
+
+
+def test_the_command_line_names_no_executor() -> None:
+    """cli.py branches on no executor name: every string constant in its code (docstrings aside)."""
+    tree = ast.parse((REPO_ROOT / "orchestrator" / "cli.py").read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.FunctionDef) and node.body and isinstance(node.body[0], ast.Expr)
+    }
+    constants = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
+    assert not [text for text in constants if text in executors.EXECUTORS], constants
