@@ -41,7 +41,7 @@ TINY = [
     "warmup_steps=1",
     "measure.min_seconds=0",
 ]
-#: What a cell's log says once its warm-up and first measured step are done (workloads/run.py):
+#: What a cell's log says once its warm-up and first measured step are done (workloads/train_cell.py):
 #: the cell is training, past start-up and compilation.
 MEASURING = ": measuring (the "
 #: `sweep --wait` as the tests run it: a look at the queue every second (the default, 30 s, spares

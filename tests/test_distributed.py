@@ -18,9 +18,10 @@ from workloads.cell.config import (
     cell_config_to_dict,
     config_digest,
 )
-from workloads.cell.distributed import LaunchError, Ranks, count_ddp_splits, join, launched_ranks
+from workloads.cell.distributed import LaunchError, Ranks, join, launched_ranks
 from workloads.cell.recorder import CellRecorder, RankReport, merge_steps
 from workloads.cell.train import StepRecord
+from workloads.instruments.dynamo_records import count_ddp_splits
 
 
 def report(

@@ -21,7 +21,7 @@ each of these on both clusters, without and with accounting (slurmdbd). On the c
   `failed` without a result, the results written before kept, `--retry-failed` completes them.
 Corrupt and half-written files are the analysis tests' part (tests/test_analysis_collect.py).
 
-A fault comes once the cells are training: their logs say `measuring` (workloads/run.py), and they
+A fault comes once the cells are training: their logs say `measuring` (workloads/train_cell.py), and they
 measure for MEASURE_S more, far longer than the fault takes to arrive. The fault's recorded
 state (or, for the daemons, the run rows' times) shows that it did arrive while the cell ran.
 USR2 during inductor's compile is sent once torch's own log says the kernels compile, and that

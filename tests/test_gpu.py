@@ -90,8 +90,8 @@ def gpu_config(**values) -> dict:
 
 
 def prepared(**values):
-    """A cell built in this process (workloads.run.prepare_cell) on the GPU, ready to step."""
-    from workloads.run import prepare_cell
+    """A cell built in this process (workloads.train_cell.prepare_cell) on the GPU, ready to step."""
+    from workloads.train_cell import prepare_cell
 
     return prepare_cell(cell_config_from_dict(gpu_config(**values)), CellRecorder("gpu-tier", 1))
 
@@ -408,7 +408,7 @@ def free_port() -> int:
 
 
 #: Run as each rank's process instead of `python -m workloads.run CONFIG`: the same `main`, with two
-#: observers around the product's own functions (workloads.run looks both up at call time). After
+#: observers around the product's own functions (workloads.train_cell looks both up at call time). After
 #: prepare_cell (the model on its GPU, DDP's broadcast of rank 0's parameters done) it keeps this
 #: rank's parameters and wraps the batches to keep the first one's inputs; after run_steps (every
 #: step ended on the device: the copy to the host waits for it) it keeps the parameters again. They
@@ -417,10 +417,11 @@ RANK_OBSERVER = """
 import sys
 import torch
 import workloads.run as run
+import workloads.train_cell as train_cell
 
 out, argv = sys.argv[1], sys.argv[2:]
 seen, cells = {}, []
-prepare_cell, run_steps = run.prepare_cell, run.run_steps
+prepare_cell, run_steps = train_cell.prepare_cell, train_cell.run_steps
 
 def flat(cell):
     return torch.cat([p.detach().float().flatten() for p in cell.step.params]).cpu()
@@ -443,7 +444,7 @@ def observed_steps(*args, **kwargs):
     seen["final"] = flat(cells.pop())
     return reason
 
-run.prepare_cell, run.run_steps = observed_prepare, observed_steps
+train_cell.prepare_cell, train_cell.run_steps = observed_prepare, observed_steps
 code = run.main(argv)
 torch.save(seen, out)
 sys.exit(code)

@@ -15,7 +15,7 @@ from tests.analysis_sweeps import write_cell
 from workloads.contract.schema import HOST_LOAD_FIELDS
 from workloads.instruments.host_load import (
     CpuSample,
-    MeasuredWindow,
+    HostLoad,
     op_overhead_us,
     parse_proc_stat,
     sample,
@@ -75,7 +75,7 @@ def test_op_overhead_on_the_cpu_and_a_window_never_opened() -> None:
     us = op_overhead_us("cpu")
     assert us is not None and 0 < us < 1000  # an in-place add on one element: microseconds, not milliseconds
     assert op_overhead_us("no-such-device") is None
-    assert MeasuredWindow().close() == dict.fromkeys(f.name for f in HOST_LOAD_FIELDS)
+    assert HostLoad().after_loop() == dict.fromkeys(f.name for f in HOST_LOAD_FIELDS)
 
 
 def test_a_cpu_cell_records_the_host_while_it_measured(tiny_cells) -> None:

@@ -332,7 +332,7 @@ def test_loop_with_real_sleeps() -> None:
 
 def test_a_real_training_step_is_measured_for_min_seconds() -> None:
     """The tiny GPT's real training step through the loop."""
-    from workloads.run import prepare_cell
+    from workloads.train_cell import prepare_cell
 
     cfg = cell_config_from_dict({"size": "tiny", "precision": {"name": "fp32"}, "device": "cpu"})
     rec = CellRecorder("cell", 1)

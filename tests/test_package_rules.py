@@ -21,7 +21,8 @@ from tests.helpers import REPO_ROOT
 
 PACKAGES = ("orchestrator", "analysis", "workloads")
 #: Room of workloads -> the rooms it may import (itself included). `run` is the cell's entry point
-#: (`python -m workloads.run`), `custom_model` the users' interface for their own models.
+#: (`python -m workloads.run`), `train_cell` builds a cell and runs its loop with its instruments
+#: (all the rooms beneath it), `custom_model` the users' interface for their own models.
 ROOMS = {
     "contract": {"contract"},
     "local": {"contract", "local"},
@@ -30,8 +31,18 @@ ROOMS = {
     "models": {"contract", "cell", "custom_model", "models"},
     "data": {"contract", "cell", "custom_model", "data"},
     "instruments": {"contract", "cell", "local", "instruments"},
-    "run": {"contract", "cell", "custom_model", "models", "data", "instruments", "local", "run"},
+    "train_cell": {
+        "contract",
+        "cell",
+        "custom_model",
+        "models",
+        "data",
+        "instruments",
+        "local",
+        "train_cell",
+    },
 }
+ROOMS["run"] = ROOMS["train_cell"] | {"run"}
 
 
 def module_files() -> dict[str, Path]:

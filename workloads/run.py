@@ -1,9 +1,11 @@
 """Run one cell: `python -m workloads.run CONFIG.yaml [--cell-dir DIR]`, or `run_cell(cfg, dir)`.
 
-Builds data, model, optimizer and precision context; applies the backend; runs warm-up and
-measured steps; writes `steps.parquet` and `run.parquet` into the cell directory. A distributed
-cell runs this in each of its processes (workloads/cell/distributed.py): every rank trains and
-measures, and rank 0 gathers the ranks' steps and alone writes the files (workloads/cell/recorder.py).
+The attempt's lifecycle around `workloads.train_cell.train_cell`, which builds the cell, runs its
+warm-up and measured steps with its instruments and fills the run row: this module joins the
+cell's process group, turns signals and failures into a status and writes `steps.parquet` and
+`run.parquet` into the cell directory. A distributed cell runs this in each of its processes
+(workloads/cell/distributed.py): every rank trains and measures, and rank 0 gathers the ranks'
+steps and alone writes the files (workloads/cell/recorder.py).
 Whatever happens after the config is read — an exception, CUDA OOM, a compile error, SIGTERM
 (`cancelled`), SIGUSR2 ahead of the time limit (`timeout`), or a backend that compiled nothing —
 a run row with the status and error text is written, and the process exits non-zero unless the
@@ -15,11 +17,10 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
-import resource
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,8 @@ if __name__ == "__main__":
         signal.signal(_signum, lambda signum, frame: _EARLY_SIGNALS.append(signum))
 
 import torch  # noqa: E402  (after the early handlers: this import takes seconds)
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from workloads.cell import backends, distributed
+from workloads.cell import distributed
 from workloads.cell.catalog import FAMILY_LIBRARIES, check_cell
 from workloads.cell.config import (
     CellConfig,
@@ -50,25 +50,20 @@ from workloads.cell.config import (
     load_cell_config,
 )
 from workloads.cell.distributed import LaunchError, Ranks
-from workloads.cell.precision import PRECISIONS
 from workloads.cell.recorder import CellRecorder
-from workloads.cell.train import PreparedCell, StepRecord, TrainStep, run_steps
 from workloads.contract.sweep_dir import next_attempt
 from workloads.contract.vocabulary import (
-    BASELINE_BACKEND,
     CANCELLED,
     COMPLETED,
     FAILED,
-    NOT_COMPILED,
     OOM,
     TIMEOUT,
     axes_from_config,
 )
-from workloads.data import load_token_source, make_batches
-from workloads.instruments import cold_compile, compile_cache, dynamo_records, host_load, provenance
-from workloads.instruments.environment import describe_environment, peak_tflops, resolve_device
+from workloads.instruments import cold_compile
+from workloads.instruments.environment import resolve_device
 from workloads.local import turns
-from workloads.models import ModelSpec, build_model
+from workloads.train_cell import prepare_cell, train_cell
 
 
 class CellInterrupted(BaseException):
@@ -123,209 +118,6 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def count_training_flops(spec: ModelSpec, batch: tuple[torch.Tensor, torch.Tensor], autocast) -> float:
-    """FLOPs of one forward+backward on the uncompiled model, counted once by FlopCounterMode.
-    Run in eval mode so that batch-norm statistics are left untouched (norms are not counted)."""
-    x, y = batch
-    spec.module.eval()
-    with FlopCounterMode(display=False) as counter:
-        with autocast():
-            loss = spec.loss(spec.module, x, y)
-        loss.backward()
-    spec.module.train()
-    spec.module.zero_grad(set_to_none=True)
-    return float(counter.get_total_flops())
-
-
-def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> PreparedCell:
-    """Build data, model, optimizer and precision, apply the backend (DDP inside it where the
-    cell has several ranks); fills `rec` as it learns things. `batch_size` and `grad_accum` are
-    per rank; `rec` counts items and FLOPs over all ranks."""
-    check_cell(cfg)
-    device = distributed.rank_device(ranks, resolve_device(cfg.device))
-    precision = PRECISIONS[cfg.precision.name]
-    precision.apply_global_switches()
-    rec.run.update(describe_environment(device))
-    # Before anything compiles: inductor and triton read their directories when they first cache.
-    compile_cache.use(compile_cache.key_inputs(rec.run, provenance.cpu_model()))
-    rec.run.update(dynamo_records.cache_state())
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-    tokens, vocab_size = load_token_source(cfg)
-    spec = build_model(cfg, vocab_size)
-    batch_size = cfg.batch_size or spec.batch_size
-    grad_accum = cfg.grad_accum or spec.grad_accum
-    items_per_step = batch_size * grad_accum * spec.items_per_sample
-    grad_clip = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else spec.default_grad_clip
-    rec.items_per_step = items_per_step * ranks.world_size
-    rec.run.update(
-        arch=spec.arch,
-        params=spec.params,
-        batch_size=batch_size,
-        grad_accum=grad_accum,
-        items_per_step=rec.items_per_step,
-    )
-
-    module = spec.module.to(device)
-    if spec.kind == "images" and cfg.model.channels_last:
-        module = module.to(memory_format=torch.channels_last)
-    batches = make_batches(
-        cfg,
-        spec.kind,
-        batch_size,
-        spec.sample_shape,
-        spec.num_classes,
-        device,
-        tokens,
-        ranks.rank,
-        ranks.world_size,
-        spec.custom,
-    )
-
-    def autocast(cache_enabled: bool = True):
-        return precision.autocast(device.type, cache_enabled)
-
-    if spec.flops_per_item is not None:
-        rank_flops = float(spec.flops_per_item * items_per_step)  # float64 column; ints can pass 2**53
-    else:
-        rank_flops = count_training_flops(spec, next(batches), autocast) * grad_accum
-    rec.flops_per_step = rank_flops * ranks.world_size
-    gpu_name = rec.run.get("gpu_name")
-    rec.peak = cfg.peak_tflops or peak_tflops(gpu_name, precision.peak_key)
-    rec.run.update(flops_per_step=rec.flops_per_step, peak_tflops=rec.peak)
-
-    dynamo_records.reset_compile_stats()
-    example_x, example_y = next(batches)
-    model_inputs = (example_x, example_y) if spec.kind == "tokens" else (example_x,)  # GPT takes targets
-    data_parallel = distributed.DataParallel(ranks, device, cfg.distributed)
-    compiled = backends.apply_backend(
-        module, cfg.backend, model_inputs, autocast, device.type == "cuda", data_parallel
-    )
-    fused = device.type == "cuda" and not cfg.backend.compile_optimizer
-    optimizer = spec.make_optimizer(module, fused)
-    optimizer_step = (
-        backends.compile_optimizer_step(optimizer, cfg.backend) if cfg.backend.compile_optimizer else None
-    )
-    step = TrainStep(
-        compiled.module,
-        spec.loss,
-        optimizer,
-        batches,
-        precision,
-        device,
-        grad_accum,
-        grad_clip,
-        compiled.marks_cudagraph_steps,
-        optimizer_step,
-        data_parallel.ddp,
-    )
-    return PreparedCell(step, device, compiled)
-
-
-def _peak_memory_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _record_compile_stats(
-    cfg: CellConfig, compiled: backends.CompiledRun, rec: CellRecorder, ddp_buckets: list[int]
-) -> None:
-    if compiled.uses_dynamo or cfg.backend.compile_optimizer:
-        stats = dynamo_records.compile_stats()
-        rec.run.update(
-            graph_count=stats.graph_count,
-            graph_break_count=stats.graph_break_count,
-            recompile_count=stats.recompile_count,
-            cudagraph_skips=stats.cudagraph_skips,
-            graph_break_reasons=stats.graph_break_reasons,
-            recompile_reasons=stats.recompile_reasons,
-            ddp_graph_splits=sum(buckets - 1 for buckets in ddp_buckets),
-            **stats.cache,
-        )
-    elif cfg.backend.name == "torchscript":
-        rec.run.update(
-            graph_count=int(isinstance(compiled.module, torch.jit.ScriptModule)),
-            graph_break_count=0,
-            recompile_count=0,
-        )
-
-
-def _announcing(rec: CellRecorder, warmup_steps: int) -> Callable[[StepRecord], None]:
-    """`rec.on_step`, which also says in the log when the first measured step has ended: start-up
-    and compilation are behind the cell then (a user following the log sees it; tests wait for it
-    before they interrupt a cell that must be training)."""
-
-    def on_step(record: StepRecord) -> None:
-        rec.on_step(record)
-        if record.phase == "measure" and record.step == warmup_steps:
-            print(
-                f"cell {rec.cell_id}: measuring (the {warmup_steps} warm-up step(s) and the first measured "
-                "step are done)",
-                flush=True,
-            )
-
-    return on_step
-
-
-def _train(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
-    """Everything between a valid config (and a joined process group) and the final status."""
-    cold_warmup_ms = cold_compile.compile_cold(cfg)  # None unless compile.measure=cold_warm
-    cell = prepare_cell(cfg, rec, ranks)
-    compiled, device = cell.compiled, cell.device
-    finished = False
-    started = provenance.start(device)
-    measured = host_load.MeasuredWindow()
-
-    def before_measuring() -> None:
-        _wait_for_quiet()
-        measured.open(device)
-
-    with distributed.count_ddp_splits() as ddp_buckets:
-        try:
-            gather = (lambda value: distributed.gather(ranks, value)) if ranks.world_size > 1 else None
-            rec.run["stop_reason"] = run_steps(
-                cell.step,
-                cfg.warmup_steps,
-                cfg.steps,
-                device,
-                _announcing(rec, cfg.warmup_steps),
-                cfg.measure,
-                gather,
-                before_measuring=before_measuring,
-            )
-            finished = True
-        finally:
-            rec.run.update(
-                measured.close()
-            )  # first: the GPU probes below run nvidia-smi, not part of the window
-            rec.run.update(provenance.finish(device, started))  # rank 0's: its GPU, its host
-            own = rec.report(ranks.rank, _peak_memory_bytes(device))
-            # Gathering is a collective: only once this rank's loop finished, else rank 0 keeps
-            # its own steps (a rank that died would never join, and the gather would wait forever).
-            reports = distributed.gather(ranks, own) if finished else [own]
-            rec.summarise(reports, cfg.backend.name != BASELINE_BACKEND, compiled.setup_time_s)
-            _record_compile_stats(cfg, compiled, rec, ddp_buckets)
-            if cold_warmup_ms is not None:
-                cold_compile.record(rec, cold_warmup_ms, compiled.setup_time_s)
-
-    if cfg.backend.name != BASELINE_BACKEND and not rec.run.get("graph_count"):
-        rec.run["error"] = (
-            f"backend {cfg.backend.name} was requested but no graph was compiled "
-            "(torch.compile disabled, e.g. TORCH_COMPILE_DISABLE=1?); steps ran eagerly"
-        )
-        return NOT_COMPILED
-    if backends.wants_cudagraphs(cfg.backend) and rec.run.get("cudagraph_skips"):
-        rec.run["error"] = (
-            f"backend {cfg.backend.name} (mode {cfg.backend.mode}) asked for CUDA graphs, but "
-            f"{rec.run['cudagraph_skips']} graph(s) ran without them (CPU device or unsupported "
-            "ops: the job log names the reason)"
-        )
-        return NOT_COMPILED
-    return COMPLETED
-
-
 def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
     """Run one attempt of replicate `repeat` of a cell in this process and return its status;
     rank 0 (the process of a single-process cell) writes the Parquet files into `cell_dir`."""
@@ -353,7 +145,7 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
         rec.run["dist_backend"] = ranks.backend
         # cold_warm: both compiles in a fresh cache directory of the attempt's own, not the sweep's.
         with cold_compile.private_caches(cfg):
-            status = _train(cfg, rec, ranks)
+            status = train_cell(cfg, rec, ranks)
         finished = True  # every rank took part in the gather after its loop: all are here
     except (CellInterrupted, Exception) as err:  # a failed cell is a result to record, whatever the cause
         if signalled := interruption(err):
@@ -379,7 +171,7 @@ def take_turn(cfg: CellConfig) -> None:
     if not turns.taking_turns():
         return
     # Dynamo too: every cell imports it (torch.optim's param groups are dynamo-disabled, and
-    # workloads.cell.distributed counts DDP splits through it); no compile time counts its import.
+    # workloads.instruments.dynamo_records counts DDP splits through it); no compile time counts its import.
     for module in filter(None, (FAMILY_LIBRARIES.get(cfg.model.name), "torch._dynamo")):
         importlib.import_module(module)
     cuda = cfg.device != "cpu" and torch.cuda.is_available()
@@ -413,15 +205,6 @@ def hand_over() -> None:
         if torch.cuda.memory_reserved() > HAND_OVER_MAX_RESERVED:
             return
     turns.hand_over()
-
-
-def _wait_for_quiet() -> None:
-    if (waited := turns.wait_for_quiet()) >= 0.1:
-        print(
-            f"compilebench: waited {waited:.1f} s before measuring while other replicates imported or exited",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def main(argv: list[str] | None = None) -> int:

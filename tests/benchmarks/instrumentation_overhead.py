@@ -14,7 +14,7 @@ import time
 from workloads.cell.config import cell_config_from_dict
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import run_steps, synchronize
-from workloads.run import prepare_cell
+from workloads.train_cell import prepare_cell
 
 CASES = {
     "cuda": [("gpt", "small", "inductor"), ("gpt", "small", "cudagraphs"), ("resnet", "small", "inductor")],

@@ -6,7 +6,7 @@ backend.compile_optimizer=true drifts from the eager cell's loss curve by about 
 8 steps, where inductor with the eager optimizer step drifts about 1e-7. The optimizer is SGD with
 Nesterov momentum and weight decay (workloads/models build_timm); the compiled step is
 workloads/cell/backends.py compile_optimizer_step. The cells are built as the tests' tiny cells are
-(tests/conftest.py tiny_config, workloads.run.prepare_cell) and trained for their 8 steps (2 warm-up
+(tests/conftest.py tiny_config, workloads.train_cell.prepare_cell) and trained for their 8 steps (2 warm-up
 + 6 measured); the script prints one table:
 
 1. loss drift against eager, fp32 and float64 (model and data cast to double after the cell is
@@ -47,7 +47,7 @@ from workloads.cell.recorder import CellRecorder
 from workloads.instruments import dynamo_records
 from workloads.instruments.provenance import cpu_model
 from workloads.models import ModelSpec, build_model
-from workloads.run import prepare_cell
+from workloads.train_cell import prepare_cell
 
 #: The tiny cells' steps: 2 warm-up + 6 measured.
 STEPS = 8
@@ -100,14 +100,16 @@ def train(
     the optimizer step eager or compiled by inductor, at `dtype`."""
     step = prepare_cell(cell_config(model, compiled_optimizer), CellRecorder("optimizer-drift", 1)).step
     if compiled_optimizer and model == "eager":  # compiled as prepare_cell compiles it for inductor
-        step.optimizer_step = backends.compile_optimizer_step(step.optimizer, cell_config("inductor").backend)
-    step.module.to(dtype)  # in place: the optimizer's parameters stay the same objects
+        step.update.step = backends.compile_optimizer_step(
+            step.update.optimizer, cell_config("inductor").backend
+        )
+    step.model.module.to(dtype)  # in place: the optimizer's parameters stay the same objects
     step.batches = ((x.to(dtype), y) for x, y in step.batches)
     if perturb_seed is not None:
         perturb(step.params, perturb_seed)
 
     run = Run()
-    loss_fn, optimizer_step = step.loss_fn, step.optimizer_step
+    loss_fn, optimizer_step = step.model.loss_fn, step.update.step
 
     def recording_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if record:
@@ -119,23 +121,23 @@ def train(
     def checked_optimizer_step() -> None:
         params = [p.detach().clone() for p in step.params]
         grads = [p.grad.clone() for p in step.params]
-        state = copy.deepcopy(step.optimizer.state_dict())
+        state = copy.deepcopy(step.update.optimizer.state_dict())
         optimizer_step()
         if record:
             run.steps[-1].grads = grads
         if compiled_optimizer:
-            eager, buffers = eager_update(step.optimizer, params, grads, state)
+            eager, buffers = eager_update(step.update.optimizer, params, grads, state)
             # The terms of SGD's update: the parameter, lr x the gradient, lr x the momentum buffer.
             # Where they cancel, the result's own ulp is far finer than what rounding in the terms
             # leaves (thousands of its ulps, measured), so differences count in ulps of the largest.
-            lr = step.optimizer.param_groups[0]["lr"]
+            lr = step.update.optimizer.param_groups[0]["lr"]
             scale = [
                 torch.stack([p.abs(), lr * g.abs(), lr * b.abs()]).amax(0)
                 for p, g, b in zip(params, grads, buffers)
             ]
             run.update_ulps = max(run.update_ulps, ulps([p.detach() for p in step.params], eager, scale))
 
-    step.loss_fn, step.optimizer_step = recording_loss, checked_optimizer_step
+    step.model.loss_fn, step.update.step = recording_loss, checked_optimizer_step
     for _ in range(STEPS):
         step()
     if model != "eager" or compiled_optimizer:  # dynamo falls back to eager silently past its limits

@@ -13,15 +13,14 @@ same way (torchrun). The workload reads only those variables:
 Under torch.compile the DDP-wrapped module is compiled, as PyTorch recommends: dynamo's
 DDPOptimizer then splits each captured graph at DDP's gradient bucket boundaries, so that
 all-reduces can overlap the backward. Those splits are not in dynamo's graph-break counter;
-`count_ddp_splits` counts them.
+workloads/instruments/dynamo_records.py `DdpSplits` counts them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,6 +136,11 @@ class DataParallel:
         self.ddp = DistributedDataParallel(module, device_ids=device_ids, **kwargs)
         return self.ddp
 
+    def sync_gradients(self, sync: bool) -> None:
+        """Whether the next backward all-reduces the gradients (a no-op without DDP)."""
+        if self.ddp is not None:
+            self.ddp.require_backward_grad_sync = sync
+
 
 def gather(ranks: Ranks, value: Any) -> list[Any]:
     """Every rank's `value`, in rank order, on every rank; a collective: all ranks must call it."""
@@ -145,29 +149,3 @@ def gather(ranks: Ranks, value: Any) -> list[Any]:
     gathered: list[Any] = [None] * ranks.world_size
     dist.all_gather_object(gathered, value)
     return gathered
-
-
-@contextlib.contextmanager
-def count_ddp_splits() -> Iterator[list[int]]:
-    """Inside the block, the bucket count of every graph that dynamo's DDPOptimizer compiles is
-    appended to the yielded list; a graph of n buckets was cut into n pieces (n - 1 splits).
-
-    Dynamo has no counter for these splits; DDPOptimizer keeps the buckets of the graph it last
-    compiled in `.buckets` ("for testing/debugging purposes", its source says), which a wrapper
-    around its `compile_fn` reads after each graph.
-    """
-    from torch._dynamo.backends.distributed import DDPOptimizer
-
-    counts: list[int] = []
-    original = DDPOptimizer.compile_fn
-
-    def compile_fn(self: DDPOptimizer, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
-        compiled = original(self, gm, example_inputs, **kwargs)
-        counts.append(len(self.buckets))
-        return compiled
-
-    DDPOptimizer.compile_fn = compile_fn
-    try:
-        yield counts
-    finally:
-        DDPOptimizer.compile_fn = original

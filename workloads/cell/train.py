@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel
 
 from workloads.cell.backends import CompiledRun
 from workloads.cell.config import MeasureConfig
@@ -41,77 +40,89 @@ class StepRecord:
     loss: float
 
 
+def _synced_alone(sync: bool) -> None:
+    """The gradient sync switch of a process of its own: nothing to switch."""
+
+
+@dataclass
+class TrainedModel:
+    """What a step trains: the module (compiled or not), its loss and where it runs."""
+
+    module: nn.Module
+    loss_fn: LossFn
+    device: torch.device
+    marks_cudagraph_steps: bool = False
+    """Mark each forward as a new CUDA-graph step (backends.CompiledRun)."""
+    sync_gradients: Callable[[bool], None] = _synced_alone
+    """Switches DDP's gradient all-reduce for the next backward (distributed.DataParallel)."""
+
+
+@dataclass
+class OptimizerUpdate:
+    """How the accumulated gradients update the parameters: clipped, then `step` (the optimizer's
+    own, or its compiled one: backends.compile_optimizer_step)."""
+
+    optimizer: torch.optim.Optimizer
+    step: Callable[[], None]
+    grad_clip: float = 0.0
+
+
 class TrainStep:
     """A callable that runs one optimizer step and returns (mean loss tensor, seconds waiting for data)."""
 
     def __init__(
         self,
-        module: nn.Module,
-        loss_fn: LossFn,
-        optimizer: torch.optim.Optimizer,
+        *,
+        model: TrainedModel,
+        update: OptimizerUpdate,
         batches: Iterator[Batch],
         precision: Precision,
-        device: torch.device,
-        grad_accum: int,
-        grad_clip: float,
-        marks_cudagraph_steps: bool,
-        optimizer_step: Callable[[], None] | None = None,
-        ddp: DistributedDataParallel | None = None,
+        grad_accum: int = 1,
     ):
-        self.module = module
-        self.loss_fn = loss_fn
-        self.optimizer = optimizer
-        self.optimizer_step = optimizer_step or optimizer.step
-        self.batches = batches
-        self.precision = precision
-        self.device = device
-        self.grad_accum = grad_accum
-        self.grad_clip = grad_clip
-        self.marks_cudagraph_steps = marks_cudagraph_steps
-        self.ddp = ddp
-        """The DDP wrapper inside `module` of a distributed cell, whose gradient sync is switched."""
-        self.scaler = precision.make_scaler(device.type)
-        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.model, self.update, self.batches = model, update, batches
+        self.precision, self.grad_accum = precision, grad_accum
+        self.scaler = precision.make_scaler(model.device.type)
+        self.params = [p for p in model.module.parameters() if p.requires_grad]
         # Under CUDA graph trees a backward's gradients are outputs in the graph pool. With
         # .grad set to None, autograd would adopt those buffers as .grad, and the next
         # micro-step's replay overwrites them (an error, or silently wrong accumulated
         # gradients: pytorch/pytorch#169545). Gradients that stay allocated are accumulated
         # into by copy instead.
-        self.keep_grads = marks_cudagraph_steps
+        self.keep_grads = model.marks_cudagraph_steps
         if self.keep_grads:
             for p in self.params:
                 p.grad = torch.zeros_like(p)
 
     def __call__(self) -> tuple[torch.Tensor, float]:
+        model, update = self.model, self.update
         data_s = 0.0
-        loss_sum = torch.zeros((), device=self.device)
+        loss_sum = torch.zeros((), device=model.device)
         for micro_step in range(self.grad_accum):
-            if self.ddp is not None:
-                # As nanoGPT: all-reduce the gradients in the last micro-step's backward only; the
-                # flag is read in DDP's forward, which runs eagerly also around a compiled module.
-                self.ddp.require_backward_grad_sync = micro_step == self.grad_accum - 1
+            # As nanoGPT: all-reduce the gradients in the last micro-step's backward only; the
+            # flag is read in DDP's forward, which runs eagerly also around a compiled module.
+            model.sync_gradients(micro_step == self.grad_accum - 1)
             t0 = time.perf_counter()
             x, y = next(self.batches)
             data_s += time.perf_counter() - t0
-            if self.marks_cudagraph_steps:
+            if model.marks_cudagraph_steps:
                 torch.compiler.cudagraph_mark_step_begin()
-            with self.precision.autocast(self.device.type):
-                loss = self.loss_fn(self.module, x, y)
+            with self.precision.autocast(model.device.type):
+                loss = model.loss_fn(model.module, x, y)
             # Copy out before the next replay: CUDA-graph outputs live in reused buffers.
             loss_sum += loss.detach()
             scaled = loss / self.grad_accum
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         if self.scaler:
-            if self.grad_clip > 0:
-                self.scaler.unscale_(self.optimizer)
-                torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
-            self.scaler.step(self.optimizer)
+            if update.grad_clip > 0:
+                self.scaler.unscale_(update.optimizer)
+                torch.nn.utils.clip_grad_norm_(self.params, update.grad_clip)
+            self.scaler.step(update.optimizer)
             self.scaler.update()
         else:
-            if self.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
-            self.optimizer_step()
-        self.optimizer.zero_grad(set_to_none=not self.keep_grads)
+            if update.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.params, update.grad_clip)
+            update.step()
+        update.optimizer.zero_grad(set_to_none=not self.keep_grads)
         return loss_sum / self.grad_accum, data_s
 
 

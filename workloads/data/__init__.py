@@ -1,4 +1,4 @@
-"""Data sources of a cell: `make_batches(cfg, spec, device)` gives endless (inputs, targets).
+"""Data sources of a cell: `make_batches(cfg, shape=..., device=...)` gives endless (inputs, targets).
 
 Which sources fit which model kind:
     tokens: synthetic, text (char-level file), bin (uint16 memmap)
@@ -9,11 +9,13 @@ Which sources fit which model kind:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from workloads.cell.config import CellConfig
+from workloads.cell.distributed import Ranks
 from workloads.custom_model import CustomModel, custom_batches
 from workloads.data.images import imagefolder_batches, synthetic_image_batches
 from workloads.data.tokens import (
@@ -41,29 +43,40 @@ def load_token_source(cfg: CellConfig) -> tuple[np.ndarray | None, int | None]:
     return None, None
 
 
+@dataclass(frozen=True)
+class BatchShape:
+    """What one batch of a cell looks like (workloads/models ModelSpec's, at the cell's batch size)."""
+
+    kind: str
+    """`tokens`, `images` or `custom`."""
+    batch_size: int
+    sample_shape: tuple[int, ...]
+    num_classes: int
+    """The range of the targets (vocabulary size or classes)."""
+    custom: CustomModel | None = None
+    """model=custom: the model's own batch maker and reader."""
+
+
 def make_batches(
     cfg: CellConfig,
-    kind: str,
-    batch_size: int,
-    sample_shape: tuple[int, ...],
-    num_classes: int,
+    *,
+    shape: BatchShape,
     device: torch.device,
     tokens: np.ndarray | None = None,
-    rank: int = 0,
-    world_size: int = 1,
-    custom: CustomModel | None = None,
+    ranks: Ranks = Ranks(),
 ) -> Iterator[Batch]:
     """Endless batches of the configured source, already on `device`; with several ranks, this
     rank's share (its own random samples, or its DistributedSampler part of an image folder).
-    `custom`: a custom model's own batch maker and reader (kind `custom`)."""
-    generator = _data_generator(cfg, rank)
-    if custom is not None:
-        return custom_batches(custom, cfg.data.source, cfg.data.path, batch_size, device, generator)
-    if kind == "tokens":
+    `tokens`: the stream of a token file (`load_token_source`)."""
+    generator = _data_generator(cfg, ranks.rank)
+    batch_size, sample_shape = shape.batch_size, shape.sample_shape
+    if shape.custom is not None:
+        return custom_batches(shape.custom, cfg.data.source, cfg.data.path, batch_size, device, generator)
+    if shape.kind == "tokens":
         (block_size,) = sample_shape
         if tokens is not None:
             return stream_batches(tokens, batch_size, block_size, device, generator)
-        return synthetic_token_batches(batch_size, block_size, num_classes, device, generator)
+        return synthetic_token_batches(batch_size, block_size, shape.num_classes, device, generator)
     if cfg.data.source == "imagefolder":
         return imagefolder_batches(
             cfg.data.path,
@@ -73,8 +86,8 @@ def make_batches(
             cfg.data.workers,
             cfg.seed,
             cfg.model.channels_last,
-            world_size,
+            ranks.world_size,
         )
     return synthetic_image_batches(
-        batch_size, sample_shape, num_classes, device, generator, cfg.model.channels_last
+        batch_size, sample_shape, shape.num_classes, device, generator, cfg.model.channels_last
     )

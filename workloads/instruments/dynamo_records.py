@@ -13,12 +13,14 @@ API for these records; torch 2.11 on the H100 and 2.15 on the CPU machines have 
     torch._dynamo.utils.get_compilation_metrics()   one record per frame compile; `recompile_reason`
                                               (the guard that failed) is set on a recompile
     torch._dynamo.utils.clear_compilation_metrics(), torch._dynamo.reset()
+    torch._dynamo.backends.distributed.DDPOptimizer   `.buckets` of the graph it last compiled
     torch._inductor.runtime.cache_dir_utils.cache_dir()   the inductor cache directory in use (created)
     <inductor cache>/fxgraph/, <inductor cache>/aotautograd/   where those two caches keep entries
 
 A torch that renames one of them fails tests/test_compile_reasons.py (a real model that breaks and
-recompiles) or tests/test_compile_cache.py (a real cold and warm compile), not a sweep. In a
-distributed cell these are rank 0's records.
+recompiles), tests/test_compile_cache.py (a real cold and warm compile) or tests/test_distributed.py
+(DDP's splits), not a sweep. In a distributed cell these are rank 0's records. `CompileCounters` and
+`DdpSplits` are the cell's instruments that record them (workloads/instruments/base.py).
 
 Reasons are recorded as dynamo words them, stripped; a recompile's without its compile id
 (`0/1: `), which differs between recompiles for one reason. Identical reasons are counted once
@@ -27,14 +29,21 @@ each with how often they occurred: run.parquet's `graph_break_reasons` and `reco
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from workloads.cell.config import BackendConfig
+from workloads.cell.recorder import CellRecorder
+from workloads.cell.train import PreparedCell
+from workloads.instruments.base import Instrument
 
 #: run.parquet's cache columns and the dynamo counters they count. Autotuning has no counter of its
 #: own: its results are cached in the inductor directory too, and a compile that hits the FX graph
@@ -126,3 +135,89 @@ def has_cache_entries(inductor_dir: Path) -> bool:
         except OSError:  # not there (yet)
             continue
     return False
+
+
+@contextlib.contextmanager
+def count_ddp_splits() -> Iterator[list[int]]:
+    """Inside the block, the bucket count of every graph that dynamo's DDPOptimizer compiles is
+    appended to the yielded list; a graph of n buckets was cut into n pieces (n - 1 splits).
+
+    Dynamo has no counter for these splits (they are not graph breaks); DDPOptimizer keeps the
+    buckets of the graph it last compiled in `.buckets` ("for testing/debugging purposes", its source
+    says), which a wrapper around its `compile_fn` reads after each graph.
+    """
+    from torch._dynamo.backends.distributed import DDPOptimizer
+
+    counts: list[int] = []
+    original = DDPOptimizer.compile_fn
+
+    def compile_fn(self: DDPOptimizer, gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
+        compiled = original(self, gm, example_inputs, **kwargs)
+        counts.append(len(self.buckets))
+        return compiled
+
+    DDPOptimizer.compile_fn = compile_fn
+    try:
+        yield counts
+    finally:
+        DDPOptimizer.compile_fn = original
+
+
+class NoDdpSplits(Instrument):
+    """A cell of one process: no DDP, no split to count."""
+
+    splits = 0
+
+
+class DdpSplits(Instrument):
+    """The graph splits of DDPOptimizer (`count_ddp_splits`) while a cell of several ranks trains."""
+
+    def __init__(self) -> None:
+        self._counting = contextlib.ExitStack()
+        self._buckets: list[int] = []
+
+    @classmethod
+    def for_ranks(cls, world_size: int) -> DdpSplits | NoDdpSplits:
+        return cls() if world_size > 1 else NoDdpSplits()
+
+    @property
+    def splits(self) -> int:
+        return sum(buckets - 1 for buckets in self._buckets)
+
+    def before_loop(self, cell: PreparedCell) -> None:
+        self._buckets = self._counting.enter_context(count_ddp_splits())
+
+    def after_loop(self) -> dict[str, Any]:
+        self._counting.close()
+        return {}
+
+
+class CompileCounters(Instrument):
+    """What compiled, from dynamo's records since the cell was built (workloads/train_cell.py resets
+    them before the backend is applied), with `ddp_splits`' count; for torchscript, whether it
+    traced. Nothing for eager without a compiled optimizer."""
+
+    def __init__(self, *, backend: BackendConfig, ddp_splits: DdpSplits | NoDdpSplits):
+        self.backend, self.ddp_splits = backend, ddp_splits
+        self._compiled: Any = None
+
+    def before_loop(self, cell: PreparedCell) -> None:
+        self._compiled = cell.compiled
+
+    def after_summary(self, rec: CellRecorder) -> dict[str, Any]:
+        if self._compiled.uses_dynamo or self.backend.compile_optimizer:
+            stats = compile_stats()
+            return {
+                "graph_count": stats.graph_count,
+                "graph_break_count": stats.graph_break_count,
+                "recompile_count": stats.recompile_count,
+                "cudagraph_skips": stats.cudagraph_skips,
+                "graph_break_reasons": stats.graph_break_reasons,
+                "recompile_reasons": stats.recompile_reasons,
+                "ddp_graph_splits": self.ddp_splits.splits,
+                **stats.cache,
+            }
+        if self.backend.name == "torchscript":
+            traced = isinstance(self._compiled.module, torch.jit.ScriptModule)
+            return {"graph_count": int(traced), "graph_break_count": 0, "recompile_count": 0}
+        return {}

@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from workloads.instruments.base import Instrument
+
 #: The tiny ops timed per block, and the blocks (their median is reported): a few ms in all.
 OPS_PER_BLOCK, BLOCKS = 200, 5
 _PROC_STAT = "/proc/stat"
@@ -106,17 +108,22 @@ def op_overhead_us(device: Any) -> float | None:
         return None
 
 
-class MeasuredWindow:
-    """`open(device)` right before the measured steps, `close()` right after; `close` gives every
-    HOST_LOAD_FIELDS column (all None if the window never opened: the cell stopped before)."""
+class HostLoad(Instrument):
+    """The measured window: opened right before the measured steps (`before_measuring`), closed
+    right after (`after_loop`), which gives every HOST_LOAD_FIELDS column (all None if the window
+    never opened: the cell stopped before)."""
 
     def __init__(self) -> None:
+        self._device: Any = None
         self._begin: CpuSample | None = None
         self._op_us: float | None = None
 
-    def open(self, device: Any) -> None:
-        self._op_us = op_overhead_us(device)
+    def before_loop(self, cell: Any) -> None:
+        self._device = cell.device
+
+    def before_measuring(self) -> None:
+        self._op_us = op_overhead_us(self._device)
         self._begin = sample()
 
-    def close(self) -> dict[str, Any]:
+    def after_loop(self) -> dict[str, Any]:
         return {"host_op_us": self._op_us, **window(self._begin, sample() if self._begin else None)}

@@ -1,10 +1,10 @@
 """What explains run-to-run variance (docs/measurement.md, "Replicates"): host CPU, affinity and
 threads, node, Slurm binding, and the GPU's driver, clocks, power limit, temperature and neighbours.
 
-`start(device)` before the first step, `finish(device, values)` right after the last; the dict
-`finish` returns holds every PROVENANCE_FIELDS column. Probes are best effort and bounded in time:
-a missing tool or value gives None, never an exception. Imports with pyarrow alone (the Parquet
-schema imports it); torch is imported inside the functions.
+`start(device)` before the first step, `finish(device, values)` right after the last (the cell's
+`Provenance` instrument); the dict `finish` returns holds every PROVENANCE_FIELDS column. Probes
+are best effort and bounded in time: a missing tool or value gives None, never an exception.
+Imports with pyarrow alone (the Parquet schema imports it); torch is imported inside the functions.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from workloads.contract.schema import PROVENANCE_FIELDS
+from workloads.instruments.base import Instrument
 
 PROBE_TIMEOUT_S = 2.0  # bound of one subprocess (nvidia-smi, lscpu); gpu_state waits 2x this + 1 s at most
 
@@ -301,3 +302,19 @@ def finish(device: Any, started: dict[str, Any]) -> dict[str, Any]:
         {key: value for key, value in gpu.items() if value is not None}
     )  # a failed probe keeps start's
     return values
+
+
+class Provenance(Instrument):
+    """`start` once the cell is built, `finish` right after the loop (after the host's load: the GPU
+    probes run nvidia-smi, not part of the measured window)."""
+
+    def __init__(self) -> None:
+        self._device: Any = None
+        self._started: dict[str, Any] = {}
+
+    def before_loop(self, cell: Any) -> None:
+        self._device = cell.device
+        self._started = start(cell.device)
+
+    def after_loop(self) -> dict[str, Any]:
+        return finish(self._device, self._started)  # rank 0's: its GPU, its host

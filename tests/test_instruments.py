@@ -1,0 +1,126 @@
+"""The seam between a cell's loop and its instruments (workloads/instruments/base.py, registry.py,
+workloads/train_cell.py): an instrument that does not apply to a cell is a no-op object, and the
+loop of a real tiny CPU cell calls every instrument's moments in the list's order and merges the
+columns each returns into the run row, also when the loop fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+import workloads.train_cell as train_cell
+from workloads.cell.config import cell_config_from_dict
+from workloads.cell.distributed import Ranks
+from workloads.cell.recorder import CellRecorder
+from workloads.cell.train import PreparedCell
+from workloads.instruments.base import Instrument
+from workloads.instruments.cold_compile import ColdCompile
+from workloads.instruments.dynamo_records import CompileCounters, DdpSplits, NoDdpSplits
+from workloads.instruments.host_load import HostLoad
+from workloads.instruments.provenance import Provenance
+from workloads.instruments.registry import WaitForQuiet, instruments_for
+from workloads.local import turns
+from workloads.run import run_cell
+
+
+def test_an_instrument_that_does_not_apply_is_a_no_op_object(
+    tiny_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eager, one process, not the local executor's: no cold compile, no wait for quiet, no DDP
+    splits, each the base class's no-op (or a counter of none); where they apply, the real ones."""
+    monkeypatch.delenv(turns.DIR_ENV, raising=False)
+    alone = instruments_for(cell_config_from_dict(tiny_config("gpt")), Ranks())
+    assert [type(instrument) for instrument in alone] == [
+        Instrument,
+        Instrument,
+        HostLoad,
+        Provenance,
+        NoDdpSplits,
+        CompileCounters,
+    ]
+    assert alone[4].splits == 0
+    nothing = Instrument()
+    assert nothing.before_build() is None and nothing.before_measuring() is None
+    assert nothing.after_loop() == {} and nothing.after_summary(CellRecorder("c", 1)) == {}
+
+    monkeypatch.setenv(turns.DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(turns.INDEX_ENV, "0")
+    cold_warm = cell_config_from_dict(tiny_config("gpt", "inductor", compile={"measure": "cold_warm"}))
+    applied = instruments_for(cold_warm, Ranks(0, 2, 0, "gloo"))
+    assert [type(instrument) for instrument in applied][:2] == [ColdCompile, WaitForQuiet]
+    assert type(applied[4]) is DdpSplits and applied[5].ddp_splits is applied[4]
+
+
+class Observer(Instrument):
+    """Logs its moments into `log` under its name; adds a provenance column after the loop (later
+    in the list than provenance: its value wins) and a cold-compile column after the summary."""
+
+    def __init__(self, name: str, log: list[tuple[str, str]], fail_before_measuring: bool = False):
+        self.name, self.log, self.fail = name, log, fail_before_measuring
+        self.seen: dict[str, Any] = {}
+
+    def before_build(self) -> None:
+        self.log.append((self.name, "before_build"))
+
+    def before_loop(self, cell: PreparedCell) -> None:
+        self.log.append((self.name, "before_loop"))
+        self.seen["cell"] = cell
+
+    def before_measuring(self) -> None:
+        self.log.append((self.name, "before_measuring"))
+        if self.fail:
+            raise RuntimeError("an instrument failed before measuring")
+
+    def after_loop(self) -> dict[str, Any]:
+        self.log.append((self.name, "after_loop"))
+        return {"gpu_driver": f"driver of {self.name}"}
+
+    def after_summary(self, rec: CellRecorder) -> dict[str, Any]:
+        self.log.append((self.name, "after_summary"))
+        self.seen["steps"], self.seen["host_op_us"] = len(rec.steps), rec.run.get("host_op_us")
+        return {"compile_cold_s": 1.5}
+
+
+def observed_cell(
+    tiny_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: bool = False
+) -> tuple[str, dict[str, Any], list[tuple[str, str]], Observer]:
+    """A tiny eager GPT cell run by `run_cell`, with an Observer before and after the cell's own
+    instruments: (status, its run row, the moments logged, the last observer)."""
+    log: list[tuple[str, str]] = []
+    first, last = Observer("first", log), Observer("last", log, fail_before_measuring=fail)
+    real = train_cell.instruments_for
+    monkeypatch.setattr(train_cell, "instruments_for", lambda cfg, ranks: [first, *real(cfg, ranks), last])
+    status = run_cell(cell_config_from_dict(tiny_config("gpt", steps=3, warmup_steps=2)), tmp_path)
+    (row,) = pq.read_table(tmp_path / "run.parquet").to_pylist()
+    return status, row, log, last
+
+
+def test_the_loop_calls_the_moments_in_order_and_merges_their_columns(
+    tiny_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    status, row, log, last = observed_cell(tiny_config, tmp_path, monkeypatch)
+    moments = ["before_build", "before_loop", "before_measuring", "after_loop", "after_summary"]
+    assert status == "completed"
+    assert log == [(name, moment) for moment in moments for name in ("first", "last")]
+    assert isinstance(last.seen["cell"], PreparedCell)
+    # after the summary: the merged steps are in, and so are the columns every after_loop gave
+    assert last.seen["steps"] == 5 and last.seen["host_op_us"] is not None
+    assert row["gpu_driver"] == "driver of last" and row["compile_cold_s"] == 1.5
+    assert row["measured_steps"] == 3 and row["host_op_us"] > 0 and row["cpu_model"]
+
+
+def test_after_a_failure_the_loop_still_asks_every_instrument_for_its_columns(
+    tiny_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    status, row, log, _ = observed_cell(tiny_config, tmp_path, monkeypatch, fail=True)
+    assert status == "failed" and "an instrument failed before measuring" in row["error"]
+    assert log[-4:] == [
+        ("first", "after_loop"),
+        ("last", "after_loop"),
+        ("first", "after_summary"),
+        ("last", "after_summary"),
+    ]
+    assert row["gpu_driver"] == "driver of last" and row["compile_cold_s"] == 1.5

@@ -1,0 +1,48 @@
+"""The seam between a cell's measured loop and what observes it: an `Instrument` and its moments.
+
+The loop (workloads/train_cell.py) builds the cell, runs its steps once and records its rows, and
+calls every instrument of the cell, in the order of `workloads.instruments.registry.INSTRUMENTS`,
+at each named moment:
+
+    before_build()        before the cell is built (the cold compile's process of its own)
+    before_loop(cell)     the cell is built, compiled lazily; its first step comes next
+    before_measuring()    before the last warm-up step: compiled and warm (workloads/cell/train.py)
+    after_loop()          the loop ended, finished or failed, before the ranks gather: the columns
+                          this moment's state gives (the host's load, the GPU's clocks), also on failure
+    after_summary(rec)    the run row has its steps and summary (`rec`, merged over the ranks):
+                          the columns it adds from them (compile counters, the cold compile's time)
+
+Every moment is a no-op here, so an instrument names only its own, and an instrument that does not
+apply to a cell (the cold compile without `compile.measure=cold_warm`, DDP splits in a process of
+its own) is this class itself: the loop has no branch for it. A new measurement is one subclass,
+registered in that one list. Imports no torch (provenance and the host's load import without it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workloads.cell.recorder import CellRecorder
+    from workloads.cell.train import PreparedCell
+
+
+class Instrument:
+    """Observes one attempt of a cell at the loop's named moments; this base observes nothing."""
+
+    def before_build(self) -> None:
+        """Before the cell's data, model and backend are built."""
+
+    def before_loop(self, cell: PreparedCell) -> None:
+        """The cell is built; its first (warm-up) step comes next."""
+
+    def before_measuring(self) -> None:
+        """Before the last warm-up step (without warm-up, the first step); may wait."""
+
+    def after_loop(self) -> dict[str, Any]:
+        """Right after the last step, or after the failure that ended the loop: run-row columns."""
+        return {}
+
+    def after_summary(self, rec: CellRecorder) -> dict[str, Any]:
+        """Once `rec` holds the merged steps and their summary: run-row columns."""
+        return {}

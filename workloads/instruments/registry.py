@@ -1,0 +1,54 @@
+"""The instruments of a cell, in one list: `instruments_for(cfg, ranks)`.
+
+Their order is the order of every moment (workloads/instruments/base.py), and it matters where two
+share one: before measuring, the wait for quiet comes before the host's load opens its window;
+after the loop, the host's load closes its window before provenance probes the GPU (nvidia-smi is
+no part of the window); DDP's splits are counted before the compile counters report them. A new
+measurement is one `Instrument` subclass, added here.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from workloads.cell.config import CellConfig
+from workloads.cell.distributed import Ranks
+from workloads.instruments.base import Instrument
+from workloads.instruments.cold_compile import ColdCompile
+from workloads.instruments.dynamo_records import CompileCounters, DdpSplits
+from workloads.instruments.host_load import HostLoad
+from workloads.instruments.provenance import Provenance
+from workloads.local import turns
+
+
+class WaitForQuiet(Instrument):
+    """Before measuring, wait until no other replicate of the local executor imports or exits
+    (workloads/local/turns.py); say so in the log when that took a while."""
+
+    @classmethod
+    def for_process(cls) -> Instrument:
+        """This instrument in a process of the local executor, which takes turns; else a no-op."""
+        return cls() if turns.taking_turns() else Instrument()
+
+    def before_measuring(self) -> None:
+        if (waited := turns.wait_for_quiet()) >= 0.1:
+            print(
+                f"compilebench: waited {waited:.1f} s before measuring while other replicates imported "
+                "or exited",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def instruments_for(cfg: CellConfig, ranks: Ranks) -> list[Instrument]:
+    """The instruments of one attempt of `cfg` on this rank, each built for it (a no-op where it
+    does not apply)."""
+    ddp_splits = DdpSplits.for_ranks(ranks.world_size)
+    return [
+        ColdCompile.for_cell(cfg),
+        WaitForQuiet.for_process(),
+        HostLoad(),
+        Provenance(),
+        ddp_splits,
+        CompileCounters(backend=cfg.backend, ddp_splits=ddp_splits),
+    ]

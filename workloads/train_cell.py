@@ -1,0 +1,202 @@
+"""Build one cell from its config and train it once, with its instruments at their moments.
+
+`prepare_cell` builds data, model, optimizer and precision by keyword, counts a step's FLOPs and
+applies the backend (DDP inside it where the cell has several ranks). `train_cell` is the one loop
+of an attempt: the instruments' moments (workloads/instruments/base.py, their list:
+workloads/instruments/registry.py) around the build and one `run_steps` call, then the ranks'
+steps gathered and summarised into the run row, and the columns each instrument adds; it returns
+the status (`completed`, or `not_compiled` where a backend compiled nothing). workloads/run.py
+runs it inside the attempt's lifecycle (signals, failures, the files).
+"""
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Callable
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from workloads.cell import backends, distributed
+from workloads.cell.catalog import check_cell
+from workloads.cell.config import CellConfig
+from workloads.cell.distributed import Ranks
+from workloads.cell.precision import PRECISIONS
+from workloads.cell.recorder import CellRecorder
+from workloads.cell.train import OptimizerUpdate, PreparedCell, StepRecord, TrainedModel, TrainStep, run_steps
+from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, NOT_COMPILED
+from workloads.data import BatchShape, load_token_source, make_batches
+from workloads.instruments import compile_cache, dynamo_records, provenance
+from workloads.instruments.environment import describe_environment, peak_tflops, resolve_device
+from workloads.instruments.registry import instruments_for
+from workloads.models import ModelSpec, build_model
+
+
+def count_training_flops(spec: ModelSpec, batch: tuple[torch.Tensor, torch.Tensor], autocast) -> float:
+    """FLOPs of one forward+backward on the uncompiled model, counted once by FlopCounterMode.
+    Run in eval mode so that batch-norm statistics are left untouched (norms are not counted)."""
+    x, y = batch
+    spec.module.eval()
+    with FlopCounterMode(display=False) as counter:
+        with autocast():
+            loss = spec.loss(spec.module, x, y)
+        loss.backward()
+    spec.module.train()
+    spec.module.zero_grad(set_to_none=True)
+    return float(counter.get_total_flops())
+
+
+def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> PreparedCell:
+    """Build data, model, optimizer and precision, apply the backend (DDP inside it where the
+    cell has several ranks); fills `rec` as it learns things. `batch_size` and `grad_accum` are
+    per rank; `rec` counts items and FLOPs over all ranks."""
+    check_cell(cfg)
+    device = distributed.rank_device(ranks, resolve_device(cfg.device))
+    precision = PRECISIONS[cfg.precision.name]
+    precision.apply_global_switches()
+    rec.run.update(describe_environment(device))
+    # Before anything compiles: inductor and triton read their directories when they first cache.
+    compile_cache.use(compile_cache.key_inputs(rec.run, provenance.cpu_model()))
+    rec.run.update(dynamo_records.cache_state())
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    tokens, vocab_size = load_token_source(cfg)
+    spec = build_model(cfg, vocab_size)
+    batch_size = cfg.batch_size or spec.batch_size
+    grad_accum = cfg.grad_accum or spec.grad_accum
+    items_per_step = batch_size * grad_accum * spec.items_per_sample
+    grad_clip = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else spec.default_grad_clip
+    rec.items_per_step = items_per_step * ranks.world_size
+    rec.run.update(
+        arch=spec.arch,
+        params=spec.params,
+        batch_size=batch_size,
+        grad_accum=grad_accum,
+        items_per_step=rec.items_per_step,
+    )
+
+    module = spec.module.to(device)
+    if spec.kind == "images" and cfg.model.channels_last:
+        module = module.to(memory_format=torch.channels_last)
+    shape = BatchShape(spec.kind, batch_size, spec.sample_shape, spec.num_classes, spec.custom)
+    batches = make_batches(cfg, shape=shape, device=device, tokens=tokens, ranks=ranks)
+
+    def autocast(cache_enabled: bool = True):
+        return precision.autocast(device.type, cache_enabled)
+
+    if spec.flops_per_item is not None:
+        rank_flops = float(spec.flops_per_item * items_per_step)  # float64 column; ints can pass 2**53
+    else:
+        rank_flops = count_training_flops(spec, next(batches), autocast) * grad_accum
+    rec.flops_per_step = rank_flops * ranks.world_size
+    rec.peak = cfg.peak_tflops or peak_tflops(rec.run.get("gpu_name"), precision.peak_key)
+    rec.run.update(flops_per_step=rec.flops_per_step, peak_tflops=rec.peak)
+
+    dynamo_records.reset_compile_stats()
+    example_x, example_y = next(batches)
+    model_inputs = (example_x, example_y) if spec.kind == "tokens" else (example_x,)  # GPT takes targets
+    data_parallel = distributed.DataParallel(ranks, device, cfg.distributed)
+    compiled = backends.apply_backend(
+        module, cfg.backend, model_inputs, autocast, device.type == "cuda", data_parallel
+    )
+    optimizer = spec.make_optimizer(module, device.type == "cuda" and not cfg.backend.compile_optimizer)
+    step = TrainStep(
+        model=TrainedModel(
+            compiled.module, spec.loss, device, compiled.marks_cudagraph_steps, data_parallel.sync_gradients
+        ),
+        update=OptimizerUpdate(
+            optimizer,
+            backends.compile_optimizer_step(optimizer, cfg.backend)
+            if cfg.backend.compile_optimizer
+            else optimizer.step,
+            grad_clip,
+        ),
+        batches=batches,
+        precision=precision,
+        grad_accum=grad_accum,
+    )
+    return PreparedCell(step, device, compiled)
+
+
+def _peak_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _announcing(rec: CellRecorder, warmup_steps: int) -> Callable[[StepRecord], None]:
+    """`rec.on_step`, which also says in the log when the first measured step has ended: start-up
+    and compilation are behind the cell then (a user following the log sees it; tests wait for it
+    before they interrupt a cell that must be training)."""
+
+    def on_step(record: StepRecord) -> None:
+        rec.on_step(record)
+        if record.phase == "measure" and record.step == warmup_steps:
+            print(
+                f"cell {rec.cell_id}: measuring (the {warmup_steps} warm-up step(s) and the first measured "
+                "step are done)",
+                flush=True,
+            )
+
+    return on_step
+
+
+def train_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
+    """Everything between a valid config (and a joined process group) and the final status."""
+    instruments = instruments_for(cfg, ranks)
+    for instrument in instruments:
+        instrument.before_build()
+    cell = prepare_cell(cfg, rec, ranks)
+    for instrument in instruments:
+        instrument.before_loop(cell)
+
+    def before_measuring() -> None:
+        for instrument in instruments:
+            instrument.before_measuring()
+
+    # One process applies the stop rule step by step; ranks agree on a count (train.run_steps).
+    gather = (lambda value: distributed.gather(ranks, value)) if ranks.world_size > 1 else None
+    finished = False
+    try:
+        rec.run["stop_reason"] = run_steps(
+            cell.step,
+            cfg.warmup_steps,
+            cfg.steps,
+            cell.device,
+            _announcing(rec, cfg.warmup_steps),
+            cfg.measure,
+            gather,
+            before_measuring=before_measuring,
+        )
+        finished = True
+    finally:
+        for instrument in instruments:
+            rec.run.update(instrument.after_loop())
+        own = rec.report(ranks.rank, _peak_memory_bytes(cell.device))
+        # Gathering is a collective: only once this rank's loop finished, else rank 0 keeps
+        # its own steps (a rank that died would never join, and the gather would wait forever).
+        reports = distributed.gather(ranks, own) if finished else [own]
+        rec.summarise(reports, cfg.backend.name != BASELINE_BACKEND, cell.compiled.setup_time_s)
+        for instrument in instruments:
+            rec.run.update(instrument.after_summary(rec))
+    return _status(cfg, rec)
+
+
+def _status(cfg: CellConfig, rec: CellRecorder) -> str:
+    """`completed`, or `not_compiled` (with the error text) where the backend compiled nothing or
+    CUDA graphs were asked for and skipped."""
+    if cfg.backend.name != BASELINE_BACKEND and not rec.run.get("graph_count"):
+        rec.run["error"] = (
+            f"backend {cfg.backend.name} was requested but no graph was compiled "
+            "(torch.compile disabled, e.g. TORCH_COMPILE_DISABLE=1?); steps ran eagerly"
+        )
+        return NOT_COMPILED
+    if backends.wants_cudagraphs(cfg.backend) and rec.run.get("cudagraph_skips"):
+        rec.run["error"] = (
+            f"backend {cfg.backend.name} (mode {cfg.backend.mode}) asked for CUDA graphs, but "
+            f"{rec.run['cudagraph_skips']} graph(s) ran without them (CPU device or unsupported "
+            "ops: the job log names the reason)"
+        )
+        return NOT_COMPILED
+    return COMPLETED
