@@ -1,45 +1,8 @@
-"""Per-cell metrics of a sweep: one row per cell, numbers over its measured steps.
-
-Step statistics come from the measured steps (`phase == "measure"`) of the attempts that count,
-so warm-up and compilation never leak into them; compile time is the workload's own
-`compile_time_s`, and `compile_cache_hits` counts the graphs it found in the compile cache (FX
-graph and AOTAutograd hits: more than 0, and the compile was not a cold one). Only `completed` cells
-get numbers: a failed or `not_compiled` cell stays in the frame with its status, but what it
-measured is not a result (a `not_compiled` cell ran eagerly while claiming a compiled backend).
-Which cells are compared with which (SAME_WORKLOAD, SCALING_WORKLOAD), and how cells are named
-and ordered, is analysis/axes.py's.
-
-A cell may have been run as several replicates (`repeats`, one process each): they are one cell,
-one row. Its median step is the median of the replicates' median steps (analysis.stats.
-ReplicateSamples: each run counts once, however many steps it measured); mean, std, percentiles,
-MFU and the data-wait share pool the steps of all replicates. `replicate_spread` is the coefficient
-of variation of the replicates' medians, and `unstable` marks replicates that disagree beyond their
-own intervals (`ReplicateSamples.unstable`, by more than 1% or the equivalence margin). With one
-replicate every number is what it was before replicates.
-
-End-to-end throughput: measured steps tile the measured span (their boundaries are consecutive
-device events, or host clocks on CPU, waits for data included), so a replicate's end-to-end
-items/s is items per step x steps / the sum of its step times, i.e. at its mean step, and the
-cell's is the median over its replicates (as for the median step: each run counts once).
-`e2e_mfu` is MFU over the span likewise (the step-time-weighted mean of the steps' MFU).
-
-Comparisons are against the eager cell of the same workload (SAME_WORKLOAD equal, only the
-backend differs): speedup = eager median step / own median step, and e2e_speedup = own end-to-end
-items/s / eager's, each with a 95% two-level bootstrap interval (replicates, then steps; with one
-replicate the one-level bootstrap of the steps); peak-memory ratio; the largest relative
-difference of the loss at equal steps (same seed: compiled training should follow eager's curve;
-dropout and low precision make it differ a little). A cell whose data-wait share exceeds a
-threshold is `data_bound`: its median step hides the waits, so its verdict (faster, slower, no
-difference, undecided: analysis.stats.equivalence_verdict, with an optional margin of practical
-equivalence) rests on the end-to-end interval, as it does when its baseline is data-bound. The
-steps after which compiling pays for itself are analysis/breakeven.py's.
-
-Scaling is against the 1-process cell of the same workload and backend (SCALING_WORKLOAD equal,
-only the processes differ): scaling speedup = own items/s / its items/s (global items: with the
-per-process batch fixed, N processes train N times the items per step), with the interval of the
-same two-level bootstrap; scaling efficiency = scaling speedup / processes (1 for perfect
-scaling). Rank imbalance = slowest rank's median step / fastest rank's - 1, from the run row's
-per-rank medians.
+"""Per-cell metrics of a sweep: one row per cell, numbers over the measured steps of the attempts that
+count (warm-up and compilation never enter them), replicates as one cell, speedups against the eager
+cell of the same workload with two-level bootstrap intervals, verdicts, scaling against the 1-process
+cell. The method, column by column, is in docs/analysis.md ("The tables"); which cells are compared
+with which, and how they are named, is analysis/axes.py's.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from __future__ import annotations
 import socket
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,16 +46,11 @@ class RankReport:
 
 
 @dataclass
-class MergedStep:
-    """One step of the cell over all ranks (see the module docstring)."""
+class MergedStep(StepRecord):
+    """One step of the cell over all ranks (module doc): merged values, and each rank's own."""
 
-    step: int
-    phase: str
-    step_time_ms: float
-    data_time_ms: float
-    loss: float
-    rank_step_time_ms: list[float]
-    rank_data_time_ms: list[float]
+    rank_step_time_ms: list[float] = field(default_factory=list)
+    rank_data_time_ms: list[float] = field(default_factory=list)
 
 
 def merge_steps(reports: Sequence[RankReport]) -> list[MergedStep]:
@@ -70,7 +65,13 @@ def merge_steps(reports: Sequence[RankReport]) -> list[MergedStep]:
         waits = [s.data_time_ms for s in per_rank]
         merged.append(
             MergedStep(
-                step, phase, max(times), max(waits), statistics.fmean(s.loss for s in per_rank), times, waits
+                step=step,
+                phase=phase,
+                step_time_ms=max(times),
+                data_time_ms=max(waits),
+                loss=statistics.fmean(s.loss for s in per_rank),
+                rank_step_time_ms=times,
+                rank_data_time_ms=waits,
             )
         )
     return merged
@@ -87,7 +88,7 @@ def compile_time_s(
     return setup_time_s + sum(max(0.0, t - median) for t in warmup_ms) / 1e3
 
 
-def _phase_times(steps: Sequence[StepRecord | MergedStep], phase: str) -> list[float]:
+def _phase_times(steps: Sequence[StepRecord], phase: str) -> list[float]:
     return [s.step_time_ms for s in steps if s.phase == phase]
 
 
