@@ -161,7 +161,10 @@ def _draws(data: SweepData, cell_ids: list[str], side: int) -> tuple[np.ndarray,
         steps["step_time_ms"].to_numpy(float)[keep],
         len(cell_ids),
     )
-    rngs = lambda stream: [np.random.default_rng([SEED, stable_hash(c), side, stream]) for c in cell_ids]  # noqa: E731
+
+    def rngs(stream: int) -> list[np.random.Generator]:
+        return [np.random.default_rng([SEED, stable_hash(c), side, stream]) for c in cell_ids]
+
     return (
         samples.hierarchical_medians(RESAMPLES, rngs(0)),
         hierarchical_means(samples, RESAMPLES, rngs(1), reciprocal=True),
@@ -226,7 +229,10 @@ def compare(
             "b_status": rest[1]["status"].to_numpy(),
         }
     )
-    alone = lambda own, other: own.loc[~own.index.isin(other.index), UNMATCHED].reset_index(drop=True)  # noqa: E731
+
+    def alone(own: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
+        return own.loc[~own.index.isin(other.index), UNMATCHED].reset_index(drop=True)
+
     return Comparison(
         threshold, cells[COLUMNS], alone(every_a, every_b), alone(every_b, every_a), not_compared, speedups
     )

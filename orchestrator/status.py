@@ -145,7 +145,10 @@ def _job_state(job_ids: Sequence[str], states: dict[str, str]) -> str | None:
 def count_states(rows: Sequence[CellStatus]) -> str:
     """The cells counted by state, e.g. `3 completed, 1 running, 4 pending` ('none' for no cells)."""
     counts = Counter(row.state for row in rows)
-    rank = lambda state: (CELL_STATES.index(state) if state in CELL_STATES else len(CELL_STATES), state)  # noqa: E731
+
+    def rank(state: str) -> tuple[int, str]:
+        return (CELL_STATES.index(state) if state in CELL_STATES else len(CELL_STATES), state)
+
     return ", ".join(f"{counts[state]} {state}" for state in sorted(counts, key=rank)) or "none"
 
 

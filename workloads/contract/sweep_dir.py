@@ -134,7 +134,10 @@ def _scan(paths: Sequence[Path], schema: pa.Schema) -> tuple[pa.Table, list[tupl
     a scan, so then they are read one by one."""
     if not paths:
         return schema.empty_table(), []
-    scan = lambda files: ds.dataset([str(p) for p in files], schema=schema, format="parquet").to_table()  # noqa: E731
+
+    def scan(files: Sequence[Path]) -> pa.Table:
+        return ds.dataset([str(p) for p in files], schema=schema, format="parquet").to_table()
+
     try:
         return scan(paths), []
     except Exception:  # pyarrow raises several types for truncated or garbage files
