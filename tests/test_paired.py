@@ -17,6 +17,8 @@ from itertools import groupby
 import pytest
 import torch
 
+from analysis.collect import read_cell
+from analysis.tables import summarize
 from workloads.cell.backends import CompiledRun
 from workloads.cell.config import ConfigError, MeasureConfig, cell_config_from_dict
 from workloads.cell.paired import PairedLoop, unpaired_reason
@@ -90,6 +92,15 @@ def test_a_paired_cell_writes_both_sides_block_by_block(tiny_cells) -> None:
     # force_eager runs the same module: no recompile, no second graph; the loss is one curve.
     assert run["recompile_count"] == 0 and run["graph_count"] >= 1
     assert all(math.isfinite(s["loss"]) for s in steps)
+
+
+def test_analysis_reads_a_paired_cells_own_steps_only(tiny_cells) -> None:
+    """The eager side stays in steps.parquet; the cell's statistics in analysis are its compiled steps'."""
+    cell = tiny_cells.get("gpt", "aot_eager", measure=BLOCKS)
+    data = read_cell(cell.cell_dir, warn=None)  # a test cell's directory is not named by its id
+    (row,) = summarize([data]).query("cell_id == @cell.run['cell_id']").to_dict("records")
+    assert len(data.steps) == len([s for s in cell.steps if s["side"] != "eager"])
+    assert (row["measured_steps"], row["median_step_ms"]) == (18, cell.run["median_step_ms"])
 
 
 def test_the_pairs_stop_rule_agrees_with_a_brute_force_reading(tiny_cells) -> None:
