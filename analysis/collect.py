@@ -19,6 +19,7 @@ from typing import Any, TextIO
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from analysis.breakeven import COMPILE_COLD, COMPILE_WARM
 from workloads.contract.schema import MANIFEST_SCHEMA, RUN_SCHEMA, STEPS_SCHEMA
@@ -38,6 +39,7 @@ from workloads.contract.vocabulary import (
     AXES,
     COMPLETED,
     CONFIG_AXES,
+    EAGER_SIDE,
     NO_RESULT,
     UNREADABLE,
     axes_from_config,
@@ -128,7 +130,8 @@ class SweepData:
     axes (from config.yaml, else the manifest) and status `no_result` or `unreadable`.
     `replicates`: RUN_READ_SCHEMA's rows of the attempt that counts for each replicate of each
     cell (workloads.contract.sweep_dir.replicate_attempts). `steps`: STEPS_READ_SCHEMA's columns and
-    `repeat`, of the attempts that count: every completed replicate's, and the cell's own.
+    `repeat`, of the attempts that count: every completed replicate's, and the cell's own; a paired
+    cell's own steps only (its eager side stays in steps.parquet).
     """
 
     cells: pd.DataFrame
@@ -202,9 +205,13 @@ def _counting_steps(
             paths.append(path)
         elif directory.name in runs.index and runs.at[directory.name, "status"] == COMPLETED:
             problems.add(path, "completed cell without steps")
-    table, bad = read_files(paths, STEPS_SCHEMA, STEPS_READ_SCHEMA.names)
+    table, bad = read_files(paths, STEPS_SCHEMA, [*STEPS_READ_SCHEMA.names, "side"])
     for path, exc in bad:
         problems.add(path, f"cannot read ({exc})")
+    # A paired cell's eager-side rows are its in-process baseline, not its steps: every statistic of
+    # the cell is of its own steps (a null side: an unpaired cell's).
+    own = pc.fill_null(pc.not_equal(table.column("side"), EAGER_SIDE), True)
+    table = table.filter(own).drop_columns(["side"])
     steps = table.to_pandas(strings_to_categorical=True)  # a million rows name a thousand cells
     done = replicates[replicates["status"] == COMPLETED]
     counting = pd.concat(

@@ -327,14 +327,16 @@ def expand(
 
 #: What `sweep --smoke` appends to the user's overrides (a later override of a key wins, also over
 #: an experiment's sweeper params): every cell at the tiny size for a couple of steps, on whatever
-#: device this machine has, as one process (a distributed cell needs its Slurm tasks). Sizes and
-#: process counts collapse into one cell; everything else stays swept.
+#: device this machine has, as one process (a distributed cell needs its Slurm tasks), unpaired
+#: (six pairs of blocks would be 60 steps, not 2). Sizes and process counts collapse into one cell;
+#: everything else stays swept.
 SMOKE_OVERRIDES = (
     "size=tiny",
     "steps=2",
     "warmup_steps=1",
     "measure.min_seconds=0",
     "measure.rel_ci=null",
+    "measure.paired=false",
     "batch_size=null",
     "grad_accum=null",
     "device=auto",

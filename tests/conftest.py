@@ -43,7 +43,8 @@ TINY_CELL: dict[str, Any] = {
     "steps": 6,
     "warmup_steps": 2,
     "seed": 1337,
-    "measure": {"min_seconds": 0.0},  # exactly `steps` measured steps
+    # exactly `steps` measured steps, unpaired (tests/test_paired.py measures paired cells)
+    "measure": {"min_seconds": 0.0, "paired": False},
 }
 
 

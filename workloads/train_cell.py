@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from workloads.cell import backends, distributed
+from workloads.cell import backends, distributed, paired
 from workloads.cell.catalog import check_cell
 from workloads.cell.config import CellConfig
 from workloads.cell.distributed import Ranks
@@ -129,10 +129,13 @@ def _announcing(rec: CellRecorder, warmup_steps: int) -> Callable[[StepRecord], 
     """`rec.on_step`, which also says in the log when the first measured step has ended: start-up
     and compilation are behind the cell then (a user following the log sees it; tests wait for it
     before they interrupt a cell that must be training)."""
+    announced = False
 
     def on_step(record: StepRecord) -> None:
+        nonlocal announced
         rec.on_step(record)
-        if record.phase == "measure" and record.step == warmup_steps:
+        if record.phase == "measure" and not announced:
+            announced = True
             print(
                 f"cell {rec.cell_id}: measuring (the {warmup_steps} warm-up step(s) and the first measured "
                 "step are done)",
@@ -157,17 +160,38 @@ def train_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
 
     # One process applies the stop rule step by step; ranks agree on a count (train.run_steps).
     gather = (lambda value: distributed.gather(ranks, value)) if ranks.world_size > 1 else None
+    unpaired = paired.unpaired_reason(cfg, cell.compiled, ranks.world_size)
+    rec.run.update(paired=unpaired is None, paired_fallback=unpaired)
+    on_step = _announcing(rec, cfg.warmup_steps)
     finished = False
     try:
-        rec.run["stop_reason"] = run_steps(
-            cell.step,
-            cfg.warmup_steps,
-            cfg.steps,
-            cell.device,
-            _announcing(rec, cfg.warmup_steps),
-            cfg.measure,
-            gather,
-            before_measuring=before_measuring,
+        if unpaired is None:
+            loop = paired.PairedLoop(
+                step=cell.step,
+                device=cell.device,
+                on_step=on_step,
+                before_measuring=before_measuring,
+                seed=cfg.seed,
+            )
+            outcome = loop.run(warmup_steps=cfg.warmup_steps, steps=cfg.steps, measure=cfg.measure)
+        else:
+            outcome = paired.PairedOutcome(
+                run_steps(
+                    cell.step,
+                    cfg.warmup_steps,
+                    cfg.steps,
+                    cell.device,
+                    on_step,
+                    cfg.measure,
+                    gather,
+                    before_measuring=before_measuring,
+                ),
+                fallback=unpaired,
+            )
+        rec.run.update(
+            stop_reason=outcome.stop_reason,
+            paired=outcome.fallback is None,
+            paired_fallback=outcome.fallback,
         )
         finished = True
     finally:

@@ -146,6 +146,17 @@ class MeasureConfig:
     """Precision target: also require the median step's distribution-free 95% interval (order
     statistics at binomial ranks) to have a half-width <= rel_ci x the median (0.01 = ±1%); null =
     no target. With min_seconds=0 it is a pure precision stop."""
+    paired: bool = True
+    """A `torch.compile` cell also measures its own eager baseline in the same process: blocks of
+    compiled and `force_eager` steps alternate, and the stop rule runs on the pairs' ratios
+    (workloads/cell/paired.py, docs/measurement.md "Paired measurement"). No-op for eager,
+    torchscript and distributed cells (run.parquet `paired_fallback` says why)."""
+    block_seconds: float = 0.1
+    """A paired block runs at least this long (at the last warm-up step's time) ..."""
+    block_steps: int = 5
+    """... and at least this many steps."""
+    min_pairs: int = 6
+    """The fewest pairs of blocks measured: below 6 no 95% interval of their median ratio exists."""
 
 
 @dataclass
@@ -269,6 +280,15 @@ class CellConfig:
             raise ConfigError(
                 "measure.rel_ci needs measure.max_steps or measure.max_seconds: a precision that is "
                 "never reached would measure forever"
+            )
+        if m.block_seconds < 0 or m.block_steps < 1:
+            raise ConfigError(
+                f"measure.block_seconds must be >= 0 and measure.block_steps >= 1, got {m.block_seconds} "
+                f"and {m.block_steps}"
+            )
+        if m.min_pairs < 6:
+            raise ConfigError(
+                f"measure.min_pairs must be >= 6 (a 95% interval of a median), got {m.min_pairs}"
             )
 
     def _validate_distributed(self) -> None:
@@ -402,7 +422,12 @@ def _later_section_defaults() -> dict[str, dict[str, Any]]:
 
 
 #: Keys added to a section after cells existed, with the value at which they stay out of the digest.
-_LATER_KEYS: dict[str, dict[str, Any]] = {"model": {"target": None}}
+_LATER_KEYS: dict[str, dict[str, Any]] = {
+    "model": {"target": None},
+    "measure": {
+        k: getattr(MeasureConfig, k) for k in ("paired", "block_seconds", "block_steps", "min_pairs")
+    },
+}
 
 
 def config_digest(cfg: CellConfig | Mapping[str, Any]) -> str:

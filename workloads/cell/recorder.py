@@ -14,8 +14,9 @@ steps.parquet row per step:
     rank_step_time_ms, rank_data_time_ms   each rank's own values, in rank order
 
 The run row's summary (median step, throughput, MFU, compile time) is computed from the merged
-steps, and so is the end-to-end one over the measured span: `measured_s` is the sum of the merged
-measured steps' times, `e2e_items_per_s` and `e2e_mfu` are all measured items and FLOPs over it,
+steps of the cell's own side (a paired cell's eager baseline steps are rows, not its steps), and
+so is the end-to-end one over the measured span: `measured_s` is the sum of the merged measured
+steps' times, `e2e_items_per_s` and `e2e_mfu` are all measured items and FLOPs over it,
 `data_wait_s` is the sum of the merged steps' waits for batches. `rank_*` columns keep each rank's
 median step, compile time, peak memory and host. When a distributed cell fails, rank 0 does not
 gather (a collective would wait forever for a rank that died): its rows are then rank 0's own steps.
@@ -33,6 +34,7 @@ from typing import Any
 from workloads.cell.train import StepRecord
 from workloads.contract.schema import RUN_SCHEMA, SCHEMA_VERSION, STEPS_SCHEMA, append_rows_atomic
 from workloads.contract.sweep_dir import RUN_FILE, STEPS_FILE
+from workloads.contract.vocabulary import EAGER_SIDE
 
 
 @dataclass
@@ -72,6 +74,8 @@ def merge_steps(reports: Sequence[RankReport]) -> list[MergedStep]:
                 loss=statistics.fmean(s.loss for s in per_rank),
                 rank_step_time_ms=times,
                 rank_data_time_ms=waits,
+                side=per_rank[0].side,
+                pair=per_rank[0].pair,
             )
         )
     return merged
@@ -89,7 +93,8 @@ def compile_time_s(
 
 
 def _phase_times(steps: Sequence[StepRecord], phase: str) -> list[float]:
-    return [s.step_time_ms for s in steps if s.phase == phase]
+    """The cell's own step times of `phase`: a paired cell's eager side is its baseline, not its steps."""
+    return [s.step_time_ms for s in steps if s.phase == phase and s.side != EAGER_SIDE]
 
 
 class CellRecorder:
@@ -163,7 +168,7 @@ class CellRecorder:
         another (workloads/cell/train.py), so the span is the sum of the measured steps' times — of the
         slowest rank's per step in a distributed cell — and the device's idle time waiting for data
         or for the host is in it."""
-        steps = [step for step in merged if step.phase == "measure"]
+        steps = [step for step in merged if step.phase == "measure" and step.side != EAGER_SIDE]
         measured_s = sum(step.step_time_ms for step in steps) / 1e3
         mean_step_ms = measured_s * 1e3 / len(steps)
         return {
@@ -193,6 +198,8 @@ class CellRecorder:
             "mfu": self._mfu(step.step_time_ms),
             "rank_step_time_ms": step.rank_step_time_ms,
             "rank_data_time_ms": step.rank_data_time_ms,
+            "side": step.side,
+            "pair": step.pair,
         }
 
     def write(self, cell_dir: Path) -> None:

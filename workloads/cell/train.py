@@ -38,6 +38,10 @@ class StepRecord:
     step_time_ms: float
     data_time_ms: float
     loss: float
+    side: str | None = None
+    """A paired cell's `compiled` or `eager` step (workloads/cell/paired.py); None unpaired."""
+    pair: int | None = None
+    """The pair of blocks a paired cell's measured step belongs to."""
 
 
 def _synced_alone(sync: bool) -> None:
@@ -204,16 +208,18 @@ class StopRule:
         self.n = 0
         self.elapsed_s = 0.0
         self.sorted_s: list[float] = []
-        """The step times in ascending order, kept only where `rel_ci` needs them."""
+        """The step times (or the `value`s added) in ascending order, kept only where `rel_ci` needs them."""
 
-    def add(self, seconds: float) -> str | None:
-        """Count one more measured step; the reason to stop after it, or None to go on."""
+    def add(self, seconds: float, value: float | None = None) -> str | None:
+        """Count one more measured step; the reason to stop after it, or None to go on. `value`,
+        where given, is what the interval is of instead of the step's time: a pair of blocks
+        (`seconds`, both blocks') and its eager/compiled ratio (workloads/cell/paired.py)."""
         m = self.measure
         before = self.elapsed_s
         self.n += 1
         self.elapsed_s = before + seconds
         if m.rel_ci is not None:
-            bisect.insort(self.sorted_s, seconds)
+            bisect.insort(self.sorted_s, seconds if value is None else value)
         if self.n < self.steps:
             return None
         if self.elapsed_s >= m.min_seconds and (

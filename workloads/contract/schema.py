@@ -44,6 +44,8 @@ STEPS_SCHEMA = pa.schema(
             "rank_data_time_ms",
             pa.list_(pa.float64()),
         ),  # each rank's wait for batches; data_time_ms is their max
+        ("side", pa.string()),  # paired cells: compiled | eager (its force_eager baseline); null: unpaired
+        ("pair", pa.int32()),  # paired cells' measured steps: which pair of blocks; null otherwise
     ]
 )
 
@@ -125,6 +127,8 @@ RUN_SCHEMA = pa.schema(
             "stop_reason",
             pa.string(),
         ),  # why measuring stopped: steps | min_seconds | rel_ci | max_steps | max_seconds
+        ("paired", pa.bool_()),  # measured against its own eager baseline in this process
+        ("paired_fallback", pa.string()),  # why not, where paired is false: measured unpaired
         ("compile_time_s", pa.float64()),
         (
             "compile_cold_s",

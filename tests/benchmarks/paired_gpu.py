@@ -1,0 +1,90 @@
+"""Paired against unpaired on the GPU: is a compiled cell's own eager baseline (alternating blocks in
+one process, docs/measurement.md "Paired measurement") as good a baseline as the eager cell?
+
+    python tests/benchmarks/paired_gpu.py [--size small] [--backends inductor cudagraphs] [--rounds 2]
+
+Each round runs, each in a fresh `python -m workloads.run` process: the eager cell, then each compiled
+backend unpaired and paired (gpt, bf16, the default measuring). It prints per backend the unpaired
+speedup (eager cell's median step / the compiled cell's), and the paired one: the median of the
+pairs' ratios (eager block median / compiled block median) with a 95% percentile bootstrap over pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+
+def run_cell(directory: Path, **config) -> tuple[pd.DataFrame, pd.Series]:
+    """One cell in a process of its own; its measured steps and its run row."""
+    directory.mkdir(parents=True)
+    (directory / "config.yaml").write_text(yaml.safe_dump({**config, "cell_id": directory.name}))
+    done = subprocess.run(
+        [sys.executable, "-m", "workloads.run", str(directory / "config.yaml"), "--cell-dir", str(directory)],
+        capture_output=True,
+        text=True,
+    )
+    run = pd.read_parquet(directory / "run.parquet").iloc[-1]
+    if done.returncode != 0:
+        raise SystemExit(f"{directory.name}: {run['status']}: {run['error']}\n{done.stderr[-2000:]}")
+    steps = pd.read_parquet(directory / "steps.parquet")
+    return steps[steps["phase"] == "measure"], run
+
+
+def pair_ratios(steps: pd.DataFrame) -> np.ndarray:
+    """Each pair's eager block median step over its compiled block median step."""
+    medians = steps.groupby(["pair", "side"])["step_time_ms"].median().unstack("side")
+    return (medians["eager"] / medians["compiled"]).to_numpy()
+
+
+def bootstrap_median(values: np.ndarray, seed: int = 0, resamples: int = 2000) -> tuple[float, float, float]:
+    rng = np.random.default_rng(seed)
+    drawn = np.median(rng.choice(values, size=(resamples, len(values))), axis=1)
+    low, high = np.percentile(drawn, [2.5, 97.5])
+    return float(np.median(values)), float(low), float(high)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--size", default="small")
+    parser.add_argument("--backends", nargs="+", default=["inductor", "cudagraphs"])
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    base = {"model": {"name": "gpt"}, "size": args.size, "precision": {"name": "bf16"}, "device": "cuda"}
+    print(f"gpt {args.size} bf16, torch {__import__('torch').__version__}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(args.rounds):
+            eager, _ = run_cell(Path(tmp, f"r{round_}-eager"), **base, backend={"name": "eager"})
+            eager_ms = eager["step_time_ms"].median()
+            print(f"round {round_}: eager cell median step {eager_ms:.3f} ms ({len(eager)} steps)")
+            for backend in args.backends:
+                cell = {**base, "backend": {"name": backend}}
+                alone, _ = run_cell(Path(tmp, f"r{round_}-{backend}"), **cell, measure={"paired": False})
+                paired, run = run_cell(Path(tmp, f"r{round_}-{backend}-paired"), **cell)
+                if not run["paired"]:
+                    print(f"  {backend}: not paired: {run['paired_fallback']}")
+                    continue
+                ratios = pair_ratios(paired)
+                mid, low, high = bootstrap_median(ratios)
+                own = paired[paired["side"] == "compiled"]["step_time_ms"].median()
+                base_ms = paired[paired["side"] == "eager"]["step_time_ms"].median()
+                block = paired.groupby("pair").size().iloc[0] // 2
+                print(
+                    f"  {backend}: unpaired {eager_ms / alone['step_time_ms'].median():.3f}x "
+                    f"(median step {alone['step_time_ms'].median():.3f} ms); paired {mid:.3f}x "
+                    f"[{low:.3f}, {high:.3f}] over {len(ratios)} pairs (compiled {own:.3f} ms, "
+                    f"eager side {base_ms:.3f} ms, {block} steps a block)"
+                )
+
+
+if __name__ == "__main__":
+    main()

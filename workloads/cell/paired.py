@@ -1,0 +1,176 @@
+"""Paired measurement: a compiled cell times its own eager baseline in the same process.
+
+Eager and compiled cells run in different processes, on a host whose speed varies from one to the
+next: a launch-bound cell's speedup moved between 0.96x and 1.45x across rounds (docs/measurement.md
+"Paired measurement"). As PyTorch's own harness (benchmarks/dynamo/common.py), a paired cell
+alternates blocks of compiled steps and of steps under `torch.compiler.set_stance("force_eager")` —
+the same module, optimizer and batches, no second copy of the weights — in pairs whose order is
+drawn from the cell's seed. A block's value is its median step; a pair's ratio is the eager
+block's over the compiled one's, and the stop rule (train.StopRule) runs on the pairs' ratios.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from workloads.cell.backends import CompiledRun
+from workloads.cell.config import CellConfig, MeasureConfig
+from workloads.cell.train import StepRecord, StopRule, run_steps
+from workloads.contract.vocabulary import BASELINE_BACKEND, COMPILED_SIDE, EAGER_SIDE
+
+Step = Callable[[], tuple[torch.Tensor, float]]
+#: (step time ms, data wait ms, loss) of each step of a block.
+BlockTimes = list[tuple[float, float, float]]
+
+
+def unpaired_reason(cfg: CellConfig, compiled: CompiledRun, world_size: int) -> str | None:
+    """Why this cell cannot measure paired (run.parquet `paired_fallback`), None where it can."""
+    if cfg.backend.name == BASELINE_BACKEND:
+        return "the eager cell is the baseline itself"
+    if not compiled.uses_dynamo:
+        return f"backend {cfg.backend.name} is not compiled by dynamo: no force_eager stance"
+    if world_size > 1:
+        return f"distributed cell ({world_size} processes): ranks would have to agree on every block"
+    if not cfg.measure.paired:
+        return "measure.paired is false"
+    return None
+
+
+def _cpu_block(step: Step, k: int) -> BlockTimes:
+    """CPU ops complete before they return: the host clock is the device clock."""
+    times = []
+    start = time.perf_counter()
+    for _ in range(k):
+        loss, data_s = step()
+        end = time.perf_counter()
+        times.append(((end - start) * 1e3, data_s * 1e3, loss.item()))
+        start = end
+    return times
+
+
+def _cuda_block(step: Step, k: int) -> BlockTimes:
+    """CUDA events at each step boundary, one synchronize at the block's end: the host runs ahead
+    of the device inside the block. The first step carries the launch latency after the previous
+    block's sync; a block's median is robust to it, and both sides get it alike."""
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(k + 1)]
+    marks[0].record()
+    losses, waits = [], []
+    for i in range(k):
+        loss, data_s = step()
+        losses.append(loss.detach().float())
+        waits.append(data_s)
+        marks[i + 1].record()
+    marks[-1].synchronize()
+    values = torch.stack(losses).tolist() if losses else []
+    return [(marks[i].elapsed_time(marks[i + 1]), waits[i] * 1e3, values[i]) for i in range(k)]
+
+
+@dataclass
+class PairedOutcome:
+    """How the measured loop ended: why it stopped, and why it went on unpaired (None: it did not)."""
+
+    stop_reason: str
+    fallback: str | None = None
+
+
+class _EagerOutOfMemory(Exception):
+    """The eager side ran out of memory where the compiled one fits."""
+
+
+class PairedLoop:
+    """Compiled warm-up steps, one unmeasured eager block, then pairs of blocks until the rule stops.
+
+    K steps per block = max(block_steps, ceil(block_seconds / the last warm-up step)); at least
+    max(min_pairs, ceil(steps / K)) pairs; `max_steps` caps the compiled side's measured steps.
+    Every step is reported through `on_step` as its block ends, with its `side` and `pair`."""
+
+    def __init__(
+        self,
+        *,
+        step: Step,
+        device: torch.device,
+        on_step: Callable[[StepRecord], None],
+        before_measuring: Callable[[], object],
+        seed: int,
+    ):
+        self.step, self.on_step, self.before_measuring = step, on_step, before_measuring
+        self.block = _cuda_block if device.type == "cuda" else _cpu_block
+        self.device = device
+        self.order = random.Random(seed)
+        self.index = 0
+        """The next step's number."""
+        self.paused = False
+        """Whether `before_measuring` was called: once per loop, also where it goes on unpaired."""
+
+    def run(self, *, warmup_steps: int, steps: int, measure: MeasureConfig) -> PairedOutcome:
+        try:
+            return PairedOutcome(self._paired(warmup_steps, steps, measure))
+        except _EagerOutOfMemory as error:
+            return PairedOutcome(self._unpaired(steps, measure), fallback=str(error))
+
+    def _paired(self, warmup_steps: int, steps: int, measure: MeasureConfig) -> str:
+        last_ms = 0.0
+        for _ in range(warmup_steps):  # one step a block: a failure keeps the steps before it
+            ((last_ms, _, _),) = self._report(self.block(self.step, 1), "warmup", COMPILED_SIDE, None)
+        k = max(measure.block_steps, math.ceil(measure.block_seconds * 1e3 / last_ms) if last_ms > 0 else 1)
+        self._report(self._eager(k - 1), "warmup", EAGER_SIDE, None)
+        self._before_measuring()  # before the last warm-up step, as in the unpaired loop
+        self._report(self._eager(1), "warmup", EAGER_SIDE, None)
+        cap = math.ceil(measure.max_steps / k) if measure.max_steps is not None else None
+        fewest = max(measure.min_pairs, math.ceil(steps / k))
+        rule = StopRule(fewest, dataclasses.replace(measure, max_steps=cap))
+        pair = 0
+        while True:
+            sides = [COMPILED_SIDE, EAGER_SIDE]
+            self.order.shuffle(sides)
+            medians, seconds = {}, 0.0
+            for side in sides:
+                times = self._eager(k) if side == EAGER_SIDE else self.block(self.step, k)
+                self._report(times, "measure", side, pair)
+                medians[side] = statistics.median(ms for ms, _, _ in times)
+                seconds += sum(ms for ms, _, _ in times) / 1e3
+            reason = rule.add(seconds, medians[EAGER_SIDE] / medians[COMPILED_SIDE])
+            if reason is not None:
+                return reason
+            pair += 1
+
+    def _eager(self, k: int) -> BlockTimes:
+        try:
+            with torch.compiler.set_stance("force_eager"):
+                return self.block(self.step, k)
+        except torch.OutOfMemoryError as error:
+            raise _EagerOutOfMemory(
+                f"the eager side ran out of memory ({str(error).splitlines()[0]}); measured unpaired"
+            ) from None
+
+    def _unpaired(self, steps: int, measure: MeasureConfig) -> str:
+        """The ordinary loop, after one more compiled warm-up step, its steps numbered on from ours."""
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        offset = self.index
+
+        def on_step(record: StepRecord) -> None:
+            self.on_step(dataclasses.replace(record, step=record.step + offset))
+
+        pause = None if self.paused else self._before_measuring
+        return run_steps(self.step, 1, steps, self.device, on_step, measure, before_measuring=pause)
+
+    def _before_measuring(self) -> None:
+        self.paused = True
+        self.before_measuring()
+
+    def _report(self, times: BlockTimes, phase: str, side: str, pair: int | None) -> BlockTimes:
+        for step_ms, data_ms, loss in times:
+            self.on_step(StepRecord(self.index, phase, step_ms, data_ms, loss, side, pair))
+            self.index += 1
+        return times
