@@ -40,10 +40,11 @@ class Precision:
             device_type=device_type, dtype=getattr(torch, self.autocast_dtype), cache_enabled=cache_enabled
         )
 
-    def make_scaler(self, device_type: str) -> torch.amp.GradScaler | None:
+    def make_scaler(self, device_type: str) -> torch.amp.GradScaler:
+        """fp16's loss scaling; for the other precisions a disabled GradScaler: every call a no-op."""
         import torch
 
-        return torch.amp.GradScaler(device_type) if self.grad_scaler else None
+        return torch.amp.GradScaler(device_type, enabled=self.grad_scaler)
 
 
 PRECISIONS: dict[str, Precision] = {

@@ -86,6 +86,11 @@ class TrainStep:
         self.model, self.update, self.batches = model, update, batches
         self.precision, self.grad_accum = precision, grad_accum
         self.scaler = precision.make_scaler(model.device.type)
+        # fp16's scaler steps the optimizer itself, skipping a step whose gradients overflowed (config
+        # refuses fp16 with a compiled optimizer step); else the update's own step.
+        self.optimizer_step = (
+            functools.partial(self.scaler.step, update.optimizer) if self.scaler.is_enabled() else update.step
+        )
         self.params = [p for p in model.module.parameters() if p.requires_grad]
         # Under CUDA graph trees a backward's gradients are outputs in the graph pool. With
         # .grad set to None, autograd would adopt those buffers as .grad, and the next
@@ -115,17 +120,12 @@ class TrainStep:
             # Copy out before the next replay: CUDA-graph outputs live in reused buffers.
             loss_sum += loss.detach()
             scaled = loss / self.grad_accum
-            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-        if self.scaler:
-            if update.grad_clip > 0:
-                self.scaler.unscale_(update.optimizer)
-                torch.nn.utils.clip_grad_norm_(self.params, update.grad_clip)
-            self.scaler.step(update.optimizer)
-            self.scaler.update()
-        else:
-            if update.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(self.params, update.grad_clip)
-            update.step()
+            self.scaler.scale(scaled).backward()
+        if update.grad_clip > 0:
+            self.scaler.unscale_(update.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.params, update.grad_clip)
+        self.optimizer_step()
+        self.scaler.update()
         update.optimizer.zero_grad(set_to_none=not self.keep_grads)
         return loss_sum / self.grad_accum, data_s
 
