@@ -1,4 +1,4 @@
-"""How long a cell measures (`measure` in the config, workloads/cell/train.py `StopRule`) and what the
+"""How long a cell measures (`measure` in the config, workloads/cell/stop_rule.py `StopRule`) and what the
 run row says about the measured span (workloads/cell/recorder.py): the stop rule against cases and
 against a brute-force reference, the measured loop with fake steps on a fake clock (exact counts)
 and with real sleeps (generous bounds), two real gloo ranks agreeing on a count, the end-to-end
@@ -22,18 +22,19 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import workloads.cell.stop_rule as stop_rule
 import workloads.cell.train as train
 from workloads.cell import distributed
 from workloads.cell.config import CellConfig, ConfigError, MeasureConfig, cell_config_from_dict, config_digest
 from workloads.cell.recorder import CellRecorder, RankReport
-from workloads.cell.train import (
+from workloads.cell.stop_rule import (
     STOP_REASONS,
-    StepRecord,
+    Stopping,
     StopRule,
     median_interval_ranks,
     median_rel_halfwidth,
-    run_steps,
 )
+from workloads.cell.train import StepRecord, run_steps
 from workloads.contract.schema import RUN_SCHEMA
 
 NO_CAPS = {"max_steps": None, "max_seconds": None}
@@ -182,7 +183,7 @@ def test_median_interval_ranks_are_the_binomial_ones() -> None:
     # the textbook table of distribution-free 95% intervals of the median
     assert [median_interval_ranks(n) for n in (6, 10, 20, 100)] == [(1, 6), (2, 9), (6, 15), (40, 61)]
     assert all(median_interval_ranks(n) is None for n in range(0, 6))
-    for n in range(6, train._EXACT_RANKS_UP_TO + 1, 7):
+    for n in range(6, stop_rule._EXACT_RANKS_UP_TO + 1, 7):
         assert median_interval_ranks(n) == (exact_lower_rank(n), n + 1 - exact_lower_rank(n))
         low = median_interval_ranks(n)[0]
         assert (
@@ -193,7 +194,7 @@ def test_median_interval_ranks_are_the_binomial_ones() -> None:
 
 
 def test_approximate_ranks_are_never_narrower_and_at_most_one_off() -> None:
-    for n in range(train._EXACT_RANKS_UP_TO + 1, 3000, 37):
+    for n in range(stop_rule._EXACT_RANKS_UP_TO + 1, 3000, 37):
         low, high = median_interval_ranks(n)
         assert exact_lower_rank(n) - 1 <= low <= exact_lower_rank(n) and high == n + 1 - low
 
@@ -346,26 +347,24 @@ def test_a_real_training_step_is_measured_for_min_seconds() -> None:
 def test_steps_in_flight_that_meet_the_rule_stop_the_launches() -> None:
     """With the host ahead, a slow step (GPT-2: 1.4 s) is not launched past the rule: once the
     steps in flight would meet its count and time at the mean step so far, launching stops."""
-    stopping = train._Stopping(2, 5, measure(min_seconds=5.0), gather=None)
+    stopping = Stopping(2, 5, measure(min_seconds=5.0), gather=None)
     for _ in range(2):
         stopping.measured(1400.0, launched=7)  # 2 warm-up + 5 measured launched, 2 reported
     assert stopping.in_flight_suffice(7)  # 5 steps, 7 s foreseen
     assert not stopping.in_flight_suffice(6)  # 4 steps: the count falls short
-    assert not train._Stopping(2, 5, measure(min_seconds=5.0), gather=None).in_flight_suffice(
-        7
-    )  # nothing seen yet
-    longer = train._Stopping(2, 5, measure(min_seconds=10.0), gather=None)
+    assert not Stopping(2, 5, measure(min_seconds=5.0), gather=None).in_flight_suffice(7)  # nothing seen yet
+    longer = Stopping(2, 5, measure(min_seconds=10.0), gather=None)
     for _ in range(2):
         longer.measured(1400.0, launched=7)
     assert not longer.in_flight_suffice(7)  # 7 s foreseen, 10 s asked
     for ruled in (
-        train._Stopping(2, 5, measure(min_seconds=5.0, rel_ci=0.01), gather=None),
-        train._Stopping(2, 5, measure(min_seconds=5.0), gather=lambda value: [value]),
+        Stopping(2, 5, measure(min_seconds=5.0, rel_ci=0.01), gather=None),
+        Stopping(2, 5, measure(min_seconds=5.0), gather=lambda value: [value]),
     ):
         ruled.measured(1400.0, launched=7)
         ruled.measured(1400.0, launched=7)
         assert not ruled.in_flight_suffice(7)  # an interval, or ranks that agree on a count
-    capped = train._Stopping(2, 5, measure(min_seconds=2.0, rel_ci=0.005, max_seconds=5.0), gather=None)
+    capped = Stopping(2, 5, measure(min_seconds=2.0, rel_ci=0.005, max_seconds=5.0), gather=None)
     for _ in range(2):
         capped.measured(1400.0, launched=7)
     assert capped.in_flight_suffice(7)  # whatever the interval: 7 s foreseen, past max_seconds

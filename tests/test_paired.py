@@ -22,7 +22,8 @@ from analysis.tables import summarize
 from workloads.cell.backends import CompiledRun
 from workloads.cell.config import ConfigError, MeasureConfig, cell_config_from_dict
 from workloads.cell.paired import PairedLoop, unpaired_reason
-from workloads.cell.train import StepRecord, StopRule, median_interval_ranks
+from workloads.cell.stop_rule import StopRule, median_interval_ranks
+from workloads.cell.train import StepRecord
 
 #: Blocks of a fixed length (no time target) keep the tiny cells short.
 BLOCKS = {"paired": True, "block_steps": 3, "block_seconds": 0.0}

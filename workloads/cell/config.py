@@ -126,7 +126,7 @@ class DistributedConfig:
 
 @dataclass
 class MeasureConfig:
-    """When the measured loop stops (workloads/cell/train.py `StopRule`, docs/measurement.md "How long
+    """When the measured loop stops (workloads/cell/stop_rule.py `StopRule`, docs/measurement.md "How long
     a cell measures"): after at least `steps` measured steps, at the first step at which the
     measured time has reached `min_seconds` and, where `rel_ci` is set, the median step's 95%
     interval is that narrow; beyond `steps`, never past `max_steps` steps nor `max_seconds` of

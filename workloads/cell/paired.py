@@ -6,7 +6,7 @@ next: a launch-bound cell's speedup moved between 0.96x and 1.45x across rounds 
 alternates blocks of compiled steps and of steps under `torch.compiler.set_stance("force_eager")` —
 the same module, optimizer and batches, no second copy of the weights — in pairs whose order is
 drawn from the cell's seed. A block's value is its median step; a pair's ratio is the eager
-block's over the compiled one's, and the stop rule (train.StopRule) runs on the pairs' ratios.
+block's over the compiled one's, and the stop rule (stop_rule.StopRule) runs on the pairs' ratios.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import torch
 
 from workloads.cell.backends import CompiledRun
 from workloads.cell.config import CellConfig, MeasureConfig
-from workloads.cell.train import StepRecord, StopRule, run_steps
+from workloads.cell.stop_rule import StopRule
+from workloads.cell.train import StepRecord, run_steps
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPILED_SIDE, EAGER_SIDE
 
 Step = Callable[[], tuple[torch.Tensor, float]]
