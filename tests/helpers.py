@@ -9,18 +9,23 @@ from tests/analysis_sweeps.py and from tests/slurm/, never from another test mod
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 import pytest
+
+from workloads.cell.config import MeasureConfig
+from workloads.cell.stop_rule import median_interval_ranks
 
 if TYPE_CHECKING:
     from tests.slurm.cluster import LocalSlurm
@@ -186,3 +191,29 @@ def wait_until_done(
     assert not missing, f"no run.parquet in {missing}: " + "".join(
         p.read_text() for d in cell_dirs for p in d.glob("logs/slurm-*.err") if p.exists()
     )
+
+
+def reference_stop_reason(
+    seconds: Sequence[float], fewest: int, m: MeasureConfig, values: Sequence[float] | None = None
+) -> str | None:
+    """docs/measurement.md's stop rule written from scratch, every time summed and sorted anew: after
+    these measured steps' (or pairs') seconds, with the median's interval over `values` (default: the
+    seconds themselves; a paired cell's pair ratios), why measuring stops, or None to go on."""
+    n = len(seconds)
+    if n < fewest:
+        return None
+    elapsed, before = math.fsum(seconds), math.fsum(seconds[:-1])
+    precise = True
+    if m.rel_ci is not None:
+        s, ranks = sorted(seconds if values is None else values), median_interval_ranks(n)
+        half_width = (s[ranks[1] - 1] - s[ranks[0] - 1]) / 2 if ranks is not None else math.inf
+        precise = half_width <= m.rel_ci * statistics.median(s)
+    if elapsed >= m.min_seconds and precise:
+        if n == fewest:
+            return "steps"
+        return "rel_ci" if m.rel_ci is not None and before >= m.min_seconds else "min_seconds"
+    if m.max_steps is not None and n >= m.max_steps:
+        return "max_steps"
+    if m.max_seconds is not None and elapsed >= m.max_seconds:
+        return "max_seconds"
+    return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch.multiprocessing as mp
 
 import workloads.cell.stop_rule as stop_rule
 import workloads.cell.train as train
+from tests.helpers import reference_stop_reason
 from workloads.cell import distributed
 from workloads.cell.config import CellConfig, ConfigError, MeasureConfig, cell_config_from_dict, config_digest
 from workloads.cell.recorder import CellRecorder, RankReport
@@ -123,30 +123,6 @@ def test_no_step_no_stop() -> None:
     assert stop_reason([], 1, MeasureConfig()) is None
 
 
-def reference_reason(times: list[float], steps: int, m: MeasureConfig) -> str | None:
-    """The rule as docs/measurement.md states it, written from scratch: sort and sum every time."""
-    n = len(times)
-    if n < steps:
-        return None
-    elapsed = math.fsum(times)
-    before = math.fsum(times[:-1])
-    precise = True
-    if m.rel_ci is not None:
-        s = sorted(times)
-        ranks = median_interval_ranks(n)
-        median = statistics.median(s)
-        precise = ranks is not None and (s[ranks[1] - 1] - s[ranks[0] - 1]) / 2 <= m.rel_ci * median
-    if elapsed >= m.min_seconds and precise:
-        if n == steps:
-            return "steps"
-        return "rel_ci" if m.rel_ci is not None and before >= m.min_seconds else "min_seconds"
-    if m.max_steps is not None and n >= m.max_steps:
-        return "max_steps"
-    if m.max_seconds is not None and elapsed >= m.max_seconds:
-        return "max_seconds"
-    return None
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_incremental_rule_agrees_with_the_reference(seed: int) -> None:
     """The loop's O(1)-per-step rule gives the reference's answer after every step. Step times are
@@ -163,7 +139,7 @@ def test_incremental_rule_agrees_with_the_reference(seed: int) -> None:
     times = [(level + rng.choice([0, 0, 0, 1, 2, 9])) / 1024 for _ in range(200)]
     rule = StopRule(steps, m)
     for n in range(1, len(times) + 1):
-        assert rule.add(times[n - 1]) == reference_reason(times[:n], steps, m), (n, m, steps)
+        assert rule.add(times[n - 1]) == reference_stop_reason(times[:n], steps, m), (n, m, steps)
 
 
 # --- the median's interval -------------------------------------------------------------------

@@ -8,10 +8,8 @@ memory leaves the cell measuring unpaired.
 
 from __future__ import annotations
 
-import math
 import random
 import statistics
-from collections.abc import Sequence
 from itertools import groupby
 
 import pytest
@@ -19,40 +17,15 @@ import torch
 
 from analysis.collect import read_cell
 from analysis.tables import summarize
+from tests.helpers import reference_stop_reason
 from workloads.cell.backends import CompiledRun
 from workloads.cell.config import ConfigError, MeasureConfig, cell_config_from_dict
 from workloads.cell.paired import PairedLoop, unpaired_reason
-from workloads.cell.stop_rule import StopRule, median_interval_ranks
+from workloads.cell.stop_rule import StopRule
 from workloads.cell.train import StepRecord
 
 #: Blocks of a fixed length (no time target) keep the tiny cells short.
 BLOCKS = {"paired": True, "block_steps": 3, "block_seconds": 0.0}
-
-
-def brute_force_reason(
-    seconds: Sequence[float], values: Sequence[float], fewest: int, m: MeasureConfig
-) -> str | None:
-    """docs/measurement.md's stop rule over pairs, from scratch: each pair's seconds summed anew, its
-    ratios sorted anew, the interval at the binomial ranks."""
-    n = len(values)
-    if n < fewest:
-        return None
-    elapsed, before = math.fsum(seconds), math.fsum(seconds[:-1])
-    precise = True
-    if m.rel_ci is not None:
-        s, ranks = sorted(values), median_interval_ranks(n)
-        precise = ranks is not None and (
-            s[ranks[1] - 1] - s[ranks[0] - 1]
-        ) / 2 <= m.rel_ci * statistics.median(s)
-    if elapsed >= m.min_seconds and precise:
-        if n == fewest:
-            return "steps"
-        return "rel_ci" if m.rel_ci is not None and before >= m.min_seconds else "min_seconds"
-    if m.max_steps is not None and n >= m.max_steps:
-        return "max_steps"
-    if m.max_seconds is not None and elapsed >= m.max_seconds:
-        return "max_seconds"
-    return None
 
 
 def pairs_of(steps: list[dict]) -> list[dict[str, list[dict]]]:
@@ -123,7 +96,7 @@ def test_the_pairs_stop_rule_agrees_with_a_brute_force_reading(tiny_cells) -> No
     ]
     # max_steps caps the compiled steps: 40 of them are 20 pairs of 2-step blocks
     m = MeasureConfig(min_seconds=0.3, rel_ci=0.05, max_steps=20)
-    reasons = [brute_force_reason(seconds[:n], ratios[:n], 6, m) for n in range(1, len(pairs) + 1)]
+    reasons = [reference_stop_reason(seconds[:n], 6, m, ratios[:n]) for n in range(1, len(pairs) + 1)]
     assert reasons[:-1] == [None] * (len(pairs) - 1) and reasons[-1] == run["stop_reason"]
 
 
@@ -142,9 +115,8 @@ def test_stop_rule_over_values_agrees_with_the_brute_force_reading(seed: int) ->
     values = [1.2 + rng.choice([0, 0, 0.01, 0.05, 0.3]) for _ in range(200)]
     rule = StopRule(fewest, m)
     for n in range(1, 201):
-        assert rule.add(seconds[n - 1], values[n - 1]) == brute_force_reason(
-            seconds[:n], values[:n], fewest, m
-        ), (n, m)
+        expected = reference_stop_reason(seconds[:n], fewest, m, values[:n])
+        assert rule.add(seconds[n - 1], values[n - 1]) == expected, (n, m)
 
 
 @pytest.mark.parametrize(
