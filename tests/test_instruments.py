@@ -45,6 +45,7 @@ def test_an_instrument_that_does_not_apply_is_a_no_op_object(
     nothing = Instrument()
     assert nothing.before_build() is None and nothing.before_measuring() is None
     assert nothing.after_loop() == {} and nothing.after_summary(CellRecorder("c", 1)) == {}
+    assert nothing.after_finished() == {}
 
     monkeypatch.setenv(turns.DIR_ENV, str(tmp_path))
     monkeypatch.setenv(turns.INDEX_ENV, "0")
@@ -83,6 +84,10 @@ class Observer(Instrument):
         self.seen["steps"], self.seen["host_op_us"] = len(rec.steps), rec.run.get("host_op_us")
         return {"compile_cold_s": 1.5}
 
+    def after_finished(self) -> dict[str, Any]:
+        self.log.append((self.name, "after_finished"))
+        return {"gpu_power_limit_w": 1.0}
+
 
 def observed_cell(
     tiny_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: bool = False
@@ -102,7 +107,14 @@ def test_the_loop_calls_the_moments_in_order_and_merges_their_columns(
     tiny_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     status, row, log, last = observed_cell(tiny_config, tmp_path, monkeypatch)
-    moments = ["before_build", "before_loop", "before_measuring", "after_loop", "after_summary"]
+    moments = [
+        "before_build",
+        "before_loop",
+        "before_measuring",
+        "after_loop",
+        "after_summary",
+        "after_finished",
+    ]
     assert status == "completed"
     assert log == [(name, moment) for moment in moments for name in ("first", "last")]
     assert isinstance(last.seen["cell"], PreparedCell)
@@ -110,6 +122,7 @@ def test_the_loop_calls_the_moments_in_order_and_merges_their_columns(
     assert last.seen["steps"] == 5 and last.seen["host_op_us"] is not None
     assert row["gpu_driver"] == "driver of last" and row["compile_cold_s"] == 1.5
     assert row["measured_steps"] == 3 and row["host_op_us"] > 0 and row["cpu_model"]
+    assert row["gpu_power_limit_w"] == 1.0
 
 
 def test_after_a_failure_the_loop_still_asks_every_instrument_for_its_columns(
@@ -124,3 +137,4 @@ def test_after_a_failure_the_loop_still_asks_every_instrument_for_its_columns(
         ("last", "after_summary"),
     ]
     assert row["gpu_driver"] == "driver of last" and row["compile_cold_s"] == 1.5
+    assert ("first", "after_finished") not in log  # a failed loop has no warm cell to work on

@@ -204,6 +204,8 @@ def train_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
         rec.summarise(reports, cfg.backend.name != BASELINE_BACKEND, cell.compiled.setup_time_s)
         for instrument in instruments:
             rec.run.update(instrument.after_summary(rec))
+    for instrument in instruments:
+        rec.run.update(instrument.after_finished())
     return _status(cfg, rec)
 
 

@@ -11,6 +11,9 @@ at each named moment:
                           this moment's state gives (the host's load, the GPU's clocks), also on failure
     after_summary(rec)    the run row has its steps and summary (`rec`, merged over the ranks):
                           the columns it adds from them (compile counters, the cold compile's time)
+    after_finished()      only where the loop finished, after the summary: work on the warm cell
+                          outside the measured window, whose own steps, memory and compiles no
+                          column of the loop counts; its columns
 
 Every moment is a no-op here, so an instrument names only its own, and an instrument that does not
 apply to a cell (the cold compile without `compile.measure=cold_warm`, DDP splits in a process of
@@ -45,4 +48,8 @@ class Instrument:
 
     def after_summary(self, rec: CellRecorder) -> dict[str, Any]:
         """Once `rec` holds the merged steps and their summary: run-row columns."""
+        return {}
+
+    def after_finished(self) -> dict[str, Any]:
+        """The loop finished and is summarised: more steps on the warm cell may run: run-row columns."""
         return {}
