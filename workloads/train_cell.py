@@ -23,7 +23,7 @@ from workloads.cell.config import CellConfig
 from workloads.cell.distributed import Ranks
 from workloads.cell.precision import PRECISIONS
 from workloads.cell.recorder import CellRecorder
-from workloads.cell.train import OptimizerUpdate, PreparedCell, StepRecord, TrainedModel, TrainStep, run_steps
+from workloads.cell.train import OptimizerUpdate, PreparedCell, StepRecord, TrainedModel, TrainStep
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, NOT_COMPILED
 from workloads.data import BatchShape, load_token_source, make_batches
 from workloads.instruments import compile_cache, dynamo_records, provenance
@@ -160,34 +160,18 @@ def train_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
 
     # One process applies the stop rule step by step; ranks agree on a count (train.run_steps).
     gather = (lambda value: distributed.gather(ranks, value)) if ranks.world_size > 1 else None
-    unpaired = paired.unpaired_reason(cfg, cell.compiled, ranks.world_size)
-    rec.run.update(paired=unpaired is None, paired_fallback=unpaired)
-    on_step = _announcing(rec, cfg.warmup_steps)
+    loop = paired.measuring_loop(
+        cfg,
+        cell,
+        ranks.world_size,
+        on_step=_announcing(rec, cfg.warmup_steps),
+        before_measuring=before_measuring,
+        gather=gather,
+    )
+    rec.run.update(paired=loop.fallback is None, paired_fallback=loop.fallback)  # also where the loop fails
     finished = False
     try:
-        if unpaired is None:
-            loop = paired.PairedLoop(
-                step=cell.step,
-                device=cell.device,
-                on_step=on_step,
-                before_measuring=before_measuring,
-                seed=cfg.seed,
-            )
-            outcome = loop.run(warmup_steps=cfg.warmup_steps, steps=cfg.steps, measure=cfg.measure)
-        else:
-            outcome = paired.PairedOutcome(
-                run_steps(
-                    cell.step,
-                    cfg.warmup_steps,
-                    cfg.steps,
-                    cell.device,
-                    on_step,
-                    cfg.measure,
-                    gather,
-                    before_measuring=before_measuring,
-                ),
-                fallback=unpaired,
-            )
+        outcome = loop.run(warmup_steps=cfg.warmup_steps, steps=cfg.steps, measure=cfg.measure)
         rec.run.update(
             stop_reason=outcome.stop_reason,
             paired=outcome.fallback is None,

@@ -19,13 +19,14 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from workloads.cell.backends import CompiledRun
 from workloads.cell.config import CellConfig, MeasureConfig
 from workloads.cell.stop_rule import StopRule
-from workloads.cell.train import StepRecord, run_steps
+from workloads.cell.train import PreparedCell, StepRecord, run_steps
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPILED_SIDE, EAGER_SIDE
 
 Step = Callable[[], tuple[torch.Tensor, float]]
@@ -87,6 +88,63 @@ class _EagerOutOfMemory(Exception):
     """The eager side ran out of memory where the compiled one fits."""
 
 
+class UnpairedLoop:
+    """The ordinary loop (train.run_steps) of a cell that cannot measure paired: `fallback` says why."""
+
+    def __init__(
+        self,
+        *,
+        step: Step,
+        device: torch.device,
+        on_step: Callable[[StepRecord], None],
+        before_measuring: Callable[[], object],
+        gather: Callable[[Any], list[Any]] | None,
+        fallback: str,
+    ):
+        self.step, self.device, self.on_step = step, device, on_step
+        self.before_measuring, self.gather, self.fallback = before_measuring, gather, fallback
+
+    def run(self, *, warmup_steps: int, steps: int, measure: MeasureConfig) -> PairedOutcome:
+        return PairedOutcome(
+            run_steps(
+                self.step,
+                warmup_steps,
+                steps,
+                self.device,
+                self.on_step,
+                measure,
+                self.gather,
+                before_measuring=self.before_measuring,
+            ),
+            fallback=self.fallback,
+        )
+
+
+def measuring_loop(
+    cfg: CellConfig,
+    cell: PreparedCell,
+    world_size: int,
+    *,
+    on_step: Callable[[StepRecord], None],
+    before_measuring: Callable[[], object],
+    gather: Callable[[Any], list[Any]] | None,
+) -> PairedLoop | UnpairedLoop:
+    """The cell's measured loop, chosen once: paired where it can be (`unpaired_reason`)."""
+    reason = unpaired_reason(cfg, cell.compiled, world_size)
+    if reason is not None:
+        return UnpairedLoop(
+            step=cell.step,
+            device=cell.device,
+            on_step=on_step,
+            before_measuring=before_measuring,
+            gather=gather,
+            fallback=reason,
+        )
+    return PairedLoop(
+        step=cell.step, device=cell.device, on_step=on_step, before_measuring=before_measuring, seed=cfg.seed
+    )
+
+
 class PairedLoop:
     """Compiled warm-up steps, one unmeasured eager block, then pairs of blocks until the rule stops.
 
@@ -111,6 +169,8 @@ class PairedLoop:
         """The next step's number."""
         self.paused = False
         """Whether `before_measuring` was called: once per loop, also where it goes on unpaired."""
+        self.fallback: str | None = None
+        """Why the loop does not measure paired: it does (an eager-side OOM is told by `run`)."""
 
     def run(self, *, warmup_steps: int, steps: int, measure: MeasureConfig) -> PairedOutcome:
         try:
