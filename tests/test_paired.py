@@ -20,7 +20,7 @@ from analysis.tables import summarize
 from tests.helpers import reference_stop_reason
 from workloads.cell.backends import CompiledRun
 from workloads.cell.config import ConfigError, MeasureConfig, cell_config_from_dict
-from workloads.cell.paired import PairedLoop, unpaired_reason
+from workloads.cell.paired import LoopHooks, PairedLoop, unpaired_reason
 from workloads.cell.stop_rule import StopRule
 from workloads.cell.train import StepRecord
 
@@ -173,13 +173,13 @@ def out_of_memory_when_eager(after: int):
 def test_an_eager_side_out_of_memory_goes_on_unpaired(after: int, where: str) -> None:
     records: list[StepRecord] = []
     pauses = []
-    loop = PairedLoop(
+    hooks = LoopHooks(
         step=out_of_memory_when_eager(after),
         device=torch.device("cpu"),
         on_step=records.append,
         before_measuring=lambda: pauses.append(len(records)),
-        seed=0,
     )
+    loop = PairedLoop(hooks, seed=0)
     measure = MeasureConfig(min_seconds=0.0, block_steps=2, block_seconds=0.0)
     outcome = loop.run(warmup_steps=1, steps=4, measure=measure)
     assert outcome.fallback.startswith("the eager side ran out of memory (CUDA out of memory."), where

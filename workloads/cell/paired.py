@@ -88,33 +88,34 @@ class _EagerOutOfMemory(Exception):
     """The eager side ran out of memory where the compiled one fits."""
 
 
+@dataclass(frozen=True)
+class LoopHooks:
+    """What either loop runs and tells: the step, its device, each step's record, the pause before
+    measuring (called once)."""
+
+    step: Step
+    device: torch.device
+    on_step: Callable[[StepRecord], None]
+    before_measuring: Callable[[], object]
+
+
 class UnpairedLoop:
     """The ordinary loop (train.run_steps) of a cell that cannot measure paired: `fallback` says why."""
 
-    def __init__(
-        self,
-        *,
-        step: Step,
-        device: torch.device,
-        on_step: Callable[[StepRecord], None],
-        before_measuring: Callable[[], object],
-        gather: Callable[[Any], list[Any]] | None,
-        fallback: str,
-    ):
-        self.step, self.device, self.on_step = step, device, on_step
-        self.before_measuring, self.gather, self.fallback = before_measuring, gather, fallback
+    def __init__(self, hooks: LoopHooks, *, gather: Callable[[Any], list[Any]] | None, fallback: str):
+        self.hooks, self.gather, self.fallback = hooks, gather, fallback
 
     def run(self, *, warmup_steps: int, steps: int, measure: MeasureConfig) -> PairedOutcome:
         return PairedOutcome(
             run_steps(
-                self.step,
+                self.hooks.step,
                 warmup_steps,
                 steps,
-                self.device,
-                self.on_step,
+                self.hooks.device,
+                self.hooks.on_step,
                 measure,
                 self.gather,
-                before_measuring=self.before_measuring,
+                before_measuring=self.hooks.before_measuring,
             ),
             fallback=self.fallback,
         )
@@ -130,19 +131,11 @@ def measuring_loop(
     gather: Callable[[Any], list[Any]] | None,
 ) -> PairedLoop | UnpairedLoop:
     """The cell's measured loop, chosen once: paired where it can be (`unpaired_reason`)."""
+    hooks = LoopHooks(cell.step, cell.device, on_step, before_measuring)
     reason = unpaired_reason(cfg, cell.compiled, world_size)
     if reason is not None:
-        return UnpairedLoop(
-            step=cell.step,
-            device=cell.device,
-            on_step=on_step,
-            before_measuring=before_measuring,
-            gather=gather,
-            fallback=reason,
-        )
-    return PairedLoop(
-        step=cell.step, device=cell.device, on_step=on_step, before_measuring=before_measuring, seed=cfg.seed
-    )
+        return UnpairedLoop(hooks, gather=gather, fallback=reason)
+    return PairedLoop(hooks, seed=cfg.seed)
 
 
 class PairedLoop:
@@ -152,18 +145,10 @@ class PairedLoop:
     max(min_pairs, ceil(steps / K)) pairs; `max_steps` caps the compiled side's measured steps.
     Every step is reported through `on_step` as its block ends, with its `side` and `pair`."""
 
-    def __init__(
-        self,
-        *,
-        step: Step,
-        device: torch.device,
-        on_step: Callable[[StepRecord], None],
-        before_measuring: Callable[[], object],
-        seed: int,
-    ):
-        self.step, self.on_step, self.before_measuring = step, on_step, before_measuring
-        self.block = _cuda_block if device.type == "cuda" else _cpu_block
-        self.device = device
+    def __init__(self, hooks: LoopHooks, *, seed: int):
+        self.step, self.on_step, self.before_measuring = hooks.step, hooks.on_step, hooks.before_measuring
+        self.device = hooks.device
+        self.block = _cuda_block if self.device.type == "cuda" else _cpu_block
         self.order = random.Random(seed)
         self.index = 0
         """The next step's number."""
