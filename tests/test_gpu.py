@@ -15,6 +15,7 @@ CUDA every test here skips and says why, the two-GPU one also without a second G
   CPU-side op (CUDA graphs skipped), is not passed off as compiled; the same model without the
   op completes.
 - A CUDA OOM cell of a local sweep records `oom`, and the sweep's next cell runs and completes.
+- Paired cells (inductor, cudagraphs) time their own force_eager side, block by block, on the GPU.
 - The measured loop's CUDA path (stop rule with steps in flight) and the GPU's provenance.
 
 Needs only what `workloads` needs (torch, timm, numpy, pyarrow, pyyaml), pandas (the local
@@ -705,6 +706,41 @@ def test_a_cuda_oom_cell_records_oom_and_the_next_cell_runs(tmp_path: Path) -> N
     log = (sweep.sweep_dir / "cells" / "next" / "logs" / "stderr.log").read_text()
     started = re.search(r"process started at (\S+),", log)
     assert started and datetime.fromisoformat(started[1]) < oom["finished_at"], log[-3000:]
+
+
+# --- 7. Paired cells on a GPU ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["inductor", "cudagraphs"])
+def test_a_paired_cell_times_its_own_eager_side_on_the_gpu(tiny_cells, backend: str) -> None:
+    """A paired cell of the tiny GPT (fp32, launch-bound on any GPU: dozens of small kernels a
+    step) alternates compiled and force_eager blocks on the GPU. Both sides are written block by
+    block; switching the stance recompiles nothing; and the eager side really runs eagerly: every
+    pair's compiled block is faster than its eager one (were force_eager ignored, the two sides
+    would be one compiled step and the ratios would scatter around 1)."""
+    cell = tiny_cells.get(
+        "gpt", backend, device="cuda", warmup_steps=3, measure={"paired": True, "min_seconds": 1.0}
+    )
+    run = cell.run
+    assert (run["status"], run["paired"], run["paired_fallback"]) == ("completed", True, None), run["error"]
+    assert run["recompile_count"] == 0 and run["graph_count"] >= 1
+    measured = [s for s in cell.steps if s["phase"] == "measure"]
+    blocks: dict[tuple[int, str], list[float]] = {}
+    for s in measured:
+        blocks.setdefault((s["pair"], s["side"]), []).append(s["step_time_ms"])
+    pairs = sorted({pair for pair, _ in blocks})
+    assert pairs == list(range(len(pairs))) and len(pairs) >= 6
+    sizes = {len(times) for times in blocks.values()}
+    assert len(sizes) == 1 and len(blocks) == 2 * len(pairs)  # one block of each side per pair, all K
+    ratios = [
+        statistics.median(blocks[pair, "eager"]) / statistics.median(blocks[pair, "compiled"])
+        for pair in pairs
+    ]
+    print(
+        f"{backend}: {len(pairs)} pairs of {sizes.pop()} steps, ratios {min(ratios):.2f}..{max(ratios):.2f}"
+    )
+    assert min(ratios) > 1, ratios
+    assert all(math.isfinite(s["loss"]) for s in measured)
 
 
 # --- the GPU's provenance -------------------------------------------------------------------------
