@@ -11,6 +11,11 @@ inductor cache between calls, as a cluster's shared cache would.
     eager/inductor, seeds 1 and 2, repeats 3), jpeg (resnet18 on real JPEGs, 4 workers, repeats 3), timm
     (timm's benchmark.py from .carry/peers beside our cells, 224 px, bf16, batch 256, channels-last),
     timm_depthwise (the same for mobilenetv2_100 and efficientnet_b0 at the timm_train suite's batch 128)
+    Paired measurement (issue 25; each part asked twice, on two freshly started machines):
+    paired_launch (gpt small bf16 and resnet50 at batch 16, eager/inductor, repeats 3, the default measuring;
+    gpt small again with measure.paired=false, for the cost and the unpaired answer), paired_suite (the
+    timm_train suite's launch-bound models that moved between runs, repeats 3), paired_gpu_bound (GPT-2
+    124M at one micro-step and resnet50 at batch 256, where paired and unpaired must agree)
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ MEASURE = ["measure.min_seconds=2", "measure.rel_ci=0.005", "measure.max_seconds
 #: warm-up steps of the 2026-11-22 study, docs/gpu-results.md): one more warm-up step than the
 #: compiling one suffices, where 5 cost 5.6 s of a 1.4 s step per replicate.
 GPT2_WARMUP = "warmup_steps=2"
+#: The timm_train suite's models whose speedup moved most between runs (docs/gpu-results.md, "What a
+#: re-run shows": efficientnetv2_rw_s 0.72-1.31x, resnet50d 1.29-1.72x, fbnetv3_b 0.70-0.97x).
+MOVED = ("efficientnetv2_rw_s", "resnet50d", "fbnetv3_b", "mobilenetv3_large_100")
 PARTS: dict[str, list[tuple[str, list[str]]]] = {
     "llm_small": [
         (
@@ -122,6 +130,40 @@ PARTS: dict[str, list[tuple[str, list[str]]]] = {
                 "device=cuda",
             ],
         )
+    ],
+    "paired_launch": [
+        (
+            "paired_gpt_small",
+            ["model=gpt", "size=small", "backend=eager,inductor", "precision=bf16", "device=cuda", REPEATS],
+        ),
+        (
+            "unpaired_gpt_small",
+            ["model=gpt", "size=small", "backend=eager,inductor", "precision=bf16", "device=cuda", REPEATS]
+            + ["measure.paired=false"],
+        ),
+        (
+            "paired_resnet50_b16",
+            ["model=resnet", "size=large", "batch_size=16", "backend=eager,inductor", "precision=bf16"]
+            + ["device=cuda", REPEATS],
+        ),
+    ],
+    "paired_suite": [
+        (
+            "paired_suite_moved",
+            ["+suite=timm_train", f"model.arch={','.join(MOVED)}", "device=cuda", REPEATS],
+        )
+    ],
+    "paired_gpu_bound": [
+        (
+            "paired_gpt2",
+            ["model=gpt", "size=medium", "grad_accum=1", "backend=eager,inductor", "precision=bf16"]
+            + ["device=cuda", "repeats=2"],
+        ),
+        (
+            "paired_resnet50_b256",
+            ["model=resnet", "size=large", "batch_size=256", "backend=eager,inductor", "precision=bf16"]
+            + ["device=cuda", "repeats=2"],
+        ),
     ],
 }
 #: timm's benchmark.py runs beside the parts that compare with it: (model, batch, extra arguments).
