@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from analysis.claims import check_claims
-from analysis.collect import load_sweep
+from analysis.collect import load_sweep, read_cell
 from analysis.compare import compare
 from analysis.metrics import cell_metrics
 from analysis.render import fmt_speedup
@@ -136,6 +136,10 @@ def test_disjoint_paired_and_unpaired_intervals_are_flagged_in_the_table(tmp_pat
     rows = metrics.set_index("cell_id")
     assert rows.loc["i", "paired_disagrees"] and not rows.loc["a", "paired_disagrees"]
     assert rows.loc["i", "unpaired_speedup_high"] < rows.loc["i", "speedup_low"]
+    # each cell draws from its own generators: read alone, the paired interval is the same
+    (alone,) = cell_metrics(read_cell(tmp_path / "cells" / "i", warn=None)).to_dict("records")
+    for column in ("speedup", "speedup_low", "speedup_high"):
+        assert alone[column] == rows.loc["i", column], column
     table = summary_table(metrics)
     text = table.text.set_index("cell")["vs eager"]
     assert text["e"] == "" and text["a"] == "paired"
