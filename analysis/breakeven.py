@@ -10,7 +10,10 @@ compile time once and saves (eager step - compiled step) per step, so it breaks 
 and never where the compiled step is not faster: then `pays_off` is false and the counts null (as
 they are where a cell has no speedup or compile time; `pays_off` is null there). The steps are those
 the verdict rests on (analysis.metrics): median steps, or mean steps where the speedup is end to end
-(data-bound cells), so the compiled step is the eager step / that speedup.
+(data-bound cells), so the compiled step is the eager step / that speedup. A paired cell's speedup
+is its own eager side's over its compiled steps (analysis/paired.py), so its eager step is its own
+median step x that speedup: the compiled step is the cell's own, and the eager cell, measured in
+another process on a host of another speed, does not enter.
 
 Compile seconds: the cold compile (`compile_cold_s`, where a run measured it with empty caches,
 else the workload's `compile_time_s`, whatever the cache held) and, where a run measured it, the
@@ -41,11 +44,14 @@ BREAK_EVEN_COLUMNS = [
 
 def baseline_step_ms(metrics: pd.DataFrame, cells: pd.DataFrame, e2e: pd.Series) -> np.ndarray:
     """The eager step each of `cells` (rows of `metrics`) has its speedup over: its baseline's median
-    step, or mean step where the speedup is end to end (`e2e`, per row of `cells`); NaN without one."""
+    step, or mean step where the speedup is end to end (`e2e`, per row of `cells`), or where the
+    speedup is paired (it rests on `pairs`) its own median step x that speedup; NaN without one."""
     baseline = metrics.drop_duplicates("cell_id").set_index("cell_id")
     median = cells["baseline_cell_id"].map(baseline["median_step_ms"]).to_numpy(float)
     mean = cells["baseline_cell_id"].map(baseline["mean_step_ms"]).to_numpy(float)
-    return np.where(e2e.to_numpy(bool), mean, median)
+    own = cells["median_step_ms"].to_numpy(float) * cells["speedup"].to_numpy(float)
+    paired = cells["pairs"].notna().to_numpy()
+    return np.where(e2e.to_numpy(bool), mean, np.where(paired, own, median))
 
 
 def compile_seconds(cells: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -3,7 +3,8 @@
 A claim is what a published table says about a backend against eager for one model: "inductor is
 faster than eager for gpt2" (Table 1), "inductor is slower than eager for resnet18" (Table 3).
 Our side of it is the cell's verdict (analysis.metrics): the 95% two-level bootstrap interval of the
-speedup (ratio of median steps; over replicates, then steps) says faster when it lies above 1,
+speedup (ratio of median steps, or a paired cell's median pair ratio: analysis/paired.py; over
+replicates, then steps or pairs) says faster when it lies above 1,
 slower when below, no difference when it lies within the margin of practical equivalence
 (`--equivalence`), and gives no clear difference otherwise; a data-bound cell (or one compared with a
 data-bound eager cell) is judged on its end-to-end throughput instead, and says so. With one run of
@@ -18,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.metrics import E2E_BASIS, EQUIVALENCE, verdict_reasons
+from analysis.paired import PAIRED
 from analysis.render import Table, fmt_change, fmt_percent, fmt_speedup, is_null
 from analysis.seminar import PUBLISHED_CAVEATS, UNIT_SYMBOLS, default_mode, load_reference, seminar_models
 from analysis.stats import equivalence_verdict
@@ -68,6 +70,13 @@ def _runs(own: object, baseline: object, unstable: object) -> str:
     return f" ({runs}: run-to-run noise not covered)" if min(own, baseline) == 1 else f" ({runs})"
 
 
+def _baseline_runs(cell: pd.Series, replicates: pd.Series) -> object:
+    """How many runs the cell's eager side rests on: its own where paired, else its eager cell's."""
+    return (
+        cell["replicates"] if cell["speedup_method"] == PAIRED else replicates.get(cell["baseline_cell_id"])
+    )
+
+
 def _our_side(
     cell: pd.Series | None, claimed: str, reason: str, baseline_replicates: object, margin: float
 ) -> dict:
@@ -100,8 +109,10 @@ def _our_side(
         evidence = reason.replace(": end-to-end", ", end-to-end")
     else:
         # 3 digits: 0.998 is not 1
-        evidence = "speedup " + fmt_speedup(
-            cell["speedup"], cell["speedup_low"], cell["speedup_high"], digits=3
+        evidence = (
+            ("paired " if cell["speedup_method"] == PAIRED else "")
+            + "speedup "
+            + fmt_speedup(cell["speedup"], cell["speedup_low"], cell["speedup_high"], digits=3)
         )
     ours = f"{found}: {evidence}{_runs(cell['replicates'], baseline_replicates, cell['unstable'])}"
     if verdict in ("faster", "slower"):
@@ -141,8 +152,9 @@ def check_claims(
             ours = metrics[
                 (names == model) & (metrics["backend"] == backend) & metrics["compile_mode"].map(default_mode)
             ]
+            # A paired cell's eager side ran in each of its own runs.
             cells = [
-                (row, reasons.loc[i], replicates.get(row["baseline_cell_id"])) for i, row in ours.iterrows()
+                (row, reasons.loc[i], _baseline_runs(row, replicates)) for i, row in ours.iterrows()
             ] or [(None, "", None)]
             rows += [
                 {**claim, **_our_side(cell, claimed, reason, base_runs, margin)}
@@ -170,7 +182,9 @@ def claims_table(
     note = (
         f"{summary}. Ours: speedup = eager median step / compiled median step (median over runs) with its "
         "95% bootstrap interval over runs, then steps (with one run, over steps only: run-to-run noise not "
-        f"covered); faster or slower only where the interval excludes 1, {within}no clear difference "
+        "covered); a paired speedup: the median of the cell's pair ratios (eager block / compiled block, "
+        "alternating in one process), over runs, then pairs; "
+        f"faster or slower only where the interval excludes 1, {within}no clear difference "
         "otherwise. Data-bound cells are judged on end-to-end throughput (items over the measured span). "
         "Table 2 (MFU) orders the backends as Table 1 does, so its claims are Table 1's."
     )

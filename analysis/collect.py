@@ -19,7 +19,6 @@ from typing import Any, TextIO
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from analysis.breakeven import COMPILE_COLD, COMPILE_WARM
 from workloads.contract.schema import MANIFEST_SCHEMA, RUN_SCHEMA, STEPS_SCHEMA
@@ -37,6 +36,7 @@ from workloads.contract.sweep_dir import (
 )
 from workloads.contract.vocabulary import (
     AXES,
+    COMPILED_SIDE,
     COMPLETED,
     CONFIG_AXES,
     EAGER_SIDE,
@@ -78,6 +78,7 @@ RUN_READ_SCHEMA = pa.schema(
             "rank_median_step_ms",
             "graph_break_reasons",
             "recompile_reasons",
+            "paired",  # measured paired: its pairs give its speedup (analysis/paired.py)
             COMPILE_COLD,  # cold and warm compile times (analysis/breakeven.py)
             COMPILE_WARM,
         )
@@ -93,6 +94,17 @@ STEPS_READ_SCHEMA = pa.schema(
 REPEAT = "repeat"
 #: The columns of SweepData.steps.
 STEPS_FRAME_SCHEMA = STEPS_READ_SCHEMA.append(pa.field(REPEAT, pa.int64()))
+#: SweepData.pairs: per pair of blocks of a paired cell's replicate, the median step of its eager
+#: block and of its compiled block (the block's value, as the workload's stop rule reads it).
+PAIRS_SCHEMA = pa.schema(
+    [
+        ("cell_id", pa.string()),
+        (REPEAT, pa.int64()),
+        ("pair", pa.int64()),
+        ("eager_ms", pa.float64()),
+        ("compiled_ms", pa.float64()),
+    ]
+)
 #: The manifest's axis columns, read for cells without a result.
 MANIFEST_AXES = ("cell_id", *(axis.name for axis in CONFIG_AXES))
 
@@ -131,13 +143,15 @@ class SweepData:
     `replicates`: RUN_READ_SCHEMA's rows of the attempt that counts for each replicate of each
     cell (workloads.contract.sweep_dir.replicate_attempts). `steps`: STEPS_READ_SCHEMA's columns and
     `repeat`, of the attempts that count: every completed replicate's, and the cell's own; a paired
-    cell's own steps only (its eager side stays in steps.parquet).
+    cell's own steps only (its eager side is in `pairs`). `pairs`: PAIRS_SCHEMA's rows of the
+    attempts that count and measured paired (run.parquet `paired`), each pair with both blocks.
     """
 
     cells: pd.DataFrame
     steps: pd.DataFrame
     problems: list[Problem] = field(default_factory=list)
     replicates: pd.DataFrame = field(default_factory=lambda: RUN_READ_SCHEMA.empty_table().to_pandas())
+    pairs: pd.DataFrame = field(default_factory=lambda: PAIRS_SCHEMA.empty_table().to_pandas())
 
     @classmethod
     def concat(cls, parts: Iterable[SweepData]) -> SweepData:
@@ -148,6 +162,7 @@ class SweepData:
             _concat([p.steps for p in parts], STEPS_FRAME_SCHEMA),
             [problem for part in parts for problem in part.problems],
             _concat([p.replicates for p in parts], RUN_READ_SCHEMA),
+            _concat([p.pairs for p in parts], PAIRS_SCHEMA),
         )
 
 
@@ -193,11 +208,38 @@ def _without_result(
     return pd.DataFrame(rows, columns=RUN_READ_SCHEMA.names)
 
 
+def _block_pairs(rows: pd.DataFrame) -> pd.DataFrame:
+    """PAIRS_SCHEMA's rows of these measured rows of paired attempts: each block's median step, per
+    pair that has both blocks (an eager side that ran out of memory leaves its pair's compiled block
+    alone)."""
+    if rows.empty:
+        return PAIRS_SCHEMA.empty_table().to_pandas()
+    blocks = (
+        rows.groupby(["cell_id", "attempt", REPEAT, "pair", "side"], observed=True)["step_time_ms"]
+        .median()
+        .unstack("side")
+        .reindex(columns=[EAGER_SIDE, COMPILED_SIDE])
+        .dropna()
+        .reset_index()
+    )
+    return pd.DataFrame(
+        {
+            "cell_id": blocks["cell_id"].astype(object),
+            REPEAT: blocks[REPEAT].to_numpy(np.int64),
+            "pair": blocks["pair"].to_numpy(np.int64),
+            "eager_ms": blocks[EAGER_SIDE].to_numpy(float),
+            "compiled_ms": blocks[COMPILED_SIDE].to_numpy(float),
+        },
+        columns=PAIRS_SCHEMA.names,
+    )
+
+
 def _counting_steps(
     directories: Sequence[Path], runs: pd.DataFrame, replicates: pd.DataFrame, problems: _Problems
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The steps of the attempts that count: each completed replicate's and each cell's own (not
-    those of other attempts), with the replicate they belong to."""
+    those of other attempts), with the replicate they belong to; and the pairs of those that measured
+    paired."""
     paths = []
     for directory in directories:
         path = directory / STEPS_FILE
@@ -205,33 +247,24 @@ def _counting_steps(
             paths.append(path)
         elif directory.name in runs.index and runs.at[directory.name, "status"] == COMPLETED:
             problems.add(path, "completed cell without steps")
-    table, bad = read_files(paths, STEPS_SCHEMA, [*STEPS_READ_SCHEMA.names, "side"])
+    table, bad = read_files(paths, STEPS_SCHEMA, [*STEPS_READ_SCHEMA.names, "side", "pair"])
     for path, exc in bad:
         problems.add(path, f"cannot read ({exc})")
-    # A paired cell's eager-side rows are its in-process baseline, not its steps: every statistic of
-    # the cell is of its own steps (a null side: an unpaired cell's).
-    own = pc.fill_null(pc.not_equal(table.column("side"), EAGER_SIDE), True)
-    table = table.filter(own).drop_columns(["side"])
-    steps = table.to_pandas(strings_to_categorical=True)  # a million rows name a thousand cells
+    rows = table.to_pandas(strings_to_categorical=True)  # a million rows name a thousand cells
     done = replicates[replicates["status"] == COMPLETED]
-    counting = pd.concat(
-        [done[["cell_id", "attempt", "repeat"]], runs[["cell_id", "attempt", "repeat"]]], ignore_index=True
-    )
+    keys = ["cell_id", "attempt", "repeat", "paired"]
+    counting = pd.concat([done[keys], runs[keys]], ignore_index=True)
     counting = counting.drop_duplicates(["cell_id", "attempt"])
     # (cell, attempt) as one integer per row, through the steps' category codes: a million rows
     # are looked up in the few thousand counting attempts without building tuples or strings.
-    cells = pd.Index(steps["cell_id"].cat.categories) if len(steps) else pd.Index([], dtype=object)
+    cells = pd.Index(rows["cell_id"].cat.categories) if len(rows) else pd.Index([], dtype=object)
     shift = (
-        int(
-            max(
-                steps["attempt"].max() if len(steps) else 0, counting["attempt"].max() if len(counting) else 0
-            )
-        )
+        int(max(rows["attempt"].max() if len(rows) else 0, counting["attempt"].max() if len(counting) else 0))
         + 1
     )
-    step_keys = (
-        steps["cell_id"].cat.codes.to_numpy(np.int64) * shift + steps["attempt"].to_numpy(np.int64)
-        if len(steps)
+    row_keys = (
+        rows["cell_id"].cat.codes.to_numpy(np.int64) * shift + rows["attempt"].to_numpy(np.int64)
+        if len(rows)
         else np.empty(0, np.int64)
     )
     codes = cells.get_indexer(counting["cell_id"])
@@ -239,11 +272,18 @@ def _counting_steps(
     counting_keys = pd.Index(
         codes[known].astype(np.int64) * shift + counting["attempt"].to_numpy(np.int64)[known]
     )
-    position = counting_keys.get_indexer(step_keys)
+    position = counting_keys.get_indexer(row_keys)
     found = position >= 0
-    steps = steps[found].reset_index(drop=True)
-    steps[REPEAT] = counting["repeat"].to_numpy(np.int64)[known][position[found]]
-    return steps
+    repeat, paired = np.zeros(len(rows), np.int64), np.zeros(len(rows), bool)
+    repeat[found] = counting["repeat"].to_numpy(np.int64)[known][position[found]]
+    paired[found] = counting["paired"].eq(True).to_numpy()[known][position[found]]
+    rows[REPEAT] = repeat
+    measured = (rows["phase"] == "measure").to_numpy() & rows["pair"].notna().to_numpy()
+    pairs = _block_pairs(rows[paired & measured])
+    # A paired cell's eager-side rows are its in-process baseline, not its steps: every statistic of
+    # the cell is of its own steps (a null side: an unpaired cell's).
+    own = found & (rows["side"] != EAGER_SIDE).to_numpy()
+    return rows.loc[own, STEPS_FRAME_SCHEMA.names].reset_index(drop=True), pairs
 
 
 def load_cells(
@@ -271,8 +311,8 @@ def load_cells(
     )
     missing = _without_result(directories, runs, {path for path, _ in bad}, manifest or {}, problems, warn)
     cells = runs.reset_index(drop=True) if missing.empty else pd.concat([runs, missing], ignore_index=True)
-    steps = _counting_steps(directories, runs, replicates, problems)
-    return SweepData(cells, steps, list(problems), replicates.reset_index(drop=True))
+    steps, pairs = _counting_steps(directories, runs, replicates, problems)
+    return SweepData(cells, steps, list(problems), replicates.reset_index(drop=True), pairs)
 
 
 def read_cell(cell_dir: Path, warn: TextIO | None = STDERR) -> SweepData:

@@ -19,9 +19,10 @@ each with a 95% two-level bootstrap interval (replicates, then steps: analysis/s
     within threshold  it lies within [1 - t, 1 + t]
     undecided         otherwise (too noisy to say: more steps or replicates)
 
-And per compiled backend, the speedup over eager (analyze's `speedup`) of the cells that have one
-in both sweeps: its geometric mean in A and in B, and the cell whose speedup changed most. A suite
-run twice is read there: a model's speedup may move with the machine while the mean holds.
+And per compiled backend, the speedup over eager (analyze's `speedup`, the paired one where a cell
+measured paired) of the cells that have one in both sweeps: its geometric mean in A and in B, and the
+cell whose speedup changed most. A suite run twice is read there: a model's speedup may move with the
+machine while the mean holds.
 """
 
 from __future__ import annotations
@@ -310,8 +311,9 @@ def to_markdown(comparison: Comparison, sweep_a: Path, sweep_b: Path) -> str:
             "",
             render_markdown(speedups, list(speedups[0])),
             "",
-            "Speedup over eager (eager median step / own, as `analyze` gives it) of the cells with one in "
-            "both sweeps, geometric mean per backend, and the cell whose speedup changed most.",
+            "Speedup over eager (as `analyze` gives it: paired where the cell measured paired, else eager "
+            "median step / own) of the cells with one in both sweeps, geometric mean per backend, and the "
+            "cell whose speedup changed most.",
         ]
     for title, frame, status in (
         ("Not compared (not completed in both)", comparison.not_compared, None),

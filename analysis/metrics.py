@@ -1,8 +1,9 @@
 """Per-cell metrics of a sweep: one row per cell, numbers over the measured steps of the attempts that
 count (warm-up and compilation never enter them), replicates as one cell, speedups against the eager
-cell of the same workload with two-level bootstrap intervals, verdicts, scaling against the 1-process
-cell. The method, column by column, is in docs/analysis.md ("The tables"); which cells are compared
-with which, and how they are named, is analysis/axes.py's.
+cell of the same workload with two-level bootstrap intervals (a paired cell's against its own eager
+side: analysis/paired.py), verdicts, scaling against the 1-process cell. The method, column by
+column, is in docs/analysis.md ("The tables"); which cells are compared with which, and how they are
+named, is analysis/axes.py's.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pandas as pd
 from analysis.axes import SAME_WORKLOAD, SCALING_WORKLOAD, reference_positions, sort_cells
 from analysis.breakeven import BREAK_EVEN_COLUMNS, break_even_columns
 from analysis.collect import REPEAT, SweepData
+from analysis.paired import PAIRED_COLUMNS, pair_ratios, paired_cells, use_paired
 from analysis.render import fmt_speedup
 from analysis.stats import (
     ReplicateSamples,
@@ -34,9 +36,10 @@ AXES = names()
 METRIC_COLUMNS = [
     "status", "error", "replicates", "measured_steps", "mean_step_ms", "std_step_ms", "median_step_ms",
     "p5_step_ms", "p95_step_ms", "replicate_spread", "unstable", "items_per_s", "e2e_items_per_s", "mfu_mean",
-    "mfu_std", "e2e_mfu", "speedup", "speedup_low", "speedup_high", "e2e_speedup", "e2e_speedup_low",
-    "e2e_speedup_high", "data_bound", "verdict", "verdict_basis", "baseline_cell_id", "compile_time_s",
-    "compile_cache_hits", *BREAK_EVEN_COLUMNS, "first_step_ms", "peak_mem_bytes", "peak_mem_ratio",
+    "mfu_std", "e2e_mfu", "speedup", "speedup_low", "speedup_high", *PAIRED_COLUMNS, "e2e_speedup",
+    "e2e_speedup_low", "e2e_speedup_high", "data_bound", "verdict", "verdict_basis", "baseline_cell_id",
+    "compile_time_s", "compile_cache_hits", *BREAK_EVEN_COLUMNS, "first_step_ms", "peak_mem_bytes",
+    "peak_mem_ratio",
     "graph_count", "graph_break_count", "recompile_count",
     "loss_max_rel_diff", "data_wait_share", "items_per_step",
     "scaling_baseline_cell_id", "scaling_speedup", "scaling_speedup_low", "scaling_speedup_high",
@@ -47,6 +50,7 @@ CELL_COLUMNS = ["cell_id", *AXES, *METRIC_COLUMNS]
 COUNT_COLUMNS = [
     "replicates",
     "measured_steps",
+    "pairs",
     "compile_cache_hits",
     "graph_count",
     "graph_break_count",
@@ -76,9 +80,10 @@ RUN_SUMMARY = {
 #: its generators: a cell gets the same interval in every analysis, alone or in any sweep.
 RESAMPLES, SEED = 1000, 0
 #: The generators of one cell: the median's draws (speedup and scaling intervals; as before
-#: replicates, so single-run intervals are unchanged), the replicates' own intervals (`unstable`)
-#: and the mean's draws (end-to-end intervals), each its own stream.
-_MEDIAN, _UNSTABLE, _MEAN = (), (1,), (2,)
+#: replicates, so single-run intervals are unchanged), the replicates' own intervals (`unstable`),
+#: the mean's draws (end-to-end intervals), the pair ratios' draws (the paired speedup) and the
+#: replicates' own intervals of those, each its own stream.
+_MEDIAN, _UNSTABLE, _MEAN, _PAIRED, _PAIRED_UNSTABLE = (), (1,), (2,), (3,), (4,)
 #: Above this share of step time spent waiting for data a cell is data-bound (`--data-bound`).
 DATA_BOUND = 0.10
 #: The margin of practical equivalence of verdicts (`--equivalence`): none by default.
@@ -163,16 +168,25 @@ def _generators(
 
 
 def _stability(
-    cells: pd.DataFrame, replicas: ReplicateSamples, resamples: int, seed: int, tolerance: float
+    cells: pd.DataFrame,
+    replicas: ReplicateSamples,
+    ratios: ReplicateSamples,
+    paired: np.ndarray,
+    resamples: int,
+    seed: int,
+    tolerance: float,
 ) -> None:
-    """`replicate_spread` and `unstable` of the cells with two replicates or more."""
-    several = np.flatnonzero(replicas.replicates > 1)
+    """`replicate_spread` and `unstable` of the cells with two replicates or more: of their median
+    steps, or where paired of their median pair ratios. A paired cell's answer is the ratio, and a
+    host whose speed moves between processes, which moves the steps, is what pairing cancels."""
     spread, unstable = np.full(len(cells), np.nan), np.zeros(len(cells), bool)
-    if len(several):
-        sub = subset_cells(replicas, several)
-        unstable[several], spread[several] = sub.unstable(
-            resamples, _generators(cells, several, seed, _UNSTABLE), tolerance=tolerance
-        )
+    for samples, which, stream in ((replicas, ~paired, _UNSTABLE), (ratios, paired, _PAIRED_UNSTABLE)):
+        several = np.flatnonzero(which & (samples.replicates > 1))
+        if len(several):
+            sub = subset_cells(samples, several)
+            unstable[several], spread[several] = sub.unstable(
+                resamples, _generators(cells, several, seed, stream), tolerance=tolerance
+            )
     cells["replicate_spread"], cells["unstable"] = spread, unstable
 
 
@@ -270,15 +284,16 @@ def _comparisons(cells: pd.DataFrame, draws: _Draws, baseline: np.ndarray) -> np
     return np.where(has_base, base, -1)
 
 
-def _verdicts(cells: pd.DataFrame, base: np.ndarray, data_bound: float, equivalence: float) -> None:
+def _verdicts(
+    cells: pd.DataFrame, compared: np.ndarray, base: np.ndarray, data_bound: float, equivalence: float
+) -> None:
     """`data_bound`, and each compared cell's verdict with what it rests on: the end-to-end interval
-    where the cell or its baseline is data-bound, else the median step's. The baseline itself and
-    cells without an interval have none."""
+    where the cell or its baseline is data-bound, else the speedup's (the paired one where measured).
+    The baseline itself and cells without an interval have none."""
     share = cells["data_wait_share"].to_numpy(float)
     bound = (cells["status"] == COMPLETED).to_numpy() & (np.nan_to_num(share, nan=0.0) > data_bound)
     cells["data_bound"] = bound
-    compared = (base >= 0) & (base != np.arange(len(cells)))
-    e2e = compared & (bound | bound[np.maximum(base, 0)])
+    e2e = compared & (bound | ((base >= 0) & bound[np.maximum(base, 0)]))
     low = np.where(e2e, cells["e2e_speedup_low"], cells["speedup_low"]).astype(float)
     high = np.where(e2e, cells["e2e_speedup_high"], cells["speedup_high"]).astype(float)
     verdict = equivalence_verdict(low, high, equivalence)
@@ -338,11 +353,18 @@ def cell_metrics(
         return pd.DataFrame(columns=CELL_COLUMNS)
     code = _cell_codes(data.steps["cell_id"], cells)
     replicas = _step_stats(cells, data.steps, code)
-    _stability(cells, replicas, resamples, seed, max(equivalence, UNSTABLE_TOLERANCE))
+    pair_code = _cell_codes(data.pairs["cell_id"], cells)
+    done = (cells["status"] == COMPLETED).to_numpy()
+    ratios = pair_ratios(data.pairs, np.where(done[pair_code] & (pair_code >= 0), pair_code, -1), len(cells))
+    paired = paired_cells(ratios, replicas)
+    _stability(cells, replicas, ratios, paired, resamples, seed, max(equivalence, UNSTABLE_TOLERANCE))
     draws = _Draws(cells, replicas, resamples, seed)
     baseline = reference_positions(cells, SAME_WORKLOAD, cells["backend"] == BASELINE_BACKEND)
     base = _comparisons(cells, draws, baseline)
-    _verdicts(cells, base, data_bound, equivalence)
+    compared = ((base >= 0) & (base != np.arange(len(cells)))) | paired
+    rngs = _generators(cells, np.flatnonzero(paired), seed, _PAIRED)
+    use_paired(cells, ratios, paired, compared, resamples, rngs)
+    _verdicts(cells, compared, base, data_bound, equivalence)
     cells[BREAK_EVEN_COLUMNS] = break_even_columns(cells, cells["verdict_basis"] == E2E_BASIS)
     _loss_max_rel_diff(cells, data.steps, code, baseline)
     _scaling(cells, draws)

@@ -202,10 +202,12 @@ def _per_model(cells: pd.DataFrame, name: str) -> Table:
         ),
     })  # fmt: skip
     note = (
-        "One row per model and backend: speedup over the eager cell of the model (eager median step / own, "
-        "bootstrap interval over the steps of this run: it does not cover another run of a launch-bound "
-        "model, see docs/suites.md), compile time (from cache: its graphs were found in the shared "
-        "compile cache), peak memory / eager's."
+        "One row per model and backend: speedup over eager, paired where the cell measured paired (the "
+        "median of its pair ratios, eager and compiled blocks alternating in one process, interval over "
+        "the pairs), else over the eager cell of the model (eager median step / own, interval over the "
+        "steps of this run: it does not cover another run of a launch-bound model, see docs/suites.md), "
+        "compile time (from cache: its graphs were found in the shared compile cache), peak memory / "
+        "eager's."
     )
     return Table("suite_models", f"Suite {name}: speedup per model", data, text, note)
 
@@ -233,8 +235,9 @@ def suite_tables(metrics: pd.DataFrame, steps: pd.DataFrame, name: str) -> list[
         f"the loss is more than {fmt_percent(LOSS_RTOL, 0)} off eager's in one of the first {LOSS_STEPS} "
         "steps; compile error = failed while eager completed; eager failed = the eager cell did not "
         "complete); the models that did not pass are named in the next table. Over the passed models: "
-        "geometric-mean speedup (eager median step / own), unclipped and clipped at 1 (PyTorch's dashboard "
-        "convention: a model slower than eager counts as 1x), the share slower than eager, median and 90th "
+        "geometric-mean speedup (paired where measured, else eager median step / own), unclipped and "
+        "clipped at 1 (PyTorch's dashboard convention: a model slower than eager counts as 1x), the share "
+        "slower than eager, median and 90th "
         "percentile of cold compile time (from cache: models whose compile found its graphs in the shared "
         "compile cache, left out of those two), geometric mean of peak memory / eager's."
     )

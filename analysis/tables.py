@@ -44,6 +44,8 @@ from workloads.contract.vocabulary import (
 
 #: Name of the per-cell table (its file stem in report/tables/), and of the break-even table.
 SUMMARY, BREAK_EVEN = "summary", "break_even"
+#: The mark of a paired speedup whose interval is disjoint from the unpaired one's.
+DISAGREES = "≠ unpaired"
 
 
 def ordered_statuses(statuses: Iterable[str]) -> list[str]:
@@ -102,6 +104,7 @@ def summary_table(
         "MFU": [_mean_std_percent(m, s) for m, s in zip(metrics["mfu_mean"], metrics["mfu_std"])],
         "speedup [95% CI]": [fmt_speedup(*v) for v in
                              zip(metrics["speedup"], metrics["speedup_low"], metrics["speedup_high"])],
+        "vs eager": method_texts(metrics),
         "e2e speedup [95% CI]": [fmt_speedup(*v) for v in
                                  zip(metrics["e2e_speedup"], metrics["e2e_speedup_low"],
                                      metrics["e2e_speedup_high"])],
@@ -128,8 +131,13 @@ def summary_table(
         "intervals by more than 1%. Median ms: median of the runs' median steps; mean, std, p5–p95, MFU "
         "and data wait over the steps of all runs. Items/s at the median step; e2e items/s over the "
         "measured span (items / the sum "
-        "of step times, waits for data included: at the mean step), median over runs. Speedup: eager median "
-        "step / own median step of the same workload; e2e speedup: own e2e items/s / eager's; 95% bootstrap "
+        "of step times, waits for data included: at the mean step), median over runs. Speedup, `vs eager` "
+        "saying which: paired, the median of the cell's pair ratios (eager block / compiled block, measured "
+        "alternately in one process), median over runs, 95% bootstrap interval over runs, then pairs (its "
+        "runs' spread and `unstable` are of the ratios); unpaired, eager median step / own median step, "
+        f"against the eager cell of the same workload; `paired {DISAGREES} 0.96x [0.95, 0.97]`: the "
+        "unpaired speedup, whose interval is disjoint from the paired one. E2e speedup: own e2e items/s / "
+        "the eager cell's; 95% bootstrap "
         "intervals over runs, then steps (with one run, over its steps only: run-to-run noise not covered). "
         f"Verdict from the speedup's interval: faster or slower where it excludes 1, no difference where it "
         f"lies {margin}, else undecided; from the e2e interval for data-bound cells (more than "
@@ -139,6 +147,24 @@ def summary_table(
         "itself, with the cold compile, and the warm one where measured (see the break-even table)."
     )
     return Table(SUMMARY, "Cells", metrics, text, note)
+
+
+def method_texts(metrics: pd.DataFrame) -> list[str]:
+    """What each speedup is against: `paired`, `unpaired`, and where the two disagree `paired ≠
+    unpaired 1.10x [1.05, 1.15]`; '' without a speedup method (the eager cell itself)."""
+    texts = []
+    for method, disagrees, *unpaired in zip(
+        metrics["speedup_method"],
+        metrics["paired_disagrees"],
+        metrics["unpaired_speedup"],
+        metrics["unpaired_speedup_low"],
+        metrics["unpaired_speedup_high"],
+    ):
+        text = "" if is_null(method) else str(method)
+        texts.append(
+            f"{text} {DISAGREES} {fmt_speedup(*unpaired)}" if not is_null(disagrees) and disagrees else text
+        )
+    return texts
 
 
 def _cold_warm(metrics: pd.DataFrame, column: str, whole: bool = False) -> list[str]:
@@ -189,7 +215,9 @@ def break_even_table(metrics: pd.DataFrame) -> Table:
         "Compiling pays for itself after compile s / (eager step - compiled step) steps, never where the "
         "compiled step is not faster; GPU-minutes: those steps at the eager step, times the processes (one "
         "GPU each). Steps as the verdict's: median steps, or mean steps where the speedup is end to end "
-        "(data-bound). Compile s: the cold compile where measured, else the workload's compile time "
+        "(data-bound); a paired cell's eager step is its own median step x its paired speedup (its eager "
+        "side, measured in its process). Compile s: the cold compile where measured, else the workload's "
+        "compile time "
         "(whatever the compile caches held); warm: compiled again with the caches the first left."
     )
     return Table(BREAK_EVEN, "Break-even: steps until compiling pays off", data, text, note)
@@ -264,7 +292,10 @@ def geomean_table(metrics: pd.DataFrame) -> Table:
         "covers": [f"{k} of {n} cells" for k, n in zip(data["cells_covered"], data["cells"])],
         "not covered": data["not_covered"],
     })  # fmt: skip
-    note = "Over the cells with a speedup (completed, with an eager cell of the same workload)."
+    note = (
+        "Over the cells with a speedup (completed, and paired or with an eager cell of the same workload), "
+        "each the paired one where the cell measured paired."
+    )
     return Table("geomean", "Geometric-mean speedup over eager", data, text, note)
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from analysis.collect import load_sweep
+from analysis.metrics import cell_metrics
 from workloads.cell.recorder import CellRecorder, RankReport
 from workloads.cell.train import StepRecord
 from workloads.contract.schema import (
@@ -34,6 +36,18 @@ RUN_DEFAULTS: dict[str, Any] = {
     "batch_size": 8, "grad_accum": 1, "items_per_step": ITEMS, "device": "cpu", "world_size": 1, "nodes": 1,
 }  # fmt: skip
 H100 = {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3"}
+#: The axes of GPT-2 124M (the seminar's gpt2) on an H100.
+GPT2 = dict(
+    model="gpt", size="medium", arch="gpt-12x12x768", precision="bf16", batch_size=12, grad_accum=40, **H100
+)
+
+
+def metrics_of(sweep: Path, **options: Any) -> dict[str, dict[str, Any]]:
+    """The per-cell metrics of a sweep directory, by cell id (`options`: cell_metrics')."""
+    return {
+        row["cell_id"]: row
+        for row in cell_metrics(load_sweep(sweep, warn=None), **options).to_dict("records")
+    }
 
 
 def write_cell(
@@ -101,6 +115,44 @@ def write_replicates(
         directory = write_cell(
             sweep, cell_id, backend, step_ms=step_ms, data_ms=data, attempt=repeat + 1, repeat=repeat, **run
         )
+    return directory
+
+
+def write_paired_replicates(
+    sweep: Path,
+    cell_id: str,
+    backend: str,
+    replicate_blocks: Sequence[Sequence[tuple[Sequence[float], Sequence[float]]]],
+    paired: Sequence[bool] | None = None,
+    **run: Any,
+) -> Path:
+    """A paired cell (workloads/cell/paired.py) run as len(replicate_blocks) replicates, one attempt
+    each: replicate r's pair p is replicate_blocks[r][p] = (eager block's step times, compiled
+    block's), measured in that order with `side` and `pair`, after WARMUP_MS compiled warm-up steps.
+    `paired[r]`: what replicate r's run row says (default: true for every replicate)."""
+    directory = Path(sweep) / "cells" / cell_id
+    directory.mkdir(parents=True, exist_ok=True)
+    for repeat, blocks in enumerate(replicate_blocks):
+        attempt = repeat + 1
+        rows = [(ms, "warmup", "compiled", None) for ms in WARMUP_MS] + [
+            (ms, "measure", side, pair)
+            for pair, (eager_ms, compiled_ms) in enumerate(blocks)
+            for side, times in (("eager", eager_ms), ("compiled", compiled_ms))
+            for ms in times
+        ]
+        steps = [
+            {"cell_id": cell_id, "attempt": attempt, "step": i, "phase": phase, "step_time_ms": ms,
+             "items": ITEMS, "side": side, "pair": pair}
+            for i, (ms, phase, side, pair) in enumerate(rows)
+        ]  # fmt: skip
+        row = {
+            **RUN_DEFAULTS, "cell_id": cell_id, "attempt": attempt, "repeat": repeat, "status": "completed",
+            "backend": backend, "graph_count": 1, "graph_break_count": 0, "compile_time_s": 3.5,
+            "paired": True if paired is None else paired[repeat], **run,
+        }  # fmt: skip
+        _write_config(directory, row)
+        append_rows_atomic(directory / "run.parquet", [row], RUN_SCHEMA)
+        append_rows_atomic(directory / "steps.parquet", steps, STEPS_SCHEMA)
     return directory
 
 

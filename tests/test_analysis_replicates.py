@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -31,19 +30,16 @@ from analysis.stats import (
 )
 from analysis.tables import summarize, summary_table
 from orchestrator.cli import main
-from tests.analysis_sweeps import H100, ITEMS, WARMUP_MS, write_cell, write_ranks_cell, write_replicates
-from workloads.contract.schema import write_parquet_atomic
-
-GPT2 = dict(
-    model="gpt", size="medium", arch="gpt-12x12x768", precision="bf16", batch_size=12, grad_accum=40, **H100
+from tests.analysis_sweeps import (
+    GPT2,
+    ITEMS,
+    WARMUP_MS,
+    metrics_of,
+    write_cell,
+    write_ranks_cell,
+    write_replicates,
 )
-
-
-def metrics_of(sweep: Path, **options: Any) -> dict[str, dict[str, Any]]:
-    return {
-        row["cell_id"]: row
-        for row in cell_metrics(load_sweep(sweep, warn=None), **options).to_dict("records")
-    }
+from workloads.contract.schema import write_parquet_atomic
 
 
 def noisy(median: float, n: int, seed: int, noise: float = 0.001) -> list[float]:

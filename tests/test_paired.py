@@ -72,12 +72,22 @@ def test_a_paired_cell_writes_both_sides_block_by_block(tiny_cells) -> None:
 
 
 def test_analysis_reads_a_paired_cells_own_steps_only(tiny_cells) -> None:
-    """The eager side stays in steps.parquet; the cell's statistics in analysis are its compiled steps'."""
+    """The eager side stays in steps.parquet; the cell's statistics in analysis are its compiled steps',
+    its speedup the pairs'."""
     cell = tiny_cells.get("gpt", "aot_eager", measure=BLOCKS)
     data = read_cell(cell.cell_dir, warn=None)  # a test cell's directory is not named by its id
     (row,) = summarize([data]).query("cell_id == @cell.run['cell_id']").to_dict("records")
     assert len(data.steps) == len([s for s in cell.steps if s["side"] != "eager"])
     assert (row["measured_steps"], row["median_step_ms"]) == (18, cell.run["median_step_ms"])
+    # Its speedup is its own eager side's: the median of the pairs' ratios, with no eager cell read.
+    ratios = [
+        statistics.median(s["step_time_ms"] for s in pair["eager"])
+        / statistics.median(s["step_time_ms"] for s in pair["compiled"])
+        for pair in pairs_of(sorted(cell.steps, key=lambda s: s["step"]))
+    ]
+    assert (row["speedup_method"], row["pairs"], row["baseline_cell_id"]) == ("paired", 6, None)
+    assert row["speedup"] == pytest.approx(statistics.median(ratios), rel=1e-12)
+    assert row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
 
 
 def test_the_pairs_stop_rule_agrees_with_a_brute_force_reading(tiny_cells) -> None:
