@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analysis.breakeven import COMPILE_COLD, COMPILE_WARM
+from analysis.busy import READ as BUSY_READ
 from workloads.contract.schema import MANIFEST_SCHEMA, RUN_SCHEMA, STEPS_SCHEMA
 from workloads.contract.sweep_dir import (
     MANIFEST_FILE,
@@ -80,6 +81,7 @@ RUN_READ_SCHEMA = pa.schema(
             "recompile_reasons",
             COMPILE_COLD,  # cold and warm compile times (analysis/breakeven.py)
             COMPILE_WARM,
+            *BUSY_READ,  # the GPU's busy share and the host's speed (analysis/busy.py)
         )
     ]
 )
