@@ -15,31 +15,15 @@ the replayed kernels); exit 1 if not.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
 import torch
-import yaml
 
 from analysis.busy import LAUNCH_BOUND
-
-
-def run_cell(directory: Path, **config) -> pd.Series:
-    """One cell in a process of its own; its run row."""
-    directory.mkdir(parents=True)
-    (directory / "config.yaml").write_text(yaml.safe_dump({**config, "cell_id": directory.name}))
-    done = subprocess.run(
-        [sys.executable, "-m", "workloads.run", str(directory / "config.yaml"), "--cell-dir", str(directory)],
-        capture_output=True,
-        text=True,
-    )
-    run = pd.read_parquet(directory / "run.parquet").iloc[-1]
-    if done.returncode != 0:
-        raise SystemExit(f"{directory.name}: {run['status']}: {run['error']}\n{done.stderr[-2000:]}")
-    return run
+from tests.benchmarks.paired_gpu import run_cell
 
 
 def share(value: object) -> str:
@@ -78,7 +62,7 @@ def main() -> int:
     failed = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, config in cells:
-            run = run_cell(Path(tmp, name), **config)
+            _, run = run_cell(Path(tmp, name), **config)
             print(
                 f"{name:28} {ms(run['median_step_ms']):>9} {share(run['gpu_busy_share']):>6} "
                 f"{ms(run['profiled_step_ms']):>8} {share(run['eager_gpu_busy_share']):>10} "
