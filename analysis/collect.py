@@ -21,6 +21,7 @@ import pandas as pd
 import pyarrow as pa
 
 from analysis.breakeven import COMPILE_COLD, COMPILE_WARM
+from analysis.busy import READ as BUSY_READ
 from workloads.contract.schema import MANIFEST_SCHEMA, RUN_SCHEMA, STEPS_SCHEMA
 from workloads.contract.sweep_dir import (
     MANIFEST_FILE,
@@ -81,6 +82,7 @@ RUN_READ_SCHEMA = pa.schema(
             "paired",  # measured paired: its pairs give its speedup (analysis/paired.py)
             COMPILE_COLD,  # cold and warm compile times (analysis/breakeven.py)
             COMPILE_WARM,
+            *BUSY_READ,  # the GPU's busy share and the host's speed (analysis/busy.py)
         )
     ]
 )

@@ -17,6 +17,7 @@ from typing import NamedTuple, TextIO
 
 import pandas as pd
 
+from analysis.busy import LAUNCH_BOUND
 from analysis.collect import load_sweep
 from analysis.metrics import DATA_BOUND, EQUIVALENCE, cell_metrics
 from workloads.contract.sweep_dir import STDERR
@@ -33,8 +34,11 @@ def sweep_frames(
     sweep_dir: Path | str,
     equivalence: float = EQUIVALENCE,
     data_bound: float = DATA_BOUND,
+    launch_bound: float = LAUNCH_BOUND,
     warn: TextIO | None = STDERR,
 ) -> SweepFrames:
-    """Read SWEEP_DIR into (cells, steps); `equivalence` and `data_bound` as `analyze`'s flags."""
+    """Read SWEEP_DIR into (cells, steps); `equivalence`, `data_bound` and `launch_bound` as `analyze`'s
+    flags."""
     data = load_sweep(Path(sweep_dir), warn)
-    return SweepFrames(cell_metrics(data, equivalence=equivalence, data_bound=data_bound), data.steps)
+    metrics = cell_metrics(data, equivalence=equivalence, data_bound=data_bound, launch_bound=launch_bound)
+    return SweepFrames(metrics, data.steps)

@@ -13,6 +13,7 @@ import pandas as pd
 
 from analysis.axes import SAME_WORKLOAD, SCALING_WORKLOAD, reference_positions, sort_cells
 from analysis.breakeven import BREAK_EVEN_COLUMNS, break_even_columns
+from analysis.busy import BUSY_COLUMNS, LAUNCH_BOUND, busy_columns
 from analysis.collect import REPEAT, SweepData
 from analysis.paired import PAIRED_COLUMNS, pair_ratios, paired_cells, use_paired
 from analysis.render import fmt_speedup
@@ -37,9 +38,9 @@ METRIC_COLUMNS = [
     "status", "error", "replicates", "measured_steps", "mean_step_ms", "std_step_ms", "median_step_ms",
     "p5_step_ms", "p95_step_ms", "replicate_spread", "unstable", "items_per_s", "e2e_items_per_s", "mfu_mean",
     "mfu_std", "e2e_mfu", "speedup", "speedup_low", "speedup_high", *PAIRED_COLUMNS, "e2e_speedup",
-    "e2e_speedup_low", "e2e_speedup_high", "data_bound", "verdict", "verdict_basis", "baseline_cell_id",
-    "compile_time_s", "compile_cache_hits", *BREAK_EVEN_COLUMNS, "first_step_ms", "peak_mem_bytes",
-    "peak_mem_ratio",
+    "e2e_speedup_low", "e2e_speedup_high", "data_bound", *BUSY_COLUMNS, "verdict", "verdict_basis",
+    "baseline_cell_id", "compile_time_s", "compile_cache_hits", *BREAK_EVEN_COLUMNS, "first_step_ms",
+    "peak_mem_bytes", "peak_mem_ratio",
     "graph_count", "graph_break_count", "recompile_count",
     "loss_max_rel_diff", "data_wait_share", "items_per_step",
     "scaling_baseline_cell_id", "scaling_speedup", "scaling_speedup_low", "scaling_speedup_high",
@@ -340,13 +341,16 @@ def cell_metrics(
     seed: int = SEED,
     equivalence: float = EQUIVALENCE,
     data_bound: float = DATA_BOUND,
+    launch_bound: float = LAUNCH_BOUND,
 ) -> pd.DataFrame:
     """One row per cell (CELL_COLUMNS), ordered by `sort_cells`. `equivalence`: the margin of practical
     equivalence of the verdicts, also the tolerance of `unstable` where above UNSTABLE_TOLERANCE;
-    `data_bound`: the data-wait share above which a cell is data-bound."""
-    if not 0 <= equivalence < 1 or not 0 <= data_bound <= 1:
+    `data_bound`: the data-wait share above which a cell is data-bound; `launch_bound`: the GPU's idle
+    share above which it is launch-bound (analysis/busy.py)."""
+    if not 0 <= equivalence < 1 or not 0 <= data_bound <= 1 or not 0 <= launch_bound <= 1:
         raise ValueError(
-            f"equivalence must lie in [0, 1) and data_bound in [0, 1], not {equivalence} and {data_bound}"
+            f"equivalence must lie in [0, 1), data_bound and launch_bound in [0, 1], not {equivalence}, "
+            f"{data_bound} and {launch_bound}"
         )
     cells = data.cells.reset_index(drop=True).copy()
     if cells.empty:
@@ -365,6 +369,7 @@ def cell_metrics(
     rngs = _generators(cells, np.flatnonzero(paired), seed, _PAIRED)
     use_paired(cells, ratios, paired, compared, resamples, rngs)
     _verdicts(cells, compared, base, data_bound, equivalence)
+    cells[BUSY_COLUMNS] = busy_columns(cells, data.replicates, launch_bound)
     cells[BREAK_EVEN_COLUMNS] = break_even_columns(cells, cells["verdict_basis"] == E2E_BASIS)
     _loss_max_rel_diff(cells, data.steps, code, baseline)
     _scaling(cells, draws)

@@ -14,6 +14,7 @@ from typing import TextIO
 
 import pandas as pd
 
+from analysis.busy import LAUNCH_BOUND
 from analysis.claims import claims_table
 from analysis.collect import SweepData, load_sweep
 from analysis.environment import environment_table
@@ -59,19 +60,21 @@ def analyze(
     warn: TextIO | None = STDERR,
     equivalence: float = EQUIVALENCE,
     data_bound: float = DATA_BOUND,
+    launch_bound: float = LAUNCH_BOUND,
 ) -> Analysis:
     """Read the sweep and build its tables: the sweep's own, why graphs broke or recompiled (where
     any run recorded a reason), the suite tables of a suite (`+suite=...`, analysis/suite.py), the
     seminar layouts it has cells for,
     and with `reference="seminar"` every seminar table beside the published values and the claims.
     `equivalence`: the margin of practical equivalence of the verdicts (0: none); `data_bound`: the
-    share of step time waiting for data above which a cell's verdict rests on end-to-end throughput."""
+    share of step time waiting for data above which a cell's verdict rests on end-to-end throughput;
+    `launch_bound`: the GPU's idle share above which a cell is launch-bound."""
     data = load_sweep(Path(sweep_dir), warn)
-    metrics = cell_metrics(data, equivalence=equivalence, data_bound=data_bound)
+    metrics = cell_metrics(data, equivalence=equivalence, data_bound=data_bound, launch_bound=launch_bound)
     reasons = reasons_table(data.cells, metrics)
     suite = suite_name(Path(sweep_dir))
     tables = [
-        *sweep_tables(metrics, equivalence, data_bound),
+        *sweep_tables(metrics, equivalence, data_bound, launch_bound),
         *([reasons] if reasons else []),
         *(suite_tables(metrics, data.steps, suite) if suite else []),
         *seminar_tables(metrics, with_reference=reference is not None),

@@ -16,6 +16,7 @@ import pandas as pd
 
 from analysis.axes import axis_text, backend_labels, varying_axes, workload_labels
 from analysis.breakeven import BREAK_EVEN_COLUMNS, baseline_step_ms
+from analysis.busy import LAUNCH_BOUND, bound_texts, busy_texts
 from analysis.collect import SweepData, read_cell
 from analysis.metrics import DATA_BOUND, E2E_BASIS, EQUIVALENCE, cell_metrics, verdict_reasons
 from analysis.render import (
@@ -72,11 +73,15 @@ _NAMED = ("model", "arch", "size", "precision", "batch_size", "world_size", "nod
 
 
 def summary_table(
-    metrics: pd.DataFrame, equivalence: float = EQUIVALENCE, data_bound: float = DATA_BOUND
+    metrics: pd.DataFrame,
+    equivalence: float = EQUIVALENCE,
+    data_bound: float = DATA_BOUND,
+    launch_bound: float = LAUNCH_BOUND,
 ) -> Table:
     """Every cell, one row each; failed, not_compiled and result-less cells marked by status. Besides
     the columns below, every other axis whose value differs between the cells (seed, data, GPU, ...).
-    `equivalence` and `data_bound` are what the metrics were computed with (for the note)."""
+    `equivalence`, `data_bound` and `launch_bound` are what the metrics were computed with (for the
+    note)."""
     others = [
         axis for axis in varying_axes(metrics, names(WORKLOAD, HARDWARE, PROCESSES)) if axis not in _NAMED
     ]
@@ -119,6 +124,8 @@ def summary_table(
         "recompiles": metrics["recompile_count"].map(fmt_count),
         "loss Δ vs eager": metrics["loss_max_rel_diff"].map(fmt_number),
         "data wait": metrics["data_wait_share"].map(fmt_percent),
+        "GPU busy": busy_texts(metrics),
+        "bound": bound_texts(metrics),
         "error": [short_error(e) if s != COMPLETED else "" for s, e in
                   zip(metrics["status"], metrics["error"])],
     })  # fmt: skip
@@ -143,8 +150,12 @@ def summary_table(
         f"lies {margin}, else undecided; from the e2e interval for data-bound cells (more than "
         f"{fmt_percent(data_bound, digits=0)} of step time waiting for data) and against data-bound eager "
         "cells. Loss Δ: largest relative loss difference to eager at equal steps. Data wait: share of step "
-        "time spent waiting for batches. Break-even: steps (and GPU-minutes) after which compiling pays for "
-        "itself, with the cold compile, and the warm one where measured (see the break-even table)."
+        "time spent waiting for batches. GPU busy: share of a short profiled window after measuring that "
+        "the GPU worked (median over runs; a paired cell's eager side in parentheses); launch-bound where "
+        f"it idled more than {fmt_percent(launch_bound, digits=0)} of it and the cell is not data-bound, "
+        "with the host's µs per tiny op before measuring. Break-even: steps (and GPU-minutes) after which "
+        "compiling pays for itself, with the cold compile, and the warm one where measured (see the "
+        "break-even table)."
     )
     return Table(SUMMARY, "Cells", metrics, text, note)
 
@@ -300,13 +311,16 @@ def geomean_table(metrics: pd.DataFrame) -> Table:
 
 
 def sweep_tables(
-    metrics: pd.DataFrame, equivalence: float = EQUIVALENCE, data_bound: float = DATA_BOUND
+    metrics: pd.DataFrame,
+    equivalence: float = EQUIVALENCE,
+    data_bound: float = DATA_BOUND,
+    launch_bound: float = LAUNCH_BOUND,
 ) -> list[Table]:
     """The tables of every sweep: cells, status counts, geometric means; scaling over processes
-    where the sweep has multi-process cells. `equivalence` and `data_bound`: what the metrics were
-    computed with."""
+    where the sweep has multi-process cells. `equivalence`, `data_bound` and `launch_bound`: what the
+    metrics were computed with."""
     tables = [
-        summary_table(metrics, equivalence, data_bound),
+        summary_table(metrics, equivalence, data_bound, launch_bound),
         status_table(metrics),
         geomean_table(metrics),
         break_even_table(metrics),

@@ -13,7 +13,7 @@ flags and their help: orchestrator/cli_args.py).
     compilebench status SWEEP_DIR [--retry-failed | --json]  # each cell's state: results, then squeue/sacct;
                                                       # then run the failed and unfinished cells again
     compilebench analyze SWEEP_DIR [--format markdown|latex|csv|json] [--reference seminar] [--no-plots]
-                         [--equivalence MARGIN] [--data-bound FRACTION]
+                         [--equivalence MARGIN] [--data-bound FRACTION] [--launch-bound FRACTION]
     compilebench compare SWEEP_A SWEEP_B [--threshold FRACTION] [--format markdown|json]
                                                       # B against A, cell by cell: exit 1 on a regression
 
@@ -184,7 +184,9 @@ def cmd_analyze(
     plots: bool = True,
     equivalence: float | None = None,
     data_bound: float | None = None,
+    launch_bound: float | None = None,
 ) -> int:
+    from analysis.busy import LAUNCH_BOUND
     from analysis.metrics import DATA_BOUND, EQUIVALENCE
     from analysis.report import analyze, render_tables, write_report
 
@@ -195,6 +197,7 @@ def cmd_analyze(
         reference,
         equivalence=EQUIVALENCE if equivalence is None else equivalence,
         data_bound=DATA_BOUND if data_bound is None else data_bound,
+        launch_bound=LAUNCH_BOUND if launch_bound is None else launch_bound,
     )
     if result.metrics.empty:
         print(
@@ -265,7 +268,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "compare":
         return cmd_compare(args.sweep_a, args.sweep_b, args.threshold, args.format)
     return cmd_analyze(
-        args.sweep_dir, args.format, args.reference, args.plots, args.equivalence, args.data_bound
+        args.sweep_dir,
+        args.format,
+        args.reference,
+        args.plots,
+        args.equivalence,
+        args.data_bound,
+        args.launch_bound,
     )
 
 

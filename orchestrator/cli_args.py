@@ -196,6 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
         "data-bound: its verdicts rest on end-to-end throughput, not the median step "
         "(default: 0.10)",
     )
+    analyze.add_argument(
+        "--launch-bound",
+        type=_fraction(below_one=False),
+        default=None,
+        metavar="FRACTION",
+        help="a cell whose GPU idled more than this share of its profiled window (and that is not "
+        "data-bound) is labelled launch-bound: the host, not its kernels, sets its pace (default: 0.2)",
+    )
 
     compare = commands.add_parser(
         "compare",

@@ -17,6 +17,8 @@ CUDA every test here skips and says why, the two-GPU one also without a second G
 - A CUDA OOM cell of a local sweep records `oom`, and the sweep's next cell runs and completes.
 - Paired cells (inductor, cudagraphs) time their own force_eager side, block by block, on the GPU.
 - The measured loop's CUDA path (stop rule with steps in flight) and the GPU's provenance.
+- The GPU's busy share of a profiled window: a step of tiny ops is launch-bound, one of large
+  matmuls is not; cells record it for each side, kernels replayed in CUDA graphs included.
 
 Needs only what `workloads` needs (torch, timm, numpy, pyarrow, pyyaml), pandas (the local
 executor, tests/helpers.py) and pytest: no Hydra, OmegaConf or submitit. How to run it and what
@@ -757,3 +759,61 @@ def test_a_real_gpu_is_described() -> None:
     from workloads.instruments.host_load import op_overhead_us
 
     assert 0 < op_overhead_us("cuda") < 1000  # a launch costs microseconds
+
+
+# --- the GPU's busy share -------------------------------------------------------------------------
+
+
+def tiny_ops_step(device: torch.device) -> Step:
+    """A launch-bound step: 200 in-place adds on one element, each a kernel far shorter than its launch."""
+    x = torch.zeros(1, device=device)
+
+    def step() -> tuple[torch.Tensor, float]:
+        for _ in range(200):
+            x.add_(1.0)
+        return x, 0.0
+
+    return step
+
+
+def matmul_step(device: torch.device) -> Step:
+    """A GPU-bound step: four 8192² bf16 matmuls, each long beside its launch."""
+    a, b = (torch.randn(8192, 8192, device=device, dtype=torch.bfloat16) for _ in range(2))
+
+    def step() -> tuple[torch.Tensor, float]:
+        for _ in range(4):
+            out = a @ b
+        return out[0, 0], 0.0
+
+    return step
+
+
+def test_a_launch_bound_step_is_labelled_so_and_a_matmul_bound_one_is_not() -> None:
+    """The two extremes on either side of the label's threshold (analysis/busy.py LAUNCH_BOUND)."""
+    from analysis.busy import LAUNCH_BOUND
+    from workloads.instruments.profiled_window import MIN_STEPS, profiled_window
+
+    device = torch.device("cuda")
+    tiny = profiled_window(tiny_ops_step(device), device, MIN_STEPS)
+    dense = profiled_window(matmul_step(device), device, MIN_STEPS)
+    assert tiny is not None and dense is not None, "the profiler saw no kernels (CUPTI unavailable?)"
+    print(f"busy share: tiny ops {tiny.busy_share:.3f} ({tiny.step_ms:.3f} ms a step), "
+          f"matmuls {dense.busy_share:.3f} ({dense.step_ms:.3f} ms)")  # fmt: skip
+    assert 0 < tiny.busy_share < 1 - LAUNCH_BOUND < dense.busy_share <= 1
+
+
+def test_cells_record_the_busy_share_of_each_side_also_under_cuda_graphs(tiny_cells) -> None:
+    """An eager cell's share, and a paired cudagraphs cell's of both sides: the replayed kernels are
+    seen (a share above 0), and replaying the tiny GPT's kernels keeps the GPU busier than launching
+    them one by one."""
+    from workloads.instruments.profiled_window import MIN_STEPS
+
+    eager = tiny_cells.get("gpt", "eager", device="cuda").run
+    graphs = tiny_cells.get("gpt", "cudagraphs", device="cuda", measure={"paired": True}).run
+    assert graphs["paired"], graphs["paired_fallback"]
+    for run in (eager, graphs):
+        assert run["status"] == "completed", run["error"]
+        assert 0 < run["gpu_busy_share"] <= 1 and run["profiled_steps"] >= MIN_STEPS
+        assert run["profiled_step_ms"] > 0 and run["profile_s"] > 0
+    assert eager["eager_gpu_busy_share"] is None
+    assert 0 < graphs["eager_gpu_busy_share"] < graphs["gpu_busy_share"]

@@ -40,6 +40,7 @@ def test_an_instrument_that_does_not_apply_is_a_no_op_object(
         Provenance,
         NoDdpSplits,
         CompileCounters,
+        Instrument,
     ]
     assert alone[4].splits == 0
     nothing = Instrument()

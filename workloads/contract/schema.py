@@ -82,6 +82,16 @@ HOST_LOAD_FIELDS: list[pa.Field] = [
         "cpu_steal_share", pa.float64()
     ),  # share of node CPU time stolen by the hypervisor in the window
 ]
+#: Why the cell is fast or slow: the GPU's busy share in a profiled window after measuring
+#: (workloads/instruments/profiled_window.py); null on the CPU, for distributed cells, without CUPTI.
+PROFILED_WINDOW_FIELDS: list[pa.Field] = [
+    pa.field("gpu_busy_share", pa.float64()),  # the device's activity (streams merged) / the window's span
+    pa.field("eager_gpu_busy_share", pa.float64()),  # a paired cell's eager side, in a window of its own
+    pa.field("profiled_steps", pa.int64()),  # steps in each side's window
+    pa.field("profiled_step_ms", pa.float64()),  # the window's span / its steps: the profiler's cost beside
+    pa.field("eager_profiled_step_ms", pa.float64()),  # ... the median step; the eager side's
+    pa.field("profile_s", pa.float64()),  # wall seconds of the windows, their unprofiled steps and traces
+]
 #: Lookups of inductor's FX graph cache and of the AOTAutograd cache that hit, missed or
 #: bypassed it (dynamo's counters: workloads/instruments/dynamo_records.py).
 CACHE_COUNT_COLUMNS = (
@@ -156,6 +166,7 @@ RUN_SCHEMA = pa.schema(
         ("rank_peak_mem_bytes", pa.list_(pa.int64())),
         *PROVENANCE_FIELDS,  # what explains variance: CPU, affinity, threads, node, binding, GPU state
         *HOST_LOAD_FIELDS,  # and the host's speed and load while measuring
+        *PROFILED_WINDOW_FIELDS,  # and the GPU's busy share after it
         ("torch_version", pa.string()),
         ("triton_version", pa.string()),
         ("cuda_version", pa.string()),

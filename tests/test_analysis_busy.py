@@ -1,0 +1,100 @@
+"""`launch-bound` (analysis/busy.py): the GPU's busy share per cell, the median over its completed
+replicates, the label where the GPU idled beyond the threshold (`--launch-bound`) and the cell is not
+data-bound, with the host's speed beside it; and a real CPU cell, which profiles nothing, in the table."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.busy import LAUNCH_BOUND
+from analysis.collect import load_sweep
+from analysis.metrics import cell_metrics
+from analysis.tables import cells_markdown, summary_table
+from orchestrator.cli import main
+from tests.analysis_sweeps import write_cell
+from workloads.cell.config import cell_config_from_dict
+from workloads.contract.schema import PROFILED_WINDOW_FIELDS
+from workloads.run import run_cell
+
+STEPS = [10.0, 10.2, 9.9, 10.1, 10.0]
+#: Busy shares on either side of the default threshold, a replicate's apart.
+IDLE_BUSY, BUSY = 1 - 2 * LAUNCH_BOUND, 1 - LAUNCH_BOUND / 2
+
+
+def write_sweep(sweep: Path) -> None:
+    """`e`: three replicates mostly idle (and a failed attempt of the second, fully busy); `i`: paired,
+    busy, its eager side idle; `d`: idle but data-bound; `c`: no window (a CPU cell, an old sweep)."""
+    busy, host = [IDLE_BUSY - 0.05, IDLE_BUSY, IDLE_BUSY + 0.1], [9.0, 7.5, 8.0]
+    for repeat in range(3):
+        if repeat == 1:
+            write_cell(sweep, "e", step_ms=None, attempt=2, repeat=1, status="failed", gpu_busy_share=1.0)
+        write_cell(
+            sweep, "e", step_ms=STEPS, attempt=repeat + 2 if repeat else 1, repeat=repeat,
+            gpu_busy_share=busy[repeat], host_op_us=host[repeat],
+        )  # fmt: skip
+    write_cell(
+        sweep, "i", "inductor", step_ms=STEPS, gpu_busy_share=BUSY, eager_gpu_busy_share=IDLE_BUSY,
+        host_op_us=8.0, paired=True,
+    )  # fmt: skip
+    write_cell(
+        sweep, "d", step_ms=STEPS, data_ms=[0.0, 0.0, *[s / 2 for s in STEPS]], precision="fp32",
+        gpu_busy_share=IDLE_BUSY, host_op_us=8.0,
+    )  # fmt: skip
+    write_cell(sweep, "c", step_ms=STEPS, precision="fp16")
+
+
+def test_launch_bound_cells_are_labelled_with_the_host_speed(tmp_path: Path) -> None:
+    write_sweep(tmp_path)
+    metrics = cell_metrics(load_sweep(tmp_path, warn=None)).set_index("cell_id")
+    assert metrics.loc["e", "replicates"] == 3
+    assert metrics.loc["e", "gpu_busy_share"] == pytest.approx(IDLE_BUSY)  # the failed attempt's 1.0 left out
+    assert metrics.loc["e", "host_op_us"] == 8.0
+    assert metrics.loc["i", "eager_gpu_busy_share"] == pytest.approx(IDLE_BUSY)
+    assert metrics.loc["d", "data_bound"] and pd.isna(metrics.loc["c", "gpu_busy_share"])
+    assert metrics["launch_bound"].to_dict() == {"e": True, "i": False, "d": False, "c": False}
+
+    table = summary_table(metrics.reset_index())
+    text = table.text.set_index("cell")
+    assert text.loc["e", "bound"] == "launch-bound, host 8.00 µs/op"
+    assert text.loc["d", "bound"] == "data-bound" and text.loc["c", "bound"] == text.loc["i", "bound"] == ""
+    assert text.loc["i", "GPU busy"] == f"{100 * BUSY:.0f}% (eager {100 * IDLE_BUSY:.0f}%)"
+    assert text.loc["e", "GPU busy"] == f"{100 * IDLE_BUSY:.0f}%" and text.loc["c", "GPU busy"] == ""
+    assert f"idled more than {100 * LAUNCH_BOUND:.0f}%" in table.note
+
+
+def test_analyze_takes_the_launch_bound_threshold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_sweep(tmp_path)
+
+    def launch_bound(*flags: str) -> dict[str, bool]:
+        assert main(["analyze", str(tmp_path), "--format", "csv", "--no-plots", *flags]) == 0
+        cells = pd.read_csv(io.StringIO(capsys.readouterr().out)).set_index("cell_id")
+        return cells["launch_bound"].astype(bool).to_dict()
+
+    assert launch_bound()["e"] and not launch_bound()["i"]
+    idle = 1 - IDLE_BUSY
+    assert not launch_bound("--launch-bound", f"{idle + 0.01}")["e"]  # idle no more than the threshold
+    assert launch_bound("--launch-bound", "0")["i"]  # any idle time at all
+    assert not launch_bound("--launch-bound", "0")["d"]  # data-bound comes first
+    for bad in (["--launch-bound", "1.5"], ["--launch-bound", "x"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["analyze", str(tmp_path), *bad])
+        assert exit_info.value.code == 2 and "not a" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="launch_bound"):
+        cell_metrics(load_sweep(tmp_path, warn=None), launch_bound=-0.1)
+
+
+def test_a_cpu_cell_records_empty_busy_columns_and_its_table_renders(tiny_config, tmp_path: Path) -> None:
+    status = run_cell(cell_config_from_dict(tiny_config("gpt", steps=3, warmup_steps=1)), tmp_path)
+    (row,) = pq.read_table(tmp_path / "run.parquet").to_pylist()
+    assert status == "completed"
+    assert all(row[field.name] is None for field in PROFILED_WINDOW_FIELDS)
+    header, _, line = cells_markdown([tmp_path]).splitlines()[:3]
+    names = [cell.strip() for cell in header.strip("|").split("|")]
+    values = [cell.strip() for cell in line.strip("|").split("|")]
+    assert values[names.index("GPU busy")] == "" and values[names.index("bound")] == ""
+    assert values[names.index("status")] == "completed"

@@ -1,0 +1,169 @@
+"""The GPU's busy share (workloads/instruments/busy_share.py, profiled_window.py) on the CPU: the
+interval arithmetic against hand computation and a brute-force count, the device's work read out of a
+Chrome trace, the profiled window's size, which cells profile one, the columns of each side (the
+eager side under `force_eager`). A CPU cell's empty columns: tests/test_analysis_busy.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from workloads.cell.config import cell_config_from_dict
+from workloads.cell.recorder import CellRecorder
+from workloads.contract.schema import PROFILED_WINDOW_FIELDS
+from workloads.instruments import profiled_window
+from workloads.instruments.base import Instrument
+from workloads.instruments.busy_share import busy_share, busy_time, gpu_intervals, span
+from workloads.instruments.profiled_window import MIN_STEPS, WINDOW_S, GpuBusy, Window, window_steps
+
+WINDOW = (0.0, 10.0)
+
+
+@pytest.mark.parametrize(
+    ("intervals", "busy"),
+    [
+        ([(0, 4), (2, 6)], 6),  # two streams overlapping: the overlap once
+        ([(0, 1), (3, 4), (6, 10)], 6),  # gaps between kernels are idle
+        ([(1, 9), (2, 3), (4, 5)], 8),  # kernels inside another stream's
+        ([(6, 10), (0, 1), (0, 1)], 5),  # unsorted, and the same interval twice
+        ([(-5, 2), (8, 15)], 4),  # partly outside the window: clipped to it
+        ([(-3, -1), (12, 20), (10, 11)], 0),  # wholly outside, or starting at its end
+        ([], 0),
+    ],
+)
+def test_busy_time_by_hand(intervals: list[tuple[float, float]], busy: float) -> None:
+    assert busy_time(intervals, WINDOW) == busy
+    assert busy_share(intervals, WINDOW) == busy / (WINDOW[1] - WINDOW[0])
+
+
+def test_busy_time_against_counting_covered_ticks() -> None:
+    """On an integer grid, the union is the number of unit ticks some interval covers."""
+    rng = random.Random(0)
+    for _ in range(200):
+        low, high = rng.randint(0, 20), rng.randint(21, 60)
+        starts = [rng.randint(-10, 70) for _ in range(rng.randint(0, 12))]
+        intervals = [(s, s + rng.randint(0, 15)) for s in starts]
+        covered = sum(any(start <= tick < end for start, end in intervals) for tick in range(low, high))
+        assert busy_time(intervals, (low, high)) == covered
+
+
+def test_empty_window_and_span() -> None:
+    assert busy_share([(0, 1)], (5.0, 5.0)) is None
+    assert span([]) is None and span([(3, 4), (1, 2), (2, 7)]) == (1, 7)
+
+
+def trace_event(cat: str, ts: float, dur: float, ph: str = "X", **extra) -> dict:
+    return {"ph": ph, "cat": cat, "name": "x", "ts": ts, "dur": dur, "pid": 0, "tid": 7, **extra}
+
+
+def test_the_device_work_of_a_chrome_trace() -> None:
+    """Kernels on any stream, copies and fills count; a record_function range on the GPU's timeline,
+    host-side events and metadata do not."""
+    trace = {
+        "traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+            trace_event("kernel", 100.0, 10.0, tid=7),
+            trace_event("kernel", 105.0, 10.0, tid=13),  # another stream, overlapping
+            trace_event("Kernel", 130.0, 5.0),  # the name of old builds
+            trace_event("gpu_memcpy", 140.0, 2.5),
+            trace_event("gpu_memset", 150.0, 1.0),
+            trace_event("gpu_user_annotation", 100.0, 51.0),
+            trace_event("cpu_op", 90.0, 80.0),
+            trace_event("cuda_runtime", 95.0, 2.0),
+            trace_event("kernel", 160.0, 0.0, ph="i"),  # not a complete event
+        ]
+    }
+    intervals = gpu_intervals(trace)
+    assert sorted(intervals) == [(100, 110), (105, 115), (130, 135), (140, 142.5), (150, 151)]
+    assert span(intervals) == (100, 151)
+    assert busy_share(intervals, span(intervals)) == pytest.approx((15 + 5 + 2.5 + 1) / 51)
+
+
+def test_a_real_exported_trace_is_read_and_its_host_events_left_out(tmp_path: Path) -> None:
+    """torch.profiler's own export: the reader finds its complete events, none of them the device's."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        torch.ones(8, 8).matmul(torch.ones(8, 8))
+    profiler.export_chrome_trace(str(tmp_path / "trace.json"))
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert any(event.get("ph") == "X" and event.get("cat") == "cpu_op" for event in trace["traceEvents"])
+    assert gpu_intervals(trace) == []
+
+
+def test_the_window_covers_about_window_s_and_at_least_min_steps() -> None:
+    assert window_steps(None) == window_steps(0.0) == MIN_STEPS
+    assert window_steps(WINDOW_S * 1e3) == MIN_STEPS  # one step fills the window
+    short_ms = WINDOW_S * 1e3 / (MIN_STEPS * 7)
+    assert window_steps(short_ms) == math.ceil(WINDOW_S * 1e3 / short_ms) > MIN_STEPS
+
+
+def test_only_cuda_cells_of_one_process_profile(tiny_config, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = cell_config_from_dict(tiny_config("gpt", "inductor"))
+    assert type(GpuBusy.for_cell(cfg, 1)) is Instrument  # the tiny cell runs on the CPU
+    monkeypatch.setattr(profiled_window, "resolve_device", lambda requested: torch.device("cuda"))
+    assert type(GpuBusy.for_cell(cfg, 1)) is GpuBusy
+    assert type(GpuBusy.for_cell(cfg, 2)) is Instrument
+
+
+def counted_step() -> tuple[SimpleNamespace, list[int]]:
+    """A cell whose step is a compiled function, and the calls its compiled code got: none under
+    `force_eager`, which runs the function as it is."""
+    calls: list[int] = []
+
+    def backend(gm, example_inputs):
+        def compiled(*args):
+            calls.append(1)
+            return gm.forward(*args)
+
+        return compiled
+
+    add_one = torch.compile(lambda x: x + 1, backend=backend)
+    return SimpleNamespace(step=lambda: (add_one(torch.ones(2)), 0.0), device=torch.device("cpu")), calls
+
+
+def finished(monkeypatch: pytest.MonkeyPatch, paired: bool, window=None) -> dict:
+    """GpuBusy's columns after a loop of median step 1 ms, each window replaced by one step: busy 0.5
+    where the compiled code ran, 0.25 where it did not (`window`: another replacement)."""
+    cell, calls = counted_step()
+
+    def one_step(step, device, steps):
+        before = len(calls)
+        step()
+        return Window(0.5 if len(calls) > before else 0.25, float(steps))
+
+    monkeypatch.setattr(profiled_window, "profiled_window", window or one_step)
+    instrument = GpuBusy()
+    instrument.before_loop(cell)
+    rec = CellRecorder("c", 1)
+    rec.run.update(median_step_ms=1.0, paired=paired)
+    assert instrument.after_summary(rec) == {}
+    return instrument.after_finished()
+
+
+def test_a_paired_cell_profiles_its_eager_side_under_force_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    columns = finished(monkeypatch, paired=True)
+    steps = window_steps(1.0)
+    assert columns["gpu_busy_share"] == 0.5 and columns["eager_gpu_busy_share"] == 0.25
+    assert columns["profiled_steps"] == steps and columns["eager_profiled_step_ms"] == steps
+    assert columns["profile_s"] > 0
+    assert set(columns) <= {field.name for field in PROFILED_WINDOW_FIELDS}
+
+
+def test_an_unpaired_cell_has_no_eager_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    columns = finished(monkeypatch, paired=False)
+    assert columns["gpu_busy_share"] == 0.5 and "eager_gpu_busy_share" not in columns
+
+
+def test_no_device_activity_or_a_failure_gives_no_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    unseen = finished(monkeypatch, paired=True, window=lambda step, device, steps: None)
+    assert unseen["gpu_busy_share"] is None and unseen["eager_gpu_busy_share"] is None
+
+    def fails(step, device, steps):
+        raise RuntimeError("CUPTI_ERROR_INSUFFICIENT_PRIVILEGES")
+
+    assert finished(monkeypatch, paired=True, window=fails) == {}
