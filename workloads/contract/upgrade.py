@@ -15,7 +15,8 @@ encoding changed so far; such a change would be one more step here. The history,
   provenance columns and the manifest's other axes; (8446e4d) `graph_break_reasons`,
   `recompile_reasons`; (6582ece) the compile cache columns; (681e623) `slurm_cpus`; (96465f2) the
   host-load columns; steps' `side` and `pair`, run's `paired` and `paired_fallback` (paired
-  measurement, issue 25): null in older files, nothing to lift.
+  measurement, issue 25); run's `accuracy` columns (the accuracy check, issue 25): null in older
+  files, nothing to lift.
 """
 
 from __future__ import annotations
