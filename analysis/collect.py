@@ -75,6 +75,9 @@ RUN_READ_SCHEMA = pa.schema(
             "graph_break_count",
             "recompile_count",
             "peak_mem_bytes",
+            "accuracy",  # the accuracy check (workloads/instruments/accuracy.py)
+            "accuracy_rel_diff",
+            "accuracy_noise_floor",
             "ddp_graph_splits",
             "rank_median_step_ms",
             "graph_break_reasons",

@@ -30,7 +30,14 @@ from analysis.stats import (
     stable_hash,
     subset_cells,
 )
-from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, names
+from workloads.contract.vocabulary import (
+    ACCURACY_ERROR,
+    ACCURACY_FAIL,
+    ACCURACY_PASS,
+    BASELINE_BACKEND,
+    COMPLETED,
+    names,
+)
 
 #: What names a cell in tables and plots, besides its id: every axis.
 AXES = names()
@@ -42,7 +49,7 @@ METRIC_COLUMNS = [
     "baseline_cell_id", "compile_time_s", "compile_cache_hits", *BREAK_EVEN_COLUMNS, "first_step_ms",
     "peak_mem_bytes", "peak_mem_ratio",
     "graph_count", "graph_break_count", "recompile_count",
-    "loss_max_rel_diff", "data_wait_share", "items_per_step",
+    "accuracy", "accuracy_rel_diff", "accuracy_noise_floor", "data_wait_share", "items_per_step",
     "scaling_baseline_cell_id", "scaling_speedup", "scaling_speedup_low", "scaling_speedup_high",
     "scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high", "ddp_graph_splits",
     "rank_imbalance",
@@ -191,31 +198,18 @@ def _stability(
     cells["replicate_spread"], cells["unstable"] = spread, unstable
 
 
-def _loss_max_rel_diff(
-    cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray, baseline: np.ndarray
-) -> None:
-    """Largest |loss - eager loss| / |eager loss| over the steps (warm-up included) both recorded, of
-    every replicate of the cell against the eager cell's first replicate."""
-    done = (cells["status"] == COMPLETED).to_numpy()
-    known = (code >= 0) & steps["loss"].notna().to_numpy()
-    rows = pd.DataFrame(
-        {
-            "cell": code[known],
-            "step": steps["step"].to_numpy()[known],
-            "loss": steps["loss"].to_numpy(float)[known],
-            "repeat": steps[REPEAT].to_numpy(np.int64)[known],
-        }
-    )
-    rows["base"] = baseline[rows["cell"]]
-    own = rows[rows["cell"] == rows["base"]]
-    first = own["repeat"] == own.groupby("base")["repeat"].transform("min")
-    reference = own.loc[first, ["base", "step", "loss"]].rename(columns={"loss": "ref"})
-    compared = rows[(rows["base"] >= 0) & (rows["cell"] != rows["base"]) & done[rows["cell"]]]
-    joined = compared.merge(reference, on=["base", "step"])
-    relative = (joined["loss"] - joined["ref"]).abs() / joined["ref"].abs()
-    worst = relative.groupby(joined["cell"]).max()
-    cells["loss_max_rel_diff"] = np.nan
-    cells.loc[worst.index, "loss_max_rel_diff"] = worst.to_numpy()
+#: How the accuracy checks of a cell's replicates combine: the worst speaks for the cell.
+_ACCURACY_ORDER = {ACCURACY_PASS: 0, ACCURACY_ERROR: 1, ACCURACY_FAIL: 2}
+
+
+def _accuracy(cells: pd.DataFrame, replicates: pd.DataFrame) -> None:
+    """The accuracy check (workloads/instruments/accuracy.py) of each cell's completed replicates: the
+    worst result (fail_accuracy, then error, then pass) with its differences; null where unchecked."""
+    checked = replicates[(replicates["status"] == COMPLETED) & replicates["accuracy"].notna()]
+    ranked = checked.assign(rank=checked["accuracy"].map(_ACCURACY_ORDER))
+    worst = ranked.sort_values(["rank", "accuracy_rel_diff"]).groupby("cell_id").tail(1).set_index("cell_id")
+    for column in ("accuracy", "accuracy_rel_diff", "accuracy_noise_floor"):
+        cells[column] = cells["cell_id"].map(worst[column])
 
 
 def _against(cells: pd.DataFrame, reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -371,7 +365,7 @@ def cell_metrics(
     _verdicts(cells, compared, base, data_bound, equivalence)
     cells[BUSY_COLUMNS] = busy_columns(cells, data.replicates, launch_bound)
     cells[BREAK_EVEN_COLUMNS] = break_even_columns(cells, cells["verdict_basis"] == E2E_BASIS)
-    _loss_max_rel_diff(cells, data.steps, code, baseline)
+    _accuracy(cells, data.replicates)
     _scaling(cells, draws)
     cells["rank_imbalance"] = _rank_imbalance(cells)
     # Graphs the compile found in the cache (FX graph or AOTAutograd): its compile time was not a cold one.

@@ -122,7 +122,8 @@ def summary_table(
         "graphs": metrics["graph_count"].map(fmt_count),
         "breaks": metrics["graph_break_count"].map(fmt_count),
         "recompiles": metrics["recompile_count"].map(fmt_count),
-        "loss Δ vs eager": metrics["loss_max_rel_diff"].map(fmt_number),
+        "accuracy": [_accuracy_text(*v) for v in zip(metrics["accuracy"], metrics["accuracy_rel_diff"],
+                                                     metrics["accuracy_noise_floor"])],
         "data wait": metrics["data_wait_share"].map(fmt_percent),
         "GPU busy": busy_texts(metrics),
         "bound": bound_texts(metrics),
@@ -149,12 +150,13 @@ def summary_table(
         f"Verdict from the speedup's interval: faster or slower where it excludes 1, no difference where it "
         f"lies {margin}, else undecided; from the e2e interval for data-bound cells (more than "
         f"{fmt_percent(data_bound, digits=0)} of step time waiting for data) and against data-bound eager "
-        "cells. Loss Δ: largest relative loss difference to eager at equal steps. Data wait: share of step "
-        "time spent waiting for batches. GPU busy: share of a short profiled window after measuring that "
-        "the GPU worked (median over runs; a paired cell's eager side in parentheses); launch-bound where "
-        f"it idled more than {fmt_percent(launch_bound, digits=0)} of it and the cell is not data-bound, "
-        "with the host's µs per tiny op before measuring. Break-even: steps (and GPU-minutes) after which "
-        "compiling pays for itself, with the cold compile, and the warm one where measured (see the "
+        "cells. Accuracy: a few training steps compiled against eager on the same batches and state, dropout "
+        "off: pass or fail_accuracy (the largest relative loss difference; eager against itself). Data wait: "
+        "share of step time spent waiting for batches. GPU busy: share of a short profiled window after "
+        "measuring that the GPU worked (median over runs; a paired cell's eager side in parentheses); "
+        f"launch-bound where it idled more than {fmt_percent(launch_bound, digits=0)} of it and the cell is "
+        "not data-bound, with the host's µs per tiny op before measuring. Break-even: steps (and GPU-minutes) "
+        "after which compiling pays for itself, with the cold compile, and the warm one where measured (see the "
         "break-even table)."
     )
     return Table(SUMMARY, "Cells", metrics, text, note)
@@ -176,6 +178,14 @@ def method_texts(metrics: pd.DataFrame) -> list[str]:
             f"{text} {DISAGREES} {fmt_speedup(*unpaired)}" if not is_null(disagrees) and disagrees else text
         )
     return texts
+
+
+def _accuracy_text(result: object, diff: object, floor: object) -> str:
+    """`pass (2.3e-07; eager 0)`: the check's result, the compiled losses' largest relative difference
+    from eager's and eager's from itself; the result alone where the check failed to run."""
+    if is_null(result) or is_null(diff):
+        return "" if is_null(result) else str(result)
+    return f"{result} ({fmt_number(diff)}; eager {fmt_number(floor)})"
 
 
 def _cold_warm(metrics: pd.DataFrame, column: str, whole: bool = False) -> list[str]:

@@ -56,21 +56,38 @@ def test_statistics_come_from_measured_steps_only(tmp_path: Path) -> None:
     assert row["data_wait_share"] == pytest.approx(data_measured.sum() / measured.sum())
 
 
-def test_speedup_with_interval_memory_and_loss_against_eager(tmp_path: Path) -> None:
+def test_speedup_with_interval_and_memory_against_eager(tmp_path: Path) -> None:
     eager, compiled = lognormal(10.0, 50, seed=1), lognormal(8.0, 50, seed=2)
-    loss = list(np.linspace(4.0, 3.0, len(WARMUP_MS) + 50))
-    drifted = [value * (1 + 0.002 * i / len(loss)) for i, value in enumerate(loss)]
-    write_cell(tmp_path, "e", "eager", step_ms=eager, loss=loss, peak_mem_bytes=4 * 2**30)
-    write_cell(tmp_path, "i", "inductor", step_ms=compiled, loss=drifted, peak_mem_bytes=3 * 2**30)
+    write_cell(tmp_path, "e", "eager", step_ms=eager, peak_mem_bytes=4 * 2**30)
+    write_cell(tmp_path, "i", "inductor", step_ms=compiled, peak_mem_bytes=3 * 2**30)
     rows = by_id(sweep_summary(tmp_path))
     base, fast = rows["e"], rows["i"]
     assert (base["speedup"], base["speedup_low"], base["speedup_high"]) == (1.0, 1.0, 1.0)
-    assert math.isnan(base["loss_max_rel_diff"]) and base["baseline_cell_id"] == "e"
+    assert base["baseline_cell_id"] == "e"
     assert fast["speedup"] == pytest.approx(np.median(eager) / np.median(compiled))
     assert 1.0 < fast["speedup_low"] < fast["speedup"] < fast["speedup_high"]
     assert fast["peak_mem_ratio"] == pytest.approx(0.75)
-    worst = max(abs(d - v) / v for d, v in zip(drifted, loss))
-    assert fast["loss_max_rel_diff"] == pytest.approx(worst)
+
+
+def test_the_accuracy_column_shows_each_cells_worst_check_with_its_numbers(tmp_path: Path) -> None:
+    """A cell's replicates each checked their accuracy: one fail_accuracy makes the cell's; eager and
+    cells written before the check show nothing."""
+    checked = {"accuracy_noise_floor": 0.0, "accuracy_tolerance": 1e-3}
+    write_cell(tmp_path, "e", "eager", step_ms=[10.0])
+    write_cell(tmp_path, "old", "aot_eager", step_ms=[9.0])
+    write_cell(tmp_path, "ok", "inductor", step_ms=[8.0], accuracy="pass", accuracy_rel_diff=2e-7, **checked)
+    for repeat, (result, diff) in enumerate([("pass", 3e-4), ("fail_accuracy", 0.0625), ("pass", 1e-6)]):
+        write_cell(
+            tmp_path, "bad", "cudagraphs", step_ms=[7.0], repeat=repeat, accuracy=result,
+            accuracy_rel_diff=diff, **checked,
+        )  # fmt: skip
+    metrics = sweep_summary(tmp_path)
+    rows = by_id(metrics)
+    assert (rows["bad"]["accuracy"], rows["bad"]["accuracy_rel_diff"]) == ("fail_accuracy", 0.0625)
+    text = by_id(summary_table(metrics).text.rename(columns={"cell": "cell_id"}))
+    assert text["ok"]["accuracy"] == "pass (2e-07; eager 0)"
+    assert text["bad"]["accuracy"] == "fail_accuracy (0.0625; eager 0)"
+    assert text["e"]["accuracy"] == text["old"]["accuracy"] == ""
 
 
 def test_interval_holds_one_when_the_backends_do_not_differ(tmp_path: Path) -> None:

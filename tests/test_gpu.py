@@ -20,6 +20,10 @@ CUDA every test here skips and says why, the two-GPU one also without a second G
 - The GPU's busy share of a profiled window: a step of tiny ops is launch-bound, one of large
   matmuls is not; cells record it for each side, kernels replayed in CUDA graphs included.
 
+
+- The accuracy check of inductor, cudagraphs and reduce-overhead cells (bf16, dropout, gradient
+  accumulation) passes, eager's rerun within the precision's tolerance.
+
 Needs only what `workloads` needs (torch, timm, numpy, pyarrow, pyyaml), pandas (the local
 executor, tests/helpers.py) and pytest: no Hydra, OmegaConf or submitit. How to run it and what
 it showed: docs/testing.md ("The GPU tier").
@@ -51,6 +55,7 @@ from torch import nn
 
 from tests.helpers import REPO_ROOT
 from workloads.cell.config import MeasureConfig, cell_config_from_dict
+from workloads.cell.precision import PRECISIONS
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import HOST_LEAD_STEPS, StepRecord, run_steps, synchronize
 from workloads.instruments.dynamo_records import compile_stats
@@ -817,3 +822,32 @@ def test_cells_record_the_busy_share_of_each_side_also_under_cuda_graphs(tiny_ce
         assert run["profiled_step_ms"] > 0 and run["profile_s"] > 0
     assert eager["eager_gpu_busy_share"] is None
     assert 0 < graphs["eager_gpu_busy_share"] < graphs["gpu_busy_share"]
+
+
+# --- the accuracy check on a GPU ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [{"name": "inductor"}, {"name": "cudagraphs"}, {"name": "inductor", "mode": "reduce-overhead"}],
+    ids=["inductor", "cudagraphs", "inductor-reduce-overhead"],
+)
+def test_compiled_cells_pass_the_accuracy_check(backend: dict, tmp_path: Path) -> None:
+    """bf16, dropout (off for the check) and gradient accumulation under CUDA graphs: the compiled
+    losses within the limit of eager's, and eager's rerun within the precision's tolerance (CUDA's
+    atomic adds may move it)."""
+    from workloads.run import run_cell
+
+    config = gpu_config(
+        backend=backend, precision={"name": "bf16"}, model={"name": "gpt", "dropout": 0.2}, grad_accum=2
+    )
+    status = run_cell(cell_config_from_dict(config), tmp_path / "cell")
+    run = pq.read_table(tmp_path / "cell" / "run.parquet").to_pylist()[-1]
+    print(
+        f"{backend}: {run['accuracy']} rel diff {run['accuracy_rel_diff']:.3g}, eager's own "
+        f"{run['accuracy_noise_floor']:.3g}, limit {run['accuracy_tolerance']:.3g}, {run['accuracy_s']:.1f} s"
+    )
+    assert status == "completed", run["error"]
+    assert run["accuracy"] == "pass", run["accuracy_error"]
+    # The pass was not bought by a noisy eager: its rerun alone stays within the precision's tolerance.
+    assert run["accuracy_noise_floor"] < PRECISIONS["bf16"].accuracy_tolerance

@@ -16,6 +16,7 @@ from workloads.cell.config import cell_config_from_dict
 from workloads.cell.distributed import Ranks
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import PreparedCell
+from workloads.instruments.accuracy import AccuracyCheck
 from workloads.instruments.base import Instrument
 from workloads.instruments.cold_compile import ColdCompile
 from workloads.instruments.dynamo_records import CompileCounters, DdpSplits, NoDdpSplits
@@ -29,8 +30,9 @@ from workloads.run import run_cell
 def test_an_instrument_that_does_not_apply_is_a_no_op_object(
     tiny_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Eager, one process, not the local executor's: no cold compile, no wait for quiet, no DDP
-    splits, each the base class's no-op (or a counter of none); where they apply, the real ones."""
+    """Eager on the CPU, one process, not the local executor's: no cold compile, no wait for quiet, no
+    DDP splits, no profiled window, no accuracy check, each the base class's no-op (or a counter of
+    none); where they apply, the real ones."""
     monkeypatch.delenv(turns.DIR_ENV, raising=False)
     alone = instruments_for(cell_config_from_dict(tiny_config("gpt")), Ranks())
     assert [type(instrument) for instrument in alone] == [
@@ -40,7 +42,8 @@ def test_an_instrument_that_does_not_apply_is_a_no_op_object(
         Provenance,
         NoDdpSplits,
         CompileCounters,
-        Instrument,
+        Instrument,  # a CPU cell: no profiled window
+        Instrument,  # eager is the accuracy check's reference, not checked
     ]
     assert alone[4].splits == 0
     nothing = Instrument()
@@ -54,6 +57,9 @@ def test_an_instrument_that_does_not_apply_is_a_no_op_object(
     applied = instruments_for(cold_warm, Ranks(0, 2, 0, "gloo"))
     assert [type(instrument) for instrument in applied][:2] == [ColdCompile, WaitForQuiet]
     assert type(applied[4]) is DdpSplits and applied[5].ddp_splits is applied[4]
+    assert type(applied[-1]) is Instrument  # ranks would each check alone: no accuracy check
+    one_process = instruments_for(cold_warm, Ranks())
+    assert type(one_process[-1]) is AccuracyCheck
 
 
 class Observer(Instrument):

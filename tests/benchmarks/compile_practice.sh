@@ -20,8 +20,8 @@ table() {  # sweep directory
 import sys, analysis
 cells, _ = analysis.sweep_frames(sys.argv[1], warn=None)
 cols = ["arch", "backend", "regional", "compile_optimizer", "status", "median_step_ms", "speedup", "speedup_low",
-        "speedup_high", "compile_time_s", "compile_warm_s", "loss_max_rel_diff", "peak_mem_ratio", "graph_count",
-        "recompile_count"]
+        "speedup_high", "compile_time_s", "compile_warm_s", "accuracy", "accuracy_rel_diff", "peak_mem_ratio",
+        "graph_count", "recompile_count"]
 print(cells[cols].to_string(index=False), flush=True)
 PY
 }

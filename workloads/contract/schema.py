@@ -159,6 +159,12 @@ RUN_SCHEMA = pa.schema(
         ("recompile_reasons", REASONS),  # the failed guards per distinct recompile, how often
         ("cudagraph_skips", pa.int64()),  # graphs that ran without the CUDA graphs asked for
         ("peak_mem_bytes", pa.int64()),  # the largest of the ranks'
+        ("accuracy", pa.string()),  # compiled cells' accuracy check: pass | fail_accuracy | error; null: none
+        ("accuracy_rel_diff", pa.float64()),  # largest relative loss difference, compiled vs eager
+        ("accuracy_noise_floor", pa.float64()),  # ... eager vs eager on the same batches and state
+        ("accuracy_tolerance", pa.float64()),  # the largest rel diff that passes (tolerance or noise floor)
+        ("accuracy_s", pa.float64()),  # seconds the check took (after measuring: in no other column)
+        ("accuracy_error", pa.string()),  # why the check itself failed, where accuracy is error
         ("ddp_graph_splits", pa.int64()),  # extra graphs from DDPOptimizer's cuts at gradient buckets
         ("rank_hostname", pa.list_(pa.string())),
         ("rank_median_step_ms", pa.list_(pa.float64())),  # each rank's median measured step

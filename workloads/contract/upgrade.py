@@ -16,7 +16,8 @@ encoding changed so far; such a change would be one more step here. The history,
   `recompile_reasons`; (6582ece) the compile cache columns; (681e623) `slurm_cpus`; (96465f2) the
   host-load columns; steps' `side` and `pair`, run's `paired` and `paired_fallback` (paired
   measurement, issue 25): null in older files, nothing to lift; the profiled window's columns
-  (`gpu_busy_share` ...: workloads/instruments/profiled_window.py): null in older files, as on the CPU.
+  (`gpu_busy_share` ...: workloads/instruments/profiled_window.py) and the `accuracy` columns (the
+  accuracy check, issue 25): null in older files, nothing to lift.
 """
 
 from __future__ import annotations

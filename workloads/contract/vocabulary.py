@@ -176,6 +176,9 @@ BASELINE_BACKEND = "eager"
 #: The two sides of a paired cell's steps (steps.parquet `side`): its compiled steps, and its own
 #: eager baseline measured in the same process (workloads/cell/paired.py); null in unpaired cells.
 COMPILED_SIDE, EAGER_SIDE = "compiled", "eager"
+#: A compiled cell's accuracy check (run.parquet `accuracy`, workloads/instruments/accuracy.py): its
+#: losses within the limit of eager's, beyond it, or the check itself failed; null: not checked.
+ACCURACY_PASS, ACCURACY_FAIL, ACCURACY_ERROR = "pass", "fail_accuracy", "error"
 
 
 # States. An attempt of a cell ends in one of STATUSES (run.parquet's `status`); `not_compiled`:

@@ -3,9 +3,10 @@
 Their order is the order of every moment (workloads/instruments/base.py), and it matters where two
 share one: before measuring, the wait for quiet comes before the host's load opens its window;
 after the loop, the host's load closes its window before provenance probes the GPU (nvidia-smi is
-no part of the window); DDP's splits are counted before the compile counters report them; once the
-loop finished, the profiled window comes first (its steps train the cell on). A new measurement is
-one `Instrument` subclass, added here.
+no part of the window); DDP's splits are counted before the compile counters report them. Once the
+loop finished, the profiled window comes first (its steps train the cell on) and the accuracy check
+last: its steps change no state that another instrument reads. A new measurement is one
+`Instrument` subclass, added here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 
 from workloads.cell.config import CellConfig
 from workloads.cell.distributed import Ranks
+from workloads.instruments.accuracy import AccuracyCheck
 from workloads.instruments.base import Instrument
 from workloads.instruments.cold_compile import ColdCompile
 from workloads.instruments.dynamo_records import CompileCounters, DdpSplits
@@ -54,4 +56,5 @@ def instruments_for(cfg: CellConfig, ranks: Ranks) -> list[Instrument]:
         ddp_splits,
         CompileCounters(backend=cfg.backend, ddp_splits=ddp_splits),
         GpuBusy.for_cell(cfg, ranks.world_size),
+        AccuracyCheck.for_cell(cfg, ranks.world_size),
     ]
