@@ -154,9 +154,9 @@ def summary_table(
         "off: pass or fail_accuracy (the largest relative loss difference; eager against itself). Data wait: "
         "share of step time spent waiting for batches. GPU busy: share of a short profiled window after "
         "measuring that the GPU worked (median over runs; a paired cell's eager side in parentheses); "
-        f"launch-bound where it idled more than {fmt_percent(launch_bound, digits=0)} of it and the cell is "
-        "not data-bound, with the host's µs per tiny op before measuring. Break-even: steps (and GPU-minutes) "
-        "after which compiling pays for itself, with the cold compile, and the warm one where measured (see the "
+        f"launch-bound where it idled more than {fmt_percent(launch_bound, digits=0)} of it and the cell "
+        "is not data-bound, with the host's µs per tiny op before measuring. Break-even: steps (and "
+        "GPU-minutes) after which compiling pays for itself, with the cold compile, and the warm one where measured (see the "
         "break-even table)."
     )
     return Table(SUMMARY, "Cells", metrics, text, note)
