@@ -156,8 +156,8 @@ def summary_table(
         "measuring that the GPU worked (median over runs; a paired cell's eager side in parentheses); "
         f"launch-bound where it idled more than {fmt_percent(launch_bound, digits=0)} of it and the cell "
         "is not data-bound, with the host's µs per tiny op before measuring. Break-even: steps (and "
-        "GPU-minutes) after which compiling pays for itself, with the cold compile, and the warm one where measured (see the "
-        "break-even table)."
+        "GPU-minutes) after which compiling pays for itself, with the cold compile, and the warm one where "
+        "measured (see the break-even table)."
     )
     return Table(SUMMARY, "Cells", metrics, text, note)
 
