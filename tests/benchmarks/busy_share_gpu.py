@@ -7,7 +7,8 @@ Each cell runs in a fresh `python -m workloads.run` process (no Hydra): gpt smal
 inductor and cudagraphs, and resnet50 (timm) bf16 inductor at a small and a large batch; compiled
 cells measure paired, so their eager side is profiled too. Per cell it prints the measured median
 step, the busy share of each side with its profiled step (the profiler's cost shows beside the
-median), the host's µs per tiny op, and the label analysis gives (analysis/busy.py LAUNCH_BOUND).
+median), the host's µs per tiny op, the label analysis gives (analysis/busy.py LAUNCH_BOUND), and
+the compiled cells' accuracy check with its cost.
 It checks that every share lies in (0, 1] and that the cudagraphs cell's is above 0 (CUPTI reported
 the replayed kernels); exit 1 if not.
 """
@@ -75,6 +76,13 @@ def main() -> int:
                 ),
                 flush=True,
             )
+            if pd.notna(run["accuracy"]):
+                print(
+                    f"{'':28} accuracy {run['accuracy']}: {run['accuracy_rel_diff']:.3g} against eager "
+                    f"(eager's rerun {run['accuracy_noise_floor']:.3g}, limit {run['accuracy_tolerance']:.3g}), "
+                    f"{run['accuracy_s']:.1f} s",
+                    flush=True,
+                )
             for column in ("gpu_busy_share", "eager_gpu_busy_share"):
                 value = run[column]
                 if (column == "gpu_busy_share" or run["paired"]) and not (pd.notna(value) and 0 < value <= 1):
