@@ -79,8 +79,8 @@ def main() -> int:
             if pd.notna(run["accuracy"]):
                 print(
                     f"{'':28} accuracy {run['accuracy']}: {run['accuracy_rel_diff']:.3g} against eager "
-                    f"(eager's rerun {run['accuracy_noise_floor']:.3g}, limit {run['accuracy_tolerance']:.3g}), "
-                    f"{run['accuracy_s']:.1f} s",
+                    f"(eager's rerun {run['accuracy_noise_floor']:.3g}, "
+                    f"limit {run['accuracy_tolerance']:.3g}), {run['accuracy_s']:.1f} s",
                     flush=True,
                 )
             for column in ("gpu_busy_share", "eager_gpu_busy_share"):
