@@ -60,6 +60,7 @@ def test_an_instrument_that_does_not_apply_is_a_no_op_object(
     assert type(applied[-1]) is Instrument  # ranks would each check alone: no accuracy check
     one_process = instruments_for(cold_warm, Ranks())
     assert type(one_process[-1]) is AccuracyCheck
+    assert type(instruments_for(cold_warm, Ranks(), repeat=1)[-1]) is Instrument  # checked once, in the first
 
 
 class Observer(Instrument):
@@ -104,7 +105,9 @@ def observed_cell(
     log: list[tuple[str, str]] = []
     first, last = Observer("first", log), Observer("last", log, fail_before_measuring=fail)
     real = train_cell.instruments_for
-    monkeypatch.setattr(train_cell, "instruments_for", lambda cfg, ranks: [first, *real(cfg, ranks), last])
+    monkeypatch.setattr(
+        train_cell, "instruments_for", lambda cfg, ranks, repeat: [first, *real(cfg, ranks, repeat), last]
+    )
     status = run_cell(cell_config_from_dict(tiny_config("gpt", steps=3, warmup_steps=2)), tmp_path)
     (row,) = pq.read_table(tmp_path / "run.parquet").to_pylist()
     return status, row, log, last

@@ -147,7 +147,7 @@ def _announcing(rec: CellRecorder, warmup_steps: int) -> Callable[[StepRecord], 
 
 def train_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
     """Everything between a valid config (and a joined process group) and the final status."""
-    instruments = instruments_for(cfg, ranks)
+    instruments = instruments_for(cfg, ranks, rec.run.get("repeat", 0))
     for instrument in instruments:
         instrument.before_build()
     cell = prepare_cell(cfg, rec, ranks)

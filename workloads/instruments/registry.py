@@ -44,9 +44,9 @@ class WaitForQuiet(Instrument):
             )
 
 
-def instruments_for(cfg: CellConfig, ranks: Ranks) -> list[Instrument]:
-    """The instruments of one attempt of `cfg` on this rank, each built for it (a no-op where it
-    does not apply)."""
+def instruments_for(cfg: CellConfig, ranks: Ranks, repeat: int = 0) -> list[Instrument]:
+    """The instruments of one attempt of replicate `repeat` of `cfg` on this rank, each built for it (a
+    no-op where it does not apply)."""
     ddp_splits = DdpSplits.for_ranks(ranks.world_size)
     return [
         ColdCompile.for_cell(cfg),
@@ -56,5 +56,5 @@ def instruments_for(cfg: CellConfig, ranks: Ranks) -> list[Instrument]:
         ddp_splits,
         CompileCounters(backend=cfg.backend, ddp_splits=ddp_splits),
         GpuBusy.for_cell(cfg, ranks.world_size),
-        AccuracyCheck.for_cell(cfg, ranks.world_size),
+        AccuracyCheck.for_cell(cfg, ranks.world_size, repeat),
     ]
