@@ -18,11 +18,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import E2E_BASIS, EQUIVALENCE, verdict_reasons
 from analysis.paired import PAIRED
 from analysis.render import Table, fmt_change, fmt_percent, fmt_speedup, is_null
 from analysis.seminar import PUBLISHED_CAVEATS, UNIT_SYMBOLS, default_mode, load_reference, seminar_models
 from analysis.stats import equivalence_verdict
+from analysis.verdicts import E2E_BASIS, EQUIVALENCE, verdict_reasons
 from workloads.contract.vocabulary import COMPLETED
 
 AGREES, DISAGREES, NO_DIFFERENCE = "agrees", "disagrees", "no difference"

@@ -14,8 +14,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis.axes import backend_labels
-from analysis.metrics import E2E_BASIS
 from analysis.palette import backend_colors
+from analysis.verdicts import E2E_BASIS
 
 FIGSIZE = (10.0, 6.0)  # inches: the width of every figure, the height of those without rows
 DPI = 100  # PNG pixels per inch

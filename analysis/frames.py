@@ -19,7 +19,8 @@ import pandas as pd
 
 from analysis.busy import LAUNCH_BOUND
 from analysis.collect import load_sweep
-from analysis.metrics import DATA_BOUND, EQUIVALENCE, cell_metrics
+from analysis.metrics import cell_metrics
+from analysis.verdicts import DATA_BOUND, EQUIVALENCE
 from workloads.contract.sweep_dir import STDERR
 
 

@@ -16,11 +16,9 @@ from analysis.breakeven import BREAK_EVEN_COLUMNS, break_even_columns
 from analysis.busy import BUSY_COLUMNS, LAUNCH_BOUND, busy_columns
 from analysis.collect import REPEAT, SweepData
 from analysis.paired import PAIRED_COLUMNS, pair_ratios, paired_cells, use_paired
-from analysis.render import fmt_speedup
 from analysis.stats import (
     ReplicateSamples,
     SortedSamples,
-    equivalence_verdict,
     group_mean_std,
     group_moments,
     group_ratio_of_sums,
@@ -30,6 +28,7 @@ from analysis.stats import (
     stable_hash,
     subset_cells,
 )
+from analysis.verdicts import DATA_BOUND, E2E_BASIS, EQUIVALENCE, verdicts
 from workloads.contract.vocabulary import (
     ACCURACY_ERROR,
     ACCURACY_FAIL,
@@ -92,17 +91,11 @@ RESAMPLES, SEED = 1000, 0
 #: the mean's draws (end-to-end intervals), the pair ratios' draws (the paired speedup) and the
 #: replicates' own intervals of those, each its own stream.
 _MEDIAN, _UNSTABLE, _MEAN, _PAIRED, _PAIRED_UNSTABLE = (), (1,), (2,), (3,), (4,)
-#: Above this share of step time spent waiting for data a cell is data-bound (`--data-bound`).
-DATA_BOUND = 0.10
-#: The margin of practical equivalence of verdicts (`--equivalence`): none by default.
-EQUIVALENCE = 0.0
 #: The least gap between replicates' intervals, relative, that makes a cell `unstable` (or the
 #: equivalence margin, if larger). With thousands of steps a replicate's own interval is ~0.1%
 #: wide: on the H100 every cell's processes differed by more than that (docs/gpu-results.md), which
 #: is what replicates are for; `unstable` is for disagreements that could change a verdict.
 UNSTABLE_TOLERANCE = 0.01
-#: What a verdict rests on: the median-step speedup's interval, or the end-to-end one.
-MEDIAN_BASIS, E2E_BASIS = "median step", "end-to-end"
 
 
 def _cell_codes(cell_ids: pd.Series, cells: pd.DataFrame) -> np.ndarray:
@@ -279,24 +272,6 @@ def _comparisons(cells: pd.DataFrame, draws: _Draws, baseline: np.ndarray) -> np
     return np.where(has_base, base, -1)
 
 
-def _verdicts(
-    cells: pd.DataFrame, compared: np.ndarray, base: np.ndarray, data_bound: float, equivalence: float
-) -> None:
-    """`data_bound`, and each compared cell's verdict with what it rests on: the end-to-end interval
-    where the cell or its baseline is data-bound, else the speedup's (the paired one where measured).
-    The baseline itself and cells without an interval have none."""
-    share = cells["data_wait_share"].to_numpy(float)
-    bound = (cells["status"] == COMPLETED).to_numpy() & (np.nan_to_num(share, nan=0.0) > data_bound)
-    cells["data_bound"] = bound
-    e2e = compared & (bound | ((base >= 0) & bound[np.maximum(base, 0)]))
-    low = np.where(e2e, cells["e2e_speedup_low"], cells["speedup_low"]).astype(float)
-    high = np.where(e2e, cells["e2e_speedup_high"], cells["speedup_high"]).astype(float)
-    verdict = equivalence_verdict(low, high, equivalence)
-    verdict[~compared] = None
-    cells["verdict"] = verdict
-    cells["verdict_basis"] = np.where(pd.isna(verdict), None, np.where(e2e, E2E_BASIS, MEDIAN_BASIS))
-
-
 def _scaling(cells: pd.DataFrame, draws: _Draws) -> None:
     """Scaling speedup and efficiency against the 1-process cell, with bootstrap intervals."""
     one_process = reference_positions(cells, SCALING_WORKLOAD, cells["world_size"] == 1)
@@ -363,7 +338,7 @@ def cell_metrics(
     compared = ((base >= 0) & (base != np.arange(len(cells)))) | paired
     rngs = _generators(cells, np.flatnonzero(paired), seed, _PAIRED)
     use_paired(cells, ratios, paired, compared, resamples, rngs, tolerance)
-    _verdicts(cells, compared, base, data_bound, equivalence)
+    verdicts(cells, compared, base, data_bound, equivalence)
     cells[BUSY_COLUMNS] = busy_columns(cells, data.replicates, launch_bound)
     cells[BREAK_EVEN_COLUMNS] = break_even_columns(cells, cells["verdict_basis"] == E2E_BASIS)
     _accuracy(cells, data.replicates)
@@ -375,35 +350,3 @@ def cell_metrics(
     )
     cells[COUNT_COLUMNS] = cells[COUNT_COLUMNS].apply(pd.to_numeric, errors="coerce").astype("Int64")
     return sort_cells(cells[CELL_COLUMNS])
-
-
-def verdict_reasons(metrics: pd.DataFrame, digits: int = 2) -> pd.Series:
-    """Why a verdict rests on end-to-end throughput: `data-bound (94% waiting for data): end-to-end
-    1.03x [0.97, 1.10]` (`eager cell data-bound (...)` where it is the baseline that waits); '' for
-    the others."""
-    share = metrics.drop_duplicates("cell_id").set_index("cell_id")["data_wait_share"]
-    reasons = []
-    for row in metrics[
-        [
-            "verdict_basis",
-            "data_bound",
-            "data_wait_share",
-            "baseline_cell_id",
-            "e2e_speedup",
-            "e2e_speedup_low",
-            "e2e_speedup_high",
-        ]
-    ].to_dict("records"):
-        if row["verdict_basis"] != E2E_BASIS:
-            reasons.append("")
-            continue
-        whose, fraction = (
-            ("", row["data_wait_share"])
-            if row["data_bound"]
-            else ("eager cell ", share.get(row["baseline_cell_id"], np.nan))
-        )
-        speedup = fmt_speedup(row["e2e_speedup"], row["e2e_speedup_low"], row["e2e_speedup_high"], digits)
-        reasons.append(
-            f"{whose}data-bound ({100 * float(fraction):.0f}% waiting for data): end-to-end {speedup}"
-        )
-    return pd.Series(reasons, index=metrics.index, dtype=object)

@@ -19,12 +19,13 @@ from analysis.claims import claims_table
 from analysis.collect import SweepData, load_sweep
 from analysis.environment import environment_table
 from analysis.html import html_page
-from analysis.metrics import DATA_BOUND, EQUIVALENCE, cell_metrics
+from analysis.metrics import cell_metrics
 from analysis.reasons import reasons_table
 from analysis.render import ONE_TABLE, RENDERERS, Table, csv, latex, markdown
 from analysis.seminar import seminar_tables
 from analysis.suite import suite_name, suite_tables
 from analysis.tables import SUMMARY, ordered_statuses, sweep_tables
+from analysis.verdicts import DATA_BOUND, EQUIVALENCE
 from workloads.contract.sweep_dir import REPORT_DIR, STDERR
 from workloads.contract.vocabulary import NO_RESULT, UNREADABLE
 

@@ -18,7 +18,7 @@ from analysis.axes import axis_text, backend_labels, varying_axes, workload_labe
 from analysis.breakeven import BREAK_EVEN_COLUMNS, baseline_step_ms
 from analysis.busy import LAUNCH_BOUND, bound_texts, busy_texts
 from analysis.collect import SweepData, read_cell
-from analysis.metrics import DATA_BOUND, E2E_BASIS, EQUIVALENCE, cell_metrics, verdict_reasons
+from analysis.metrics import cell_metrics
 from analysis.render import (
     Table,
     fmt_break_even,
@@ -31,6 +31,7 @@ from analysis.render import (
 )
 from analysis.scaling import multi_process, scaling_table
 from analysis.stats import geometric_mean
+from analysis.verdicts import DATA_BOUND, E2E_BASIS, EQUIVALENCE, verdict_reasons
 from workloads.contract.vocabulary import (
     AXIS,
     BASELINE_BACKEND,

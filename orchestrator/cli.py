@@ -187,8 +187,8 @@ def cmd_analyze(
     launch_bound: float | None = None,
 ) -> int:
     from analysis.busy import LAUNCH_BOUND
-    from analysis.metrics import DATA_BOUND, EQUIVALENCE
     from analysis.report import analyze, render_tables, write_report
+    from analysis.verdicts import DATA_BOUND, EQUIVALENCE
 
     if not sweep_dir.is_dir():
         return _error(f"not a directory: {sweep_dir}")

@@ -16,7 +16,7 @@ import pytest
 
 from analysis.claims import AGREES, DISAGREES, NO_DIFFERENCE, check_claims, claims_table
 from analysis.collect import load_sweep, read_cell
-from analysis.metrics import E2E_BASIS, MEDIAN_BASIS, RESAMPLES, SEED, cell_metrics
+from analysis.metrics import RESAMPLES, SEED, cell_metrics
 from analysis.render import markdown
 from analysis.stats import (
     EXACT_MEAN_STEPS,
@@ -29,6 +29,7 @@ from analysis.stats import (
     stable_hash,
 )
 from analysis.tables import summarize, summary_table
+from analysis.verdicts import E2E_BASIS, MEDIAN_BASIS
 from orchestrator.cli import main
 from tests.analysis_sweeps import (
     GPT2,

@@ -1,0 +1,71 @@
+"""Verdicts: what a cell's speedup interval says against a margin of equivalence, on what interval it
+rests (the median step's, the paired one where measured; end-to-end where the cell or its eager cell
+waits for data), and why in words (`verdict_reasons`). The statistics: analysis/stats.py
+`equivalence_verdict`; the method: docs/analysis.md ("The tables").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.render import fmt_speedup
+from analysis.stats import equivalence_verdict
+from workloads.contract.vocabulary import COMPLETED
+
+#: Above this share of step time spent waiting for data a cell is data-bound (`--data-bound`).
+DATA_BOUND = 0.10
+#: The margin of practical equivalence of verdicts (`--equivalence`): none by default.
+EQUIVALENCE = 0.0
+#: What a verdict rests on: the median-step speedup's interval, or the end-to-end one.
+MEDIAN_BASIS, E2E_BASIS = "median step", "end-to-end"
+
+
+def verdicts(
+    cells: pd.DataFrame, compared: np.ndarray, base: np.ndarray, data_bound: float, equivalence: float
+) -> None:
+    """`data_bound`, and each compared cell's verdict with what it rests on: the end-to-end interval
+    where the cell or its baseline is data-bound, else the speedup's (the paired one where measured).
+    The baseline itself and cells without an interval have none."""
+    share = cells["data_wait_share"].to_numpy(float)
+    bound = (cells["status"] == COMPLETED).to_numpy() & (np.nan_to_num(share, nan=0.0) > data_bound)
+    cells["data_bound"] = bound
+    e2e = compared & (bound | ((base >= 0) & bound[np.maximum(base, 0)]))
+    low = np.where(e2e, cells["e2e_speedup_low"], cells["speedup_low"]).astype(float)
+    high = np.where(e2e, cells["e2e_speedup_high"], cells["speedup_high"]).astype(float)
+    verdict = equivalence_verdict(low, high, equivalence)
+    verdict[~compared] = None
+    cells["verdict"] = verdict
+    cells["verdict_basis"] = np.where(pd.isna(verdict), None, np.where(e2e, E2E_BASIS, MEDIAN_BASIS))
+
+
+def verdict_reasons(metrics: pd.DataFrame, digits: int = 2) -> pd.Series:
+    """Why a verdict rests on end-to-end throughput: `data-bound (94% waiting for data): end-to-end
+    1.03x [0.97, 1.10]` (`eager cell data-bound (...)` where it is the baseline that waits); '' for
+    the others."""
+    share = metrics.drop_duplicates("cell_id").set_index("cell_id")["data_wait_share"]
+    reasons = []
+    for row in metrics[
+        [
+            "verdict_basis",
+            "data_bound",
+            "data_wait_share",
+            "baseline_cell_id",
+            "e2e_speedup",
+            "e2e_speedup_low",
+            "e2e_speedup_high",
+        ]
+    ].to_dict("records"):
+        if row["verdict_basis"] != E2E_BASIS:
+            reasons.append("")
+            continue
+        whose, fraction = (
+            ("", row["data_wait_share"])
+            if row["data_bound"]
+            else ("eager cell ", share.get(row["baseline_cell_id"], np.nan))
+        )
+        speedup = fmt_speedup(row["e2e_speedup"], row["e2e_speedup_low"], row["e2e_speedup_high"], digits)
+        reasons.append(
+            f"{whose}data-bound ({100 * float(fraction):.0f}% waiting for data): end-to-end {speedup}"
+        )
+    return pd.Series(reasons, index=metrics.index, dtype=object)
