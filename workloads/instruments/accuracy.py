@@ -39,8 +39,6 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.nn.modules.batchnorm import _NormBase
-from torch.nn.modules.dropout import _DropoutNd
 
 from workloads.cell.catalog import NON_DYNAMO_BACKENDS
 from workloads.cell.config import CellConfig
@@ -49,6 +47,8 @@ from workloads.cell.train import PreparedCell, TrainStep
 from workloads.contract.vocabulary import ACCURACY_ERROR, ACCURACY_FAIL, ACCURACY_PASS
 from workloads.instruments.base import Instrument
 
+#: torch's dropout modules, by their public names (not their private base class).
+DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 #: Training steps per run. Adam's first update is lr x sign(gradient) whatever the gradient's size:
 #: the third step's loss is the first that the gradients' magnitudes have reached.
 CHECK_STEPS = 3
@@ -72,10 +72,12 @@ def dropout_off(module: nn.Module) -> Iterator[None]:
     """Where `module` has dropout (a dropout module with p > 0), every module but the normalisations
     with running statistics in eval mode (functional dropout, e.g. attention's, reads its module's
     `training`), each restored after; else nothing changes."""
-    if not any(isinstance(m, _DropoutNd) and m.p > 0 for m in module.modules()):
+    if not any(isinstance(m, DROPOUTS) and m.p > 0 for m in module.modules()):
         yield
         return
-    switched = [(m, m.training) for m in module.modules() if not isinstance(m, _NormBase)]
+    # Batch norms (timm's subclasses included) keep training: their running statistics' updates
+    # are part of the step the check compares.
+    switched = [(m, m.training) for m in module.modules() if not getattr(m, "track_running_stats", False)]
     for m, _ in switched:
         m.training = False
     try:
