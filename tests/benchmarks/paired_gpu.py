@@ -5,8 +5,10 @@ one process, docs/measurement.md "Paired measurement") as good a baseline as the
 
 Each round runs, each in a fresh `python -m workloads.run` process: the eager cell, then each compiled
 backend unpaired and paired (gpt, bf16, the default measuring). It prints per backend the unpaired
-speedup (eager cell's median step / the compiled cell's), and the paired one: the median of the
-pairs' ratios (eager block median / compiled block median) with a 95% percentile bootstrap over pairs.
+speedup (eager cell's median step / the compiled cell's), and the paired one as `compilebench analyze`
+reads it (analysis/paired.py): the median of the pairs' ratios (eager block median / compiled block
+median) with its 95% bootstrap interval over pairs. (At b758b0b, whose numbers docs/gpu-results.md
+gives, the script drew its own percentile bootstrap over the same ratios, 2000 resamples.)
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import yaml
+
+from analysis.collect import read_cell
+from analysis.metrics import cell_metrics
 
 
 def run_cell(directory: Path, **config) -> tuple[pd.DataFrame, pd.Series]:
@@ -38,17 +42,11 @@ def run_cell(directory: Path, **config) -> tuple[pd.DataFrame, pd.Series]:
     return steps[steps["phase"] == "measure"], run
 
 
-def pair_ratios(steps: pd.DataFrame) -> np.ndarray:
-    """Each pair's eager block median step over its compiled block median step."""
-    medians = steps.groupby(["pair", "side"])["step_time_ms"].median().unstack("side")
-    return (medians["eager"] / medians["compiled"]).to_numpy()
-
-
-def bootstrap_median(values: np.ndarray, seed: int = 0, resamples: int = 2000) -> tuple[float, float, float]:
-    rng = np.random.default_rng(seed)
-    drawn = np.median(rng.choice(values, size=(resamples, len(values))), axis=1)
-    low, high = np.percentile(drawn, [2.5, 97.5])
-    return float(np.median(values)), float(low), float(high)
+def paired_speedup(directory: Path) -> pd.Series:
+    """The paired cell's speedup as `compilebench analyze` reads it (analysis/paired.py): the median of
+    its pair ratios with the bootstrap interval over pairs, and how many pairs."""
+    (row,) = cell_metrics(read_cell(directory, warn=None)).to_dict("records")
+    return pd.Series(row)
 
 
 def main() -> None:
@@ -73,15 +71,15 @@ def main() -> None:
                 if not run["paired"]:
                     print(f"  {backend}: not paired: {run['paired_fallback']}")
                     continue
-                ratios = pair_ratios(paired)
-                mid, low, high = bootstrap_median(ratios)
+                speedup = paired_speedup(Path(tmp, f"r{round_}-{backend}-paired"))
                 own = paired[paired["side"] == "compiled"]["step_time_ms"].median()
                 base_ms = paired[paired["side"] == "eager"]["step_time_ms"].median()
                 block = paired.groupby("pair").size().iloc[0] // 2
                 print(
                     f"  {backend}: unpaired {eager_ms / alone['step_time_ms'].median():.3f}x "
-                    f"(median step {alone['step_time_ms'].median():.3f} ms); paired {mid:.3f}x "
-                    f"[{low:.3f}, {high:.3f}] over {len(ratios)} pairs (compiled {own:.3f} ms, "
+                    f"(median step {alone['step_time_ms'].median():.3f} ms); "
+                    f"paired {speedup['speedup']:.3f}x [{speedup['speedup_low']:.3f}, "
+                    f"{speedup['speedup_high']:.3f}] over {speedup['pairs']} pairs (compiled {own:.3f} ms, "
                     f"eager side {base_ms:.3f} ms, {block} steps a block)"
                 )
 
