@@ -31,6 +31,8 @@ FIELDS = (
     ("host_op_us", "host µs per tiny op, before measuring"),
     ("node_cpus_busy_other", "node CPUs busy with other work, while measuring"),
     ("cpu_steal_share", "CPU time taken by the hypervisor, while measuring"),
+    ("compile_workers_wait_s", "s waited for the cell's compile workers, before measuring"),
+    ("compile_workers_cpus", "CPUs busy with the cell's compile workers, while measuring"),
     ("git_sha", "compilebench commit"), ("started_at", "first start"), ("finished_at", "last finish"),
 )  # fmt: skip
 #: A run that lost more of the node's CPU time than this to other guests is named in the note.

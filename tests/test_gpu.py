@@ -768,6 +768,26 @@ def test_a_real_gpu_is_described() -> None:
     assert 0 < op_overhead_us("cuda") < 1000  # a launch costs microseconds
 
 
+def test_inductors_compile_workers_are_found_and_measured_idle() -> None:
+    """On a GPU, inductor starts its compile-worker pool (a side process that runs
+    torch/_inductor/compile_worker/__main__.py, and the workers it forks): the cell finds it by that
+    path, waits until it is idle, and over a window of steps after that finds it idle. (If torch moved
+    it, no worker would be found, and a warm-cache cell would measure beside its import again.)"""
+    from workloads.instruments.compile_workers import IDLE_CPUS, CompileWorkersIdle, compile_workers_cpu_s
+
+    step = torch.compile(lambda x: (x.sin() + 1).relu().sum(), backend="inductor")
+    x = torch.randn(4096, device="cuda")
+    step(x).item()
+    assert compile_workers_cpu_s(os.getpid()), "no compile worker of inductor's found"
+    instrument = CompileWorkersIdle()
+    instrument.before_measuring()
+    for _ in range(10_000):  # about 0.3-0.5 s of launches: a 10 ms clock tick is a small part of it
+        step(x)
+    synchronize(torch.device("cuda"))
+    row = instrument.after_loop()
+    assert row["compile_workers_wait_s"] >= 0 and row["compile_workers_cpus"] <= IDLE_CPUS, row
+
+
 # --- the GPU's busy share -------------------------------------------------------------------------
 
 

@@ -84,6 +84,7 @@ def test_a_cpu_cell_records_the_host_while_it_measured(tiny_cells) -> None:
     assert row["status"] == "completed"
     assert 0 < row["host_op_us"] < 1000
     assert row["node_cpus_busy_other"] >= 0 and 0 <= row["cpu_steal_share"] <= 1
+    assert row["compile_workers_wait_s"] >= 0 and row["compile_workers_cpus"] == 0  # eager: none
 
 
 def test_the_environment_shows_the_host_load_and_names_runs_with_steal(tmp_path: Path) -> None:

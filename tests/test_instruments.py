@@ -19,6 +19,7 @@ from workloads.cell.train import PreparedCell
 from workloads.instruments.accuracy import AccuracyCheck
 from workloads.instruments.base import Instrument
 from workloads.instruments.cold_compile import ColdCompile
+from workloads.instruments.compile_workers import CompileWorkersIdle
 from workloads.instruments.dynamo_records import CompileCounters, DdpSplits, NoDdpSplits
 from workloads.instruments.host_load import HostLoad
 from workloads.instruments.provenance import Provenance
@@ -38,6 +39,7 @@ def test_an_instrument_that_does_not_apply_is_a_no_op_object(
     assert [type(instrument) for instrument in alone] == [
         Instrument,
         Instrument,
+        CompileWorkersIdle,  # every cell: one with no compile workers does not wait
         HostLoad,
         Provenance,
         NoDdpSplits,
@@ -45,7 +47,7 @@ def test_an_instrument_that_does_not_apply_is_a_no_op_object(
         Instrument,  # a CPU cell: no profiled window
         Instrument,  # eager is the accuracy check's reference, not checked
     ]
-    assert alone[4].splits == 0
+    assert alone[5].splits == 0
     nothing = Instrument()
     assert nothing.before_build() is None and nothing.before_measuring() is None
     assert nothing.after_loop() == {} and nothing.after_summary(CellRecorder("c", 1)) == {}
@@ -56,7 +58,7 @@ def test_an_instrument_that_does_not_apply_is_a_no_op_object(
     cold_warm = cell_config_from_dict(tiny_config("gpt", "inductor", compile={"measure": "cold_warm"}))
     applied = instruments_for(cold_warm, Ranks(0, 2, 0, "gloo"))
     assert [type(instrument) for instrument in applied][:2] == [ColdCompile, WaitForQuiet]
-    assert type(applied[4]) is DdpSplits and applied[5].ddp_splits is applied[4]
+    assert type(applied[5]) is DdpSplits and applied[6].ddp_splits is applied[5]
     assert type(applied[-1]) is Instrument  # ranks would each check alone: no accuracy check
     one_process = instruments_for(cold_warm, Ranks())
     assert type(one_process[-1]) is AccuracyCheck

@@ -82,6 +82,14 @@ HOST_LOAD_FIELDS: list[pa.Field] = [
         "cpu_steal_share", pa.float64()
     ),  # share of node CPU time stolen by the hypervisor in the window
 ]
+#: The cell's own compile workers (inductor's): the wait for them to go idle before measuring, and
+#: their load over the window (workloads/instruments/compile_workers.py); null off Linux.
+COMPILE_WORKERS_FIELDS: list[pa.Field] = [
+    pa.field("compile_workers_wait_s", pa.float64()),  # s waited before measuring for them to go idle
+    pa.field(
+        "compile_workers_cpus", pa.float64()
+    ),  # CPUs busy with them in the window (of node_cpus_busy_other)
+]
 #: Why the cell is fast or slow: the GPU's busy share in a profiled window after measuring
 #: (workloads/instruments/profiled_window.py); null on the CPU, for distributed cells, without CUPTI.
 PROFILED_WINDOW_FIELDS: list[pa.Field] = [
@@ -172,6 +180,7 @@ RUN_SCHEMA = pa.schema(
         ("rank_peak_mem_bytes", pa.list_(pa.int64())),
         *PROVENANCE_FIELDS,  # what explains variance: CPU, affinity, threads, node, binding, GPU state
         *HOST_LOAD_FIELDS,  # and the host's speed and load while measuring
+        *COMPILE_WORKERS_FIELDS,  # of which the cell's own compile workers'
         *PROFILED_WINDOW_FIELDS,  # and the GPU's busy share after it
         ("torch_version", pa.string()),
         ("triton_version", pa.string()),

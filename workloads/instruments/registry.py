@@ -1,12 +1,12 @@
 """The instruments of a cell, in one list: `instruments_for(cfg, ranks)`.
 
 Their order is the order of every moment (workloads/instruments/base.py), and it matters where two
-share one: before measuring, the wait for quiet comes before the host's load opens its window;
-after the loop, the host's load closes its window before provenance probes the GPU (nvidia-smi is
-no part of the window); DDP's splits are counted before the compile counters report them. Once the
-loop finished, the profiled window comes first (its steps train the cell on) and the accuracy check
-last: its steps change no state that another instrument reads. A new measurement is one
-`Instrument` subclass, added here.
+share one: before measuring, the waits for quiet (other replicates, then the cell's own compile
+workers) come before the host's load opens its window; after the loop, the host's load closes its
+window before provenance probes the GPU (nvidia-smi is no part of the window); DDP's splits are
+counted before the compile counters report them. Once the loop finished, the profiled window comes
+first (its steps train the cell on) and the accuracy check last: its steps change no state that
+another instrument reads. A new measurement is one `Instrument` subclass, added here.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from workloads.cell.distributed import Ranks
 from workloads.instruments.accuracy import AccuracyCheck
 from workloads.instruments.base import Instrument
 from workloads.instruments.cold_compile import ColdCompile
+from workloads.instruments.compile_workers import CompileWorkersIdle
 from workloads.instruments.dynamo_records import CompileCounters, DdpSplits
 from workloads.instruments.host_load import HostLoad
 from workloads.instruments.profiled_window import GpuBusy
@@ -51,6 +52,7 @@ def instruments_for(cfg: CellConfig, ranks: Ranks, repeat: int = 0) -> list[Inst
     return [
         ColdCompile.for_cell(cfg),
         WaitForQuiet.for_process(),
+        CompileWorkersIdle(),
         HostLoad(),
         Provenance(),
         ddp_splits,
