@@ -4,6 +4,7 @@ as inductor starts its side process, and a spinning child that is no compile wor
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from workloads.instruments.compile_workers import (
     compile_workers_cpu_s,
     wait_until_idle,
 )
+from workloads.local import turns
 
 #: A worker that spins until told to stop, then says so and sleeps until killed: idle, still alive.
 SPIN_THEN_SLEEP = """
@@ -110,3 +112,39 @@ def test_the_wait_lasts_while_a_worker_works_and_ends_once_it_sleeps(start_cell)
 
 def test_a_window_never_opened() -> None:
     assert CompileWorkersIdle().after_loop() == {"compile_workers_wait_s": None, "compile_workers_cpus": None}
+
+
+#: A process started ahead by the local executor, its turn given at once: `take_turn`, then how many
+#: compile workers it has and the CPU seconds they used (their import of torch, before any compile).
+TAKE_TURN = """
+import json, os, sys
+from workloads.cell.config import cell_config_from_dict
+from workloads.instruments.compile_workers import compile_workers_cpu_s
+from workloads.run import take_turn
+take_turn(cell_config_from_dict(json.loads(sys.argv[1])))
+workers = compile_workers_cpu_s(os.getpid())
+print(len(workers), sum(workers))
+"""
+
+
+@pytest.mark.parametrize("backend", ["inductor", "eager"])
+def test_a_replicate_started_ahead_starts_its_compile_workers_while_it_waits(
+    backend: str, tiny_config, tmp_path: Path
+) -> None:
+    """workloads/run.py `take_turn`: an inductor cell starts inductor's real compile-worker pool before
+    it builds anything, and is done importing only once the pool has imported torch (its CPU time
+    says so); an eager cell starts none. Needs 2 CPUs: inductor starts no pool for one compile thread."""
+    (tmp_path / turns.TURN_FILE).write_text("0")
+    (tmp_path / f"{turns.IMPORTING_PREFIX}0").write_text("")
+    env = {**os.environ, turns.DIR_ENV: str(tmp_path), turns.INDEX_ENV: "0", "PYTHONPATH": str(Path.cwd())}
+    config = json.dumps(tiny_config("gpt", backend))
+    done = subprocess.run(
+        [sys.executable, "-c", TAKE_TURN, config], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    workers, cpu_s = done.stdout.split()
+    assert not (tmp_path / f"{turns.IMPORTING_PREFIX}0").exists()  # done importing
+    if backend == "eager":
+        assert int(workers) == 0
+    else:
+        assert int(workers) >= 1 and float(cpu_s) >= 0.2  # torch imported (1-3 s of CPU on these machines)

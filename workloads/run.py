@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import os
 import signal
 import sys
 import traceback
@@ -61,6 +62,7 @@ from workloads.contract.vocabulary import (
     axes_from_config,
 )
 from workloads.instruments import cold_compile
+from workloads.instruments.compile_workers import start_compile_workers, wait_until_idle
 from workloads.instruments.environment import resolve_device
 from workloads.local import turns
 from workloads.train_cell import prepare_cell, train_cell
@@ -179,6 +181,11 @@ def take_turn(cfg: CellConfig) -> None:
         # CUDA's context (a second or two) is made while waiting, too: it runs no kernel, and the
         # one measuring waits until this is done (done_importing below).
         torch.empty(0, device="cuda")
+    if cfg.backend.name == "inductor":
+        # Inductor's compile workers import torch (5-10 s on the GPU machines), which the cell would
+        # otherwise wait for before measuring (workloads/instruments/compile_workers.py).
+        start_compile_workers()
+        wait_until_idle(os.getpid())
     imported = _now()
     turns.done_importing()
     waited = turns.wait_for_turn()

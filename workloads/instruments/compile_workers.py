@@ -11,6 +11,9 @@ IDLE_CPUS of a CPU for QUIET_POLLS polls in a row (at once where it has none), u
 records the seconds waited (`compile_workers_wait_s`) and the CPUs they kept busy over the measured
 window (`compile_workers_cpus`, a part of `node_cpus_busy_other`). Linux (/proc) only: elsewhere
 None, and no wait.
+
+A replicate that the local executor starts ahead (workloads/run.py `take_turn`) starts its pool while it
+waits for its turn, through the one private inductor API used here, `start_compile_workers`.
 """
 
 from __future__ import annotations
@@ -92,6 +95,16 @@ def wait_until_idle(root: int, on_poll: Any = None) -> float:
             on_poll(cpus)
         workers, last_t = now, now_t
     return time.monotonic() - start
+
+
+def start_compile_workers() -> None:
+    """Start inductor's compile-worker pool now, as its backend does at its first compile:
+    `torch._inductor.async_compile.maybe_warm_pool()` (private: torch has no public way; it is there
+    in torch 2.11 and 2.15, and tests/test_compile_workers.py fails if it goes). A no-op where inductor
+    would start none (one compile thread, no triton)."""
+    from torch._inductor.async_compile import maybe_warm_pool
+
+    maybe_warm_pool()
 
 
 class CompileWorkersIdle(Instrument):
