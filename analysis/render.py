@@ -47,6 +47,14 @@ def fmt_percent(fraction: Any, digits: int = 1) -> str:
     return "" if is_null(fraction) else f"{100 * float(fraction):.{digits}f}%"
 
 
+def fmt_accuracy(result: Any, diff: Any, floor: Any) -> str:
+    """`pass (2.3e-07; eager 0)`: an accuracy check's result, the compiled losses' largest relative
+    difference from eager's and eager's from itself; the result alone where the check failed to run."""
+    if is_null(result) or is_null(diff):
+        return "" if is_null(result) else str(result)
+    return f"{result} ({fmt_number(diff)}; eager {fmt_number(floor)})"
+
+
 def fmt_count(value: Any) -> str:
     """A whole number ('' for null)."""
     return "" if is_null(value) else str(int(value))

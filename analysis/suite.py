@@ -11,7 +11,10 @@ axes equal) and ends in exactly one outcome (OUTCOMES, first that applies):
     compile error   the compiled cell failed while eager completed (compiling, or the compiled code)
     not compiled    a compiled backend was asked for and nothing compiled (status not_compiled)
     OOM, timeout    the compiled cell's status
-    loss diverges   completed, but its loss differs from eager's by more than LOSS_RTOL in one of
+    fails accuracy  completed, but its accuracy check failed (workloads/instruments/accuracy.py: the
+                    same batches and state, dropout off, compiled against eager beyond tolerance and
+                    noise floor); a cell the check did not run on (torchscript, distributed, a sweep
+                    from before it): its loss differs from eager's by more than LOSS_RTOL in one of
                     the first LOSS_STEPS steps (same seed, same weights and batches)
     passed          completed and trains as eager does
 
@@ -31,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.axes import axis_text, backend_labels
-from analysis.render import Table, fmt_number, fmt_percent, fmt_speedup, is_null
+from analysis.render import Table, fmt_accuracy, fmt_number, fmt_percent, fmt_speedup, is_null
 from analysis.stats import geometric_mean
 from workloads.contract import vocabulary
 from workloads.contract.sweep_dir import cell_dirs, read_cell_config
@@ -39,14 +42,15 @@ from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, PROCESSES
 
 #: The top-level key a suite's config (conf/suite/*.yaml) gives every cell: {name: ...}.
 SUITE_KEY = "suite"
-#: The loss is compared in the first steps only: step 0 sees the same weights and batch in eager
-#: and compiled training, and rounding has had two optimizer steps to grow. Later, chaos and a loss
-#: near zero (a few cycled synthetic batches are learnt by heart) make relative differences
-#: meaningless. 2% is PyTorch's training-accuracy tolerance of 1e-2 with room for bf16 autocast.
+#: Without an accuracy check, the loss is compared in the first steps only: step 0 sees the same
+#: weights and batch in eager and compiled training, and rounding has had two optimizer steps to grow.
+#: Later, chaos and a loss near zero (a few cycled synthetic batches are learnt by heart) make
+#: relative differences meaningless. 2% is PyTorch's training-accuracy tolerance of 1e-2 with room
+#: for bf16 autocast.
 LOSS_STEPS, LOSS_RTOL = 3, 0.02
-PASSED, LOSS_DIVERGED, COMPILE_ERROR, NOT_COMPILED, OOM, TIMEOUT, EAGER_FAILED, NO_RESULT = (
+PASSED, FAILS_ACCURACY, COMPILE_ERROR, NOT_COMPILED, OOM, TIMEOUT, EAGER_FAILED, NO_RESULT = (
     "passed",
-    "loss diverges",
+    "fails accuracy",
     "compile error",
     "not compiled",
     "OOM",
@@ -54,7 +58,7 @@ PASSED, LOSS_DIVERGED, COMPILE_ERROR, NOT_COMPILED, OOM, TIMEOUT, EAGER_FAILED, 
     "eager failed",
     "no result",
 )
-OUTCOMES = (PASSED, LOSS_DIVERGED, COMPILE_ERROR, NOT_COMPILED, OOM, TIMEOUT, EAGER_FAILED, NO_RESULT)
+OUTCOMES = (PASSED, FAILS_ACCURACY, COMPILE_ERROR, NOT_COMPILED, OOM, TIMEOUT, EAGER_FAILED, NO_RESULT)
 _BY_STATUS = {
     vocabulary.FAILED: COMPILE_ERROR,
     vocabulary.NOT_COMPILED: NOT_COMPILED,
@@ -86,6 +90,20 @@ def early_loss_rel_diff(metrics: pd.DataFrame, steps: pd.DataFrame, eager: pd.Se
     return metrics["cell_id"].map(worst)
 
 
+def _accuracy_outcome(cell: pd.Series, early_diff: float) -> tuple[str, str]:
+    """PASSED or FAILS_ACCURACY for a completed cell whose eager cell completed, and the line that says
+    why: its accuracy check where it has one, else its early loss against eager's (`early_diff`)."""
+    if is_null(cell["accuracy"]):
+        if early_diff > LOSS_RTOL:
+            why = f"loss {fmt_percent(early_diff)} off eager's in the first {LOSS_STEPS} steps"
+            return FAILS_ACCURACY, f"{why} (no accuracy check)"
+        return PASSED, ""
+    if cell["accuracy"] == vocabulary.ACCURACY_FAIL:
+        result = fmt_accuracy(cell["accuracy"], cell["accuracy_rel_diff"], cell["accuracy_noise_floor"])
+        return FAILS_ACCURACY, f"accuracy check: {result}"
+    return PASSED, ""
+
+
 def outcomes(metrics: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """One row per compiled cell: backend label, model, outcome, speedup and the line that says why."""
     model = metrics.groupby(_MODEL, dropna=False, sort=False).ngroup()
@@ -103,13 +121,7 @@ def outcomes(metrics: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         cell = metrics.iloc[i]
         status, error = cell["status"], cell["error"]
         if status == COMPLETED and base_status.iloc[i] == COMPLETED:
-            diverges = diff.iloc[i] > LOSS_RTOL
-            outcome = LOSS_DIVERGED if diverges else PASSED
-            why = (
-                f"loss {fmt_percent(diff.iloc[i])} off eager's in the first {LOSS_STEPS} steps"
-                if diverges
-                else ""
-            )
+            outcome, why = _accuracy_outcome(cell, diff.iloc[i])
         elif status not in (COMPLETED, *_BY_STATUS):
             outcome, why = NO_RESULT, axis_text(status)
         elif base_status.iloc[i] != COMPLETED:
@@ -230,11 +242,11 @@ def suite_tables(metrics: pd.DataFrame, steps: pd.DataFrame, name: str) -> list[
     })  # fmt: skip
     note = (
         f"Suite {name}: each model compiled by the backend against the eager cell of the same model. Pass "
-        "rate over every model, whatever its outcome (each counted in one column: loss diverges = completed, "
-        "but "
-        f"the loss is more than {fmt_percent(LOSS_RTOL, 0)} off eager's in one of the first {LOSS_STEPS} "
-        "steps; compile error = failed while eager completed; eager failed = the eager cell did not "
-        "complete); the models that did not pass are named in the next table. Over the passed models: "
+        "rate over every model, whatever its outcome (each counted in one column: fails accuracy = "
+        "completed, but its accuracy check failed, or, where it had none, the loss is more than "
+        f"{fmt_percent(LOSS_RTOL, 0)} off eager's in one of the first {LOSS_STEPS} steps; compile error = "
+        "failed while eager completed; eager failed = the eager cell did not complete); the models that "
+        "did not pass are named in the next table. Over the passed models: "
         "geometric-mean speedup (paired where measured, else eager median step / own), unclipped and "
         "clipped at 1 (PyTorch's dashboard convention: a model slower than eager counts as 1x), the share "
         "slower than eager, median and 90th "

@@ -21,6 +21,7 @@ from analysis.collect import SweepData, read_cell
 from analysis.metrics import cell_metrics
 from analysis.render import (
     Table,
+    fmt_accuracy,
     fmt_break_even,
     fmt_count,
     fmt_number,
@@ -123,7 +124,7 @@ def summary_table(
         "graphs": metrics["graph_count"].map(fmt_count),
         "breaks": metrics["graph_break_count"].map(fmt_count),
         "recompiles": metrics["recompile_count"].map(fmt_count),
-        "accuracy": [_accuracy_text(*v) for v in zip(metrics["accuracy"], metrics["accuracy_rel_diff"],
+        "accuracy": [fmt_accuracy(*v) for v in zip(metrics["accuracy"], metrics["accuracy_rel_diff"],
                                                      metrics["accuracy_noise_floor"])],
         "data wait": metrics["data_wait_share"].map(fmt_percent),
         "GPU busy": busy_texts(metrics),
@@ -179,14 +180,6 @@ def method_texts(metrics: pd.DataFrame) -> list[str]:
             f"{text} {DISAGREES} {fmt_speedup(*unpaired)}" if not is_null(disagrees) and disagrees else text
         )
     return texts
-
-
-def _accuracy_text(result: object, diff: object, floor: object) -> str:
-    """`pass (2.3e-07; eager 0)`: the check's result, the compiled losses' largest relative difference
-    from eager's and eager's from itself; the result alone where the check failed to run."""
-    if is_null(result) or is_null(diff):
-        return "" if is_null(result) else str(result)
-    return f"{result} ({fmt_number(diff)}; eager {fmt_number(floor)})"
 
 
 def _cold_warm(metrics: pd.DataFrame, column: str, whole: bool = False) -> list[str]:

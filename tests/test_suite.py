@@ -144,7 +144,7 @@ def test_suite_table_arithmetic(tmp_path: Path) -> None:
     counts = {
         k: row[k]
         for k in (
-            "loss diverges",
+            "fails accuracy",
             "compile error",
             "not compiled",
             "OOM",
@@ -154,7 +154,7 @@ def test_suite_table_arithmetic(tmp_path: Path) -> None:
         )
     }
     assert counts == {
-        "loss diverges": 1,
+        "fails accuracy": 1,
         "compile error": 1,
         "not compiled": 1,
         "OOM": 1,
@@ -181,7 +181,7 @@ def test_suite_table_arithmetic(tmp_path: Path) -> None:
         ("c", "compile error"): "BackendCompilerFailed: boom",
         ("d", "eager failed"): "eager failed: RuntimeError: eager broke",
         ("e", "OOM"): "OutOfMemoryError: CUDA out of memory",
-        ("f", "loss diverges"): "loss 5.0% off eager's in the first 3 steps",
+        ("f", "fails accuracy"): "loss 5.0% off eager's in the first 3 steps (no accuracy check)",
         ("g", "not compiled"): "",
     }
 
@@ -191,6 +191,35 @@ def test_suite_table_arithmetic(tmp_path: Path) -> None:
     first, cached = per_model.text.iloc[0], per_model.text.iloc[1]
     assert first["speedup [95% CI]"].startswith("2.00x") and first["compile s"] == "10.00"
     assert (cached["compile s"], cached["peak mem vs eager"]) == ("from cache", "1.000")
+
+
+def test_the_accuracy_check_decides_where_a_cell_has_one(tmp_path: Path) -> None:
+    """A cell whose check failed fails accuracy with the check's numbers, even with equal early losses;
+    a cell whose check passed passes, even with early losses 5% apart (dropout draws differ between
+    eager and compiled training; the check turns it off); the early losses decide only without one."""
+    sweep = tmp_path / "sweep"
+    same, apart = [4.0] * 5, [4.0, 4.2, 4.0, 4.0, 4.0]
+    failed = {"accuracy": "fail_accuracy", "accuracy_rel_diff": 0.031, "accuracy_noise_floor": 0.0004}
+    for arch, compiled_loss, check in (("failed", same, failed), ("passed", apart, {"accuracy": "pass"})):
+        _model(
+            sweep,
+            arch,
+            {"step_ms": [100.0] * 3, "loss": same},
+            {"step_ms": [80.0] * 3, "loss": compiled_loss, **check},
+        )
+    for config in sweep.glob("cells/*/config.yaml"):
+        config.write_text(config.read_text() + yaml.safe_dump({"suite": {"name": "hand"}}))
+    result = analyze(sweep, warn=None)
+    suite, failures, _ = suite_tables(result.metrics, result.data.steps, "hand")
+    (row,) = suite.data.to_dict("records")
+    assert (row["passed"], row["fails accuracy"]) == (1, 1)
+    assert failures.data[["model", "outcome", "why"]].values.tolist() == [
+        [
+            "failed",
+            "fails accuracy",
+            "accuracy check: fail_accuracy (0.031; eager 0.0004)",
+        ]
+    ]
 
 
 def test_timm_smoke_suite_on_the_cpu(capsys, tmp_path: Path) -> None:
