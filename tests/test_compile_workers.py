@@ -127,24 +127,47 @@ print(len(workers), sum(workers))
 """
 
 
-@pytest.mark.parametrize("backend", ["inductor", "eager"])
-def test_a_replicate_started_ahead_starts_its_compile_workers_while_it_waits(
-    backend: str, tiny_config, tmp_path: Path
-) -> None:
-    """workloads/run.py `take_turn`: an inductor cell starts inductor's real compile-worker pool before
-    it builds anything, and is done importing only once the pool has imported torch (its CPU time
-    says so); an eager cell starts none. Needs 2 CPUs: inductor starts no pool for one compile thread."""
-    (tmp_path / turns.TURN_FILE).write_text("0")
-    (tmp_path / f"{turns.IMPORTING_PREFIX}0").write_text("")
-    env = {**os.environ, turns.DIR_ENV: str(tmp_path), turns.INDEX_ENV: "0", "PYTHONPATH": str(Path.cwd())}
-    config = json.dumps(tiny_config("gpt", backend))
+def take_turn_ahead(config: dict, turns_dir: Path) -> tuple[int, float]:
+    """`take_turn` of a process started ahead whose turn has come; its compile workers, their CPU s."""
+    (turns_dir / turns.TURN_FILE).write_text("0")
+    (turns_dir / f"{turns.IMPORTING_PREFIX}0").write_text("")
+    env = {**os.environ, turns.DIR_ENV: str(turns_dir), turns.INDEX_ENV: "0", "PYTHONPATH": str(Path.cwd())}
     done = subprocess.run(
-        [sys.executable, "-c", TAKE_TURN, config], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", TAKE_TURN, json.dumps(config)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
+    assert not (turns_dir / f"{turns.IMPORTING_PREFIX}0").exists()  # done importing
     workers, cpu_s = done.stdout.split()
-    assert not (tmp_path / f"{turns.IMPORTING_PREFIX}0").exists()  # done importing
-    if backend == "eager":
-        assert int(workers) == 0
-    else:
-        assert int(workers) >= 1 and float(cpu_s) >= 0.2  # torch imported (1-3 s of CPU on these machines)
+    return int(workers), float(cpu_s)
+
+
+@pytest.mark.parametrize("backend", ["inductor", "eager"])
+def test_a_cpu_replicate_started_ahead_starts_no_compile_workers(
+    backend: str, tiny_config, tmp_path: Path
+) -> None:
+    """On the CPU inductor compiles C++ in the cell's process: no pool is started ahead for it
+    (tests/test_gpu.py starts one for a CUDA cell)."""
+    assert take_turn_ahead(tiny_config("gpt", backend), tmp_path) == (0, 0.0)
+
+
+def test_inductors_compile_workers_started_by_hand_are_waited_for() -> None:
+    """The one private inductor API used, for real: `start_compile_workers` starts inductor's pool (on
+    the CPU too, where its compile would not), and the wait ends once the pool has imported torch (its
+    CPU time says so). Needs 2 CPUs: inductor starts no pool for one compile thread."""
+    code = (
+        "import os\n"
+        "from workloads.instruments.compile_workers import compile_workers_cpu_s, start_compile_workers, "
+        "wait_until_idle\n"
+        "start_compile_workers()\n"
+        "found = len(compile_workers_cpu_s(os.getpid()))\n"
+        "wait_until_idle(os.getpid())\n"
+        "print(found, sum(compile_workers_cpu_s(os.getpid())))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    found, cpu_s = done.stdout.split()
+    assert int(found) >= 1 and float(cpu_s) >= 0.2  # torch imported: 1-3 s of CPU on these machines

@@ -788,6 +788,18 @@ def test_inductors_compile_workers_are_found_and_measured_idle() -> None:
     assert row["compile_workers_wait_s"] >= 0 and row["compile_workers_cpus"] <= IDLE_CPUS, row
 
 
+def test_a_cuda_replicate_started_ahead_starts_its_compile_workers_while_it_waits(
+    tiny_config, tmp_path: Path
+) -> None:
+    """workloads/run.py `take_turn`: a CUDA inductor cell started ahead by the local executor starts
+    inductor's compile workers before it builds anything, and is done importing only once they have
+    imported torch; so it need not wait for them before measuring."""
+    from tests.test_compile_workers import take_turn_ahead
+
+    workers, cpu_s = take_turn_ahead(tiny_config("gpt", "inductor", device="cuda"), tmp_path)
+    assert workers >= 1 and cpu_s >= 0.2
+
+
 # --- the GPU's busy share -------------------------------------------------------------------------
 
 

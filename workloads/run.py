@@ -181,9 +181,10 @@ def take_turn(cfg: CellConfig) -> None:
         # CUDA's context (a second or two) is made while waiting, too: it runs no kernel, and the
         # one measuring waits until this is done (done_importing below).
         torch.empty(0, device="cuda")
-    if cfg.backend.name == "inductor":
-        # Inductor's compile workers import torch (5-10 s on the GPU machines), which the cell would
-        # otherwise wait for before measuring (workloads/instruments/compile_workers.py).
+    if cuda and cfg.backend.name == "inductor":
+        # Inductor's compile workers (Triton's: a CPU cell compiles C++ without them) import torch,
+        # 5-10 s on the GPU machines, which the cell would otherwise wait for before measuring
+        # (workloads/instruments/compile_workers.py).
         start_compile_workers()
         wait_until_idle(os.getpid())
     imported = _now()
