@@ -9,6 +9,7 @@ from tests/analysis_sweeps.py and from tests/slurm/, never from another test mod
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -26,6 +27,7 @@ import pytest
 
 from workloads.cell.config import MeasureConfig
 from workloads.cell.stop_rule import median_interval_ranks
+from workloads.local import turns
 
 if TYPE_CHECKING:
     from tests.slurm.cluster import LocalSlurm
@@ -217,3 +219,34 @@ def reference_stop_reason(
     if m.max_seconds is not None and elapsed >= m.max_seconds:
         return "max_seconds"
     return None
+
+
+#: A process started ahead by the local executor, its turn given at once: `take_turn`, then how many
+#: compile workers it has and the CPU seconds they used (their import of torch, before any compile).
+TAKE_TURN = """
+import json, os, sys
+from workloads.cell.config import cell_config_from_dict
+from workloads.instruments.compile_workers import compile_workers_cpu_s
+from workloads.run import take_turn
+take_turn(cell_config_from_dict(json.loads(sys.argv[1])))
+workers = compile_workers_cpu_s(os.getpid())
+print(len(workers), sum(workers))
+"""
+
+
+def take_turn_ahead(config: dict, turns_dir: Path) -> tuple[int, float]:
+    """`take_turn` of a process started ahead whose turn has come; its compile workers, their CPU s."""
+    (turns_dir / turns.TURN_FILE).write_text("0")
+    (turns_dir / f"{turns.IMPORTING_PREFIX}0").write_text("")
+    env = {**os.environ, turns.DIR_ENV: str(turns_dir), turns.INDEX_ENV: "0", "PYTHONPATH": str(Path.cwd())}
+    done = subprocess.run(
+        [sys.executable, "-c", TAKE_TURN, json.dumps(config)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not (turns_dir / f"{turns.IMPORTING_PREFIX}0").exists()  # done importing
+    workers, cpu_s = done.stdout.split()
+    return int(workers), float(cpu_s)

@@ -4,7 +4,6 @@ as inductor starts its side process, and a spinning child that is no compile wor
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import take_turn_ahead
 from workloads.instruments.compile_workers import (
     IDLE_CPUS,
     QUIET_POLLS,
@@ -20,7 +20,6 @@ from workloads.instruments.compile_workers import (
     compile_workers_cpu_s,
     wait_until_idle,
 )
-from workloads.local import turns
 
 #: A worker that spins until told to stop, then says so and sleeps until killed: idle, still alive.
 SPIN_THEN_SLEEP = """
@@ -112,37 +111,6 @@ def test_the_wait_lasts_while_a_worker_works_and_ends_once_it_sleeps(start_cell)
 
 def test_a_window_never_opened() -> None:
     assert CompileWorkersIdle().after_loop() == {"compile_workers_wait_s": None, "compile_workers_cpus": None}
-
-
-#: A process started ahead by the local executor, its turn given at once: `take_turn`, then how many
-#: compile workers it has and the CPU seconds they used (their import of torch, before any compile).
-TAKE_TURN = """
-import json, os, sys
-from workloads.cell.config import cell_config_from_dict
-from workloads.instruments.compile_workers import compile_workers_cpu_s
-from workloads.run import take_turn
-take_turn(cell_config_from_dict(json.loads(sys.argv[1])))
-workers = compile_workers_cpu_s(os.getpid())
-print(len(workers), sum(workers))
-"""
-
-
-def take_turn_ahead(config: dict, turns_dir: Path) -> tuple[int, float]:
-    """`take_turn` of a process started ahead whose turn has come; its compile workers, their CPU s."""
-    (turns_dir / turns.TURN_FILE).write_text("0")
-    (turns_dir / f"{turns.IMPORTING_PREFIX}0").write_text("")
-    env = {**os.environ, turns.DIR_ENV: str(turns_dir), turns.INDEX_ENV: "0", "PYTHONPATH": str(Path.cwd())}
-    done = subprocess.run(
-        [sys.executable, "-c", TAKE_TURN, json.dumps(config)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    assert not (turns_dir / f"{turns.IMPORTING_PREFIX}0").exists()  # done importing
-    workers, cpu_s = done.stdout.split()
-    return int(workers), float(cpu_s)
 
 
 @pytest.mark.parametrize("backend", ["inductor", "eager"])

@@ -53,7 +53,7 @@ import torch
 import yaml
 from torch import nn
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, take_turn_ahead
 from workloads.cell.config import MeasureConfig, cell_config_from_dict
 from workloads.cell.precision import PRECISIONS
 from workloads.cell.recorder import CellRecorder
@@ -794,8 +794,6 @@ def test_a_cuda_replicate_started_ahead_starts_its_compile_workers_while_it_wait
     """workloads/run.py `take_turn`: a CUDA inductor cell started ahead by the local executor starts
     inductor's compile workers before it builds anything, and is done importing only once they have
     imported torch; so it need not wait for them before measuring."""
-    from tests.test_compile_workers import take_turn_ahead
-
     workers, cpu_s = take_turn_ahead(tiny_config("gpt", "inductor", device="cuda"), tmp_path)
     assert workers >= 1 and cpu_s >= 0.2
 
