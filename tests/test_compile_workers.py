@@ -98,7 +98,7 @@ def test_the_wait_lasts_while_a_worker_works_and_ends_once_it_sleeps(start_cell)
             cell.stdin.write("stop\n")
             cell.stdin.flush()
 
-    waited = wait_until_idle(cell.pid, on_poll=on_poll)
+    waited, _ = wait_until_idle(cell.pid, on_poll=on_poll)
     assert cell.stdout.readline().strip() == "stopped"  # the wait outlasted the work
     assert all(cpus > IDLE_CPUS for cpus in polls[: QUIET_POLLS + 2])
     assert all(cpus <= IDLE_CPUS for cpus in polls[-QUIET_POLLS:])

@@ -77,24 +77,24 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-def wait_until_idle(root: int, on_poll: Any = None) -> float:
-    """Block until the compile workers of process `root` are idle or gone; the seconds waited.
-    `on_poll(cpus)`, where given, sees the CPUs they used over each poll."""
+def wait_until_idle(root: int, on_poll: Any = None) -> tuple[float, list[float] | None]:
+    """Block until the compile workers of process `root` are idle or gone; the seconds waited, and
+    their CPU seconds at the end (`compile_workers_cpu_s`'s last look). `on_poll(cpus)`, where given,
+    sees the CPUs they used over each poll."""
     start = last_t = time.monotonic()
     workers = compile_workers_cpu_s(root)
     quiet = 0
     while workers and quiet < QUIET_POLLS and time.monotonic() - start < TIMEOUT_S:
         time.sleep(POLL_S)
         now, now_t = compile_workers_cpu_s(root), time.monotonic()
-        if now is None:
-            break
-        # an exited helper takes its time along: never a negative use
-        cpus = max(0.0, sum(now) - sum(workers)) / (now_t - last_t)
-        quiet = quiet + 1 if cpus <= IDLE_CPUS else 0
-        if on_poll is not None:
-            on_poll(cpus)
+        if now is not None:
+            # an exited helper takes its time along: never a negative use
+            cpus = max(0.0, sum(now) - sum(workers)) / (now_t - last_t)
+            quiet = quiet + 1 if cpus <= IDLE_CPUS else 0
+            if on_poll is not None:
+                on_poll(cpus)
         workers, last_t = now, now_t
-    return time.monotonic() - start
+    return time.monotonic() - start, workers
 
 
 def start_compile_workers() -> None:
@@ -116,18 +116,17 @@ class CompileWorkersIdle(Instrument):
         self._begin: tuple[float, float] | None = None
 
     def before_measuring(self) -> None:
-        if compile_workers_cpu_s(self._root) is None:
+        waited, workers = wait_until_idle(self._root)
+        if workers is None:  # no /proc: nothing to wait for or to count
             return
-        self._waited = wait_until_idle(self._root)
-        if self._waited >= 1.0:
+        self._waited, self._begin = waited, (sum(workers), time.monotonic())
+        if waited >= 1.0:
             print(
-                f"compilebench: waited {self._waited:.1f} s before measuring while inductor's compile "
+                f"compilebench: waited {waited:.1f} s before measuring while inductor's compile "
                 "workers started",
                 file=sys.stderr,
                 flush=True,
             )
-        workers = compile_workers_cpu_s(self._root)
-        self._begin = None if workers is None else (sum(workers), time.monotonic())
 
     def after_loop(self) -> dict[str, Any]:
         cpus = None
