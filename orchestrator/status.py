@@ -2,8 +2,8 @@
 the cells `--retry-failed` runs again, and following a sweep until it ends (`sweep --wait`).
 
 A cell's state comes from its result first: the status of the attempt that counts in
-`run.parquet` (completed, failed, oom, timeout, cancelled, not_compiled). A cell without a
-result (or with a failed one whose newer job is in the queue again) takes its state from the
+`run.parquet` (completed, failed, oom, timeout, cancelled, not_compiled, not_supported). A cell
+without a result (or with a failed one whose newer job is in the queue again) takes its state from the
 scheduler, for the job id that `manifest.parquet` records: `squeue` for the jobs the controller
 still knows (pending, running, and those that ended a few minutes ago), then `sacct` for the
 others where accounting exists. A job that left no result is `lost` when its node died (Slurm's
@@ -42,6 +42,7 @@ from workloads.contract.vocabulary import (
     COMPLETED,
     LOST,
     NOT_RUN,
+    NOT_SUPPORTED,
     PENDING,
     QUEUED,
     RUNNING,
@@ -53,8 +54,9 @@ from workloads.contract.vocabulary import (
     shown_axes,
 )
 
-#: Cells that `status --retry-failed` runs again: no result that counts and no job in the queue.
-RETRY = (*STATUSES[1:], LOST, NOT_RUN)
+#: Cells that `status --retry-failed` runs again: no result that counts and no job in the queue; not
+#: a cell whose device cannot run it (`not_supported`: the same partition would refuse it again).
+RETRY = (*(state for state in STATUSES[1:] if state != NOT_SUPPORTED), LOST, NOT_RUN)
 
 
 class NotASweep(ValueError):

@@ -7,7 +7,8 @@ cell's process group, turns signals and failures into a status and writes `steps
 (workloads/cell/distributed.py): every rank trains and measures, and rank 0 gathers the ranks'
 steps and alone writes the files (workloads/cell/recorder.py).
 Whatever happens after the config is read — an exception, CUDA OOM, a compile error, SIGTERM
-(`cancelled`), SIGUSR2 ahead of the time limit (`timeout`), or a backend that compiled nothing —
+(`cancelled`), SIGUSR2 ahead of the time limit (`timeout`), a device that cannot run the cell
+(`not_supported`: fp8 without fp8 tensor cores), or a backend that compiled nothing —
 a run row with the status and error text is written, and the process exits non-zero unless the
 status is `completed` (so Slurm marks the job failed).
 """
@@ -52,11 +53,13 @@ from workloads.cell.config import (
 )
 from workloads.cell.distributed import LaunchError, Ranks
 from workloads.cell.recorder import CellRecorder
+from workloads.cell.support import NotSupported
 from workloads.contract.sweep_dir import next_attempt
 from workloads.contract.vocabulary import (
     CANCELLED,
     COMPLETED,
     FAILED,
+    NOT_SUPPORTED,
     OOM,
     TIMEOUT,
     axes_from_config,
@@ -153,6 +156,8 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
         if signalled := interruption(err):
             status = TIMEOUT if isinstance(signalled, CellTimedOut) else CANCELLED
             rec.run["error"] = str(signalled)
+        elif isinstance(err, NotSupported):
+            status, rec.run["error"] = NOT_SUPPORTED, str(err)
         else:
             status = OOM if is_out_of_memory(err) else FAILED
             rec.run["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()

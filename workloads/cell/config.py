@@ -73,10 +73,19 @@ class BackendConfig:
     """Extra backend options passed to torch.compile(options=...)."""
 
 
+#: `precision.recipe` of precision=fp8 (torchao's float8 training recipes; a GEMM cell takes the
+#: first two: its scales per tensor or per row).
+FP8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+
+
 @dataclass
 class PrecisionConfig:
     name: str = "bf16"
-    """fp32 (no TF32), tf32 (fp32 with TF32 matmuls), bf16 or fp16 autocast."""
+    """fp32 (no TF32), tf32 (fp32 with TF32 matmuls), bf16 or fp16 autocast, or fp8 (bf16 autocast, Linear
+    layers' matmuls in float8 e4m3 through torchao; GPUs of compute capability >= 8.9 only)."""
+    recipe: str = "tensorwise"
+    """precision=fp8 only: how the fp8 scales are taken, one of FP8_RECIPES: `tensorwise` (one scale per
+    tensor), `rowwise` (one per row), `rowwise_with_gw_hp` (rowwise, the weight gradient in bf16)."""
 
 
 @dataclass
@@ -219,6 +228,8 @@ class CellConfig:
             raise ConfigError(
                 f"precision.name must be one of {tuple(PRECISIONS)}, got {self.precision.name!r}"
             )
+        if self.precision.recipe not in FP8_RECIPES:
+            raise ConfigError(f"precision.recipe must be one of {FP8_RECIPES}, got {self.precision.recipe!r}")
         if self.data.source not in DATA_SOURCES:
             raise ConfigError(f"data.source must be one of {DATA_SOURCES}, got {self.data.source!r}")
         if self.data.source != "synthetic" and not self.data.path:

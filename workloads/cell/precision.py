@@ -22,7 +22,7 @@ class Precision:
     grad_scaler: bool
     """Scale the loss (fp16 gradients underflow without it)."""
     peak_key: str
-    """Column of the GPU peak table that bounds this precision: bf16, tf32 or fp32."""
+    """Column of the GPU peak table that bounds this precision: fp8, bf16, tf32 or fp32."""
     accuracy_tolerance: float
     """The relative loss difference a compiled cell may show against eager in the accuracy check
     (workloads/instruments/accuracy.py): PyTorch's harness's training tolerances."""
@@ -58,5 +58,10 @@ PRECISIONS: dict[str, Precision] = {
     ),
     "fp16": Precision(
         "fp16", "float16", tf32=True, grad_scaler=True, peak_key="bf16", accuracy_tolerance=1e-2
+    ),
+    # bf16 autocast around Linear layers whose matmuls run in fp8 (workloads/cell/fp8.py converts them);
+    # MFU against the fp8 peak, the rate those matmuls may reach.
+    "fp8": Precision(
+        "fp8", "bfloat16", tf32=True, grad_scaler=False, peak_key="fp8", accuracy_tolerance=1e-2
     ),
 }

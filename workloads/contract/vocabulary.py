@@ -182,17 +182,20 @@ ACCURACY_PASS, ACCURACY_FAIL, ACCURACY_ERROR = "pass", "fail_accuracy", "error"
 
 
 # States. An attempt of a cell ends in one of STATUSES (run.parquet's `status`); `not_compiled`:
-# a compiled backend was asked for and nothing compiled. A cell without a readable result is
+# a compiled backend was asked for and nothing compiled; `not_supported`: the device it landed on
+# cannot run what it asks for (fp8 on a GPU without fp8 tensor cores, or on the CPU), which a
+# retry on the same partition would not change. A cell without a readable result is
 # NO_RESULT or UNREADABLE to analysis; `status` asks the scheduler about it instead.
-COMPLETED, FAILED, OOM, TIMEOUT, CANCELLED, NOT_COMPILED = (
+COMPLETED, FAILED, OOM, TIMEOUT, CANCELLED, NOT_COMPILED, NOT_SUPPORTED = (
     "completed",
     "failed",
     "oom",
     "timeout",
     "cancelled",
     "not_compiled",
+    "not_supported",
 )
-STATUSES = (COMPLETED, FAILED, OOM, TIMEOUT, CANCELLED, NOT_COMPILED)
+STATUSES = (COMPLETED, FAILED, OOM, TIMEOUT, CANCELLED, NOT_COMPILED, NOT_SUPPORTED)
 NO_RESULT, UNREADABLE = "no_result", "unreadable"
 #: A cell's job in the scheduler's queue.
 PENDING, RUNNING = "pending", "running"

@@ -16,11 +16,20 @@ import torch
 
 #: (substring of torch.cuda.get_device_name(), {precision column: dense TFLOP/s}); first match wins,
 #: so the more specific names come first.
-GPU_PEAK_TFLOPS: list[tuple[str, dict[str, float]]] = [
-    ("H100 PCIe", {"bf16": 756.0, "tf32": 378.0, "fp32": 51.2}),
-    ("H100", {"bf16": 989.4, "tf32": 494.7, "fp32": 66.9}),  # SXM (H100 80GB HBM3)
-    ("H200", {"bf16": 989.4, "tf32": 494.7, "fp32": 66.9}),
-    ("A100", {"bf16": 312.0, "tf32": 156.0, "fp32": 19.5}),
+GPU_PEAK_TFLOPS: list[tuple[str, dict[str, float | None]]] = [
+    ("H100 PCIe", {"fp8": 1513.0, "bf16": 756.0, "tf32": 378.0, "fp32": 51.2}),
+    ("H100", {"fp8": 1978.9, "bf16": 989.4, "tf32": 494.7, "fp32": 66.9}),  # SXM (H100 80GB HBM3)
+    ("H200", {"fp8": 1978.9, "bf16": 989.4, "tf32": 494.7, "fp32": 66.9}),
+    ("A100", {"fp8": None, "bf16": 312.0, "tf32": 156.0, "fp32": 19.5}),  # no fp8 tensor cores
+]
+#: (substring of the device name, peak DRAM bandwidth in GB/s), NVIDIA's data sheets; first match wins.
+GPU_PEAK_GBPS: list[tuple[str, float]] = [
+    ("H100 PCIe", 2000.0),
+    ("H100", 3350.0),  # SXM, HBM3
+    ("H200", 4800.0),
+    ("A100-SXM4-40GB", 1555.0),
+    ("A100-PCIE-40GB", 1555.0),
+    ("A100", 2039.0),  # 80 GB SXM
 ]
 
 
@@ -32,6 +41,13 @@ def peak_tflops(gpu_name: str | None, peak_key: str) -> float | None:
         if fragment in gpu_name:
             return peaks[peak_key]
     return None
+
+
+def peak_gbps(gpu_name: str | None) -> float | None:
+    """Peak DRAM bandwidth of `gpu_name` in GB/s, or None for an unknown GPU or the CPU."""
+    if not gpu_name:
+        return None
+    return next((gbps for fragment, gbps in GPU_PEAK_GBPS if fragment in gpu_name), None)
 
 
 def resolve_device(requested: str) -> torch.device:
