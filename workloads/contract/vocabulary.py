@@ -59,6 +59,13 @@ def _arch(config: Mapping[str, Any]) -> str | None:
     return config_value(config, "model.arch") or config_value(config, "model.target")
 
 
+def _fp8_recipe(config: Mapping[str, Any]) -> str | None:
+    # Only fp8 has a recipe: a bf16 cell and an fp8 cell differ by precision, not by a recipe.
+    return (
+        config_value(config, "precision.recipe") if config_value(config, "precision.name") == "fp8" else None
+    )
+
+
 def _processes(config: Mapping[str, Any]) -> int:
     # A one-process cell's config may have no `distributed` section (its id stays what it was).
     return (config_value(config, "distributed.nodes") or 1) * (
@@ -110,6 +117,7 @@ AXES: tuple[Axis, ...] = (
     Axis("regional", pa.bool_(), TREATMENT, "backend.regional", flag="regional"),
     Axis("compile_optimizer", pa.bool_(), TREATMENT, "backend.compile_optimizer", flag="compiled optimizer"),
     Axis("precision", pa.string(), WORKLOAD, "precision.name", headline=True),
+    Axis("fp8_recipe", pa.string(), WORKLOAD, "precision.recipe", _fp8_recipe, label="recipe"),
     Axis("data_source", pa.string(), WORKLOAD, "data.source", label="data"),
     Axis("seed", pa.int64(), WORKLOAD, "seed"),
     Axis("batch_size", pa.int64(), WORKLOAD, "batch_size", label="batch"),
