@@ -21,6 +21,7 @@ from orchestrator.grid import Cell, Grid
 from orchestrator.profile import ProfileError, Resources, SlurmProfile, cell_resources, load_profile
 from orchestrator.sbatch import script_text, slurm_parameters
 from orchestrator.scheduler import partitions, queued_jobs
+from workloads.cell.support import plan_refusal
 from workloads.contract.sweep_dir import SBATCH_DIR, cell_dir, missing_repeats, recorded_job_ids
 
 DRY_RUN_PREFIX = "dryrun-"
@@ -83,6 +84,10 @@ def check_grid(grid: Grid) -> tuple[SlurmProfile, dict[str, Resources], dict[Res
     before anything is written."""
     profile = load_profile(grid.cluster)
     resources = {cell.cell_id: cell_resources(profile, cell.config) for cell in grid.cells}
+    for cell in grid.cells:
+        refusal = plan_refusal(cell.config["precision"]["name"], resources[cell.cell_id].gpu_type)
+        if refusal:
+            raise ProfileError(f"cell {cell.cell_id} ({cell.config['model']['name']}): {refusal}")
     params = {
         res: slurm_parameters(profile, res, grid.sweep_dir) for res in dict.fromkeys(resources.values())
     }

@@ -53,6 +53,9 @@ class CustomModel:
     flops_per_item: float | None = None
     """Training FLOPs per item (forward and backward) for MFU; None: counted once on the uncompiled
     model with torch's FlopCounterMode."""
+    output_head: str | None = None
+    """Qualified name (as `module.named_modules()` gives it) of the layer that makes the outputs,
+    which precision=fp8 leaves in bf16; None converts every Linear layer fit for fp8."""
     read_batches: Callable[[str, int, torch.Generator], Iterator[Batch]] | None = None
     """Real data for `data.source=custom data.path=PATH`: (path, batch_size, generator) -> endless
     (inputs, targets) batches on the CPU; None: the model trains on synthetic data only."""

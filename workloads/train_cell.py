@@ -93,6 +93,8 @@ def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> 
     rec.peak = cfg.peak_tflops or peak_tflops(rec.run.get("gpu_name"), precision.peak_key)
     rec.run.update(flops_per_step=rec.flops_per_step, peak_tflops=rec.peak)
 
+    # After counting FLOPs (those of the model as written), before the backend traces the swapped layers.
+    rec.run.update(precision.convert_module(module, device, cfg.precision.recipe, spec.output_head))
     dynamo_records.reset_compile_stats()
     example_x, example_y = next(batches)
     model_inputs = (example_x, example_y) if spec.kind == "tokens" else (example_x,)  # GPT takes targets

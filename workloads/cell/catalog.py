@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 
 from workloads.cell.config import BackendConfig, CellConfig, ConfigError
+from workloads.cell.fp8 import plan_problem as fp8_plan_problem
 from workloads.contract.vocabulary import BASELINE_BACKEND
 
 #: The size presets of every model family.
@@ -95,6 +96,8 @@ def check_cell(cfg: CellConfig, submitting: bool = False) -> None:
     kind = check_model(cfg)
     check_data_source(cfg, kind)
     check_backend(cfg.backend)
+    if submitting and (problem := fp8_plan_problem(cfg.precision.name, cfg.device)):
+        raise ConfigError(problem)  # in the cell's own process: not_supported, or the import's error
     if submitting and kind == "custom":
         from workloads.custom_model import check_target  # the user's module imports torch anyway
 

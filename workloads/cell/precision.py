@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
+    import torch.nn as nn
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class Precision:
     accuracy_tolerance: float
     """The relative loss difference a compiled cell may show against eager in the accuracy check
     (workloads/instruments/accuracy.py): PyTorch's harness's training tolerances."""
+    float8_linears: bool = False
+    """Swap the model's Linear layers for torchao's Float8Linear (workloads/cell/fp8.py)."""
 
     def apply_global_switches(self) -> None:
         """Set the process-wide TF32 switches (nanoGPT turns TF32 on alongside bf16)."""
@@ -42,6 +45,17 @@ class Precision:
         return torch.autocast(
             device_type=device_type, dtype=getattr(torch, self.autocast_dtype), cache_enabled=cache_enabled
         )
+
+    def convert_module(
+        self, module: nn.Module, device: torch.device, recipe: str, output_head: str | None
+    ) -> dict[str, Any]:
+        """Convert the model's layers in place before the backend is applied; the run row's columns.
+        fp8's Linear swap (NotSupported without fp8 tensor cores); for the others a no-op."""
+        if not self.float8_linears:
+            return {}
+        from workloads.cell.fp8 import convert_to_float8
+
+        return convert_to_float8(module, device, recipe, output_head)
 
     def make_scaler(self, device_type: str) -> torch.amp.GradScaler:
         """fp16's loss scaling; for the other precisions a disabled GradScaler: every call a no-op."""
@@ -62,6 +76,12 @@ PRECISIONS: dict[str, Precision] = {
     # bf16 autocast around Linear layers whose matmuls run in fp8 (workloads/cell/fp8.py converts them);
     # MFU against the fp8 peak, the rate those matmuls may reach.
     "fp8": Precision(
-        "fp8", "bfloat16", tf32=True, grad_scaler=False, peak_key="fp8", accuracy_tolerance=1e-2
+        "fp8",
+        "bfloat16",
+        tf32=True,
+        grad_scaler=False,
+        peak_key="fp8",
+        accuracy_tolerance=1e-2,
+        float8_linears=True,
     ),
 }

@@ -129,6 +129,9 @@ RUN_SCHEMA = pa.schema(
         ("params", pa.int64()),
         ("flops_per_step", pa.float64()),
         ("peak_tflops", pa.float64()),
+        ("fp8_linears", pa.int64()),  # precision=fp8: Linear layers swapped for torchao's Float8Linear
+        ("fp8_skipped_head", pa.int64()),  # ... left in bf16 as the output head (lm_head, classifier)
+        ("fp8_skipped_misaligned", pa.int64()),  # ... left in bf16: a dimension not divisible by 16
         ("median_step_ms", pa.float64()),
         ("mean_step_ms", pa.float64()),
         ("std_step_ms", pa.float64()),

@@ -50,6 +50,9 @@ class ModelSpec:
     """(module, fused) -> optimizer; fused kernels are used on CUDA unless the step is compiled."""
     default_grad_clip: float
     """Gradient clipping when the config leaves it null (nanoGPT 1.0, timm none)."""
+    output_head: str | None = None
+    """Qualified name of the layer that makes the outputs (GPT's `lm_head`, a timm model's classifier),
+    which precision=fp8 leaves in bf16 (workloads/cell/fp8.py); None where there is none to spare."""
     custom: CustomModel | None = None
     """model=custom: what its target returned; its batches replace the data sources' (workloads/data)."""
 
@@ -92,7 +95,14 @@ def build_gpt(cfg: CellConfig, vocab_size: int | None) -> ModelSpec:
         loss=_gpt_loss,
         make_optimizer=make_optimizer,
         default_grad_clip=1.0,
+        output_head="lm_head",
     )
+
+
+def _module_name(model: nn.Module, layer: nn.Module) -> str | None:
+    """The qualified name of `layer` inside `model`; None where it is not one of its modules
+    (timm's classifier is nn.Identity when a model has none, still a named module)."""
+    return next((name for name, module in model.named_modules() if module is layer), None)
 
 
 def build_timm(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
@@ -126,6 +136,7 @@ def build_timm(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
         loss=_classification_loss,
         make_optimizer=make_optimizer,
         default_grad_clip=0.0,
+        output_head=_module_name(model, model.get_classifier()),
     )
 
 
@@ -147,6 +158,7 @@ def build_custom(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
         loss=built.loss,
         make_optimizer=lambda module, fused: built.make_optimizer(module),  # fused is the user's choice
         default_grad_clip=0.0,
+        output_head=built.output_head,
         custom=built,
     )
 
