@@ -7,6 +7,8 @@ Each compiled cell is compared with the eager cell of the same model (all worklo
 axes equal) and ends in exactly one outcome (OUTCOMES, first that applies):
 
     no result       the compiled cell has no result (not run, queued, lost, cancelled, unreadable)
+    not supported   the device cannot run what the cell asks for (status not_supported: fp8 without
+                    fp8 tensor cores); eager cannot either, so it is no failure of the backend
     eager failed    the eager cell of the model did not complete: nothing to compare with
     compile error   the compiled cell failed while eager completed (compiling, or the compiled code)
     not compiled    a compiled backend was asked for and nothing compiled (status not_compiled)
@@ -48,22 +50,34 @@ SUITE_KEY = "suite"
 #: relative differences meaningless. 2% is PyTorch's training-accuracy tolerance of 1e-2 with room
 #: for bf16 autocast.
 LOSS_STEPS, LOSS_RTOL = 3, 0.02
-PASSED, FAILS_ACCURACY, COMPILE_ERROR, NOT_COMPILED, OOM, TIMEOUT, EAGER_FAILED, NO_RESULT = (
+PASSED, FAILS_ACCURACY, COMPILE_ERROR, NOT_COMPILED, OOM, TIMEOUT, NOT_SUPPORTED, EAGER_FAILED, NO_RESULT = (
     "passed",
     "fails accuracy",
     "compile error",
     "not compiled",
     "OOM",
     "timeout",
+    "not supported",
     "eager failed",
     "no result",
 )
-OUTCOMES = (PASSED, FAILS_ACCURACY, COMPILE_ERROR, NOT_COMPILED, OOM, TIMEOUT, EAGER_FAILED, NO_RESULT)
+OUTCOMES = (
+    PASSED,
+    FAILS_ACCURACY,
+    COMPILE_ERROR,
+    NOT_COMPILED,
+    OOM,
+    TIMEOUT,
+    NOT_SUPPORTED,
+    EAGER_FAILED,
+    NO_RESULT,
+)
 _BY_STATUS = {
     vocabulary.FAILED: COMPILE_ERROR,
     vocabulary.NOT_COMPILED: NOT_COMPILED,
     vocabulary.OOM: OOM,
     vocabulary.TIMEOUT: TIMEOUT,
+    vocabulary.NOT_SUPPORTED: NOT_SUPPORTED,
 }
 #: What tells the models of a suite apart; the eager cell of a model agrees on all of them.
 _MODEL = names(WORKLOAD, PROCESSES)
@@ -124,7 +138,7 @@ def outcomes(metrics: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
             outcome, why = _accuracy_outcome(cell, diff.iloc[i])
         elif status not in (COMPLETED, *_BY_STATUS):
             outcome, why = NO_RESULT, axis_text(status)
-        elif base_status.iloc[i] != COMPLETED:
+        elif base_status.iloc[i] != COMPLETED and status != vocabulary.NOT_SUPPORTED:
             outcome, why = (
                 EAGER_FAILED,
                 f"eager {axis_text(base_status.iloc[i]) or 'missing'}: {short_error(base_error.iloc[i])}",
@@ -245,7 +259,8 @@ def suite_tables(metrics: pd.DataFrame, steps: pd.DataFrame, name: str) -> list[
         "rate over every model, whatever its outcome (each counted in one column: fails accuracy = "
         "completed, but its accuracy check failed, or, where it had none, the loss is more than "
         f"{fmt_percent(LOSS_RTOL, 0)} off eager's in one of the first {LOSS_STEPS} steps; compile error = "
-        "failed while eager completed; eager failed = the eager cell did not complete); the models that "
+        "failed while eager completed; not supported = the device cannot run the cell, fp8 without fp8 "
+        "tensor cores; eager failed = the eager cell did not complete); the models that "
         "did not pass are named in the next table. Over the passed models: "
         "geometric-mean speedup (paired where measured, else eager median step / own), unclipped and "
         "clipped at 1 (PyTorch's dashboard convention: a model slower than eager counts as 1x), the share "
