@@ -23,6 +23,9 @@ CUDA every test here skips and says why, the two-GPU one also without a second G
 
 - The accuracy check of inductor, cudagraphs and reduce-overhead cells (bf16, dropout, gradient
   accumulation) passes, eager's rerun within the precision's tolerance.
+- precision=fp8 (torchao, the extra `compilebench[fp8]`; skipped without it or without fp8 tensor
+  cores): a tiny GPT trains eager and under inductor with its blocks' Linear layers in fp8 and its
+  lm_head not, finite losses, MFU against the fp8 peak; the inductor cell passes the accuracy check.
 
 Needs only what `workloads` needs (torch, timm, numpy, pyarrow, pyyaml), pandas (the local
 executor, tests/helpers.py) and pytest: no Hydra, OmegaConf or submitit. How to run it and what
@@ -883,3 +886,53 @@ def test_compiled_cells_pass_the_accuracy_check(backend: dict, tmp_path: Path) -
     assert run["accuracy"] == "pass", run["accuracy_error"]
     # The pass was not bought by a noisy eager: its rerun alone stays within the precision's tolerance.
     assert run["accuracy_noise_floor"] < PRECISIONS["bf16"].accuracy_tolerance
+
+
+# --- precision=fp8: torchao's float8 training (workloads/cell/fp8.py) -----------------------------
+
+needs_fp8 = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
+    reason="precision=fp8 needs fp8 tensor cores (compute capability >= 8.9: H100, H200, L4, L40)",
+)
+
+
+def fp8_cell(backend: dict, recipe: str, cell_dir: Path) -> tuple[str, dict, list[dict]]:
+    """A tiny GPT (its blocks' Linears 16-aligned, lm_head 65 wide) trained in fp8: status, run row, steps."""
+    pytest.importorskip("torchao", reason="precision=fp8 needs the extra: pip install 'compilebench[fp8]'")
+    from workloads.run import run_cell
+
+    config = gpu_config(backend=backend, precision={"name": "fp8", "recipe": recipe})
+    status = run_cell(cell_config_from_dict(config), cell_dir)
+    run = pq.read_table(cell_dir / "run.parquet").to_pylist()[-1]
+    return status, run, pq.read_table(cell_dir / "steps.parquet").to_pylist()
+
+
+@needs_fp8
+@pytest.mark.parametrize(
+    ("backend", "recipe"),
+    [
+        ({"name": "eager"}, "tensorwise"),
+        ({"name": "inductor"}, "tensorwise"),
+        ({"name": "inductor"}, "rowwise"),
+    ],
+    ids=["eager-tensorwise", "inductor-tensorwise", "inductor-rowwise"],
+)
+def test_an_fp8_cell_trains_its_linears_in_fp8(backend: dict, recipe: str, tmp_path: Path) -> None:
+    status, run, steps = fp8_cell(backend, recipe, tmp_path / "cell")
+    assert status == "completed", run["error"]
+    # 2 blocks x (c_attn, attn c_proj, c_fc, mlp c_proj); lm_head is the output head (and 65 wide).
+    assert (run["fp8_linears"], run["fp8_skipped_head"], run["fp8_skipped_misaligned"]) == (8, 1, 0)
+    assert steps and all(math.isfinite(step["loss"]) for step in steps)
+    assert run["peak_tflops"] == peak_tflops(run["gpu_name"], "fp8") and run["mfu"] > 0
+
+
+@needs_fp8
+def test_an_inductor_fp8_cell_passes_the_accuracy_check(tmp_path: Path) -> None:
+    """Inductor's fp8 casts and scales against eager's, on the same batches and state."""
+    status, run, _ = fp8_cell({"name": "inductor"}, "tensorwise", tmp_path / "cell")
+    print(
+        f"fp8 inductor: {run['accuracy']} rel diff {run['accuracy_rel_diff']}, eager's own "
+        f"{run['accuracy_noise_floor']}, limit {run['accuracy_tolerance']}"
+    )
+    assert status == "completed", run["error"]
+    assert run["accuracy"] == "pass", run["accuracy_error"]
