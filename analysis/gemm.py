@@ -73,7 +73,7 @@ def _run_rows(sweep_dir: Path, replicates: pd.DataFrame) -> pd.DataFrame:
 
 def _draws(cells: pd.DataFrame, steps: pd.DataFrame, resamples: int) -> np.ndarray:
     """(cells, resamples): two-level bootstrap draws of each cell's median ms per GEMM."""
-    code = pd.Categorical(steps["cell_id"], categories=cells["cell_id"]).codes.astype(np.int64)
+    code = pd.Index(cells["cell_id"]).get_indexer(steps["cell_id"].astype(object)).astype(np.int64)
     done = (cells["status"] == COMPLETED).to_numpy()
     keep = (code >= 0) & (steps["phase"] == "measure").to_numpy()
     keep[keep] = done[code[keep]]
