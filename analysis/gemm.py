@@ -44,7 +44,7 @@ def gemm_mask(metrics: pd.DataFrame) -> pd.Series:
 
 def implementation(precision: object, recipe: object, backend: object, mode: object) -> str:
     """`bf16 cuBLAS`, `fp8 rowwise inductor (max-autotune-no-cudagraphs)`."""
-    dtype = str(precision) if is_null(recipe) else f"{precision} {recipe}"
+    dtype = "?" if is_null(precision) else str(precision) if is_null(recipe) else f"{precision} {recipe}"
     kernel = (
         "cuBLAS" if backend == BASELINE_BACKEND else backend_label({"backend": backend, "compile_mode": mode})
     )
@@ -169,6 +169,7 @@ def gemm_table(cells: pd.DataFrame) -> Table:
         "measured / autotune": cells["autotune_ratio"].map(fmt_speedup),
         "vs bf16 cuBLAS": [fmt_speedup(*v) for v in cells[_cols("vs_bf16_cublas")].values],
         "vs fp8 cuBLAS": [fmt_speedup(*v) for v in cells[_cols("vs_fp8_cublas")].values],
+        "cell": cells["cell_id"],
     })  # fmt: skip
     note = (
         "µs per GEMM: median over the replays (each replay's time / its GEMMs), median over runs, with its "

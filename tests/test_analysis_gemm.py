@@ -147,3 +147,18 @@ def test_unknown_reference_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit) as exit_:
         main(["analyze", str(tmp_path), "--reference", "nope"])
     assert exit_.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_failed_and_result_less_gemm_cells(tmp_path: Path) -> None:
+    write_gemm_cell(tmp_path, "bf16-1", "eager", "bf16", 1, [47.0, 47.1, 47.2])
+    write_gemm_cell(tmp_path, "fp8c-1", "inductor", "fp8", 1, [], recipe="rowwise", status="failed")
+    pending = tmp_path / "cells" / "pending"
+    pending.mkdir()
+    (pending / "config.yaml").write_text("model: {name: gemm}\nsize: x\n")
+    table = next(t for t in analyze(tmp_path, "fp8_triton", warn=None).tables if t.name == "gemm")
+    shown = dict(zip(table.text["cell"], table.text["µs [95%]"]))
+    assert (
+        shown["fp8c-1"] == "failed"
+        and shown["pending"] == "no_result"
+        and shown["bf16-1"].startswith("47.10")
+    )
