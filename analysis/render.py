@@ -109,7 +109,8 @@ def render_markdown(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -
 
 def markdown(table: Table) -> str:
     """The table under a `###` heading, its note below."""
-    body = render_markdown(table.text.to_dict("records"), list(table.text.columns))
+    columns = list(table.text.columns)  # none: a table that only says why it is empty (its note)
+    body = render_markdown(table.text.to_dict("records"), columns) if columns else ""
     return "\n\n".join(part for part in (f"### {table.title}", body, table.note) if part)
 
 

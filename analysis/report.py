@@ -8,7 +8,7 @@ the environment), the same as one self-contained page `index.html` (analysis/htm
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -18,6 +18,8 @@ from analysis.busy import LAUNCH_BOUND
 from analysis.claims import claims_table
 from analysis.collect import SweepData, load_sweep
 from analysis.environment import environment_table
+from analysis.gemm import GEMM_TABLE, gemm_cells, gemm_mask, gemm_table
+from analysis.gemm_claims import claims_table as fp8_triton_claims
 from analysis.html import html_page
 from analysis.metrics import cell_metrics
 from analysis.reasons import reasons_table
@@ -41,6 +43,8 @@ class Analysis:
     data: SweepData
     metrics: pd.DataFrame
     tables: list[Table]
+    gemm: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """The GEMM cells' rows (analysis/gemm.py), empty without any."""
 
     @property
     def has_results(self) -> bool:
@@ -65,8 +69,10 @@ def analyze(
 ) -> Analysis:
     """Read the sweep and build its tables: the sweep's own, why graphs broke or recompiled (where
     any run recorded a reason), the suite tables of a suite (`+suite=...`, analysis/suite.py), the
-    seminar layouts it has cells for,
-    and with `reference="seminar"` every seminar table beside the published values and the claims.
+    seminar layouts it has cells for, the GEMM table (analysis/gemm.py) where it has GEMM cells,
+    and with `reference="seminar"` every seminar table beside the published values and the claims,
+    with `reference="fp8_triton"` the FP8 GEMM post's claims judged (analysis/gemm_claims.py).
+    GEMM cells time one matrix multiply, not a training step: the training tables leave them out.
     `equivalence`: the margin of practical equivalence of the verdicts (0: none); `data_bound`: the
     share of step time waiting for data above which a cell's verdict rests on end-to-end throughput;
     `launch_bound`: the GPU's idle share above which a cell is launch-bound."""
@@ -74,22 +80,31 @@ def analyze(
     metrics = cell_metrics(data, equivalence=equivalence, data_bound=data_bound, launch_bound=launch_bound)
     reasons = reasons_table(data.cells, metrics)
     suite = suite_name(Path(sweep_dir))
+    training = metrics[~gemm_mask(metrics)]
+    gemm = gemm_cells(Path(sweep_dir), data, metrics)
     tables = [
-        *sweep_tables(metrics, equivalence, data_bound, launch_bound),
+        *(
+            sweep_tables(training, equivalence, data_bound, launch_bound)
+            if gemm.empty or len(training)
+            else []
+        ),
         *([reasons] if reasons else []),
-        *(suite_tables(metrics, data.steps, suite) if suite else []),
-        *seminar_tables(metrics, with_reference=reference is not None),
+        *(suite_tables(training, data.steps, suite) if suite else []),
+        *seminar_tables(training, with_reference=reference == "seminar"),
+        *([gemm_table(gemm)] if len(gemm) else []),
     ]
-    if reference is not None:
-        tables.append(claims_table(metrics, margin=equivalence))
-    return Analysis(Path(sweep_dir), data, metrics, tables)
+    if reference == "seminar":
+        tables.append(claims_table(training, margin=equivalence))
+    elif reference == "fp8_triton":
+        tables.append(fp8_triton_claims(gemm))
+    return Analysis(Path(sweep_dir), data, metrics, tables, gemm)
 
 
 def render_tables(analysis: Analysis, fmt: str) -> str:
     """The tables as one text: Markdown or LaTeX, one after another; CSV and JSON: the per-cell
     table only (one CSV is one table; report/tables/ has each table as its own CSV)."""
-    if fmt in ONE_TABLE:
-        return RENDERERS[fmt](next(table for table in analysis.tables if table.name == SUMMARY))
+    if fmt in ONE_TABLE:  # a sweep of GEMM cells only has no per-cell table: its GEMM table then
+        return RENDERERS[fmt](next(table for table in analysis.tables if table.name in (SUMMARY, GEMM_TABLE)))
     return "\n\n".join(RENDERERS[fmt](table) for table in analysis.tables) + "\n"
 
 
@@ -124,9 +139,13 @@ def write_report(analysis: Analysis, with_plots: bool = True) -> Path:
             (directory / TABLES_DIR / f"{table.name}.{suffix}").write_text(render(table).rstrip("\n") + "\n")
     plots = {}
     if with_plots:
+        from analysis.gemm_plot import write_gemm_plot
         from analysis.plots import write_plots  # matplotlib costs a second to import: only when plotting
 
-        plots = write_plots(analysis.metrics, analysis.data.steps, directory / PLOTS_DIR)
+        training = analysis.metrics[~gemm_mask(analysis.metrics)]
+        if len(training):
+            plots = write_plots(training, analysis.data.steps, directory / PLOTS_DIR)
+        plots.update(write_gemm_plot(analysis.gemm, directory / PLOTS_DIR))
     index = directory / "index.md"
     index.write_text(_index(analysis, environment, plots, directory))
     summary = f"Sweep {analysis.sweep_dir}: {analysis.count_line()}."

@@ -168,9 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     analyze.add_argument(
         "--reference",
-        choices=("seminar",),
+        choices=("seminar", "fp8_triton"),
         default=None,
-        help="put the seminar report's published values beside ours and check its claims",
+        help="put a publication's values beside ours and judge its claims: seminar (the seminar report's "
+        "tables), fp8_triton (the FP8 GEMM post's claims, against the sweep's GEMM cells)",
     )
     analyze.add_argument(
         "--plots",

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import yaml
 
 from analysis.collect import load_sweep
@@ -301,3 +302,52 @@ def write_seminar_sweep(root: Path) -> Path:
         **r34,
     )
     return root
+
+
+#: The GEMM cell's own run.parquet columns (workloads/gemm/), for schemas that do not name them yet.
+GEMM_FIELDS = [
+    ("gemm_m", pa.int64()), ("gemm_n", pa.int64()), ("gemm_k", pa.int64()), ("fp8_recipe", pa.string()),
+    ("gemm_us", pa.float64()), ("gemm_tflops", pa.float64()), ("gemm_bytes", pa.float64()),
+    ("gemm_gbps", pa.float64()), ("peak_gbps", pa.float64()), ("gemm_floor_us", pa.float64()),
+    ("gemm_roofline_share", pa.float64()), ("gemm_bound", pa.string()), ("gemm_kernel", pa.string()),
+    ("gemm_autotune_us", pa.float64()), ("gemms_per_replay", pa.int64()),
+]  # fmt: skip
+GEMM_RUN_SCHEMA = pa.schema(
+    [*RUN_SCHEMA, *(pa.field(n, t) for n, t in GEMM_FIELDS if n not in RUN_SCHEMA.names)]
+)
+#: H100 SXM: 3,350 GB/s of HBM3, 1,979 dense fp8 TFLOP/s (989 bf16).
+PEAK_GBPS, PEAK_TFLOPS = 3350.0, {"bf16": 989.0, "fp8": 1979.0}
+
+
+def write_gemm_cell(
+    sweep: Path, cell_id: str, backend: str, precision: str, m: int, step_us: Sequence[float], n: int = 8192,
+    k: int = 8192, recipe: str | None = None, status: str = "completed", **run: Any,
+) -> Path:  # fmt: skip
+    """A GEMM cell (`model=gemm`) of one replicate, M x K by K x N, whose measured replays took `step_us`
+    µs per GEMM, with the roofline columns the GEMM workload computes (an H100's peaks)."""
+    size = 1 if precision == "fp8" else 2
+    nbytes = float(size * (m * k + k * n) + 2 * m * n)  # inputs in their dtype, a bf16 output
+    flops = 2.0 * m * n * k
+    memory_us, compute_us = nbytes / (PEAK_GBPS * 1e3), flops / (PEAK_TFLOPS[precision] * 1e6)
+    directory = Path(sweep) / "cells" / cell_id
+    directory.mkdir(parents=True, exist_ok=True)
+    row = {
+        **RUN_DEFAULTS, **H100, "model": "gemm", "size": f"{m}x{n}x{k}", "cell_id": cell_id, "attempt": 1,
+        "repeat": 0, "status": status, "backend": backend, "precision": precision, "items_per_step": 1,
+        "gemm_m": m, "gemm_n": n, "gemm_k": k, "fp8_recipe": recipe, "gemm_bytes": nbytes,
+        "peak_gbps": PEAK_GBPS, "gemm_floor_us": max(memory_us, compute_us),
+        "gemm_bound": "memory" if memory_us >= compute_us else "compute",
+        "gemm_kernel": "cublas" if backend == "eager" else "triton_tem_fused_0", "gemms_per_replay": 10,
+        **({} if backend == "eager" else {"compile_mode": "max-autotune-no-cudagraphs"}), **run,
+    }  # fmt: skip
+    _write_config(directory, row)
+    append_rows_atomic(directory / "run.parquet", [row], GEMM_RUN_SCHEMA)
+    if status == "completed":
+        times = [*WARMUP_MS, *(us / 1e3 for us in step_us)]
+        steps = [
+            {"cell_id": cell_id, "attempt": 1, "step": i, "step_time_ms": ms, "items": 1,
+             "phase": "warmup" if i < len(WARMUP_MS) else "measure"}
+            for i, ms in enumerate(times)
+        ]  # fmt: skip
+        append_rows_atomic(directory / "steps.parquet", steps, STEPS_SCHEMA)
+    return directory

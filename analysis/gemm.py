@@ -1,0 +1,190 @@
+"""GEMM cells (`model=gemm`): one row per shape and implementation, µs per GEMM against the roofline.
+
+A GEMM cell times one matrix multiply, M x K by K x N, as CUDA-graph replays: its step is one replay
+and `step_time_ms` the ms per GEMM, so its median step and the interval of it are the existing
+two-level bootstrap (analysis/stats.py). Its own columns (`gemm_*`, `fp8_recipe`, `peak_gbps`) are read
+here from the cells' run.parquet, since the training tables need none of them; a sweep without GEMM
+cells has no GEMM table. An implementation is precision (+ fp8 recipe) x backend: eager is cuBLAS.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from analysis.collect import REPEAT, SweepData
+from analysis.metrics import RESAMPLES, SEED
+from analysis.render import Table, fmt_number, fmt_percent, fmt_speedup, is_null
+from analysis.stats import ReplicateSamples, percentile_interval, ratio_interval, stable_hash
+from workloads.contract.sweep_dir import RUN_FILE, cell_dir
+from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, backend_label
+
+GEMM_MODEL = "gemm"
+GEMM_TABLE = "gemm"
+SHAPE = ["gemm_m", "gemm_n", "gemm_k"]
+#: The GEMM cell's own run.parquet columns (absent in files that predate them: read as null).
+RUN_COLUMNS = [
+    *SHAPE, "fp8_recipe", "gemm_bytes", "peak_gbps", "gemm_floor_us", "gemm_bound", "gemm_kernel",
+    "gemm_autotune_us", "gemms_per_replay",
+]  # fmt: skip
+#: Where one shape's implementations are compared: the same shape on the same kind of GPU.
+SAME_SHAPE = [*SHAPE, "gpu_name"]
+BF16, FP8 = "bf16", "fp8"
+#: Our own bootstrap stream (metrics.py's streams are 0-4), so these draws are independent of theirs.
+_STREAM = (26,)
+
+
+def gemm_mask(metrics: pd.DataFrame) -> pd.Series:
+    """Which cells are GEMM cells: they time one matrix multiply, not a training step."""
+    return metrics["model"] == GEMM_MODEL
+
+
+def implementation(precision: object, recipe: object, backend: object, mode: object) -> str:
+    """`bf16 cuBLAS`, `fp8 rowwise inductor (max-autotune-no-cudagraphs)`."""
+    dtype = "?" if is_null(precision) else str(precision) if is_null(recipe) else f"{precision} {recipe}"
+    kernel = (
+        "cuBLAS" if backend == BASELINE_BACKEND else backend_label({"backend": backend, "compile_mode": mode})
+    )
+    return f"{dtype} {kernel}"
+
+
+def _run_rows(sweep_dir: Path, replicates: pd.DataFrame) -> pd.DataFrame:
+    """RUN_COLUMNS of each GEMM cell: the median of its completed replicates' values (the first for
+    text), or of its attempt that counts where none completed."""
+    rows = []
+    for cell_id, runs in replicates.groupby("cell_id", sort=False):
+        path = cell_dir(sweep_dir, cell_id) / RUN_FILE
+        table = pq.read_table(path)
+        present = [c for c in ["attempt", *RUN_COLUMNS] if c in table.column_names]
+        frame = table.select(present).to_pandas().reindex(columns=["attempt", *RUN_COLUMNS])
+        done = runs.loc[runs["status"] == COMPLETED, "attempt"]
+        own = frame[frame["attempt"].isin(done if len(done) else runs["attempt"])]
+        row = {"cell_id": cell_id}
+        for column in RUN_COLUMNS:
+            values = own[column].dropna()
+            numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+            row[column] = (values.median() if numeric else values.iloc[0]) if len(values) else None
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["cell_id", *RUN_COLUMNS])
+
+
+def _draws(cells: pd.DataFrame, steps: pd.DataFrame, resamples: int) -> np.ndarray:
+    """(cells, resamples): two-level bootstrap draws of each cell's median ms per GEMM."""
+    code = pd.Index(cells["cell_id"]).get_indexer(steps["cell_id"].astype(object)).astype(np.int64)
+    done = (cells["status"] == COMPLETED).to_numpy()
+    keep = (code >= 0) & (steps["phase"] == "measure").to_numpy()
+    keep[keep] = done[code[keep]]
+    samples = ReplicateSamples.from_steps(
+        code[keep],
+        steps[REPEAT].to_numpy(np.int64)[keep],
+        steps["step_time_ms"].to_numpy(float)[keep],
+        len(cells),
+    )
+    rngs = [np.random.default_rng([SEED, stable_hash(c), *_STREAM]) for c in cells["cell_id"]]
+    return samples.hierarchical_medians(resamples, rngs)
+
+
+def _reference(cells: pd.DataFrame, row: pd.Series, precision: str) -> int | None:
+    """Position of the completed cuBLAS cell of `precision` at the row's shape and GPU (for an fp8 row
+    against fp8, of its recipe; otherwise the first fp8 recipe there); None where there is none."""
+    keys = SAME_SHAPE + (["fp8_recipe"] if precision == FP8 and row["precision"] == FP8 else [])
+    candidates = cells[
+        (cells["backend"] == BASELINE_BACKEND)
+        & (cells["precision"] == precision)
+        & (cells["status"] == COMPLETED)
+    ]
+    same = (candidates[keys].fillna("") == row[keys].fillna("")).all(axis=1)
+    return int(candidates.index[same][0]) if same.any() else None
+
+
+def _speedups(cells: pd.DataFrame, draws: np.ndarray, precision: str, column: str) -> None:
+    """`column` (+ `_low`, `_high`): the µs of the cuBLAS cell of `precision` at the same shape over each
+    cell's, with the 95% interval of the draws' ratio."""
+    value, low, high = (np.full(len(cells), np.nan) for _ in range(3))
+    for i, row in cells.iterrows():
+        ref = _reference(cells, row, precision)
+        if ref is None or row["status"] != COMPLETED:
+            continue
+        value[i] = cells.at[ref, "us"] / row["us"]
+        (low[i],), (high[i],) = ratio_interval(draws[[ref]], draws[[i]])
+    cells[column], cells[f"{column}_low"], cells[f"{column}_high"] = value, low, high
+
+
+def gemm_cells(
+    sweep_dir: Path, data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLES
+) -> pd.DataFrame:
+    """One row per GEMM cell (empty without any): its shape, implementation, µs per GEMM with its 95%
+    interval, TFLOP/s, GB/s, roofline floor and share, bound, kernel, the autotuner's µs, and its
+    speedups over bf16 cuBLAS and fp8 cuBLAS at the same shape."""
+    ours = metrics[gemm_mask(metrics)]
+    if ours.empty:
+        return pd.DataFrame()
+    base = ours[["cell_id", "status", "precision", "backend", "compile_mode", "gpu_name", "median_step_ms"]]
+    replicates = data.replicates[data.replicates["cell_id"].isin(ours["cell_id"])]
+    cells = base.merge(_run_rows(Path(sweep_dir), replicates), on="cell_id", how="left").reset_index(
+        drop=True
+    )
+    draws = _draws(cells, data.steps, resamples) * 1e3  # ms -> µs
+    cells["us"] = cells["median_step_ms"].astype(float) * 1e3
+    cells["us_low"], cells["us_high"] = percentile_interval(draws)
+    m, n, k = (cells[c].astype(float) for c in SHAPE)
+    cells["implementation"] = [
+        implementation(*values)
+        for values in cells[["precision", "fp8_recipe", "backend", "compile_mode"]].values
+    ]
+    cells["tflops"] = 2 * m * n * k / (cells["us"] * 1e6)  # FLOP / µs / 1e6 = TFLOP/s
+    cells["gbps"] = cells["gemm_bytes"].astype(float) / (cells["us"] * 1e3)  # bytes / µs / 1e3 = GB/s
+    cells["floor_share"] = cells["gemm_floor_us"].astype(float) / cells["us"]
+    cells["autotune_ratio"] = cells["us"] / cells["gemm_autotune_us"].astype(float)
+    _speedups(cells, draws, BF16, "vs_bf16_cublas")
+    _speedups(cells, draws, FP8, "vs_fp8_cublas")
+    order = cells.sort_values([*SHAPE, "precision", "fp8_recipe", "backend"], na_position="first").index
+    return cells.loc[order].drop(columns="median_step_ms").reset_index(drop=True)
+
+
+def _us(value: object, low: object, high: object) -> str:
+    """`25.6 [25.4, 25.9]`."""
+    if is_null(value):
+        return ""
+    interval = "" if is_null(low) or is_null(high) else f" [{fmt_number(low)}, {fmt_number(high)}]"
+    return f"{fmt_number(value)}{interval}"
+
+
+def gemm_table(cells: pd.DataFrame) -> Table:
+    """The GEMM cells as a table: one row per (M, N, K, implementation)."""
+    done = cells["status"] == COMPLETED
+    text = pd.DataFrame({
+        "M": cells["gemm_m"].map(_whole), "N": cells["gemm_n"].map(_whole), "K": cells["gemm_k"].map(_whole),
+        "implementation": cells["implementation"],
+        "µs [95%]": [_us(*v) if ok else s for v, ok, s in
+                     zip(cells[["us", "us_low", "us_high"]].values, done, cells["status"])],
+        "TFLOP/s": cells["tflops"].map(fmt_number), "GB/s": cells["gbps"].map(fmt_number),
+        "floor µs": cells["gemm_floor_us"].map(fmt_number),
+        "of floor": cells["floor_share"].map(lambda v: fmt_percent(v, 0)),
+        "bound": cells["gemm_bound"].fillna(""), "kernel": cells["gemm_kernel"].fillna(""),
+        "autotune µs": cells["gemm_autotune_us"].map(fmt_number),
+        "measured / autotune": cells["autotune_ratio"].map(fmt_speedup),
+        "vs bf16 cuBLAS": [fmt_speedup(*v) for v in cells[_cols("vs_bf16_cublas")].values],
+        "vs fp8 cuBLAS": [fmt_speedup(*v) for v in cells[_cols("vs_fp8_cublas")].values],
+        "cell": cells["cell_id"],
+    })  # fmt: skip
+    note = (
+        "µs per GEMM: median over the replays (each replay's time / its GEMMs), median over runs, with its "
+        "95% bootstrap interval over runs, then replays. TFLOP/s = 2MNK / µs; GB/s = bytes / µs; floor = "
+        "max(FLOPs / peak FLOP/s, bytes / peak bandwidth), and `of floor` the floor / measured (100%: at the "
+        "roofline). `measured / autotune`: the replay's µs over the autotuner's own timing of its choice "
+        "(above 1: the autotuner ranked it faster than it runs). Speedups: the cuBLAS cell's µs at the same "
+        "shape and GPU / this one's (fp8: of the same recipe), with the interval of the ratio."
+    )
+    return Table(GEMM_TABLE, "GEMMs: µs per GEMM against the roofline", cells, text, note)
+
+
+def _cols(name: str) -> list[str]:
+    return [name, f"{name}_low", f"{name}_high"]
+
+
+def _whole(value: object) -> str:
+    return "" if is_null(value) else str(int(value))
