@@ -42,7 +42,7 @@ from orchestrator.executor import EXIT_FAILED, EXIT_OK, Executor, ExecutorError,
 from workloads.cell.config import distributed_section
 from workloads.contract.atomic import atomic_output
 from workloads.contract.sweep_dir import COMPILE_CACHE_DIR, cell_dir, missing_repeats
-from workloads.contract.vocabulary import COMPLETED
+from workloads.contract.vocabulary import COMPLETED, NOT_SUPPORTED
 from workloads.instruments.compile_cache import BASE_ENV
 from workloads.local import turns
 
@@ -215,10 +215,15 @@ class LocalExecutor(Executor[LocalPlan]):
         sys.stdout.flush()  # reading may warn on stderr; keep it after the progress lines
         print()
         print(cells_markdown([cell_dir(grid.sweep_dir, cell.cell_id) for cell in grid.cells]))
-        failed = sum(not o.ok for o in outcomes)
+        # A cell this machine cannot run (fp8 on the CPU) is no failure of the sweep: a retry here
+        # would not change it, and a grid of bf16 and fp8 cells would otherwise never exit 0 here.
+        unsupported = sum(o.status == NOT_SUPPORTED for o in outcomes)
+        failed = sum(not o.ok for o in outcomes) - unsupported
         done = sum(o.status == COMPLETED for o in outcomes)
         skipped = sum(o.status == SKIPPED for o in outcomes)
+        not_here = f", {unsupported} not supported here" if unsupported else ""
         print(
-            f"\n{done} completed, {skipped} already completed, {failed} failed; results in {grid.sweep_dir}"
+            f"\n{done} completed, {skipped} already completed, {failed} failed{not_here}; "
+            f"results in {grid.sweep_dir}"
         )
         return EXIT_FAILED if failed else EXIT_OK

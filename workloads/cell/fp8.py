@@ -86,10 +86,10 @@ def convert_to_float8(
     module: nn.Module, device: torch.device, recipe: str, output_head: str | None
 ) -> dict[str, Any]:
     """Swap the chosen Linear layers of `module` (in place) for torchao's Float8Linear; the run
-    row's columns. NotSupported on a device without fp8 tensor cores, before anything is swapped."""
-    float8 = import_float8()
+    row's columns. NotSupported on a device without fp8 tensor cores (with torchao or without: the
+    device decides), before anything is swapped."""
     require_fp8(device)
-    return swap_linears(float8, module, recipe, output_head)
+    return swap_linears(import_float8(), module, recipe, output_head)
 
 
 def swap_linears(float8: Any, module: nn.Module, recipe: str, output_head: str | None) -> dict[str, Any]:
