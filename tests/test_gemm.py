@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers import REPO_ROOT, cli
+from tests.helpers import REPO_ROOT, cli, gemm_config
 from workloads.cell.catalog import SIZES, check_cell
 from workloads.cell.config import ConfigError, cell_config_from_dict, config_digest
 from workloads.contract.schema import GEMM_FIELDS, RUN_SCHEMA
@@ -28,20 +28,6 @@ from workloads.run import run_cell
 
 #: The FP8 post's shape: M = 16 tokens of Llama3-70B's attention, N = K = 8192.
 POST = GemmShape(16, 8192, 8192)
-
-
-def gemm_config(**values) -> dict:
-    """A tiny GEMM cell on the CPU, measured for exactly `steps` steps."""
-    return {
-        "model": {"name": "gemm"},
-        "size": "tiny",
-        "precision": {"name": "bf16"},
-        "device": "cpu",
-        "steps": 5,
-        "warmup_steps": 2,
-        "measure": {"min_seconds": 0.0},
-        **values,
-    }
 
 
 def test_the_presets_cover_every_size_and_a_dimension_given_wins() -> None:
