@@ -48,6 +48,22 @@ TINY = [
     "warmup_steps=1",
     "measure.min_seconds=0",
 ]
+
+
+def gemm_config(device: str = "cpu", **values: Any) -> dict[str, Any]:
+    """A GEMM cell (model=gemm, tiny: 64 x 64 x 64, bf16) measured for exactly its `steps` steps."""
+    return {
+        "model": {"name": "gemm"},
+        "size": "tiny",
+        "precision": {"name": "bf16"},
+        "device": device,
+        "steps": 5,
+        "warmup_steps": 2,
+        "measure": {"min_seconds": 0.0},
+        **values,
+    }
+
+
 #: What a cell's log says once its warm-up and first measured step are done (workloads/train_cell.py):
 #: the cell is training, past start-up and compilation.
 MEASURING = ": measuring (the "

@@ -116,7 +116,7 @@ def test_help_lists_the_config_groups_of_every_config_dir(site: Path, tmp_path: 
     groups = dict(line.split(None, 1) for line in listing)
     assert groups["cluster"] == "grete, local*, test_slurm"
     assert groups["backend"] == "aot_eager, cudagraphs, eager*, inductor, torchscript"
-    assert groups["+experiment"] == "quickstart, seminar_cnn, seminar_llm"
+    assert groups["+experiment"] == "fp8_gemm, quickstart, seminar_cnn, seminar_llm"
     assert {"model", "size", "precision"} <= set(groups)
     assert (
         "--cfg {job}" in shown.stdout and "-m, --multirun" in shown.stdout and "(default: 30" in shown.stdout

@@ -42,7 +42,9 @@ ROOMS = {
         "train_cell",
     },
 }
-ROOMS["run"] = ROOMS["train_cell"] | {"run"}
+#: `gemm` is the GEMM cell (model=gemm), train_cell's counterpart: the cell's parts, the instruments.
+ROOMS["gemm"] = {"contract", "cell", "local", "instruments", "gemm"}
+ROOMS["run"] = ROOMS["train_cell"] | {"gemm", "run"}
 
 
 def module_files() -> dict[str, Path]:

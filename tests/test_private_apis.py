@@ -158,3 +158,38 @@ def test_submitit_submission_errors_are_what_a_refused_sbatch_raises(tmp_path: P
     with pytest.raises(private_apis.SUBMISSION_ERRORS) as info:
         executor.submit(print, "never")
     assert "invalid partition" in str(info.value), f"submitit ({versions('submitit')}): {info.value!r}"
+
+
+# --- torch's private APIs of the GEMM cell (workloads/gemm/private_torch.py) ----------------------
+
+
+def test_torch_private_apis_of_the_gemm_cell() -> None:
+    """`_scaled_mm`'s schema, inductor's feedback savers and the two cache switches, as the wrappers
+    use them; torch within the versions they were checked on (a newer one: check them, add it)."""
+    import typing
+
+    import torch
+    from torch._functorch import config as functorch_config
+    from torch._inductor import config as inductor_config
+    from torch._inductor import select_algorithm
+
+    from workloads.gemm import private_torch
+
+    installed = tuple(int(part) for part in torch.__version__.split(".")[:2])
+    checked = [tuple(int(part) for part in version.split(".")) for version in private_torch.CHECKED_TORCH]
+    assert min(checked) <= installed <= max(checked), (
+        f"torch {torch.__version__}; workloads/gemm/private_torch.py was checked on "
+        f"{private_torch.CHECKED_TORCH}"
+    )
+    schema = str(torch.ops.aten._scaled_mm.default._schema)
+    assert "Tensor self, Tensor mat2, Tensor scale_a, Tensor scale_b" in schema and "out_dtype" in schema
+    arguments, _ = typing.get_args(select_algorithm.FeedbackFunction)
+    assert len(arguments) == 6  # timings, name, input nodes, choices, profiled timings, precompile times
+    assert callable(select_algorithm.add_feedback_saver) and callable(select_algorithm.clear_feedback_savers)
+    assert isinstance(inductor_config.fx_graph_cache, bool)
+    assert isinstance(functorch_config.enable_autograd_cache, bool)
+    # The saver picks the fastest finite timing (milliseconds) and records it in µs.
+    choices = private_torch.AutotuneChoices()
+    fast, slow, broken = (type("Choice", (), {"name": name})() for name in ("triton_mm_1", "_scaled_mm", "x"))
+    choices._save({slow: 0.1, fast: 0.05, broken: float("inf")}, "scaled_mm", [], [], dict, {})
+    assert choices.last == private_torch.AutotuneChoice("triton_mm_1", 50.0)

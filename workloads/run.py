@@ -1,7 +1,8 @@
 """Run one cell: `python -m workloads.run CONFIG.yaml [--cell-dir DIR]`, or `run_cell(cfg, dir)`.
 
-The attempt's lifecycle around `workloads.train_cell.train_cell`, which builds the cell, runs its
-warm-up and measured steps with its instruments and fills the run row: this module joins the
+The attempt's lifecycle around `workloads.train_cell.train_cell` (or, for model=gemm,
+`workloads.gemm.cell.gemm_cell`), which builds the cell, runs its warm-up and measured steps with
+its instruments and fills the run row: this module joins the
 cell's process group, turns signals and failures into a status and writes `steps.parquet` and
 `run.parquet` into the cell directory. A distributed cell runs this in each of its processes
 (workloads/cell/distributed.py): every rank trains and measures, and rank 0 gathers the ranks'
@@ -43,7 +44,7 @@ if __name__ == "__main__":
 import torch  # noqa: E402  (after the early handlers: this import takes seconds)
 
 from workloads.cell import distributed
-from workloads.cell.catalog import FAMILY_LIBRARIES, check_cell
+from workloads.cell.catalog import FAMILY_LIBRARIES, GEMM_FAMILY, check_cell
 from workloads.cell.config import (
     CellConfig,
     ConfigError,
@@ -64,6 +65,7 @@ from workloads.contract.vocabulary import (
     TIMEOUT,
     axes_from_config,
 )
+from workloads.gemm.cell import gemm_cell
 from workloads.instruments import cold_compile
 from workloads.instruments.compile_workers import start_compile_workers, wait_until_idle
 from workloads.instruments.environment import resolve_device
@@ -150,7 +152,7 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
         rec.run["dist_backend"] = ranks.backend
         # cold_warm: both compiles in a fresh cache directory of the attempt's own, not the sweep's.
         with cold_compile.private_caches(cfg):
-            status = train_cell(cfg, rec, ranks)
+            status = (gemm_cell if cfg.model.name == GEMM_FAMILY else train_cell)(cfg, rec, ranks)
         finished = True  # every rank took part in the gather after its loop: all are here
     except (CellInterrupted, Exception) as err:  # a failed cell is a result to record, whatever the cause
         if signalled := interruption(err):

@@ -41,7 +41,8 @@ class CompiledRun:
     """Time spent compiling ahead of the first step (torchscript tracing); dynamo compiles lazily."""
 
 
-def _compile_kwargs(cfg: BackendConfig) -> dict:
+def compile_kwargs(cfg: BackendConfig) -> dict:
+    """torch.compile's keyword arguments for the backend config."""
     kwargs: dict = {"backend": cfg.name, "fullgraph": cfg.fullgraph, "dynamic": cfg.dynamic}
     if cfg.options:  # torch.compile accepts either mode or options, not both
         kwargs["options"] = dict(cfg.options)
@@ -99,7 +100,7 @@ def apply_backend(
             setup_time_s=time.perf_counter() - start,
         )
     marks = on_cuda and wants_cudagraphs(cfg)
-    kwargs = _compile_kwargs(cfg)
+    kwargs = compile_kwargs(cfg)
     if cfg.regional:
         blocks = repeated_blocks(module)
         if not blocks:
@@ -114,7 +115,7 @@ def apply_backend(
 
 def compile_optimizer_step(optimizer: torch.optim.Optimizer, cfg: BackendConfig) -> Callable[[], None]:
     """The optimizer step as a compiled function (PyTorch's "compiling the optimizer" recipe)."""
-    kwargs = {k: v for k, v in _compile_kwargs(cfg).items() if k in ("backend", "mode", "options")}
+    kwargs = {k: v for k, v in compile_kwargs(cfg).items() if k in ("backend", "mode", "options")}
 
     @torch.compile(fullgraph=False, **kwargs)
     def step() -> None:

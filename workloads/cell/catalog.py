@@ -17,8 +17,17 @@ from workloads.contract.vocabulary import BASELINE_BACKEND
 
 #: The size presets of every model family.
 SIZES = ("tiny", "small", "medium", "large", "xl")
-#: Model family -> what it reads: `tokens`, `images` or `custom` (decides which data sources fit).
-FAMILY_KINDS = {"gpt": "tokens", "resnet": "images", "timm": "images", "custom": "custom"}
+#: The family whose cell times one GEMM instead of training a model (workloads/gemm/).
+GEMM_FAMILY = "gemm"
+#: Model family -> what it reads: `tokens`, `images` or `custom` (decides which data sources fit);
+#: a GEMM reads its own random operands.
+FAMILY_KINDS = {
+    "gpt": "tokens",
+    "resnet": "images",
+    "timm": "images",
+    "custom": "custom",
+    GEMM_FAMILY: "gemm",
+}
 #: The package that builds a family's models, where it is not the project itself.
 FAMILY_LIBRARIES = {"resnet": "timm", "timm": "timm"}
 #: Data sources that can feed each kind of model.
@@ -26,7 +35,12 @@ SOURCES_BY_KIND = {
     "tokens": ("synthetic", "text", "bin"),
     "images": ("synthetic", "imagefolder"),
     "custom": ("synthetic", "custom"),
+    "gemm": ("synthetic",),
 }
+#: Precisions a GEMM cell runs in, and the fp8 recipes it has: scales per tensor or per row (the
+#: third, rowwise_with_gw_hp, is about a weight gradient, which a GEMM has not).
+GEMM_PRECISIONS = ("bf16", "fp16", "fp8")
+GEMM_RECIPES = ("tensorwise", "rowwise")
 #: Backends that are not dynamo backends; every other name goes to torch.compile(backend=name).
 NON_DYNAMO_BACKENDS = (BASELINE_BACKEND, "torchscript")
 #: Dynamo backends every torch 2.x has. Checking other names lists dynamo's registry, which
@@ -89,6 +103,31 @@ def check_backend(cfg: BackendConfig) -> None:
         )
 
 
+def check_gemm(cfg: CellConfig) -> None:
+    """ConfigError for what a GEMM cell cannot be asked (or what only a GEMM cell can)."""
+    shape_keys = [key for key in ("m", "n", "k") if getattr(cfg.model, key) is not None]
+    if cfg.model.name != GEMM_FAMILY:
+        if shape_keys:
+            raise ConfigError(f"model.{shape_keys[0]} is a GEMM's dimension: it goes with model=gemm")
+        return
+    if cfg.precision.name not in GEMM_PRECISIONS:
+        raise ConfigError(f"model=gemm runs in {GEMM_PRECISIONS}, not precision={cfg.precision.name}")
+    if cfg.precision.name == "fp8" and cfg.precision.recipe not in GEMM_RECIPES:
+        raise ConfigError(
+            f"model=gemm has no weight gradient: precision.recipe={cfg.precision.recipe} does not apply; "
+            f"use one of {GEMM_RECIPES}"
+        )
+    if cfg.backend.name == "torchscript" or cfg.backend.regional or cfg.backend.compile_optimizer:
+        raise ConfigError(
+            "model=gemm runs eager (cuBLAS) or torch.compile of the GEMM: no torchscript, "
+            "regional or compile_optimizer"
+        )
+    if cfg.distributed.world_size > 1:
+        raise ConfigError(f"model=gemm runs in one process, not {cfg.distributed.world_size}")
+    if cfg.compile.measure != "once":
+        raise ConfigError("model=gemm measures its compile once (compile.measure=once)")
+
+
 def check_cell(cfg: CellConfig, submitting: bool = False) -> None:
     """The configuration errors that need the catalogue, raised as ConfigError before any work.
     With `submitting` (the orchestrator's check of a grid) also a custom model's target, imported:
@@ -96,7 +135,8 @@ def check_cell(cfg: CellConfig, submitting: bool = False) -> None:
     kind = check_model(cfg)
     check_data_source(cfg, kind)
     check_backend(cfg.backend)
-    if submitting and (problem := fp8_plan_problem(cfg.precision.name, cfg.device)):
+    check_gemm(cfg)
+    if submitting and (problem := fp8_plan_problem(cfg.precision.name, cfg.device, kind != GEMM_FAMILY)):
         raise ConfigError(problem)  # in the cell's own process: not_supported, or the import's error
     if submitting and kind == "custom":
         from workloads.custom_model import check_target  # the user's module imports torch anyway

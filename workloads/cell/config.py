@@ -42,7 +42,8 @@ class ConfigError(ValueError):
 @dataclass
 class ModelConfig:
     name: str = "gpt"
-    """Model family from `workloads.models.MODEL_FAMILIES`: `gpt`, `resnet`, `timm`, or `custom`."""
+    """Model family from `workloads.models.MODEL_FAMILIES`: `gpt`, `resnet`, `timm`, `custom`; or `gemm`,
+    one matrix multiply timed instead of a training step (docs/gemm.md)."""
     target: str | None = None
     """model=custom: the user's builder, `package.module:function` (workloads/custom_model.py)."""
     arch: str | None = None
@@ -53,6 +54,12 @@ class ModelConfig:
     """GPT dropout; null = the size preset's value (0.2 for shakespeare-char, as nanoGPT)."""
     image_size: int | None = None
     """Vision input resolution; null = the size preset's value."""
+    m: int | None = None
+    """model=gemm: rows of A and of the product (A: M x K, B: K x N); null = the size preset's."""
+    n: int | None = None
+    """model=gemm: columns of B and of the product; null = the size preset's."""
+    k: int | None = None
+    """model=gemm: the inner dimension; null = the size preset's."""
 
 
 @dataclass
@@ -220,8 +227,8 @@ class CellConfig:
             raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.repeats < 1:
             raise ConfigError(f"repeats must be >= 1, got {self.repeats}")
-        for key in ("batch_size", "grad_accum"):
-            value = getattr(self, key)
+        for key in ("batch_size", "grad_accum", "model.m", "model.n", "model.k"):
+            value = getattr(self.model, key[6:]) if key.startswith("model.") else getattr(self, key)
             if value is not None and value <= 0:
                 raise ConfigError(f"{key} must be positive, got {value}")
         if self.precision.name not in PRECISIONS:
@@ -434,7 +441,7 @@ def _later_section_defaults() -> dict[str, dict[str, Any]]:
 
 #: Keys added to a section after cells existed, with the value at which they stay out of the digest.
 _LATER_KEYS: dict[str, dict[str, Any]] = {
-    "model": {"target": None},
+    "model": {"target": None, "m": None, "n": None, "k": None},
     "precision": {"recipe": PrecisionConfig.recipe},
     "measure": {
         k: getattr(MeasureConfig, k) for k in ("paired", "block_seconds", "block_steps", "min_pairs")

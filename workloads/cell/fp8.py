@@ -61,14 +61,15 @@ def choose_linears(module: nn.Module, output_head: str | None) -> LinearChoice:
     return LinearChoice(converted, head, misaligned)
 
 
-def plan_problem(precision: str, device: str) -> str | None:
-    """Why a cell of `precision` on `device` (the config's: auto, cuda, cpu) cannot train in fp8,
-    known before it runs (one line); None where it may. Torch-free: the orchestrator asks."""
+def plan_problem(precision: str, device: str, trains: bool = True) -> str | None:
+    """Why a cell of `precision` on `device` (the config's: auto, cuda, cpu) cannot run in fp8,
+    known before it runs (one line); None where it may. A training cell needs torchao, a GEMM cell
+    (`trains` false) only torch. Torch-free: the orchestrator asks."""
     if precision != "fp8":
         return None
     if device == "cpu":
         return "precision=fp8 needs a GPU with fp8 tensor cores; this cell asks for device=cpu"
-    if importlib.util.find_spec("torchao") is None:
+    if trains and importlib.util.find_spec("torchao") is None:
         return MISSING_TORCHAO
     return None
 

@@ -100,6 +100,22 @@ PROFILED_WINDOW_FIELDS: list[pa.Field] = [
     pa.field("eager_profiled_step_ms", pa.float64()),  # ... the median step; the eager side's
     pa.field("profile_s", pa.float64()),  # wall seconds of the windows, their unprofiled steps and traces
 ]
+#: model=gemm: one GEMM's time, throughput and roofline (workloads/gemm/shapes.py, docs/gemm.md); null
+#: in training cells.
+GEMM_FIELDS: list[pa.Field] = [
+    pa.field("gemm_us", pa.float64()),  # median µs per GEMM (median_step_ms: one step is one GEMM)
+    pa.field("gemm_tflops", pa.float64()),  # 2·M·N·K / gemm_us
+    pa.field("gemm_bytes", pa.int64()),  # bytes moved at the least: A, B and scales read, C written once
+    pa.field("gemm_gbps", pa.float64()),  # gemm_bytes / gemm_us, GB/s
+    pa.field("peak_gbps", pa.float64()),  # the GPU's memory bandwidth, GB/s; null where unknown
+    pa.field("gemm_floor_us", pa.float64()),  # roofline: max(flops / peak FLOP/s, bytes / peak_gbps)
+    pa.field("gemm_roofline_share", pa.float64()),  # gemm_floor_us / gemm_us (0..1)
+    pa.field("gemm_bound", pa.string()),  # memory | compute: the larger term of the floor
+    pa.field("gemm_kernel", pa.string()),  # cublas, or the kernel inductor's autotuner chose
+    pa.field("gemm_autotune_us", pa.float64()),  # the autotuner's own timing of that kernel, µs
+    pa.field("gemms_per_replay", pa.int64()),  # GEMMs per CUDA-graph replay (one step row)
+]
+
 #: Lookups of inductor's FX graph cache and of the AOTAutograd cache that hit, missed or
 #: bypassed it (dynamo's counters: workloads/instruments/dynamo_records.py).
 CACHE_COUNT_COLUMNS = (
@@ -185,6 +201,7 @@ RUN_SCHEMA = pa.schema(
         *HOST_LOAD_FIELDS,  # and the host's speed and load while measuring
         *COMPILE_WORKERS_FIELDS,  # of which the cell's own compile workers'
         *PROFILED_WINDOW_FIELDS,  # and the GPU's busy share after it
+        *GEMM_FIELDS,  # model=gemm's GEMM
         ("torch_version", pa.string()),
         ("triton_version", pa.string()),
         ("cuda_version", pa.string()),

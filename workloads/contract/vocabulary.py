@@ -122,6 +122,10 @@ AXES: tuple[Axis, ...] = (
     Axis("seed", pa.int64(), WORKLOAD, "seed"),
     Axis("batch_size", pa.int64(), WORKLOAD, "batch_size", label="batch"),
     Axis("grad_accum", pa.int64(), WORKLOAD, "grad_accum", label="accum"),
+    # model=gemm's shape (A: M x K, B: K x N); the workload records the size preset's where null.
+    Axis("gemm_m", pa.int64(), WORKLOAD, "model.m", label="M"),
+    Axis("gemm_n", pa.int64(), WORKLOAD, "model.n", label="N"),
+    Axis("gemm_k", pa.int64(), WORKLOAD, "model.k", label="K"),
     Axis("device", pa.string(), HARDWARE, None),
     Axis("gpu_name", pa.string(), HARDWARE, None, label="gpu"),
     Axis("world_size", pa.int64(), PROCESSES, "distributed.tasks_per_node", _processes, label="procs"),

@@ -1,0 +1,122 @@
+"""`gemm_cell`: a GEMM cell's attempt, the counterpart of workloads/train_cell.py's `train_cell`.
+
+Builds the operands and the GEMM (workloads/gemm/kernels.py), runs the measured loop of training
+cells over CUDA-graph replays of it (workloads/gemm/timing.py), and fills the run row: the summary
+of CellRecorder (a step is one GEMM: one item, 2·M·N·K FLOPs), the environment and provenance of
+a training cell, and the gemm_* columns (workloads/gemm/shapes.py; docs/gemm.md). workloads/run.py
+runs it inside the attempt's lifecycle; fp8 where the device has no fp8 tensor cores raises
+NotSupported, recorded as `not_supported`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from workloads.cell.catalog import check_cell
+from workloads.cell.config import CellConfig
+from workloads.cell.distributed import Ranks
+from workloads.cell.precision import PRECISIONS
+from workloads.cell.recorder import CellRecorder
+from workloads.cell.support import require_fp8
+from workloads.cell.train import run_steps
+from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, NOT_COMPILED
+from workloads.gemm.kernels import build_gemm, make_operands
+from workloads.gemm.private_torch import AutotuneChoices
+from workloads.gemm.shapes import gemm_columns, gemm_flops, resolve_shape
+from workloads.gemm.timing import GEMMS_PER_REPLAY, GemmSteps, per_gemm
+from workloads.instruments import compile_cache, dynamo_records, provenance
+from workloads.instruments.environment import describe_environment, peak_gbps, peak_tflops, resolve_device
+from workloads.instruments.registry import WaitForQuiet
+
+#: run.parquet `paired_fallback` of every GEMM cell.
+NOT_PAIRED = "a GEMM cell times one kernel per cell: its eager (cuBLAS) baseline is a cell of its own"
+
+
+def gemm_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
+    """Everything between a valid config and the final status (`ranks`: one process; check_cell
+    refuses more)."""
+    check_cell(cfg)
+    device = resolve_device(cfg.device)
+    if cfg.precision.name == "fp8":
+        require_fp8(device)
+    rec.run.update(describe_environment(device))
+    compile_cache.use(compile_cache.key_inputs(rec.run, provenance.cpu_model()))
+    rec.run.update(dynamo_records.cache_state())
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    shape = resolve_shape(cfg.size, cfg.model.m, cfg.model.n, cfg.model.k)
+    gpu_name = rec.run.get("gpu_name")
+    rec.items_per_step, rec.flops_per_step = 1, gemm_flops(shape)
+    rec.peak = cfg.peak_tflops or peak_tflops(gpu_name, PRECISIONS[cfg.precision.name].peak_key)
+    rec.run.update(
+        gemm_m=shape.m,
+        gemm_n=shape.n,
+        gemm_k=shape.k,
+        items_per_step=1,
+        flops_per_step=rec.flops_per_step,
+        peak_tflops=rec.peak,
+        gemms_per_replay=GEMMS_PER_REPLAY,
+        paired=False,
+        paired_fallback=NOT_PAIRED,
+    )
+
+    dynamo_records.reset_compile_stats()
+    operands = make_operands(shape, cfg.precision.name, cfg.precision.recipe, device, cfg.seed)
+    gemm = build_gemm(cfg.backend, cfg.precision.name, operands)
+    autotuner = AutotuneChoices()
+    started = provenance.start(device)
+    try:
+        with autotuner.listening():
+            rec.run["stop_reason"] = run_steps(
+                GemmSteps(gemm, device),
+                cfg.warmup_steps,
+                cfg.steps,
+                device,
+                on_step=per_gemm(rec.on_step),
+                measure=cfg.measure,
+                before_measuring=WaitForQuiet.for_process().before_measuring,
+            )
+    finally:
+        rec.run.update(provenance.finish(device, started))
+        memory = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+        rec.summarise([rec.report(ranks.rank, memory)], gemm.compiled, 0.0)
+        chosen = autotuner.last
+        rec.run.update(
+            gemm_columns(
+                shape,
+                cfg.precision.name,
+                cfg.precision.recipe,
+                rec.run.get("median_step_ms"),
+                rec.peak,
+                peak_gbps(gpu_name),
+            ),
+            gemm_kernel=(chosen.kernel if chosen else None) if gemm.compiled else "cublas",
+            gemm_autotune_us=chosen.us if chosen and gemm.compiled else None,
+        )
+        if gemm.compiled:
+            rec.run.update(_compile_columns())
+    return _status(cfg, rec)
+
+
+def _compile_columns() -> dict[str, object]:
+    stats = dynamo_records.compile_stats()
+    return {
+        "graph_count": stats.graph_count,
+        "graph_break_count": stats.graph_break_count,
+        "recompile_count": stats.recompile_count,
+        "graph_break_reasons": stats.graph_break_reasons,
+        "recompile_reasons": stats.recompile_reasons,
+        **stats.cache,
+    }
+
+
+def _status(cfg: CellConfig, rec: CellRecorder) -> str:
+    """`completed`, or `not_compiled` where a compiled backend compiled nothing."""
+    if cfg.backend.name != BASELINE_BACKEND and not rec.run.get("graph_count"):
+        rec.run["error"] = (
+            f"backend {cfg.backend.name} was requested but no graph was compiled "
+            "(torch.compile disabled, e.g. TORCH_COMPILE_DISABLE=1?); the GEMM ran eagerly"
+        )
+        return NOT_COMPILED
+    return COMPLETED
