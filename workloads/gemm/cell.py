@@ -28,6 +28,9 @@ from workloads.instruments import compile_cache, dynamo_records, provenance
 from workloads.instruments.environment import describe_environment, peak_gbps, peak_tflops, resolve_device
 from workloads.instruments.registry import WaitForQuiet
 
+#: What an eager GEMM cell's `gemm_kernel` says, by device type.
+EAGER_KERNELS = {"cuda": "cublas", "cpu": "aten"}
+
 #: run.parquet `paired_fallback` of every GEMM cell.
 NOT_PAIRED = "a GEMM cell times one kernel per cell: its eager (cuBLAS) baseline is a cell of its own"
 
@@ -91,7 +94,8 @@ def gemm_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
                 rec.peak,
                 peak_gbps(gpu_name),
             ),
-            gemm_kernel=(chosen.kernel if chosen else None) if gemm.compiled else "cublas",
+            # Eager is torch.mm / torch._scaled_mm: cuBLAS(Lt) on CUDA, oneDNN or ATen's own on the CPU.
+            gemm_kernel=(chosen.kernel if chosen else None) if gemm.compiled else EAGER_KERNELS[device.type],
             gemm_autotune_us=chosen.us if chosen and gemm.compiled else None,
         )
         if gemm.compiled:
