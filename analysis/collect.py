@@ -78,6 +78,9 @@ RUN_READ_SCHEMA = pa.schema(
             "accuracy",  # the accuracy check (workloads/instruments/accuracy.py)
             "accuracy_rel_diff",
             "accuracy_noise_floor",
+            "fp8_linears",  # fp8 cells' Linear layers swapped, and left in bf16 (analysis/fp8.py)
+            "fp8_skipped_head",
+            "fp8_skipped_misaligned",
             "ddp_graph_splits",
             "rank_median_step_ms",
             "graph_break_reasons",

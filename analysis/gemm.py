@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from analysis.collect import REPEAT, SweepData
-from analysis.metrics import RESAMPLES, SEED
+from analysis.collect import SweepData
+from analysis.metrics import RESAMPLES, median_draws
 from analysis.render import Table, fmt_number, fmt_percent, fmt_speedup, is_null
-from analysis.stats import ReplicateSamples, percentile_interval, ratio_interval, stable_hash
+from analysis.stats import percentile_interval, ratio_interval
 from workloads.contract.sweep_dir import RUN_FILE, cell_dir
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, backend_label
 
@@ -33,7 +33,7 @@ RUN_COLUMNS = [
 #: Where one shape's implementations are compared: the same shape on the same kind of GPU.
 SAME_SHAPE = [*SHAPE, "gpu_name"]
 BF16, FP8 = "bf16", "fp8"
-#: Our own bootstrap stream (metrics.py's streams are 0-4), so these draws are independent of theirs.
+#: Our own bootstrap stream (metrics.py's are 0-4): these draws are independent of the training tables'.
 _STREAM = (26,)
 
 
@@ -69,22 +69,6 @@ def _run_rows(sweep_dir: Path, replicates: pd.DataFrame) -> pd.DataFrame:
             row[column] = (values.median() if numeric else values.iloc[0]) if len(values) else None
         rows.append(row)
     return pd.DataFrame(rows, columns=["cell_id", *RUN_COLUMNS])
-
-
-def _draws(cells: pd.DataFrame, steps: pd.DataFrame, resamples: int) -> np.ndarray:
-    """(cells, resamples): two-level bootstrap draws of each cell's median ms per GEMM."""
-    code = pd.Index(cells["cell_id"]).get_indexer(steps["cell_id"].astype(object)).astype(np.int64)
-    done = (cells["status"] == COMPLETED).to_numpy()
-    keep = (code >= 0) & (steps["phase"] == "measure").to_numpy()
-    keep[keep] = done[code[keep]]
-    samples = ReplicateSamples.from_steps(
-        code[keep],
-        steps[REPEAT].to_numpy(np.int64)[keep],
-        steps["step_time_ms"].to_numpy(float)[keep],
-        len(cells),
-    )
-    rngs = [np.random.default_rng([SEED, stable_hash(c), *_STREAM]) for c in cells["cell_id"]]
-    return samples.hierarchical_medians(resamples, rngs)
 
 
 def _reference(cells: pd.DataFrame, row: pd.Series, precision: str) -> int | None:
@@ -127,7 +111,7 @@ def gemm_cells(
     cells = base.merge(_run_rows(Path(sweep_dir), replicates), on="cell_id", how="left").reset_index(
         drop=True
     )
-    draws = _draws(cells, data.steps, resamples) * 1e3  # ms -> µs
+    draws = median_draws(cells, data.steps, resamples, _STREAM) * 1e3  # ms -> µs
     cells["us"] = cells["median_step_ms"].astype(float) * 1e3
     cells["us_low"], cells["us_high"] = percentile_interval(draws)
     m, n, k = (cells[c].astype(float) for c in SHAPE)

@@ -100,7 +100,7 @@ UNSTABLE_TOLERANCE = 0.01
 
 def _cell_codes(cell_ids: pd.Series, cells: pd.DataFrame) -> np.ndarray:
     """Position in `cells` of each id (-1 for ids it lacks)."""
-    return pd.Categorical(cell_ids, categories=cells["cell_id"]).codes.astype(np.int64)
+    return pd.Index(cells["cell_id"]).get_indexer(cell_ids.astype(object)).astype(np.int64)
 
 
 def _pooled(replicas: ReplicateSamples, group: np.ndarray, times: np.ndarray, n: int) -> SortedSamples:
@@ -209,6 +209,25 @@ def _against(cells: pd.DataFrame, reference: np.ndarray) -> tuple[np.ndarray, np
     """(whether a completed cell has a reference, the reference's position or 0 where it has none)."""
     has = (reference >= 0) & (cells["status"] == COMPLETED).to_numpy()
     return has, np.where(has, reference, 0)
+
+
+def median_draws(
+    cells: pd.DataFrame, steps: pd.DataFrame, resamples: int = RESAMPLES, stream: tuple = _MEDIAN
+) -> np.ndarray:
+    """(cells, resamples): two-level bootstrap draws of each completed cell's median step, NaN rows for
+    the others. With the default stream they are the draws behind the tables' speedup intervals (a
+    cell's draws depend only on its own steps and id); another stream draws independently of them."""
+    code = _cell_codes(steps["cell_id"], cells)
+    done = (cells["status"] == COMPLETED).to_numpy()
+    keep = (code >= 0) & (steps["phase"] == "measure").to_numpy()
+    keep[keep] = done[code[keep]]
+    samples = ReplicateSamples.from_steps(
+        code[keep],
+        steps[REPEAT].to_numpy(np.int64)[keep],
+        steps["step_time_ms"].to_numpy(float)[keep],
+        len(cells),
+    )
+    return samples.hierarchical_medians(resamples, _generators(cells, np.arange(len(cells)), SEED, stream))
 
 
 class _Draws:

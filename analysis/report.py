@@ -18,6 +18,7 @@ from analysis.busy import LAUNCH_BOUND
 from analysis.claims import claims_table
 from analysis.collect import SweepData, load_sweep
 from analysis.environment import environment_table
+from analysis.fp8 import fp8_table
 from analysis.gemm import GEMM_TABLE, gemm_cells, gemm_mask, gemm_table
 from analysis.gemm_claims import claims_table as fp8_triton_claims
 from analysis.html import html_page
@@ -69,7 +70,8 @@ def analyze(
 ) -> Analysis:
     """Read the sweep and build its tables: the sweep's own, why graphs broke or recompiled (where
     any run recorded a reason), the suite tables of a suite (`+suite=...`, analysis/suite.py), the
-    seminar layouts it has cells for, the GEMM table (analysis/gemm.py) where it has GEMM cells,
+    seminar layouts it has cells for, fp8 against bf16 (analysis/fp8.py) where fp8 training cells have
+    a bf16 counterpart, the GEMM table (analysis/gemm.py) where it has GEMM cells,
     and with `reference="seminar"` every seminar table beside the published values and the claims,
     with `reference="fp8_triton"` the FP8 GEMM post's claims judged (analysis/gemm_claims.py).
     GEMM cells time one matrix multiply, not a training step: the training tables leave them out.
@@ -82,12 +84,14 @@ def analyze(
     suite = suite_name(Path(sweep_dir))
     training = metrics[~gemm_mask(metrics)]
     gemm = gemm_cells(Path(sweep_dir), data, metrics)
+    fp8 = fp8_table(data, training, equivalence)
     tables = [
         *(
             sweep_tables(training, equivalence, data_bound, launch_bound)
             if gemm.empty or len(training)
             else []
         ),
+        *([fp8] if fp8 else []),
         *([reasons] if reasons else []),
         *(suite_tables(training, data.steps, suite) if suite else []),
         *seminar_tables(training, with_reference=reference == "seminar"),
