@@ -64,7 +64,8 @@ def fp8_rows(
     rows["speedup"], rows["speedup_low"], rows["speedup_high"] = rows["bf16_ms"] / rows["fp8_ms"], low, high
     rows["verdict"] = equivalence_verdict(low, high, equivalence)
     linears = data.cells.drop_duplicates("cell_id").set_index("cell_id")[LINEAR_COLUMNS]
-    rows[LINEAR_COLUMNS] = linears.reindex(rows["fp8_cell_id"]).to_numpy()
+    rows[LINEAR_COLUMNS] = linears.reindex(rows["fp8_cell_id"]).to_numpy(float)
+    rows[LINEAR_COLUMNS] = rows[LINEAR_COLUMNS].astype("Int64")  # counts: 24 in the CSV, not 24.0
     return rows
 
 

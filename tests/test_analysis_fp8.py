@@ -149,6 +149,7 @@ def test_table_in_the_terminal_and_the_report(tmp_path: Path, capsys: pytest.Cap
     raw = pd.read_csv(report / "tables" / f"{FP8_TABLE}.csv")
     assert list(raw["fp8_cell_id"]) == ["tensorwise-eager", "rowwise-inductor", "tensorwise-inductor"]
     assert raw.loc[2, "speedup"] == pytest.approx(82.5 / 63.0)
+    assert ",24,1,0\n" in (report / "tables" / f"{FP8_TABLE}.csv").read_text()  # fp8_linears and the skipped
     # --format csv / json print the per-cell table only, as for every other table.
     code, out = run(capsys, str(tmp_path), "--format", "csv", "--no-plots")
     assert (
