@@ -39,9 +39,11 @@ def gemm_figure(cells: pd.DataFrame) -> Figure:
             memory_us = floor["gemm_bytes"] / (floor["peak_gbps"] * 1e3)
             color = FLOOR_COLORS.get(precision, "grey")
             ax.plot(floor.index, memory_us, color=color, linestyle=":", label=f"{precision} memory floor")
-        compute = panel[panel["gemm_bound"] == "compute"].groupby("gemm_m")["gemm_floor_us"].min()
-        if len(compute):
-            ax.plot(compute.index, compute, color="grey", linestyle="-.", label="compute floor")
+        # The compute floor of each dtype where it binds (fp8's peak is twice bf16's: two lines).
+        for precision, rows in panel[panel["gemm_bound"] == "compute"].groupby("precision"):
+            compute = rows.groupby("gemm_m")["gemm_floor_us"].median()
+            color = FLOOR_COLORS.get(precision, "grey")
+            ax.plot(compute.index, compute, color=color, linestyle="-.", label=f"{precision} compute floor")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         for axis in (ax.xaxis, ax.yaxis):  # plain numbers: M = 64 and 25 µs read faster than 2^6 and 2.5e1
