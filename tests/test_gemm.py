@@ -128,6 +128,8 @@ def test_fp8_on_the_cpu_is_not_supported_never_failed(tmp_path: Path) -> None:
         ({"compile": {"measure": "cold_warm"}}, "compile.measure=once"),
         ({"model": {"name": "gpt", "m": 16}}, "model.m is a GEMM's dimension"),
         ({"model": {"name": "gemm", "k": 0}}, "model.k must be positive"),
+        ({"batch_size": 64}, "model=gemm has no batch_size: its shape is model.m"),
+        ({"grad_accum": 2}, "model=gemm has no grad_accum"),
     ],
 )
 def test_refusals_are_one_line_config_errors(values: dict, says: str) -> None:

@@ -126,6 +126,8 @@ def check_gemm(cfg: CellConfig) -> None:
         raise ConfigError(f"model=gemm runs in one process, not {cfg.distributed.world_size}")
     if cfg.compile.measure != "once":
         raise ConfigError("model=gemm measures its compile once (compile.measure=once)")
+    if batch := [key for key in ("batch_size", "grad_accum") if getattr(cfg, key) is not None]:
+        raise ConfigError(f"model=gemm has no {batch[0]}: its shape is model.m, model.n, model.k")
 
 
 def check_cell(cfg: CellConfig, submitting: bool = False) -> None:
