@@ -48,6 +48,16 @@ from workloads.contract.vocabulary import (
 
 #: The columns analysis reads of each file (a run row has over 50: decoding the environment
 #: columns would cost a third of the time in a large sweep, and no table shows them).
+#: A GEMM cell's own run.parquet columns that analysis/gemm.py reads (its shape and recipe are axes).
+GEMM_READ = (
+    "gemm_bytes",
+    "peak_gbps",
+    "gemm_floor_us",
+    "gemm_bound",
+    "gemm_kernel",
+    "gemm_autotune_us",
+    "gemms_per_replay",
+)
 RUN_READ_SCHEMA = pa.schema(
     [
         RUN_SCHEMA.field(name)
@@ -81,6 +91,7 @@ RUN_READ_SCHEMA = pa.schema(
             "fp8_linears",  # fp8 cells' Linear layers swapped, and left in bf16 (analysis/fp8.py)
             "fp8_skipped_head",
             "fp8_skipped_misaligned",
+            *GEMM_READ,  # a GEMM cell's own columns (analysis/gemm.py)
             "ddp_graph_splits",
             "rank_median_step_ms",
             "graph_break_reasons",

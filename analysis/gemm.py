@@ -2,34 +2,27 @@
 
 A GEMM cell times one matrix multiply, M x K by K x N, as CUDA-graph replays: its step is one replay
 and `step_time_ms` the ms per GEMM, so its median step and the interval of it are the existing
-two-level bootstrap (analysis/stats.py). Its own columns (`gemm_*`, `fp8_recipe`, `peak_gbps`) are read
-here from the cells' run.parquet, since the training tables need none of them; a sweep without GEMM
-cells has no GEMM table. An implementation is precision (+ fp8 recipe) x backend: eager is cuBLAS.
+two-level bootstrap (analysis/stats.py). Its own columns (`gemm_*`, `fp8_recipe`, `peak_gbps`) come
+from collect.py's replicate rows (`GEMM_READ`); the training tables use none of them. A sweep without
+GEMM cells has no GEMM table. An implementation is precision (+ fp8 recipe) x backend: eager is cuBLAS.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
-from analysis.collect import SweepData
+from analysis.collect import GEMM_READ, SweepData
 from analysis.metrics import RESAMPLES, median_draws
 from analysis.render import Table, fmt_number, fmt_percent, fmt_speedup, is_null
 from analysis.stats import percentile_interval, ratio_interval
-from workloads.contract.sweep_dir import RUN_FILE, cell_dir
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, backend_label
 
 GEMM_MODEL = "gemm"
 GEMM_TABLE = "gemm"
 SHAPE = ["gemm_m", "gemm_n", "gemm_k"]
-#: The GEMM cell's own run.parquet columns (absent in files that predate them: read as null).
-RUN_COLUMNS = [
-    *SHAPE, "fp8_recipe", "gemm_bytes", "peak_gbps", "gemm_floor_us", "gemm_bound", "gemm_kernel",
-    "gemm_autotune_us", "gemms_per_replay",
-]  # fmt: skip
+#: The GEMM cell's own columns, as collect.py reads them (absent in older files: null).
+RUN_COLUMNS = [*SHAPE, "fp8_recipe", *GEMM_READ]
 #: Where one shape's implementations are compared: the same shape on the same kind of GPU.
 SAME_SHAPE = [*SHAPE, "gpu_name"]
 BF16, FP8 = "bf16", "fp8"
@@ -51,17 +44,13 @@ def implementation(precision: object, recipe: object, backend: object, mode: obj
     return f"{dtype} {kernel}"
 
 
-def _run_rows(sweep_dir: Path, replicates: pd.DataFrame) -> pd.DataFrame:
+def _run_rows(replicates: pd.DataFrame) -> pd.DataFrame:
     """RUN_COLUMNS of each GEMM cell: the median of its completed replicates' values (the first for
     text), or of its attempt that counts where none completed."""
     rows = []
     for cell_id, runs in replicates.groupby("cell_id", sort=False):
-        path = cell_dir(sweep_dir, cell_id) / RUN_FILE
-        table = pq.read_table(path)
-        present = [c for c in ["attempt", *RUN_COLUMNS] if c in table.column_names]
-        frame = table.select(present).to_pandas().reindex(columns=["attempt", *RUN_COLUMNS])
-        done = runs.loc[runs["status"] == COMPLETED, "attempt"]
-        own = frame[frame["attempt"].isin(done if len(done) else runs["attempt"])]
+        done = runs[runs["status"] == COMPLETED]
+        own = done if len(done) else runs
         row = {"cell_id": cell_id}
         for column in RUN_COLUMNS:
             values = own[column].dropna()
@@ -97,9 +86,7 @@ def _speedups(cells: pd.DataFrame, draws: np.ndarray, precision: str, column: st
     cells[column], cells[f"{column}_low"], cells[f"{column}_high"] = value, low, high
 
 
-def gemm_cells(
-    sweep_dir: Path, data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLES
-) -> pd.DataFrame:
+def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLES) -> pd.DataFrame:
     """One row per GEMM cell (empty without any): its shape, implementation, µs per GEMM with its 95%
     interval, TFLOP/s, GB/s, roofline floor and share, bound, kernel, the autotuner's µs, and its
     speedups over bf16 cuBLAS and fp8 cuBLAS at the same shape."""
@@ -108,9 +95,7 @@ def gemm_cells(
         return pd.DataFrame()
     base = ours[["cell_id", "status", "precision", "backend", "compile_mode", "gpu_name", "median_step_ms"]]
     replicates = data.replicates[data.replicates["cell_id"].isin(ours["cell_id"])]
-    cells = base.merge(_run_rows(Path(sweep_dir), replicates), on="cell_id", how="left").reset_index(
-        drop=True
-    )
+    cells = base.merge(_run_rows(replicates), on="cell_id", how="left").reset_index(drop=True)
     draws = median_draws(cells, data.steps, resamples, _STREAM) * 1e3  # ms -> µs
     cells["us"] = cells["median_step_ms"].astype(float) * 1e3
     cells["us_low"], cells["us_high"] = percentile_interval(draws)

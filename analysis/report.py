@@ -83,7 +83,7 @@ def analyze(
     reasons = reasons_table(data.cells, metrics)
     suite = suite_name(Path(sweep_dir))
     training = metrics[~gemm_mask(metrics)]
-    gemm = gemm_cells(Path(sweep_dir), data, metrics)
+    gemm = gemm_cells(data, metrics)
     fp8 = fp8_table(data, training, equivalence)
     tables = [
         *(
