@@ -24,7 +24,7 @@ from workloads.cell.distributed import Ranks
 from workloads.cell.precision import PRECISIONS
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import OptimizerUpdate, PreparedCell, StepRecord, TrainedModel, TrainStep
-from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, NOT_COMPILED
+from workloads.contract.vocabulary import BASELINE_BACKEND
 from workloads.data import BatchShape, load_token_source, make_batches
 from workloads.instruments import compile_cache, dynamo_records, provenance
 from workloads.instruments.environment import describe_environment, peak_tflops, resolve_device
@@ -192,23 +192,4 @@ def train_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
             rec.run.update(instrument.after_summary(rec))
     for instrument in instruments:
         rec.run.update(instrument.after_finished())
-    return _status(cfg, rec)
-
-
-def _status(cfg: CellConfig, rec: CellRecorder) -> str:
-    """`completed`, or `not_compiled` (with the error text) where the backend compiled nothing or
-    CUDA graphs were asked for and skipped."""
-    if cfg.backend.name != BASELINE_BACKEND and not rec.run.get("graph_count"):
-        rec.run["error"] = (
-            f"backend {cfg.backend.name} was requested but no graph was compiled "
-            "(torch.compile disabled, e.g. TORCH_COMPILE_DISABLE=1?); steps ran eagerly"
-        )
-        return NOT_COMPILED
-    if backends.wants_cudagraphs(cfg.backend) and rec.run.get("cudagraph_skips"):
-        rec.run["error"] = (
-            f"backend {cfg.backend.name} (mode {cfg.backend.mode}) asked for CUDA graphs, but "
-            f"{rec.run['cudagraph_skips']} graph(s) ran without them (CPU device or unsupported "
-            "ops: the job log names the reason)"
-        )
-        return NOT_COMPILED
-    return COMPLETED
+    return backends.compiled_status(cfg.backend, rec.run)

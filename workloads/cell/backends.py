@@ -12,13 +12,14 @@ from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
 
 from workloads.cell.catalog import check_backend
 from workloads.cell.config import BackendConfig, ConfigError
-from workloads.contract.vocabulary import BASELINE_BACKEND
+from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, NOT_COMPILED
 
 #: Inductor modes that replay CUDA graphs (cudagraph trees), like the dynamo `cudagraphs` backend.
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -122,3 +123,22 @@ def compile_optimizer_step(optimizer: torch.optim.Optimizer, cfg: BackendConfig)
         optimizer.step()
 
     return step
+
+
+def compiled_status(cfg: BackendConfig, run: dict[str, Any]) -> str:
+    """A finished cell's status from its run row: `completed`, or `not_compiled` (with the error text
+    put in `run`) where the backend compiled nothing or CUDA graphs were asked for and skipped."""
+    if cfg.name != BASELINE_BACKEND and not run.get("graph_count"):
+        run["error"] = (
+            f"backend {cfg.name} was requested but no graph was compiled "
+            "(torch.compile disabled, e.g. TORCH_COMPILE_DISABLE=1?); steps ran eagerly"
+        )
+        return NOT_COMPILED
+    if wants_cudagraphs(cfg) and run.get("cudagraph_skips"):
+        run["error"] = (
+            f"backend {cfg.name} (mode {cfg.mode}) asked for CUDA graphs, but "
+            f"{run['cudagraph_skips']} graph(s) ran without them (CPU device or unsupported "
+            "ops: the job log names the reason)"
+        )
+        return NOT_COMPILED
+    return COMPLETED

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from workloads.cell.backends import compiled_status
 from workloads.cell.catalog import check_cell
 from workloads.cell.config import CellConfig
 from workloads.cell.distributed import Ranks
@@ -19,7 +20,6 @@ from workloads.cell.precision import PRECISIONS
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.support import require_fp8
 from workloads.cell.train import run_steps
-from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, NOT_COMPILED
 from workloads.gemm.kernels import build_gemm, make_operands
 from workloads.gemm.private_torch import AutotuneChoices
 from workloads.gemm.shapes import gemm_columns, gemm_flops, resolve_shape
@@ -99,28 +99,5 @@ def gemm_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
             gemm_autotune_us=chosen.us if chosen and gemm.compiled else None,
         )
         if gemm.compiled:
-            rec.run.update(_compile_columns())
-    return _status(cfg, rec)
-
-
-def _compile_columns() -> dict[str, object]:
-    stats = dynamo_records.compile_stats()
-    return {
-        "graph_count": stats.graph_count,
-        "graph_break_count": stats.graph_break_count,
-        "recompile_count": stats.recompile_count,
-        "graph_break_reasons": stats.graph_break_reasons,
-        "recompile_reasons": stats.recompile_reasons,
-        **stats.cache,
-    }
-
-
-def _status(cfg: CellConfig, rec: CellRecorder) -> str:
-    """`completed`, or `not_compiled` where a compiled backend compiled nothing."""
-    if cfg.backend.name != BASELINE_BACKEND and not rec.run.get("graph_count"):
-        rec.run["error"] = (
-            f"backend {cfg.backend.name} was requested but no graph was compiled "
-            "(torch.compile disabled, e.g. TORCH_COMPILE_DISABLE=1?); the GEMM ran eagerly"
-        )
-        return NOT_COMPILED
-    return COMPLETED
+            rec.run.update(dynamo_records.compile_stats().columns())
+    return compiled_status(cfg.backend, rec.run)

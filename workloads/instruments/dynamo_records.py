@@ -75,6 +75,18 @@ class CompileStats:
     """CACHE_COUNTERS' columns: lookups of inductor's FX graph cache and of the AOTAutograd cache that
     hit, missed or bypassed the cache (a graph it cannot cache)."""
 
+    def columns(self) -> dict[str, Any]:
+        """The run row's columns of what compiled (a training and a GEMM cell alike)."""
+        return {
+            "graph_count": self.graph_count,
+            "graph_break_count": self.graph_break_count,
+            "recompile_count": self.recompile_count,
+            "cudagraph_skips": self.cudagraph_skips,
+            "graph_break_reasons": self.graph_break_reasons,
+            "recompile_reasons": self.recompile_reasons,
+            **self.cache,
+        }
+
 
 def reset_compile_stats() -> None:
     """Forget earlier compilations (counters, caches) so that stats describe this cell alone."""
@@ -206,17 +218,7 @@ class CompileCounters(Instrument):
 
     def after_summary(self, rec: CellRecorder) -> dict[str, Any]:
         if self._compiled.uses_dynamo or self.backend.compile_optimizer:
-            stats = compile_stats()
-            return {
-                "graph_count": stats.graph_count,
-                "graph_break_count": stats.graph_break_count,
-                "recompile_count": stats.recompile_count,
-                "cudagraph_skips": stats.cudagraph_skips,
-                "graph_break_reasons": stats.graph_break_reasons,
-                "recompile_reasons": stats.recompile_reasons,
-                "ddp_graph_splits": self.ddp_splits.splits,
-                **stats.cache,
-            }
+            return {**compile_stats().columns(), "ddp_graph_splits": self.ddp_splits.splits}
         if self.backend.name == "torchscript":
             traced = isinstance(self._compiled.module, torch.jit.ScriptModule)
             return {"graph_count": int(traced), "graph_break_count": 0, "recompile_count": 0}
