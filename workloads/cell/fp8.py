@@ -9,6 +9,7 @@ optional extra `compilebench[fp8]`, imported only here, only by fp8 cells.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -69,9 +70,15 @@ def plan_problem(precision: str, device: str, trains: bool = True) -> str | None
         return None
     if device == "cpu":
         return "precision=fp8 needs a GPU with fp8 tensor cores; this cell asks for device=cpu"
-    if trains and importlib.util.find_spec("torchao") is None:
+    if trains and not _torchao_installed():
         return MISSING_TORCHAO
     return None
+
+
+@functools.cache
+def _torchao_installed() -> bool:
+    # Once per process: the grid check asks for every fp8 cell, and a lookup scans sys.path.
+    return importlib.util.find_spec("torchao") is not None
 
 
 def import_float8() -> Any:
