@@ -3,7 +3,9 @@
 import pytest
 import torch
 
+from workloads.cell.config import cell_config_from_dict
 from workloads.instruments.environment import peak_tflops
+from workloads.models import build_model
 from workloads.models.gpt import GPT, GPT_SIZES
 
 
@@ -14,6 +16,16 @@ def test_parameter_counts_match_nanogpt(size: str, millions: float) -> None:
     with torch.device("meta"):
         model = GPT(GPT_SIZES[size])
     assert round(model.num_params() / 1e6, 2) == millions
+
+
+def test_an_arch_name_builds_that_gpt_at_the_sizes_context_and_batch() -> None:
+    # The name a GPT cell records (`arch`) builds the same GPT when asked for again.
+    with torch.device("meta"):
+        spec = build_model(cell_config_from_dict({"model": {"arch": "gpt-3x4x256"}, "size": "small"}))
+    blocks = spec.module.transformer.h
+    assert spec.arch == "gpt-3x4x256" and len(blocks) == 3 and blocks[0].attn.n_head == 4
+    assert blocks[0].mlp.c_fc.weight.shape == (1024, 256)
+    assert spec.sample_shape == (256,) and spec.batch_size == 64  # size=small's context and batch
 
 
 def test_output_head_is_tied_to_token_embedding() -> None:

@@ -37,6 +37,14 @@ def hostile_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
             "does not exist",
         ),
         "a directory as a text file": (["data.source=text", f"data.path={tmp}"], "needs a file as data.path"),
+        "a GPT arch that names no GPT": (
+            ["model.arch=gpt2-medium"],
+            "model.arch=gpt-<layers>x<heads>x<width>",
+        ),
+        "a GPT width its heads do not divide": (
+            ["model.arch=gpt-2x3x64"],
+            "a positive multiple of the heads",
+        ),
         "negative data workers": (["data.workers=-2"], "data.workers must be >= 0"),
         "model name with a shell command": ([f"model.name='x; {touch}'"], "unknown model 'x; touch"),
         "backend name with a shell command": ([f"backend.name='$({touch})'"], "unknown backend '$(touch"),

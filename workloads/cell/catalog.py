@@ -10,6 +10,7 @@ checks that they cover exactly the names here.
 from __future__ import annotations
 
 import functools
+import re
 
 from workloads.cell.config import BackendConfig, CellConfig, ConfigError
 from workloads.cell.fp8 import plan_problem as fp8_plan_problem
@@ -19,6 +20,9 @@ from workloads.contract.vocabulary import BASELINE_BACKEND
 SIZES = ("tiny", "small", "medium", "large", "xl")
 #: The family whose cell times one GEMM instead of training a model (workloads/gemm/).
 GEMM_FAMILY = "gemm"
+#: model=gpt's `model.arch`: `gpt-<layers>x<heads>x<width>`, the name a GPT cell records, so that a
+#: recorded arch can be asked for again; the size preset still gives context, vocabulary and batch.
+GPT_ARCH = re.compile(r"gpt-(\d+)x(\d+)x(\d+)")
 #: Model family -> what it reads: `tokens`, `images` or `custom` (decides which data sources fit);
 #: a GEMM reads its own random operands.
 FAMILY_KINDS = {
@@ -63,6 +67,19 @@ def is_timm_model(arch: str) -> bool:
     return arch in timm.list_models()
 
 
+def gpt_arch(arch: str) -> tuple[int, int, int]:
+    """(layers, heads, width) of a GPT arch name; ConfigError for one that names no GPT."""
+    match = GPT_ARCH.fullmatch(arch)
+    if match is None:
+        raise ConfigError(
+            f"model=gpt takes model.arch=gpt-<layers>x<heads>x<width> (gpt-8x32x4096), not {arch!r}"
+        )
+    layers, heads, width = map(int, match.groups())
+    if min(layers, heads, width) < 1 or width % heads:
+        raise ConfigError(f"model.arch={arch}: the width must be a positive multiple of the heads")
+    return layers, heads, width
+
+
 def check_model(cfg: CellConfig) -> str:
     """The kind of input the cell's model reads; ConfigError for an unknown family, size or arch."""
     kind = FAMILY_KINDS.get(cfg.model.name)
@@ -74,6 +91,8 @@ def check_model(cfg: CellConfig) -> str:
         raise ConfigError(
             f"model=resnet with arch {cfg.model.arch!r}: use model=timm for other architectures"
         )
+    if cfg.model.name == "gpt" and cfg.model.arch:
+        gpt_arch(cfg.model.arch)
     if kind == "images" and cfg.model.arch and not is_timm_model(cfg.model.arch):
         raise ConfigError(f"timm has no model named {cfg.model.arch!r} (model.arch)")
     if (kind == "custom") != bool(cfg.model.target):

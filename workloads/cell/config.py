@@ -47,7 +47,8 @@ class ModelConfig:
     target: str | None = None
     """model=custom: the user's builder, `package.module:function` (workloads/custom_model.py)."""
     arch: str | None = None
-    """timm model name (e.g. `convnext_tiny`); null = the size's default architecture."""
+    """timm model name (e.g. `convnext_tiny`), or model=gpt's `gpt-<layers>x<heads>x<width>` (the size
+    preset gives context and batch); null = the size's default architecture."""
     channels_last: bool = True
     """Vision models: train in channels-last memory format (faster convolutions on GPUs)."""
     dropout: float | None = None

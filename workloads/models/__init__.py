@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from workloads.cell.catalog import SIZES, check_model
+from workloads.cell.catalog import SIZES, check_model, gpt_arch
 from workloads.cell.config import CellConfig, ConfigError
 from workloads.custom_model import CustomModel, build_custom_model
 from workloads.models.gpt import GPT, GPT_SIZES
@@ -66,9 +66,12 @@ def _classification_loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor) ->
 
 
 def build_gpt(cfg: CellConfig, vocab_size: int | None) -> ModelSpec:
-    """nanoGPT at a size preset; `vocab_size` from the data replaces the preset's, as nanoGPT's meta.pkl."""
+    """nanoGPT at a size preset, or `model.arch`'s layers, heads and width at the preset's context and
+    batch; `vocab_size` from the data replaces the preset's, as nanoGPT's meta.pkl."""
     preset = GPT_SIZES[cfg.size]
     overrides = {}
+    if cfg.model.arch:
+        overrides.update(zip(("n_layer", "n_head", "n_embd"), gpt_arch(cfg.model.arch)))
     if vocab_size is not None:
         overrides["vocab_size"] = vocab_size
     if cfg.model.dropout is not None:
