@@ -65,6 +65,23 @@ def test_a_timm_models_output_head_is_its_classifier() -> None:
     assert spec.output_head == "fc" and spec.module.get_submodule("fc") is spec.module.get_classifier()
 
 
+def test_a_model_registered_with_timm_needs_no_classifier_method() -> None:
+    # A user's model in timm's registry may lack timm's get_classifier: it has no output head to spare.
+    import timm
+    from timm.models import register_model
+
+    name = "compilebench_test_no_get_classifier"
+    if name not in timm.list_models():
+
+        def create(pretrained: bool = False, num_classes: int = 10, **kwargs: object) -> nn.Module:
+            return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(3, num_classes))
+
+        create.__name__ = name
+        register_model(create)
+    cfg = cell_config_from_dict({"model": {"name": "timm", "arch": name}, "size": "tiny"})
+    assert build_model(cfg).output_head is None
+
+
 def test_the_cpu_has_no_fp8() -> None:
     import torch
 

@@ -108,6 +108,13 @@ def _module_name(model: nn.Module, layer: nn.Module) -> str | None:
     return next((name for name, module in model.named_modules() if module is layer), None)
 
 
+def _classifier_name(model: nn.Module) -> str | None:
+    """timm's classifier of `model` by name; None for a model registered with timm by its user
+    without timm's `get_classifier` (the GPU tier's tiny classifier has none)."""
+    get_classifier = getattr(model, "get_classifier", None)
+    return None if get_classifier is None else _module_name(model, get_classifier())
+
+
 def build_timm(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
     """A timm model (`model.arch`, or the size's ResNet) trained with SGD, as timm's benchmark."""
     preset = VISION_SIZES[cfg.size]
@@ -139,7 +146,7 @@ def build_timm(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
         loss=_classification_loss,
         make_optimizer=make_optimizer,
         default_grad_clip=0.0,
-        output_head=_module_name(model, model.get_classifier()),
+        output_head=_classifier_name(model),
     )
 
 
