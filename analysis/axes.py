@@ -71,13 +71,20 @@ def axis_rows(frame: pd.DataFrame, axes: list[str]) -> list[list[object]]:
     return frame[axes].to_numpy(dtype=object).tolist()
 
 
+#: Families whose cells are named by their arch (a resnet's is in its family's name).
+_NAMED_BY_ARCH = ("timm", "custom", "gpt")
+
+
 def workload_labels(metrics: pd.DataFrame, settings: list[str] = SAME_WORKLOAD) -> pd.Series:
-    """`gpt small`, `resnet small\nfp32 b128`: model (or timm arch, custom target) and size, and on a
-    second line those of `settings` (workload axes) that differ between the cells with a result."""
+    """`gpt-6x6x384 small`, `resnet small\nfp32 b128`: the arch (timm's name, a custom target, a GPT's
+    layers x heads x width; a resnet's family) and size, and on a second line those of `settings`
+    (workload axes) that differ between the cells with a result."""
     with_result = metrics[~metrics["status"].isin([NO_RESULT, UNREADABLE])]
     varying = varying_axes(with_result, [a for a in settings if a not in ("model", "arch", "size")])
     names = [
-        " ".join(filter(None, (axis_text(arch if model in ("timm", "custom") else model), axis_text(size))))
+        " ".join(
+            filter(None, (axis_text(arch if model in _NAMED_BY_ARCH else None) or model, axis_text(size)))
+        )
         for model, arch, size in zip(metrics["model"], metrics["arch"], metrics["size"])
     ]
     lines = [
@@ -90,7 +97,7 @@ def workload_labels(metrics: pd.DataFrame, settings: list[str] = SAME_WORKLOAD) 
 
 
 def cell_labels(metrics: pd.DataFrame, settings: list[str] = SAME_WORKLOAD) -> pd.Series:
-    """`gpt small b64 · inductor`: a cell's workload (`workload_labels`, on one line) and backend."""
+    """`gpt-6x6x384 small b64 · inductor`: a cell's workload (`workload_labels`, on one line) and backend."""
     return workload_labels(metrics, settings).str.replace("\n", " ") + " · " + backend_labels(metrics)
 
 

@@ -77,12 +77,12 @@ def test_the_forest_plot_is_sorted_with_intervals_on_a_log_axis(seminar) -> None
     assert ax.get_xscale() == "log"
     assert tick_texts(ax) == [  # fastest on top; cells without a speedup at the bottom, saying why
         "resnet small tf32 b128 accum 1 · torchscript",
-        "gpt small bf16 b64 accum 1 · inductor (max-autotune)",
-        "gpt medium bf16 b12 accum 40 · inductor",
+        "gpt-6x6x384 small bf16 b64 accum 1 · inductor (max-autotune)",
+        "gpt-12x12x768 medium bf16 b12 accum 40 · inductor",
         "resnet medium tf32 b128 accum 1 · torchscript",
-        "gpt small bf16 b64 accum 1 · inductor",
+        "gpt-6x6x384 small bf16 b64 accum 1 · inductor",
         "resnet small tf32 b128 accum 1 · inductor",
-        "gpt medium bf16 b12 accum 40 · cudagraphs",
+        "gpt-12x12x768 medium bf16 b12 accum 40 · cudagraphs",
         "resnet medium tf32 b128 accum 1 · inductor",
     ]
     assert tick_texts(values)[:2] == ["1.94x [1.76, 2.13]", "1.31x [1.14, 1.50]"]
@@ -209,8 +209,8 @@ def test_step_time_panels_cover_the_measured_steps_and_mark_the_warm_up(seminar)
     fig = step_time_figure(metrics, data.steps)
     panels = [ax for ax in fig.axes if ax.get_visible() and ax.lines]
     assert [ax.get_title() for ax in panels] == [
-        "gpt medium bf16 b12 accum 40",
-        "gpt small bf16 b64 accum 1",
+        "gpt-12x12x768 medium bf16 b12 accum 40",
+        "gpt-6x6x384 small bf16 b64 accum 1",
         "resnet small tf32 b128 accum 1",
         "resnet medium tf32 b128 accum 1",
     ]
@@ -233,10 +233,10 @@ def test_break_even_is_compile_time_over_the_step_saved(seminar) -> None:
     # compile 3.5 s each; gpt2: eager 3010 ms, inductor 2610 ms: 3500 / 400 = 8.75 steps; resnet18
     # torchscript 3500 / (310 - 160); shakespeare_char max-autotune 3500 / (17 - 13); slower: never.
     assert {
-        "gpt medium bf16 b12 accum 40: 9 steps",
+        "gpt-12x12x768 medium bf16 b12 accum 40: 9 steps",
         "resnet small tf32 b128 accum 1: 23 steps",
-        "gpt small bf16 b64 accum 1: 875 steps",
-        "gpt small bf16 b64 accum 1: never",
+        "gpt-6x6x384 small bf16 b64 accum 1: 875 steps",
+        "gpt-6x6x384 small bf16 b64 accum 1: never",
     } <= notes
     curves = {
         text.get_text().strip(): text
