@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.axes import reference_positions
 from analysis.collect import GEMM_READ, SweepData
 from analysis.metrics import RESAMPLES, median_draws
 from analysis.render import Table, fmt_number, fmt_percent, fmt_speedup, is_null
@@ -60,28 +61,25 @@ def _run_rows(replicates: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["cell_id", *RUN_COLUMNS])
 
 
-def _reference(cells: pd.DataFrame, row: pd.Series, precision: str) -> int | None:
-    """Position of the completed cuBLAS cell of `precision` at the row's shape and GPU (for an fp8 row
-    against fp8, of its recipe; otherwise the first fp8 recipe there); None where there is none."""
-    keys = SAME_SHAPE + (["fp8_recipe"] if precision == FP8 and row["precision"] == FP8 else [])
-    candidates = cells[
-        (cells["backend"] == BASELINE_BACKEND)
-        & (cells["precision"] == precision)
-        & (cells["status"] == COMPLETED)
-    ]
-    same = (candidates[keys].fillna("") == row[keys].fillna("")).all(axis=1)
-    return int(candidates.index[same][0]) if same.any() else None
+def _references(cells: pd.DataFrame, precision: str) -> np.ndarray:
+    """Position of each cell's completed cuBLAS cell of `precision` at its shape and GPU (-1: none); an
+    fp8 row against fp8 takes its own recipe's, any other row the representative of every recipe."""
+    cublas = (cells["backend"] == BASELINE_BACKEND) & (cells["precision"] == precision)
+    any_recipe = reference_positions(cells, SAME_SHAPE, cublas)
+    if precision != FP8:
+        return any_recipe
+    own_recipe = reference_positions(cells, [*SAME_SHAPE, "fp8_recipe"], cublas)
+    return np.where(cells["precision"] == FP8, own_recipe, any_recipe)
 
 
 def _speedups(cells: pd.DataFrame, draws: np.ndarray, precision: str, column: str) -> None:
     """`column` (+ `_low`, `_high`): the µs of the cuBLAS cell of `precision` at the same shape over each
     cell's, with the 95% interval of the draws' ratio."""
     value, low, high = (np.full(len(cells), np.nan) for _ in range(3))
-    for i, row in cells.iterrows():
-        ref = _reference(cells, row, precision)
-        if ref is None or row["status"] != COMPLETED:
+    for i, ref in enumerate(_references(cells, precision)):
+        if ref < 0 or cells.at[i, "status"] != COMPLETED:
             continue
-        value[i] = cells.at[ref, "us"] / row["us"]
+        value[i] = cells.at[ref, "us"] / cells.at[i, "us"]
         (low[i],), (high[i],) = ratio_interval(draws[[ref]], draws[[i]])
     cells[column], cells[f"{column}_low"], cells[f"{column}_high"] = value, low, high
 
@@ -93,7 +91,18 @@ def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLE
     ours = metrics[gemm_mask(metrics)]
     if ours.empty:
         return pd.DataFrame()
-    base = ours[["cell_id", "status", "precision", "backend", "compile_mode", "gpu_name", "median_step_ms"]]
+    base = ours[
+        [
+            "cell_id",
+            "status",
+            "precision",
+            "backend",
+            "compile_mode",
+            "gpu_name",
+            "median_step_ms",
+            "measured_steps",
+        ]
+    ]
     replicates = data.replicates[data.replicates["cell_id"].isin(ours["cell_id"])]
     cells = base.merge(_run_rows(replicates), on="cell_id", how="left").reset_index(drop=True)
     draws = median_draws(cells, data.steps, resamples, _STREAM) * 1e3  # ms -> µs

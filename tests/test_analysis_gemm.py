@@ -66,6 +66,16 @@ def test_gemm_table_against_hand_computation(tmp_path: Path) -> None:
     assert [t.name for t in result.tables] == ["gemm"]
 
 
+def test_an_fp8_cell_is_compared_with_cublas_of_its_own_recipe(tmp_path: Path) -> None:
+    write_gemm_sweep(tmp_path, {16: MEASURED[16]})
+    write_gemm_cell(tmp_path, "fp8r-16", "eager", "fp8", 16, [29.9, 30.0, 30.1], recipe="rowwise")
+    write_gemm_cell(tmp_path, "fp8rc-16", "inductor", "fp8", 16, [26.9, 27.0, 27.1], recipe="rowwise")
+    rows = analyze(tmp_path, warn=None).gemm.set_index("cell_id")
+    assert rows.loc["fp8rc-16", "vs_fp8_cublas"] == pytest.approx(30.0 / 27.0)  # rowwise cuBLAS
+    assert rows.loc["fp8c-16", "vs_fp8_cublas"] == pytest.approx(25.9 / 26.7)  # tensorwise cuBLAS
+    assert rows.loc["fp8rc-16", "vs_bf16_cublas"] == pytest.approx(48.0 / 27.0)
+
+
 def test_gemm_cells_stay_out_of_the_training_tables(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
