@@ -26,8 +26,8 @@ from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import OptimizerUpdate, PreparedCell, StepRecord, TrainedModel, TrainStep
 from workloads.contract.vocabulary import BASELINE_BACKEND
 from workloads.data import BatchShape, load_token_source, make_batches
-from workloads.instruments import compile_cache, dynamo_records, provenance
-from workloads.instruments.environment import describe_environment, peak_tflops, resolve_device
+from workloads.instruments import dynamo_records
+from workloads.instruments.environment import open_run_row, peak_tflops, resolve_device
 from workloads.instruments.registry import instruments_for
 from workloads.models import ModelSpec, build_model
 
@@ -54,12 +54,7 @@ def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> 
     device = distributed.rank_device(ranks, resolve_device(cfg.device))
     precision = PRECISIONS[cfg.precision.name]
     precision.apply_global_switches()
-    rec.run.update(describe_environment(device))
-    # Before anything compiles: inductor and triton read their directories when they first cache.
-    compile_cache.use(compile_cache.key_inputs(rec.run, provenance.cpu_model()))
-    rec.run.update(dynamo_records.cache_state())
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    open_run_row(rec.run, device)
 
     tokens, vocab_size = load_token_source(cfg)
     spec = build_model(cfg, vocab_size)

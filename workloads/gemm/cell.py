@@ -24,8 +24,8 @@ from workloads.gemm.kernels import build_gemm, make_operands
 from workloads.gemm.private_torch import AutotuneChoices
 from workloads.gemm.shapes import gemm_columns, gemm_flops, resolve_shape
 from workloads.gemm.timing import GEMMS_PER_REPLAY, GemmSteps, per_gemm
-from workloads.instruments import compile_cache, dynamo_records, provenance
-from workloads.instruments.environment import describe_environment, peak_gbps, peak_tflops, resolve_device
+from workloads.instruments import dynamo_records, provenance
+from workloads.instruments.environment import open_run_row, peak_gbps, peak_tflops, resolve_device
 from workloads.instruments.registry import WaitForQuiet
 
 #: What an eager GEMM cell's `gemm_kernel` says, by device type.
@@ -42,11 +42,7 @@ def gemm_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
     device = resolve_device(cfg.device)
     if cfg.precision.name == "fp8":
         require_fp8(device)
-    rec.run.update(describe_environment(device))
-    compile_cache.use(compile_cache.key_inputs(rec.run, provenance.cpu_model()))
-    rec.run.update(dynamo_records.cache_state())
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    open_run_row(rec.run, device)
 
     shape = resolve_shape(cfg.size, cfg.model.m, cfg.model.n, cfg.model.k)
     gpu_name = rec.run.get("gpu_name")

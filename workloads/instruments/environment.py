@@ -1,4 +1,5 @@
-"""Where a cell ran: device and GPU peak throughput, software versions, host and Slurm job.
+"""Where a cell ran: device and GPU peak throughput, software versions, host and Slurm job; and
+the start every run row has (`open_run_row`).
 
 Peaks are the vendors' dense (no sparsity) figures in TFLOP/s; fp16 equals bf16 on these
 parts. They are what MFU divides by; `peak_tflops` in the config overrides them.
@@ -13,6 +14,8 @@ import subprocess
 from pathlib import Path
 
 import torch
+
+from workloads.instruments import compile_cache, dynamo_records, provenance
 
 #: (substring of torch.cuda.get_device_name(), {precision column: dense TFLOP/s}); first match wins,
 #: so the more specific names come first.
@@ -100,3 +103,14 @@ def describe_environment(device: torch.device) -> dict[str, object]:
         "partition": os.environ.get("SLURM_JOB_PARTITION"),
         "git_sha": _git_sha(),
     }
+
+
+def open_run_row(run: dict[str, object], device: torch.device) -> None:
+    """What every cell's run row starts with, before anything is built: where it runs, the compile
+    cache it uses (chosen before anything compiles: inductor and triton read their directories when
+    they first cache) and that cache's state; and the device's peak memory counter reset."""
+    run.update(describe_environment(device))
+    compile_cache.use(compile_cache.key_inputs(run, provenance.cpu_model()))
+    run.update(dynamo_records.cache_state())
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
