@@ -85,7 +85,7 @@ def check_grid(grid: Grid) -> tuple[SlurmProfile, dict[str, Resources], dict[Res
     profile = load_profile(grid.cluster)
     resources = {cell.cell_id: cell_resources(profile, cell.config) for cell in grid.cells}
     for cell in grid.cells:
-        refusal = plan_refusal(cell.config["precision"]["name"], resources[cell.cell_id].gpu_type)
+        refusal = plan_refusal(cell.config["precision"]["name"], gpu_type=resources[cell.cell_id].gpu_type)
         if refusal:
             raise ProfileError(f"cell {cell.cell_id} ({cell.config['model']['name']}): {refusal}")
     params = {

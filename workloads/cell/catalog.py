@@ -13,7 +13,8 @@ import functools
 import re
 
 from workloads.cell.config import BackendConfig, CellConfig, ConfigError
-from workloads.cell.fp8 import plan_problem as fp8_plan_problem
+from workloads.cell.fp8 import missing_extra
+from workloads.cell.support import plan_refusal
 from workloads.contract.vocabulary import BASELINE_BACKEND
 
 #: The size presets of every model family.
@@ -157,7 +158,10 @@ def check_cell(cfg: CellConfig, submitting: bool = False) -> None:
     check_data_source(cfg, kind)
     check_backend(cfg.backend)
     check_gemm(cfg)
-    if submitting and (problem := fp8_plan_problem(cfg.precision.name, cfg.device, kind != GEMM_FAMILY)):
+    precision = cfg.precision.name
+    if submitting and (
+        problem := plan_refusal(precision, device=cfg.device) or missing_extra(precision, kind != GEMM_FAMILY)
+    ):
         raise ConfigError(problem)  # in the cell's own process: not_supported, or the import's error
     if submitting and kind == "custom":
         from workloads.custom_model import check_target  # the user's module imports torch anyway

@@ -62,17 +62,10 @@ def choose_linears(module: nn.Module, output_head: str | None) -> LinearChoice:
     return LinearChoice(converted, head, misaligned)
 
 
-def plan_problem(precision: str, device: str, trains: bool = True) -> str | None:
-    """Why a cell of `precision` on `device` (the config's: auto, cuda, cpu) cannot run in fp8,
-    known before it runs (one line); None where it may. A training cell needs torchao, a GEMM cell
-    (`trains` false) only torch. Torch-free: the orchestrator asks."""
-    if precision != "fp8":
-        return None
-    if device == "cpu":
-        return "precision=fp8 needs a GPU with fp8 tensor cores; this cell asks for device=cpu"
-    if trains and not _torchao_installed():
-        return MISSING_TORCHAO
-    return None
+def missing_extra(precision: str, trains: bool) -> str | None:
+    """Why an fp8 cell cannot run here, known before it runs: a training cell needs torchao (a GEMM
+    cell, `trains` false, only torch); None where it may. Torch-free: the orchestrator asks."""
+    return MISSING_TORCHAO if precision == "fp8" and trains and not _torchao_installed() else None
 
 
 @functools.cache

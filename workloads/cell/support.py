@@ -1,7 +1,7 @@
 """What a device can run that not every device can: fp8 tensor cores. The orchestrator refuses a cell
-before submitting it where the partition's GPU type is known (`plan_refusal`, torch-free); a cell
-that finds itself on such a device anyway raises `NotSupported`, recorded as `not_supported`
-(workloads/run.py), never as `failed`.
+before submitting it where the config asks for the CPU or the partition's GPU type is known
+(`plan_refusal`, torch-free); a cell that finds itself on such a device anyway raises `NotSupported`,
+recorded as `not_supported` (workloads/run.py), never as `failed`.
 """
 
 from __future__ import annotations
@@ -44,12 +44,15 @@ def capability_of(gpu_type: str) -> tuple[int, int] | None:
     return None
 
 
-def plan_refusal(precision: str, gpu_type: str | None) -> str | None:
-    """Why a cell of `precision` cannot run on a partition of `gpu_type` (one line), or None where it
-    can or the type is unknown (then the cell finds out where it runs)."""
-    if precision != "fp8" or gpu_type is None:
+def plan_refusal(precision: str, *, device: str = "auto", gpu_type: str | None = None) -> str | None:
+    """Why a cell of `precision` cannot run on the config's `device` (auto, cuda, cpu) or on a
+    partition of `gpu_type` (one line); None where it can or the type is unknown (then the cell finds
+    out where it runs)."""
+    if precision != "fp8":
         return None
-    capability = capability_of(gpu_type)
+    if device == "cpu":
+        return "precision=fp8 needs a GPU with fp8 tensor cores; this cell asks for device=cpu"
+    capability = None if gpu_type is None else capability_of(gpu_type)
     if capability is not None and capability < FP8_MIN_CAPABILITY:
         return (
             f"precision=fp8 needs fp8 tensor cores (compute capability >= 8.9: H100, H200, L4, L40); "
