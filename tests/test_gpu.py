@@ -21,14 +21,17 @@ CUDA every test here skips and says why, the two-GPU one also without a second G
   matmuls is not; cells record it for each side, kernels replayed in CUDA graphs included.
 
 
+- The GPU's energy: a GPT-2 cell's NVML energy counter over its measured window (eager, and
+  inductor paired with its eager side) agrees with NVML's power readings integrated over the same
+  window, its joules per step stay below the power limit's, its window covers its steps.
 - The accuracy check of inductor, cudagraphs and reduce-overhead cells (bf16, dropout, gradient
   accumulation) passes, eager's rerun within the precision's tolerance.
 - precision=fp8 (torchao, the extra `compilebench[fp8]`; skipped without it or without fp8 tensor
   cores): a tiny GPT trains eager and under inductor with its blocks' Linear layers in fp8 and its
   lm_head not, finite losses, MFU against the fp8 peak; the inductor cell passes the accuracy check.
 
-Needs only what `workloads` needs (torch, timm, numpy, pyarrow, pyyaml), pandas (the local
-executor, tests/helpers.py) and pytest: no Hydra, OmegaConf or submitit. How to run it and what
+Needs only what `workloads` needs (torch, timm, numpy, pyarrow, pyyaml, nvidia-ml-py), pandas (the
+local executor, tests/helpers.py) and pytest: no Hydra, OmegaConf or submitit. How to run it and what
 it showed: docs/testing.md ("The GPU tier").
 """
 
@@ -43,6 +46,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +65,7 @@ from workloads.cell.config import MeasureConfig, cell_config_from_dict
 from workloads.cell.precision import PRECISIONS
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import HOST_LEAD_STEPS, StepRecord, run_steps, synchronize
+from workloads.instruments.base import Instrument
 from workloads.instruments.dynamo_records import compile_stats
 from workloads.instruments.environment import peak_tflops
 
@@ -979,3 +984,155 @@ def test_gemm_cells_time_their_gemm_within_the_roofline(
         assert run["gemm_kernel"] == "cublas" and run["gemm_autotune_us"] is None
     else:
         assert run["gemm_autotune_us"] > 0 and run["graph_count"] == 1
+
+
+# --- the GPU's energy (workloads/instruments/gpu_energy.py) ---------------------------------------
+
+
+class PowerSamples(Instrument):
+    """The cross-check of the energy counter: NVML's power reading of the cell's GPU
+    (`nvmlDeviceGetPowerUsage`), sampled every POWER_POLL_S in a thread of its own from before the
+    build to the loop's end, with the host clock; and the host clock where the measured window
+    opened and closed. Placed right after the cell's GpuEnergy, so its moments follow the counter's
+    readings by microseconds."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []  # (host clock, W)
+        self.window: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def before_build(self) -> None:
+        from workloads.instruments.nvml import EnergyCounter
+
+        board = EnergyCounter.open(torch.device("cuda", 0))  # the cell's: one process, rank 0's GPU
+        if board is None:
+            return
+
+        def sample() -> None:
+            while not self._stop.is_set():
+                self.samples.append(
+                    (time.perf_counter(), board.nv.nvmlDeviceGetPowerUsage(board.handle) / 1e3)
+                )
+                self._stop.wait(POWER_POLL_S)
+            board.close()
+
+        self._thread = threading.Thread(target=sample, name="power-samples", daemon=True)
+        self._thread.start()
+
+    def before_measuring(self) -> None:
+        self.window.append(time.perf_counter())
+
+    def after_loop(self) -> dict:
+        self.window.append(time.perf_counter())
+        self.stop()
+        return {}
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def joules(self) -> float:
+        """The samples integrated over the measured window (trapezoids, clipped to it)."""
+        start, end = self.window
+        total = 0.0
+        for (t0, p0), (t1, p1) in zip(self.samples, self.samples[1:]):
+            overlap = min(t1, end) - max(t0, start)
+            if overlap > 0:
+                total += overlap * (p0 + p1) / 2
+        return total
+
+
+#: How often the power reading is sampled (s): a call costs well under a millisecond.
+POWER_POLL_S = 0.01
+#: How far the counter and the integrated power readings may be apart (issue 27 asks for 10%). On
+#: Ampere and newer GPUs NVML's power reading is an average over the second before: at the window's
+#: start it still holds the waits before measuring, a lag of about half a second at a step of the
+#: power (a few % of a 15 s window), not a disagreement of the two.
+COUNTER_VS_SAMPLES_RTOL = 0.10
+#: What the measured window's wall seconds may hold beyond its steps' device time: the host's
+#: bookkeeping between a paired cell's blocks (the stop rule, the next block's events: under a
+#: millisecond a block, no step's time) and the /proc scans of the instruments closing their windows
+#: before the energy's reading (milliseconds).
+WINDOW_SLACK_S, WINDOW_SLACK_SHARE = 0.25, 0.02
+
+
+@pytest.mark.parametrize(
+    "backend, paired", [("eager", False), ("inductor", True)], ids=["eager", "inductor-paired"]
+)
+def test_a_gpt2_cell_measures_its_gpus_energy(
+    backend: str, paired: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GPT-2 124M (bf16, one micro-step) eager, and inductor paired with its eager side, each for 15 s:
+    the energy counter's joules per step are positive and below what the power limit allows at the
+    side's mean step; the window's seconds cover its steps (the last warm-up step and every measured
+    one, both sides of a paired cell) and little more; and the counter agrees with NVML's power
+    readings integrated over the same window."""
+    import workloads.train_cell as train_cell
+    from workloads.instruments.energy import window_start
+    from workloads.instruments.gpu_energy import GpuEnergy
+    from workloads.run import run_cell
+
+    samples = PowerSamples()
+    real = train_cell.instruments_for
+
+    def with_samples(cfg, ranks, repeat):
+        instruments = real(cfg, ranks, repeat)
+        at = next(i for i, instrument in enumerate(instruments) if isinstance(instrument, GpuEnergy))
+        return [*instruments[: at + 1], samples, *instruments[at + 1 :]]
+
+    monkeypatch.setattr(train_cell, "instruments_for", with_samples)
+    config = gpu_config(
+        size="medium",
+        precision={"name": "bf16"},
+        grad_accum=1,
+        backend={"name": backend},
+        warmup_steps=3,
+        measure={"min_seconds": 15.0, "paired": paired},
+    )
+    try:
+        status = run_cell(cell_config_from_dict(config), tmp_path / "cell")
+    finally:
+        samples.stop()
+    run = pq.read_table(tmp_path / "cell" / "run.parquet").to_pylist()[-1]
+    steps = sorted(pq.read_table(tmp_path / "cell" / "steps.parquet").to_pylist(), key=lambda s: s["step"])
+    assert status == "completed", run["error"]
+    assert run["paired"] == paired
+    if run["energy_j"] is None:
+        pytest.skip(f"{run['gpu_name']}: no energy counter (a GPU before Volta, or a MIG instance)")
+    limit, ranks = run["gpu_power_limit_w"], run["world_size"]
+    window = steps[window_start([s["phase"] for s in steps]) :]
+    window_s = sum(s["step_time_ms"] for s in window) / 1e3
+    counter, sampled = run["energy_j"], samples.joules()
+    print(
+        f"{backend}: {counter:.1f} J over {run['energy_window_s']:.2f} s ({window_s:.2f} s of steps, "
+        f"{len(window)} steps), power readings {sampled:.1f} J ({sampled / counter - 1:+.1%}); "
+        f"{run['joules_per_step']:.3f} J/step (eager side {run['eager_joules_per_step']}), "
+        f"{run['avg_power_w']:.0f} W of {limit:.0f} W, idle {run['idle_power_w']:.0f} W, "
+        f"{run['items_per_joule']:.1f} tokens/J, compile {run['compile_energy_j']} J"
+    )
+    assert run["energy_window_steps"] == len(window)
+    assert 0.98 * window_s <= run["energy_window_s"] <= window_s * (1 + WINDOW_SLACK_SHARE) + WINDOW_SLACK_S
+    assert sampled == pytest.approx(counter, rel=COUNTER_VS_SAMPLES_RTOL)
+    assert 0 < run["idle_power_w"] < run["avg_power_w"] < 1.05 * limit
+    # J per step is a side's power times its mean step (a block's energy spans the bookkeeping
+    # before it too): at most the power limit's, the mean and not the median being what it is over.
+    sides = (
+        [("compiled", "joules_per_step"), ("eager", "eager_joules_per_step")]
+        if paired
+        else [(None, "joules_per_step")]
+    )
+    for side, column in sides:
+        mean_step_s = statistics.fmean(
+            s["step_time_ms"] / 1e3 for s in steps if s["phase"] == "measure" and s["side"] == side
+        )
+        assert 0 < run[column] < limit * mean_step_s * ranks * (1 + WINDOW_SLACK_SHARE), column
+    assert run["items_per_joule"] == pytest.approx(run["items_per_step"] / run["joules_per_step"])
+    if paired:
+        # each measured step holds its block's share; the blocks hold the window but its last warm-up step
+        measured = [s["energy_j"] for s in window if s["phase"] == "measure"]
+        assert None not in measured and sum(measured) < counter
+        assert run["compile_energy_j"] >= 0
+    else:
+        assert {s["energy_j"] for s in steps} == {None} and run["compile_energy_j"] is None

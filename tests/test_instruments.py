@@ -41,15 +41,17 @@ def test_an_instrument_that_does_not_apply_is_a_no_op_object(
         Instrument,
         CompileWorkersIdle,  # every cell: one with no compile workers does not wait
         HostLoad,
+        Instrument,  # a CPU cell: no GPU energy
         Provenance,
         NoDdpSplits,
         CompileCounters,
         Instrument,  # a CPU cell: no profiled window
         Instrument,  # eager is the accuracy check's reference, not checked
     ]
-    assert alone[5].splits == 0
+    assert alone[6].splits == 0
     nothing = Instrument()
     assert nothing.before_build() is None and nothing.before_measuring() is None
+    assert nothing.after_block("compiled", 5) is None
     assert nothing.after_loop() == {} and nothing.after_summary(CellRecorder("c", 1)) == {}
     assert nothing.after_finished() == {}
 
@@ -58,7 +60,7 @@ def test_an_instrument_that_does_not_apply_is_a_no_op_object(
     cold_warm = cell_config_from_dict(tiny_config("gpt", "inductor", compile={"measure": "cold_warm"}))
     applied = instruments_for(cold_warm, Ranks(0, 2, 0, "gloo"))
     assert [type(instrument) for instrument in applied][:2] == [ColdCompile, WaitForQuiet]
-    assert type(applied[5]) is DdpSplits and applied[6].ddp_splits is applied[5]
+    assert type(applied[6]) is DdpSplits and applied[7].ddp_splits is applied[6]
     assert type(applied[-1]) is Instrument  # ranks would each check alone: no accuracy check
     one_process = instruments_for(cold_warm, Ranks())
     assert type(one_process[-1]) is AccuracyCheck

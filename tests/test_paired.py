@@ -182,12 +182,13 @@ def out_of_memory_when_eager(after: int):
 @pytest.mark.parametrize("after, where", [(0, "warm-up"), (7, "a measured pair")])
 def test_an_eager_side_out_of_memory_goes_on_unpaired(after: int, where: str) -> None:
     records: list[StepRecord] = []
-    pauses = []
+    pauses, blocks = [], []
     hooks = LoopHooks(
         step=out_of_memory_when_eager(after),
         device=torch.device("cpu"),
         on_step=records.append,
         before_measuring=lambda: pauses.append(len(records)),
+        after_block=lambda side, steps: blocks.append((side, steps)),
     )
     loop = PairedLoop(hooks, seed=0)
     measure = MeasureConfig(min_seconds=0.0, block_steps=2, block_seconds=0.0)
@@ -197,6 +198,12 @@ def test_an_eager_side_out_of_memory_goes_on_unpaired(after: int, where: str) ->
     assert [r.step for r in records] == list(range(len(records)))
     paired_rows = [r for r in records if r.phase == "measure" and r.side is not None]
     assert bool(paired_rows) == (where == "a measured pair")  # the pairs before it keep their rows
+    # after the pause, every block that ended was told (the energy's seam): the last warm-up step's,
+    # then each measured block with rows; not the block that failed, nor the unpaired steps after it
+    told = [
+        (side, len(list(rows))) for (_, side), rows in groupby(paired_rows, key=lambda r: (r.pair, r.side))
+    ]
+    assert blocks == ([("eager", 1), *told] if paired_rows else []), where
     unpaired = [r for r in records if r.side is None]
     # one compiled warm-up step again, then the ordinary loop's `steps` measured ones
     assert [r.phase for r in unpaired] == ["warmup"] + ["measure"] * 4

@@ -155,6 +155,10 @@ def train_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
         for instrument in instruments:
             instrument.before_measuring()
 
+    def after_block(side: str, steps: int) -> None:
+        for instrument in instruments:
+            instrument.after_block(side, steps)
+
     # One process applies the stop rule step by step; ranks agree on a count (train.run_steps).
     gather = (lambda value: distributed.gather(ranks, value)) if ranks.world_size > 1 else None
     loop = paired.measuring_loop(
@@ -163,6 +167,7 @@ def train_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
         ranks.world_size,
         on_step=_announcing(rec, cfg.warmup_steps),
         before_measuring=before_measuring,
+        after_block=after_block,
         gather=gather,
     )
     rec.run.update(paired=loop.fallback is None, paired_fallback=loop.fallback)  # also where the loop fails

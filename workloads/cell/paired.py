@@ -91,12 +91,15 @@ class _EagerOutOfMemory(Exception):
 @dataclass(frozen=True)
 class LoopHooks:
     """What either loop runs and tells: the step, its device, each step's record, the pause before
-    measuring (called once)."""
+    measuring (called once), and the end of each block after it (`after_block(side, steps)`, the
+    paired loop's: its last warm-up step's, then each measured block's, called once the block has
+    ended on the device and before its steps are reported)."""
 
     step: Step
     device: torch.device
     on_step: Callable[[StepRecord], None]
     before_measuring: Callable[[], object]
+    after_block: Callable[[str, int], object]
 
 
 class UnpairedLoop:
@@ -128,10 +131,11 @@ def measuring_loop(
     *,
     on_step: Callable[[StepRecord], None],
     before_measuring: Callable[[], object],
+    after_block: Callable[[str, int], object],
     gather: Callable[[Any], list[Any]] | None,
 ) -> PairedLoop | UnpairedLoop:
     """The cell's measured loop, chosen once: paired where it can be (`unpaired_reason`)."""
-    hooks = LoopHooks(cell.step, cell.device, on_step, before_measuring)
+    hooks = LoopHooks(cell.step, cell.device, on_step, before_measuring, after_block)
     reason = unpaired_reason(cfg, cell.compiled, world_size)
     if reason is not None:
         return UnpairedLoop(hooks, gather=gather, fallback=reason)
@@ -147,6 +151,7 @@ class PairedLoop:
 
     def __init__(self, hooks: LoopHooks, *, seed: int):
         self.step, self.on_step, self.before_measuring = hooks.step, hooks.on_step, hooks.before_measuring
+        self.after_block = hooks.after_block
         self.device = hooks.device
         self.block = _cuda_block if self.device.type == "cuda" else _cpu_block
         self.order = random.Random(seed)
@@ -170,7 +175,7 @@ class PairedLoop:
         k = max(measure.block_steps, math.ceil(measure.block_seconds * 1e3 / last_ms) if last_ms > 0 else 1)
         self._report(self._eager(k - 1), "warmup", EAGER_SIDE, None)
         self._before_measuring()  # before the last warm-up step, as in the unpaired loop
-        self._report(self._eager(1), "warmup", EAGER_SIDE, None)
+        self._report(self._ended(EAGER_SIDE, self._eager(1)), "warmup", EAGER_SIDE, None)
         cap = math.ceil(measure.max_steps / k) if measure.max_steps is not None else None
         fewest = max(measure.min_pairs, math.ceil(steps / k))
         rule = StopRule(fewest, dataclasses.replace(measure, max_steps=cap))
@@ -181,7 +186,7 @@ class PairedLoop:
             medians, seconds = {}, 0.0
             for side in sides:
                 times = self._eager(k) if side == EAGER_SIDE else self.block(self.step, k)
-                self._report(times, "measure", side, pair)
+                self._report(self._ended(side, times), "measure", side, pair)
                 medians[side] = statistics.median(ms for ms, _, _ in times)
                 seconds += sum(ms for ms, _, _ in times) / 1e3
             reason = rule.add(seconds, medians[EAGER_SIDE] / medians[COMPILED_SIDE])
@@ -214,6 +219,11 @@ class PairedLoop:
     def _before_measuring(self) -> None:
         self.paused = True
         self.before_measuring()
+
+    def _ended(self, side: str, times: BlockTimes) -> BlockTimes:
+        """Tell `after_block` that a block of `side` has ended (its steps are reported after)."""
+        self.after_block(side, len(times))
+        return times
 
     def _report(self, times: BlockTimes, phase: str, side: str, pair: int | None) -> BlockTimes:
         for step_ms, data_ms, loss in times:

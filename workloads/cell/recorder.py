@@ -18,8 +18,10 @@ steps of the cell's own side (a paired cell's eager baseline steps are rows, not
 so is the end-to-end one over the measured span: `measured_s` is the sum of the merged measured
 steps' times, `e2e_items_per_s` and `e2e_mfu` are all measured items and FLOPs over it,
 `data_wait_s` is the sum of the merged steps' waits for batches. `rank_*` columns keep each rank's
-median step, compile time, peak memory and host. When a distributed cell fails, rank 0 does not
-gather (a collective would wait forever for a rank that died): its rows are then rank 0's own steps.
+median step, compile time, peak memory, host and GPU energy; the energies a rank reads of its own
+GPU (SUMMED_OVER_RANKS) travel in its report, and the cell's are their sums over the ranks. When a
+distributed cell fails, rank 0 does not gather (a collective would wait forever for a rank that
+died): its rows are then rank 0's own steps, and the sums null.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from workloads.contract.schema import RUN_SCHEMA, SCHEMA_VERSION, STEPS_SCHEMA, 
 from workloads.contract.sweep_dir import RUN_FILE, STEPS_FILE
 from workloads.contract.vocabulary import EAGER_SIDE
 
+#: Run columns each rank reads of its own GPU (workloads/instruments/gpu_energy.py): the cell's value
+#: is their sum over the ranks, null unless every rank's report has one.
+SUMMED_OVER_RANKS = ("energy_j", "warmup_energy_j", "idle_power_w")
+
 
 @dataclass
 class RankReport:
@@ -45,6 +51,8 @@ class RankReport:
     hostname: str
     steps: list[StepRecord]
     peak_mem_bytes: int | None
+    own: dict[str, float | None] = field(default_factory=dict)
+    """This rank's values of SUMMED_OVER_RANKS."""
 
 
 @dataclass
@@ -123,7 +131,8 @@ class CellRecorder:
 
     def report(self, rank: int, peak_mem_bytes: int | None) -> RankReport:
         """This rank's contribution, to be gathered by rank 0."""
-        return RankReport(rank, socket.gethostname(), list(self.records), peak_mem_bytes)
+        own = {name: self.run.get(name) for name in SUMMED_OVER_RANKS}
+        return RankReport(rank, socket.gethostname(), list(self.records), peak_mem_bytes, own)
 
     def summarise(self, reports: Sequence[RankReport], compiles: bool, setup_time_s: float) -> None:
         """Step rows and summary columns from the ranks' reports. A backend that compiles gets a
@@ -145,6 +154,12 @@ class CellRecorder:
             if compiles
             else None,
         )
+        for name in SUMMED_OVER_RANKS:
+            values = [r.own.get(name) for r in reports]
+            every_rank = len(values) == self.world_size and None not in values
+            self.run[name] = sum(values) if every_rank else None
+        energies = [r.own.get("energy_j") for r in reports]
+        self.run["rank_energy_j"] = energies if any(e is not None for e in energies) else None
         measured = _phase_times(merged, "measure")
         if not measured:
             return

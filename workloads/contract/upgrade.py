@@ -17,7 +17,9 @@ encoding changed so far; such a change would be one more step here. The history,
   host-load columns; steps' `side` and `pair`, run's `paired` and `paired_fallback` (paired
   measurement, issue 25): null in older files, nothing to lift; the profiled window's columns
   (`gpu_busy_share` ...: workloads/instruments/profiled_window.py) and the `accuracy` columns (the
-  accuracy check, issue 25): null in older files, nothing to lift.
+  accuracy check, issue 25): null in older files, nothing to lift; the GPU energy columns
+  (`energy_j` ... in run.parquet, `energy_j` in steps.parquet: workloads/instruments/gpu_energy.py,
+  issue 27): null in older files, as where no counter was read, nothing to lift.
 """
 
 from __future__ import annotations

@@ -7,10 +7,13 @@ at each named moment:
     before_build()        before the cell is built (the cold compile's process of its own)
     before_loop(cell)     the cell is built, compiled lazily; its first step comes next
     before_measuring()    before the last warm-up step: compiled and warm (workloads/cell/train.py)
+    after_block(side, k)  a paired cell's block of k steps of `side` has ended on the device
+                          (workloads/cell/paired.py): its last warm-up step, then each measured block
     after_loop()          the loop ended, finished or failed, before the ranks gather: the columns
                           this moment's state gives (the host's load, the GPU's clocks), also on failure
     after_summary(rec)    the run row has its steps and summary (`rec`, merged over the ranks):
-                          the columns it adds from them (compile counters, the cold compile's time)
+                          the columns it adds from them (compile counters, the cold compile's time);
+                          a steps column of its own it fills in `rec.steps` (the energy's `energy_j`)
     after_finished()      only where the loop finished, after the summary: work on the warm cell
                           outside the measured window, whose own steps, memory and compiles no
                           column of the loop counts; its columns
@@ -41,6 +44,9 @@ class Instrument:
 
     def before_measuring(self) -> None:
         """Before the last warm-up step (without warm-up, the first step); may wait."""
+
+    def after_block(self, side: str, steps: int) -> None:
+        """A paired cell's block of `steps` steps of `side` (compiled or eager) has ended on the device."""
 
     def after_loop(self) -> dict[str, Any]:
         """Right after the last step, or after the failure that ended the loop: run-row columns."""

@@ -14,10 +14,11 @@ import platform
 import socket
 import subprocess
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from workloads.contract.schema import PROVENANCE_FIELDS
+from workloads.instruments import nvml
 from workloads.instruments.base import Instrument
 
 PROBE_TIMEOUT_S = 2.0  # bound of one subprocess (nvidia-smi, lscpu); gpu_state waits 2x this + 1 s at most
@@ -148,46 +149,35 @@ def _state(
 
 
 def _nvml_state(bus_id: str) -> dict[str, Any] | None:
-    """The GPU's state through NVML (nvidia-ml-py's `pynvml`), or None without it."""
-    try:
-        import pynvml as nv
-
-        nv.nvmlInit()
-    except Exception:  # noqa: BLE001 - not installed, or no driver
-        return None
-
-    def get(fn: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Exception:  # noqa: BLE001 - NVML_ERROR_NOT_SUPPORTED and the like lose that value only
+    """The GPU's state through NVML (workloads/instruments/nvml.py), or None without it."""
+    get = nvml.value_or_none
+    with nvml.session() as nv:
+        if nv is None:
             return None
-
-    try:
-        h = nv.nvmlDeviceGetHandleByPciBusId(bus_id)
-        driver, power_mw = get(nv.nvmlSystemGetDriverVersion), get(nv.nvmlDeviceGetEnforcedPowerLimit, h)
-        temp = get(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
-        running = get(nv.nvmlDeviceGetComputeRunningProcesses, h)
-        procs = (
-            None
-            if running is None
-            else [
-                (p.pid, os.path.basename(str(get(nv.nvmlSystemGetProcessName, p.pid) or "?")))
-                for p in running
-            ]
-        )
-        return _state(
-            driver.decode() if isinstance(driver, bytes) else driver,  # old pynvml gave bytes
-            get(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
-            get(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
-            get(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
-            None if power_mw is None else power_mw / 1000.0,
-            None if temp is None else float(temp),
-            procs,
-        )
-    except Exception:  # noqa: BLE001 - e.g. a bus id NVML does not know
-        return None
-    finally:
-        get(nv.nvmlShutdown)
+        try:
+            h = nv.nvmlDeviceGetHandleByPciBusId(bus_id)
+            driver, power_mw = get(nv.nvmlSystemGetDriverVersion), get(nv.nvmlDeviceGetEnforcedPowerLimit, h)
+            temp = get(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
+            running = get(nv.nvmlDeviceGetComputeRunningProcesses, h)
+            procs = (
+                None
+                if running is None
+                else [
+                    (p.pid, os.path.basename(str(get(nv.nvmlSystemGetProcessName, p.pid) or "?")))
+                    for p in running
+                ]
+            )
+            return _state(
+                driver.decode() if isinstance(driver, bytes) else driver,  # old pynvml gave bytes
+                get(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
+                get(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
+                get(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
+                None if power_mw is None else power_mw / 1000.0,
+                None if temp is None else float(temp),
+                procs,
+            )
+        except Exception:  # noqa: BLE001 - e.g. a bus id NVML does not know
+            return None
 
 
 def _number(text: str, kind: type) -> Any:

@@ -2,9 +2,12 @@
 
 Their order is the order of every moment (workloads/instruments/base.py), and it matters where two
 share one: before measuring, the waits for quiet (other replicates, then the cell's own compile
-workers) come before the host's load opens its window; after the loop, the host's load closes its
-window before provenance probes the GPU (nvidia-smi is no part of the window); DDP's splits are
-counted before the compile counters report them. Once the loop finished, the profiled window comes
+workers) come before the host's load opens its window, and the GPU's energy opens its measured
+window last, so that neither the waits' seconds nor the host's probe of launches on the device are
+in it; after the loop, the host's load and the energy close their windows before provenance probes
+the GPU (nvidia-smi is no part of them; provenance's first probe, an NVML call of milliseconds,
+falls in the energy's warm-up window); DDP's splits are counted before the compile counters report
+them. Once the loop finished, the profiled window comes
 first (its steps train the cell on) and the accuracy check last: its steps change no state that
 another instrument reads. A new measurement is one `Instrument` subclass, added here.
 """
@@ -20,6 +23,7 @@ from workloads.instruments.base import Instrument
 from workloads.instruments.cold_compile import ColdCompile
 from workloads.instruments.compile_workers import CompileWorkersIdle
 from workloads.instruments.dynamo_records import CompileCounters, DdpSplits
+from workloads.instruments.gpu_energy import GpuEnergy
 from workloads.instruments.host_load import HostLoad
 from workloads.instruments.profiled_window import GpuBusy
 from workloads.instruments.provenance import Provenance
@@ -54,6 +58,7 @@ def instruments_for(cfg: CellConfig, ranks: Ranks, repeat: int = 0) -> list[Inst
         WaitForQuiet.for_process(),
         CompileWorkersIdle(),
         HostLoad(),
+        GpuEnergy.for_cell(cfg, ranks),
         Provenance(),
         ddp_splits,
         CompileCounters(backend=cfg.backend, ddp_splits=ddp_splits),
