@@ -1,6 +1,6 @@
 """`repeats=auto`: replicates round after round until each cell's speedup is decided, precise enough,
 or `measure.max_repeats` is reached; the stop rule on hand-made intervals, the config's checks, and
-a real sweep here that records why each cell stopped."""
+real sweeps here and on the local Slurm that record why each cell stopped."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from orchestrator.auto_repeats import (
     stop_reasons,
 )
 from orchestrator.grid import GridError, expand
-from tests.helpers import TINY, cli, table
+from tests.helpers import TINY, cli, slurm_cli, table
+from tests.slurm.cluster import LocalSlurm
 
 
 def compiled(speedup: tuple[float, float, float], replicates: int = 2, **settings) -> Standing:
@@ -90,6 +91,27 @@ def test_auto_repeats_keep_the_cell_ids_and_bad_values_are_one_line() -> None:
         assert "\n" not in str(info.value)
 
 
+def test_slurm_needs_wait_for_auto_and_the_dry_run_says_auto(
+    no_slurm_here: None, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from orchestrator.cli import main
+
+    args = [
+        "sweep",
+        "cluster=test_slurm",
+        *TINY,
+        "repeats=auto",
+        "measure.max_repeats=4",
+        "hydra.sweep.dir=sw",
+    ]
+    assert main([*args, "--dry-run"]) == 0
+    assert "1 cell(s), repeats: auto (≤ 4): 1 in 1 job array(s)" in capsys.readouterr().out
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "repeats=auto decides between rounds" in error and "--wait" in error
+    assert not (tmp_path / "sw" / "manifest.parquet").exists()
+
+
 def stop_records(sweep: Path) -> dict[str, dict]:
     return {
         d.name: json.loads((d / "auto_repeats.json").read_text()) for d in sorted((sweep / "cells").iterdir())
@@ -140,3 +162,17 @@ def test_a_local_sweep_runs_rounds_until_each_cell_stops(tmp_path: Path) -> None
     again = cli(tmp_path, *args)  # stopped cells are not run again
     assert again.returncode == 0 and "0 completed, 2 already completed" in again.stdout, again.stdout
     assert completed_runs(sweep) == runs
+
+
+def test_slurm_submits_round_after_round_with_wait(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    args = [
+        "sweep", "cluster=test_slurm", *TINY, "backend=eager,aot_eager", "measure.paired=false",
+        "repeats=auto", "measure.max_repeats=2", "hydra.sweep.dir=sw", "--wait", "--poll", "1",
+    ]  # fmt: skip
+    done = slurm_cli(slurm_cluster, tmp_path, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.findall(r"^round (\d)", done.stdout, re.M) == ["1", "2"]
+    assert len(re.findall(r"^submitted ", done.stdout, re.M)) == 2  # one array per round
+    records = stop_records(tmp_path / "sw")
+    assert {record["replicates"] for record in records.values()} == {2}  # max_repeats = the fewest
+    assert completed_runs(tmp_path / "sw") == {cell: 2 for cell in records}
