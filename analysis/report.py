@@ -14,6 +14,7 @@ from typing import TextIO
 
 import pandas as pd
 
+from analysis.auto_repeats import auto_repeats_table
 from analysis.busy import LAUNCH_BOUND
 from analysis.claims import claims_table
 from analysis.collect import SweepData, load_sweep
@@ -71,9 +72,10 @@ def analyze(
     """Read the sweep and build its tables: the sweep's own, why graphs broke or recompiled (where
     any run recorded a reason), the suite tables of a suite (`+suite=...`, analysis/suite.py), the
     seminar layouts it has cells for, fp8 against bf16 (analysis/fp8.py) where fp8 training cells have
-    a bf16 counterpart, the GEMM table (analysis/gemm.py) where it has GEMM cells,
-    and with `reference="seminar"` every seminar table beside the published values and the claims,
-    with `reference="fp8_triton"` the FP8 GEMM post's claims judged (analysis/gemm_claims.py).
+    a bf16 counterpart, why each cell stopped where repeats=auto ran it (analysis/auto_repeats.py), the
+    GEMM table (analysis/gemm.py) where it has GEMM cells, and with `reference="seminar"` every seminar
+    table beside the published values and the claims, with `reference="fp8_triton"` the FP8 GEMM
+    post's claims judged (analysis/gemm_claims.py).
     GEMM cells time one matrix multiply, not a training step: the training tables leave them out.
     `equivalence`: the margin of practical equivalence of the verdicts (0: none); `data_bound`: the
     share of step time waiting for data above which a cell's verdict rests on end-to-end throughput;
@@ -85,12 +87,14 @@ def analyze(
     training = metrics[~gemm_mask(metrics)]
     gemm = gemm_cells(data, metrics)
     fp8 = fp8_table(data, training, equivalence)
+    auto = auto_repeats_table(Path(sweep_dir), metrics)
     tables = [
         *(
             sweep_tables(training, equivalence, data_bound, launch_bound)
             if gemm.empty or len(training)
             else []
         ),
+        *([auto] if auto else []),
         *([fp8] if fp8 else []),
         *([reasons] if reasons else []),
         *(suite_tables(training, data.steps, suite) if suite else []),

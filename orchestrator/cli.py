@@ -27,11 +27,11 @@ Exit codes: 0 success (for Slurm: submitted; with --wait: every cell completed; 
 an sbatch failed after earlier arrays were submitted (Slurm), not every cell completed (status,
 sweep --wait, also when it gave up on a squeue that did not answer), nothing to analyse
 (analyze), or a regression (compare); 2 bad input (a bad override, cluster profile, config dir,
-partition or GPU type, a Hydra launcher or sweeper; for status, a directory that is not a sweep;
-for compare, a path that is not a sweep, or two sweeps without a common cell), reported in one
-line on stderr before anything runs or is submitted; 130 Ctrl-C (for --wait: the jobs keep
-running), 130 or 143 SIGINT or SIGTERM while arrays are submitted (after the array in flight is
-recorded; the same command again submits the rest).
+partition or GPU type, a Hydra launcher or sweeper, repeats=auto on Slurm without --wait; for
+status, a directory that is not a sweep; for compare, a path that is not a sweep, or two sweeps
+without a common cell), reported in one line on stderr before anything runs or is submitted;
+130 Ctrl-C (for --wait: the jobs keep running), 130 or 143 SIGINT or SIGTERM while arrays are
+submitted (after the array in flight is recorded; the same command again submits the rest).
 """
 
 from __future__ import annotations

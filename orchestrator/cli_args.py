@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--wait",
         action="store_true",
         help="(Slurm) after submitting, follow the jobs until no cell is queued, then print the status "
-        "table; exit 0 only if every cell completed. A local sweep runs in the foreground anyway",
+        "table; exit 0 only if every cell completed (repeats=auto needs it: round after round). A local "
+        "sweep runs in the foreground anyway",
     )
     sweep.add_argument(
         "--poll",

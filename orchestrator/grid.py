@@ -49,7 +49,7 @@ from orchestrator.private_apis import (
 from workloads.cell.catalog import check_cell
 from workloads.cell.config import ConfigError, cell_config_from_dict, config_digest
 from workloads.contract.sweep_dir import SMOKE_DIR
-from workloads.contract.vocabulary import AXES, axes_from_config, backend_label, shown_axes
+from workloads.contract.vocabulary import AUTO_REPEATS, AXES, axes_from_config, backend_label, shown_axes
 
 CONFIG_NAME = "config"
 
@@ -84,9 +84,15 @@ class Cell:
         return {key.lstrip("+~"): value for key, _, value in pairs}
 
     @property
+    def auto(self) -> bool:
+        """Whether the cell runs replicates until its speedup is decided (`repeats=auto`)."""
+        return self.config.get("repeats") == AUTO_REPEATS
+
+    @property
     def repeats(self) -> int:
-        """How many replicates of the cell a sweep runs (config key `repeats`)."""
-        return int(self.config.get("repeats") or 1)
+        """How many replicates of the cell a sweep runs (config key `repeats`); with repeats=auto the
+        most it may run (`measure.max_repeats`)."""
+        return int(self.config["measure"]["max_repeats"] if self.auto else self.config.get("repeats") or 1)
 
     @property
     def label(self) -> str:
@@ -111,9 +117,16 @@ class Grid:
     def replicates(self) -> list[tuple[Cell, int]]:
         """Every (cell, repeat) to run, in run order: replicate 0 of every cell in grid order, then
         replicate 1, ... so that the backends of a workload alternate (eager, inductor, eager,
-        inductor) and a drift of the machine over the sweep does not favour one of them."""
+        inductor) and a drift of the machine over the sweep does not favour one of them. A
+        repeats=auto cell's first only: the rounds after it are decided as they go
+        (orchestrator/auto_repeats.py)."""
         rounds = max((cell.repeats for cell in self.cells), default=0)
-        return [(cell, repeat) for repeat in range(rounds) for cell in self.cells if repeat < cell.repeats]
+        return [
+            (cell, repeat)
+            for repeat in range(rounds)
+            for cell in self.cells
+            if repeat < (1 if cell.auto else cell.repeats)
+        ]
 
     def swept_keys(self) -> list[str]:
         """Override keys whose value differs between cells and that are not an axis already."""
@@ -328,8 +341,8 @@ def expand(
 #: What `sweep --smoke` appends to the user's overrides (a later override of a key wins, also over
 #: an experiment's sweeper params): every cell at the tiny size for a couple of steps, on whatever
 #: device this machine has, as one process (a distributed cell needs its Slurm tasks), unpaired
-#: (six pairs of blocks would be 60 steps, not 2). Sizes and process counts collapse into one cell;
-#: everything else stays swept.
+#: (six pairs of blocks would be 60 steps, not 2), once (not `repeats` times, nor until decided).
+#: Sizes and process counts collapse into one cell; everything else stays swept.
 SMOKE_OVERRIDES = (
     "size=tiny",
     "steps=2",
@@ -337,6 +350,7 @@ SMOKE_OVERRIDES = (
     "measure.min_seconds=0",
     "measure.rel_ci=null",
     "measure.paired=false",
+    "repeats=1",
     "batch_size=null",
     "grad_accum=null",
     "device=auto",

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from orchestrator.auto_repeats import auto_note, run_rounds
 from orchestrator.cell_process import SKIPPED, CellProcess, Outcome, start_cell
 from orchestrator.executor import EXIT_FAILED, EXIT_OK, Executor, ExecutorError, Follow
 from workloads.cell.config import distributed_section
@@ -112,14 +113,28 @@ def _turns(compile_cache: str) -> Iterator[_Turns]:
         yield _Turns(Path(directory), compile_cache)
 
 
-def run_grid(grid: Grid, out: TextIO | None = None, ahead: int | None = None) -> list[Outcome]:
-    """Run every replicate of every cell not completed before, in `Grid.replicates` order,
-    printing one progress line each. Each replicate gets its turn when the one before has handed
-    the device over; when none is waiting behind the one given its turn, the next `ahead`
-    replicates to run (default `processes_ahead()`) are started at once (module doc)."""
+def run_grid(
+    grid: Grid, out: TextIO | None = None, ahead: int | None = None, every: Grid | None = None
+) -> list[Outcome]:
+    """Run every replicate of every cell not completed before, in `Grid.replicates` order, or with
+    repeats=auto round after round until each cell stops (orchestrator/auto_repeats.py; `every`: the
+    sweep's whole grid where `grid` is some of it)."""
+    if not any(cell.auto for cell in grid.cells):
+        return run_replicates(grid, grid.replicates(), out, ahead)
+    outcomes: list[Outcome] = []
+    done = run_rounds(grid, lambda todo: outcomes.extend(run_replicates(grid, todo, out, ahead)), every, out)
+    return [*(Outcome(cell_id, SKIPPED) for cell_id in done), *outcomes]
+
+
+def run_replicates(
+    grid: Grid, todo: list[tuple[Cell, int]], out: TextIO | None = None, ahead: int | None = None
+) -> list[Outcome]:
+    """Run these replicates of the grid's cells that have not completed before, in order, printing
+    one progress line each. Each replicate gets its turn when the one before has handed the device
+    over; when none is waiting behind the one given its turn, the next `ahead` replicates to run
+    (default `processes_ahead()`) are started at once (module doc)."""
     out = sys.stdout if out is None else out  # looked up per call: tests and callers redirect it
     outcomes: list[Outcome] = []
-    todo = grid.replicates()
     ahead = ahead or processes_ahead()
 
     @functools.cache  # asked when a replicate is looked ahead to and again in its turn: read once
@@ -140,7 +155,8 @@ def run_grid(grid: Grid, out: TextIO | None = None, ahead: int | None = None) ->
 
         try:
             for index, (cell, repeat) in enumerate(todo):
-                run = f" run {repeat + 1}/{cell.repeats}" if cell.repeats > 1 else ""
+                most = f"≤ {cell.repeats}, auto" if cell.auto else cell.repeats
+                run = f" run {repeat + 1}/{most}" if cell.repeats > 1 else ""
                 print(
                     f"[{index + 1}/{len(todo)}] {cell.label}{run} ({cell.cell_id}) ... ",
                     end="",
@@ -200,10 +216,12 @@ class LocalExecutor(Executor[LocalPlan]):
         return plan.cells().rows()
 
     def dry_run(self, plan: LocalPlan) -> str:
-        cells = len(plan.cells().cells)
-        return f"{cells} cell(s) for {plan.grid.sweep_dir}; nothing written or run (--dry-run)"
+        grid = plan.cells()
+        repeats = auto_note(grid)
+        return f"{len(grid.cells)} cell(s) for {grid.sweep_dir}{repeats}; nothing written or run (--dry-run)"
 
     def run(self, plan: LocalPlan, follow: Follow | None = None) -> int:
+        from analysis.auto_repeats import auto_repeats_markdown
         from analysis.tables import cells_markdown
         from orchestrator.grid_files import prepare
 
@@ -211,10 +229,12 @@ class LocalExecutor(Executor[LocalPlan]):
         if plan.only is None:
             prepare(grid)
             print(f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} (executor {self.name})", flush=True)
-        outcomes = run_grid(grid)
+        outcomes = run_grid(grid, every=plan.grid)
         sys.stdout.flush()  # reading may warn on stderr; keep it after the progress lines
         print()
         print(cells_markdown([cell_dir(grid.sweep_dir, cell.cell_id) for cell in grid.cells]))
+        if any(cell.auto for cell in grid.cells):
+            print(f"\n{auto_repeats_markdown(grid.sweep_dir, [cell.cell_id for cell in grid.cells])}")
         # A cell this machine cannot run (fp8 on the CPU) is no failure of the sweep: a retry here
         # would not change it, and a grid of bf16 and fp8 cells would otherwise never exit 0 here.
         unsupported = sum(o.status == NOT_SUPPORTED for o in outcomes)

@@ -4,6 +4,8 @@ The plan (orchestrator/slurm_plan.py) groups the cells left to run into job arra
 them (orchestrator/slurm_submit.py) and returns: job ids go to manifest.parquet (`<array job>_<task>`,
 or `<job>` for a lone cell, which submitit submits as a plain job), the submitted scripts to
 `SWEEP_DIR/sbatch/<job>.sh`. With `--wait` it then follows the jobs until none is queued.
+`repeats=auto` submits round after round and follows each (it needs `--wait`: the next round is
+decided from the last one's results, orchestrator/auto_repeats.py).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from orchestrator.executor import EXIT_FAILED, EXIT_OK, Executor, ExecutorError, Follow
-from orchestrator.grid import Grid
+from orchestrator.auto_repeats import auto_note, run_rounds
+from orchestrator.executor import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Executor, ExecutorError, Follow
+from orchestrator.grid import Cell, Grid
 from orchestrator.profile import ProfileError
 from orchestrator.slurm_plan import SlurmPlan, check_grid, grid_rows, plan, write_dry_run
 from workloads.contract.sweep_dir import SBATCH_DIR
@@ -43,7 +46,8 @@ class SlurmExecutor(Executor[SlurmPlan]):
     def dry_run(self, plan: SlurmPlan) -> str:
         paths = write_dry_run(plan)
         return (
-            f"{len(plan.grid.cells)} cell(s): {plan.cells_submitted} in {len(paths)} job array(s), "
+            f"{len(plan.grid.cells)} cell(s){auto_note(plan.grid)}: {plan.cells_submitted} in "
+            f"{len(paths)} job array(s), "
             f"{len(plan.skipped)} not submitted (completed or queued); scripts in "
             f"{plan.grid.sweep_dir / SBATCH_DIR}/ ({', '.join(p.name for p in paths) or 'none'}); "
             "nothing submitted (--dry-run)"
@@ -54,12 +58,23 @@ class SlurmExecutor(Executor[SlurmPlan]):
         from orchestrator.slurm_submit import submit_plan
 
         grid = plan.grid
+        auto = any(cell.auto for cell in grid.cells)
+        if auto and follow is None:
+            print(
+                "error: repeats=auto decides between rounds, so the sweep must wait for each: run "
+                "`compilebench sweep` with its overrides and --wait",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
         if not plan.retrying:
             print(
                 f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} "
                 f"(executor {self.name}, cluster {plan.profile.name})",
                 flush=True,
             )
+        if auto:
+            prepare(grid)
+            return run_rounds_on_slurm(grid, follow)
         if not plan.arrays:
             print(f"nothing to submit: {len(plan.skipped)} cell(s) completed or still queued")
             return follow_sweep(grid.sweep_dir, follow) if follow else EXIT_OK
@@ -80,6 +95,39 @@ class SlurmExecutor(Executor[SlurmPlan]):
                 f"{grid.sweep_dir}/manifest.parquet, scripts in {grid.sweep_dir / SBATCH_DIR}/"
             )
         return follow_sweep(grid.sweep_dir, follow) if follow else EXIT_OK
+
+
+class _Stopped(Exception):
+    """A round of repeats=auto that could not be submitted or waited for: the exit code."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+def run_rounds_on_slurm(grid: Grid, wait: Follow) -> int:
+    """repeats=auto on Slurm (orchestrator/auto_repeats.py): each round's replicates submitted as job
+    arrays, then followed until none is queued (`--wait`); why each cell stopped at the end."""
+    from analysis.auto_repeats import auto_repeats_markdown
+    from orchestrator.slurm_submit import submit_plan
+    from orchestrator.status import all_completed, sweep_status
+
+    def run_round(todo: list[tuple[Cell, int]]) -> None:
+        the_round = plan(grid, replicates=todo)
+        code = submit_plan(the_round) if the_round.arrays else EXIT_OK
+        if code != EXIT_OK:
+            raise _Stopped(code)
+        # EXIT_FAILED: not every cell has completed, as none has before it stopped; a failed one
+        # leaves the rounds, the others go on.
+        if follow_sweep(grid.sweep_dir, wait) not in (EXIT_OK, EXIT_FAILED):
+            raise _Stopped(130)  # Ctrl-C: the jobs run on, the same command goes on after them
+
+    try:
+        run_rounds(grid, run_round)
+    except _Stopped as stop:
+        return stop.code
+    print(f"\n{auto_repeats_markdown(grid.sweep_dir, [cell.cell_id for cell in grid.cells])}")
+    return EXIT_OK if all_completed(sweep_status(grid.sweep_dir)) else EXIT_FAILED
 
 
 def follow_sweep(sweep_dir: Path, wait: Follow) -> int:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from orchestrator.auto_repeats import stopped
 from orchestrator.grid import Cell, Grid
 from orchestrator.profile import ProfileError, Resources, SlurmProfile, cell_resources, load_profile
 from orchestrator.sbatch import script_text, slurm_parameters
@@ -121,16 +122,24 @@ def check_partitions(resources: dict[str, Resources]) -> None:
         )
 
 
-def plan(grid: Grid, query_cluster: bool = True, only: Collection[str] | None = None) -> SlurmPlan:
+def plan(
+    grid: Grid,
+    query_cluster: bool = True,
+    only: Collection[str] | None = None,
+    replicates: Sequence[tuple[Cell, int]] | None = None,
+) -> SlurmPlan:
     """Check the profile (and, with query_cluster, the partitions and the queue) and group the
     cells left to run into arrays; writes nothing (`prepare` before `submit` does). With `only`,
-    the other cells are not submitted either (`status --retry-failed`)."""
+    the other cells are not submitted either (`status --retry-failed`); `replicates`: these, not
+    `Grid.replicates` (a round of repeats=auto)."""
     profile, resources, params = check_grid(grid)
     if query_cluster:
         check_partitions(resources)
     job_ids = recorded_job_ids(grid.sweep_dir)
     missing = {
-        cell.cell_id: missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), cell.repeats)
+        cell.cell_id: []
+        if cell.auto and stopped(grid.sweep_dir, cell)
+        else missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), cell.repeats)
         for cell in grid.cells
     }
     skipped = cells_to_skip(grid, job_ids, missing, query_cluster)
@@ -139,7 +148,7 @@ def plan(grid: Grid, query_cluster: bool = True, only: Collection[str] | None = 
         skipped = {**{c.cell_id: "not selected" for c in grid.cells if c.cell_id not in wanted}, **skipped}
     todo = [
         (cell, repeat)
-        for cell, repeat in grid.replicates()
+        for cell, repeat in (grid.replicates() if replicates is None else replicates)
         if cell.cell_id not in skipped and repeat in missing[cell.cell_id]
     ]
     groups = group_arrays(todo, lambda task: resources[task[0].cell_id], profile.max_array_size)

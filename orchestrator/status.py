@@ -34,10 +34,12 @@ from workloads.contract.sweep_dir import (
     cell_dirs,
     is_sweep_dir,
     last_status,
+    read_auto_stop,
     read_cell_config,
     read_manifest,
 )
 from workloads.contract.vocabulary import (
+    AUTO_REPEATS,
     CELL_STATES,
     COMPLETED,
     LOST,
@@ -74,8 +76,11 @@ class CellStatus:
     state: str = NOT_RUN
     attempts: int = 0
     error: str | None = None
-    repeats: int = 1
-    """Replicates the cell runs (config key `repeats`): it is completed when all of them are."""
+    repeats: int | str = 1
+    """Replicates the cell runs (config key `repeats`): it is completed when all of them are; with
+    repeats=auto, as many as its stop record says (workloads/contract/sweep_dir.py `last_status`)."""
+    auto_stop: dict[str, Any] | None = None
+    """repeats=auto: the cell's stop record (replicates, reason, speedup), None until it stopped."""
 
 
 def _from_result(row: CellStatus, directory: Path) -> None:
@@ -111,6 +116,7 @@ def sweep_status(sweep_dir: Path) -> list[CellStatus]:
         if row.cell_id not in listed:
             row.axes = axes_from_config(config)
         row.repeats = config_value(config, "repeats") or 1
+        row.auto_stop = read_auto_stop(directory) if row.repeats == AUTO_REPEATS else None
         _from_result(row, directory)
 
     ask = [row for row in rows.values() if row.job_id and row.state != COMPLETED]
@@ -159,6 +165,7 @@ def render(rows: Sequence[CellStatus]) -> str:
     from analysis.tables import render_markdown
 
     shown = shown_axes([row.axes for row in rows])
+    auto = ["repeats"] if any(row.repeats == AUTO_REPEATS for row in rows) else []
     table = render_markdown(
         [
             {
@@ -167,18 +174,28 @@ def render(rows: Sequence[CellStatus]) -> str:
                 "job_id": row.job_id,
                 "state": row.state,
                 "attempts": row.attempts,
+                "repeats": _repeats(row),
                 "error": row.error,
             }
             for row in rows
         ],
-        ["cell_id", *shown, "job_id", "state", "attempts", "error"],
+        ["cell_id", *shown, "job_id", "state", "attempts", *auto, "error"],
     )
     return f"{table}\n\n{len(rows)} cell(s): {count_states(rows)}"
 
 
+def _repeats(row: CellStatus) -> str:
+    """`3, decided: faster`: a stopped repeats=auto cell's replicates and why it stopped; `auto`
+    before it stopped; the number of replicates otherwise."""
+    if row.auto_stop:
+        return f"{row.auto_stop['replicates']}, {row.auto_stop['reason']}"
+    return str(row.repeats)
+
+
 def to_json(sweep_dir: Path, rows: Sequence[CellStatus]) -> str:
     """`status --json`: the sweep, its cells counted by state, and per cell its id, axes, state,
-    attempts, replicates, job ids (one per replicate submitted, newest last) and error."""
+    attempts, replicates (`auto`, with its stop record once it stopped), job ids (one per replicate
+    submitted, newest last) and error."""
     cells = [
         {
             "cell_id": row.cell_id,
@@ -186,6 +203,7 @@ def to_json(sweep_dir: Path, rows: Sequence[CellStatus]) -> str:
             "state": row.state,
             "attempts": row.attempts,
             "repeats": row.repeats,
+            "auto_stop": row.auto_stop,
             "job_ids": row.job_id.split() if row.job_id else [],
             "error": row.error,
         }

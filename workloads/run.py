@@ -251,9 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchError as err:  # which rank this is decides who writes: nothing runs without it
         print(f"compilebench: cannot run cell {args.config}: {err}", file=sys.stderr)
         return 2
-    if not 0 <= args.repeat < cfg.repeats:
+    if not 0 <= args.repeat < cfg.most_repeats:
         print(
-            f"compilebench: --repeat {args.repeat} outside 0..{cfg.repeats - 1} (repeats={cfg.repeats})",
+            f"compilebench: --repeat {args.repeat} outside 0..{cfg.most_repeats - 1} (repeats={cfg.repeats})",
             file=sys.stderr,
         )
         return 2

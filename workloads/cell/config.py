@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from workloads.cell.precision import PRECISIONS
-from workloads.contract.vocabulary import BASELINE_BACKEND
+from workloads.contract.vocabulary import AUTO_REPEATS, BASELINE_BACKEND
 
 #: Inductor compile modes accepted for `backend.mode` (None and "default" mean the default mode).
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -174,6 +174,13 @@ class MeasureConfig:
     """... and at least this many steps."""
     min_pairs: int = 6
     """The fewest pairs of blocks measured: below 6 no 95% interval of their median ratio exists."""
+    max_repeats: int = 10
+    """repeats=auto: the most replicates a cell runs (at least 2, the fewest for an interval over runs);
+    read only with repeats=auto. Not part of the cell id."""
+    equivalence: float = 0.0
+    """repeats=auto: the margin of practical equivalence (as `analyze --equivalence`): a cell stops once
+    its speedup's 95% interval lies above 1 + margin, below 1 - margin or within both. Not part of the
+    cell id."""
 
 
 @dataclass
@@ -216,9 +223,16 @@ class CellConfig:
     """Override the GPU peak used for MFU; null = looked up from the GPU name and precision."""
     cell_id: str | None = None
     """Stable id given by the orchestrator; null = derived from the config by `run_cell`."""
-    repeats: int = 1
+    repeats: int | str = 1
     """Replicates of the cell: each runs as its own process (its own array task on Slurm), the
-    backends of a workload alternating; analysis gives intervals over them. Not part of the id."""
+    backends of a workload alternating; analysis gives intervals over them. `auto`: round after round
+    until the speedup is decided, precise to `measure.rel_ci` or `measure.max_repeats` are reached
+    (docs/measurement.md). Not part of the id."""
+
+    @property
+    def most_repeats(self) -> int:
+        """The most replicates the cell runs: `repeats`, or `measure.max_repeats` with repeats=auto."""
+        return self.measure.max_repeats if self.repeats == AUTO_REPEATS else int(self.repeats)
 
     def validate(self) -> None:
         """Raise ConfigError for values that can never run, before any work starts."""
@@ -226,8 +240,8 @@ class CellConfig:
             raise ConfigError(f"steps must be positive, got {self.steps}")
         if self.warmup_steps < 0:
             raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
-        if self.repeats < 1:
-            raise ConfigError(f"repeats must be >= 1, got {self.repeats}")
+        if self.repeats != AUTO_REPEATS and not (isinstance(self.repeats, int) and self.repeats >= 1):
+            raise ConfigError(f"repeats must be a positive integer or {AUTO_REPEATS}, got {self.repeats!r}")
         for key in ("batch_size", "grad_accum", "model.m", "model.n", "model.k"):
             value = getattr(self.model, key[6:]) if key.startswith("model.") else getattr(self, key)
             if value is not None and value <= 0:
@@ -305,6 +319,13 @@ class CellConfig:
                 f"measure.block_seconds must be >= 0 and measure.block_steps >= 1, got {m.block_seconds} "
                 f"and {m.block_steps}"
             )
+        if m.max_repeats < 2:
+            raise ConfigError(
+                f"measure.max_repeats must be >= 2 (the fewest runs an interval over runs needs), got "
+                f"{m.max_repeats}"
+            )
+        if not 0 <= m.equivalence < 1:
+            raise ConfigError(f"measure.equivalence must be in [0, 1) (0.02 = 1 ± 2%), got {m.equivalence}")
         if m.min_pairs < 6:
             raise ConfigError(
                 f"measure.min_pairs must be >= 6 (a 95% interval of a median), got {m.min_pairs}"
@@ -435,9 +456,15 @@ def _later_section_defaults() -> dict[str, dict[str, Any]]:
     """The sections added after cells existed, at their defaults (built once: a sweep digests every cell)."""
     return {
         "distributed": cell_config_to_dict(DistributedConfig()),
-        "measure": cell_config_to_dict(MeasureConfig()),
+        "measure": {
+            k: v for k, v in cell_config_to_dict(MeasureConfig()).items() if k not in _REPLICATE_KEYS
+        },
         "compile": cell_config_to_dict(CompileConfig()),
     }
+
+
+#: The `measure` keys that say when a cell's replicates stop (repeats=auto): never part of the id.
+_REPLICATE_KEYS = ("max_repeats", "equivalence")
 
 
 #: Keys added to a section after cells existed, with the value at which they stay out of the digest.
@@ -454,7 +481,9 @@ def config_digest(cfg: CellConfig | Mapping[str, Any]) -> str:
     """A stable 12-hex-digit id of a resolved config (the `cell_id` field itself excluded)."""
     values = cell_config_to_dict(cfg) if isinstance(cfg, CellConfig) else dict(cfg)
     values.pop("cell_id", None)
-    values.pop("repeats", None)  # more replicates of a cell are the same cell
+    values.pop("repeats", None)  # more replicates of a cell are the same cell, and so is when they stop
+    if isinstance(measure := values.get("measure"), Mapping):
+        values["measure"] = {k: v for k, v in measure.items() if k not in _REPLICATE_KEYS}
     # Sections (`distributed`, `measure`, `compile`) and keys added after cells existed are left out at
     # their defaults, so that re-running an older sweep still finds its completed cells.
     for section, defaults in _later_section_defaults().items():

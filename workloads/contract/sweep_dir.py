@@ -6,6 +6,7 @@
       cells/<cell_id>/run.parquet   one row per attempt (RUN_SCHEMA)
       cells/<cell_id>/steps.parquet one row per step of every attempt (STEPS_SCHEMA)
       cells/<cell_id>/logs/         stdout/stderr of the cell's processes, links to Slurm's logs
+      cells/<cell_id>/auto_repeats.json  repeats=auto: how many replicates the cell ran, and what stopped it
       sbatch/  submitit/  smoke/  report/  compile_cache/
 
 Every package goes through this module: the orchestrator lays a grid out and asks whether a cell
@@ -18,6 +19,7 @@ filesystem shows mid-sweep: a missing file is None, an unreadable one is reporte
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import sys
@@ -43,7 +45,7 @@ from workloads.contract.schema import (
     write_parquet_atomic,
 )
 from workloads.contract.upgrade import LIFT_INPUTS, lift
-from workloads.contract.vocabulary import COMPLETED, axes_from_config
+from workloads.contract.vocabulary import AUTO_REPEATS, COMPLETED, axes_from_config
 
 MANIFEST_FILE = "manifest.parquet"
 MANIFEST_LOCK = ".manifest.lock"
@@ -52,6 +54,7 @@ CONFIG_FILE = "config.yaml"
 RUN_FILE = "run.parquet"
 STEPS_FILE = "steps.parquet"
 LOGS_DIR = "logs"
+AUTO_STOP_FILE = "auto_repeats.json"  # repeats=auto: {"replicates": n, "reason": ..., "speedup": ...}
 SBATCH_DIR = "sbatch"  # the scripts submitted (<job>.sh) and those of a dry run (dryrun-NN.sh)
 SUBMITIT_DIR = "submitit"  # submitit's pickles and job logs
 SMOKE_DIR = "smoke"  # the sweep of `sweep --smoke`
@@ -303,17 +306,38 @@ def missing_repeats(directory: Path, repeats: int = 1) -> list[int]:
     return _missing(_runs(directory), repeats)
 
 
-def last_status(directory: Path, repeats: int = 1) -> tuple[int, str | None, str | None]:
+def last_status(directory: Path, repeats: int | str = 1) -> tuple[int, str | None, str | None]:
     """(attempts recorded, the cell's status, its error) from run.parquet: `completed` once every
     replicate has completed, else the status of the latest attempt of a replicate that has not
-    (None when such a replicate never ran: the cell is unfinished)."""
+    (None when such a replicate never ran: the cell is unfinished). With repeats=auto the replicates
+    are as many as the cell's stop record says; without one, the cell is unfinished: one more."""
     runs = _runs(directory)
     if runs.empty:
         return 0, None, None
-    missing = _missing(runs, repeats)
+    if repeats == AUTO_REPEATS:
+        stop = read_auto_stop(directory)
+        repeats = stop["replicates"] if stop else int(runs["repeat"].max()) + 2
+    missing = _missing(runs, int(repeats))
     if not missing:
         return len(runs), COMPLETED, None
     return (len(runs), *_newest(runs[runs["repeat"].isin(missing)]))
+
+
+def write_auto_stop(directory: Path, record: Mapping[str, Any]) -> None:
+    """Write a repeats=auto cell's stop record: `replicates` (how many it ran), `reason` (what stopped
+    it) and the speedup with its interval (`speedup`, `low`, `high`; null where it has none)."""
+    with atomic_output(Path(directory) / AUTO_STOP_FILE) as fh:
+        fh.write(json.dumps(dict(record)).encode())
+
+
+def read_auto_stop(directory: Path) -> dict[str, Any] | None:
+    """A repeats=auto cell's stop record (`write_auto_stop`); None while it has none (it has not
+    stopped) or where it is unreadable."""
+    try:
+        record = json.loads((Path(directory) / AUTO_STOP_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("replicates"), int) else None
 
 
 def next_attempt(directory: Path) -> int:

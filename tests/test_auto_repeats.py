@@ -1,0 +1,178 @@
+"""`repeats=auto`: replicates round after round until each cell's speedup is decided, precise enough,
+or `measure.max_repeats` is reached; the stop rule on hand-made intervals, the config's checks, and
+real sweeps here and on the local Slurm that record why each cell stopped."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator.auto_repeats import (
+    COMPARED_STOPPED,
+    FASTER,
+    MAX_REACHED,
+    NO_DIFFERENCE,
+    NO_SPEEDUP,
+    PRECISE,
+    SLOWER,
+    Standing,
+    stop_reasons,
+)
+from orchestrator.grid import GridError, expand
+from tests.helpers import TINY, cli, slurm_cli, table
+from tests.slurm.cluster import LocalSlurm
+
+
+def compiled(speedup: tuple[float, float, float], replicates: int = 2, **settings) -> Standing:
+    """An unpaired compiled cell compared with the eager cell `eager`, at max_repeats 5."""
+    return Standing("compiled", replicates, 5, speedup=speedup, baseline="eager", **settings)
+
+
+def reason(standing: Standing) -> str | None:
+    return stop_reasons([standing])[standing.cell_id]
+
+
+@pytest.mark.parametrize(
+    "speedup, settings, expected",
+    [
+        ((1.30, 1.20, 1.40), {"equivalence": 0.05}, FASTER),  # above 1 + margin
+        ((0.80, 0.70, 0.90), {"equivalence": 0.05}, SLOWER),  # below 1 - margin
+        ((1.00, 0.99, 1.01), {"equivalence": 0.02}, NO_DIFFERENCE),  # within 1 ± margin
+        ((1.03, 1.01, 1.05), {"equivalence": 0.02}, None),  # straddles 1.02: measure more
+        ((1.03, 1.01, 1.05), {"equivalence": 0.02, "rel_ci": 0.05}, PRECISE),  # ±0.02 ≤ 5% of 1.03
+        ((1.03, 1.01, 1.05), {"equivalence": 0.02, "rel_ci": 0.01}, None),
+        ((1.02, 1.01, 1.05), {}, FASTER),  # no margin: an interval above 1 decides
+    ],
+)
+def test_a_compared_cell_stops_once_its_interval_decides_or_is_precise(
+    speedup: tuple[float, float, float], settings: dict, expected: str | None
+) -> None:
+    assert reason(compiled(speedup, **settings)) == expected
+
+
+def test_no_cell_stops_before_two_replicates_and_every_cell_at_max_repeats() -> None:
+    assert reason(compiled((1.5, 1.4, 1.6), replicates=1)) is None  # one run cannot see how runs differ
+    assert reason(compiled((1.03, 0.9, 1.2), replicates=4)) is None
+    assert reason(compiled((1.03, 0.9, 1.2), replicates=5)) == MAX_REACHED
+    assert reason(compiled((1.5, 1.4, 1.6), replicates=5)) == FASTER  # what decided it, not the count
+
+
+def test_the_eager_cell_runs_while_an_unpaired_cell_compared_with_it_runs() -> None:
+    eager = Standing("eager", 2, 5)
+    going, decided = compiled((1.03, 0.9, 1.2)), compiled((1.5, 1.4, 1.6))
+    assert stop_reasons([eager, going]) == {"eager": None, "compiled": None}
+    assert stop_reasons([eager, decided]) == {"eager": COMPARED_STOPPED, "compiled": FASTER}
+    # A paired cell measures its own eager side: it keeps no eager cell going.
+    paired = Standing("paired", 2, 5, speedup=(1.03, 0.9, 1.2))
+    assert stop_reasons([eager, paired]) == {"eager": NO_SPEEDUP, "paired": None}
+    # Nor can a dependent keep it past its own max_repeats, or before two replicates let it stop.
+    assert stop_reasons([Standing("eager", 5, 5), going])["eager"] == MAX_REACHED
+    assert stop_reasons([Standing("eager", 1, 5), decided])["eager"] is None
+
+
+def test_auto_repeats_keep_the_cell_ids_and_bad_values_are_one_line() -> None:
+    grid = ["model=gpt", "backend=eager,inductor"]
+    once = [c.cell_id for c in expand(grid).cells]
+    auto = expand([*grid, "repeats=auto", "measure.max_repeats=4", "measure.equivalence=0.02"])
+    assert [c.cell_id for c in auto.cells] == once
+    assert all(c.auto and c.repeats == 4 for c in auto.cells)
+    assert [repeat for _, repeat in auto.replicates()] == [0, 0]  # the later rounds are decided as they go
+    for override, message in [
+        ("repeats=sometimes", "repeats must be a positive integer or auto, got 'sometimes'"),
+        ("measure.max_repeats=1", "measure.max_repeats must be >= 2"),
+        ("measure.equivalence=1.5", "measure.equivalence must be in [0, 1)"),
+    ]:
+        with pytest.raises(GridError, match=re.escape(message)) as info:
+            expand([*grid, "repeats=auto", override])
+        assert "\n" not in str(info.value)
+
+
+def test_slurm_needs_wait_for_auto_and_the_dry_run_says_auto(
+    no_slurm_here: None, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from orchestrator.cli import main
+
+    args = [
+        "sweep",
+        "cluster=test_slurm",
+        *TINY,
+        "repeats=auto",
+        "measure.max_repeats=4",
+        "hydra.sweep.dir=sw",
+    ]
+    assert main([*args, "--dry-run"]) == 0
+    assert "1 cell(s), repeats: auto (≤ 4): 1 in 1 job array(s)" in capsys.readouterr().out
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "repeats=auto decides between rounds" in error and "--wait" in error
+    assert not (tmp_path / "sw" / "manifest.parquet").exists()
+
+
+def stop_records(sweep: Path) -> dict[str, dict]:
+    return {
+        d.name: json.loads((d / "auto_repeats.json").read_text()) for d in sorted((sweep / "cells").iterdir())
+    }
+
+
+def completed_runs(sweep: Path) -> dict[str, int]:
+    return {
+        d.name: int((pd.read_parquet(d / "run.parquet")["status"] == "completed").sum())
+        for d in sorted((sweep / "cells").iterdir())
+    }
+
+
+def test_a_local_sweep_runs_rounds_until_each_cell_stops(tmp_path: Path) -> None:
+    sweep = tmp_path / "sw"
+    args = [
+        "sweep", *TINY, "steps=20", "backend=eager,aot_eager", "measure.paired=false", "repeats=auto",
+        "measure.max_repeats=3", "measure.equivalence=0.9", f"hydra.sweep.dir={sweep}",
+    ]  # fmt: skip
+    dry = cli(tmp_path, *args, "--dry-run")
+    assert dry.returncode == 0 and "2 cell(s) for " in dry.stdout and "repeats: auto (≤ 3)" in dry.stdout
+
+    done = cli(tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    records, runs = stop_records(sweep), completed_runs(sweep)
+    by_backend = {
+        row["backend"]: row["cell_id"] for _, row in pd.read_parquet(sweep / "manifest.parquet").iterrows()
+    }
+    eager, aot = records[by_backend["eager"]], records[by_backend["aot_eager"]]
+    # With a margin of ±90% the speedup's interval lies within it once two runs give one; a slow
+    # moment of this machine may keep it wider for one more round, which is the last.
+    assert (aot["replicates"], aot["reason"]) in {(2, NO_DIFFERENCE), (3, NO_DIFFERENCE), (3, MAX_REACHED)}
+    assert eager["replicates"] == aot["replicates"]  # the eager cell ran as long as its compiled cell
+    assert eager["reason"] in {COMPARED_STOPPED, MAX_REACHED}
+    assert {cell: record["replicates"] for cell, record in records.items()} == runs
+    assert re.findall(r"^round (\d)", done.stdout, re.M) == [str(r + 1) for r in range(aot["replicates"])]
+    for record in records.values():
+        assert re.search(rf"\| {record['replicates']}\s+\| {record['reason']}\s+\|", done.stdout)
+
+    status = cli(tmp_path, "status", str(sweep))
+    assert status.returncode == 0, status.stdout
+    for cell_id, row in table(status.stdout).items():
+        assert row["state"] == "completed"
+        assert row["repeats"] == f"{records[cell_id]['replicates']}, {records[cell_id]['reason']}"
+    analysed = cli(tmp_path, "analyze", str(sweep), "--no-plots")
+    assert "### repeats=auto: why each cell stopped" in analysed.stdout, analysed.stderr
+
+    again = cli(tmp_path, *args)  # stopped cells are not run again
+    assert again.returncode == 0 and "0 completed, 2 already completed" in again.stdout, again.stdout
+    assert completed_runs(sweep) == runs
+
+
+def test_slurm_submits_round_after_round_with_wait(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    args = [
+        "sweep", "cluster=test_slurm", *TINY, "backend=eager,aot_eager", "measure.paired=false",
+        "repeats=auto", "measure.max_repeats=2", "hydra.sweep.dir=sw", "--wait", "--poll", "1",
+    ]  # fmt: skip
+    done = slurm_cli(slurm_cluster, tmp_path, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.findall(r"^round (\d)", done.stdout, re.M) == ["1", "2"]
+    assert len(re.findall(r"^submitted ", done.stdout, re.M)) == 2  # one array per round
+    records = stop_records(tmp_path / "sw")
+    assert {record["replicates"] for record in records.values()} == {2}  # max_repeats = the fewest
+    assert completed_runs(tmp_path / "sw") == {cell: 2 for cell in records}
