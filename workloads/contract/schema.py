@@ -46,6 +46,7 @@ STEPS_SCHEMA = pa.schema(
         ),  # each rank's wait for batches; data_time_ms is their max
         ("side", pa.string()),  # paired cells: compiled | eager (its force_eager baseline); null: unpaired
         ("pair", pa.int32()),  # paired cells' measured steps: which pair of blocks; null otherwise
+        ("energy_j", pa.float64()),  # paired cells' measured steps: their block's GPU energy / its steps, J
     ]
 )
 
@@ -99,6 +100,21 @@ PROFILED_WINDOW_FIELDS: list[pa.Field] = [
     pa.field("profiled_step_ms", pa.float64()),  # the window's span / its steps: the profiler's cost beside
     pa.field("eager_profiled_step_ms", pa.float64()),  # ... the median step; the eager side's
     pa.field("profile_s", pa.float64()),  # wall seconds of the windows, their unprofiled steps and traces
+]
+#: The GPU boards' energy from NVML's total-energy counter, read with the device synchronised at the
+#: windows' ends (workloads/instruments/gpu_energy.py, docs/measurement.md "Energy"); J and W of all
+#: ranks' GPUs; null on the CPU, without NVML or the counter (before Volta), in older sweeps.
+ENERGY_FIELDS: list[pa.Field] = [
+    pa.field("energy_j", pa.float64()),  # the measured window: the last warm-up step and all measured steps
+    pa.field("energy_window_s", pa.float64()),  # the window's wall seconds (rank 0's host clock)
+    pa.field("energy_window_steps", pa.int64()),  # its steps: that warm-up step, both sides of a paired cell
+    pa.field("joules_per_step", pa.float64()),  # per step of the cell's own side (paired: compiled blocks)
+    pa.field("eager_joules_per_step", pa.float64()),  # per step of a paired cell's eager side, its blocks
+    pa.field("items_per_joule", pa.float64()),  # items_per_step / joules_per_step
+    pa.field("avg_power_w", pa.float64()),  # energy_j / energy_window_s
+    pa.field("idle_power_w", pa.float64()),  # the boards' power before the cell was built (<= 0.5 s)
+    pa.field("warmup_energy_j", pa.float64()),  # built cell to the last warm-up step: compile, warm-up
+    pa.field("compile_energy_j", pa.float64()),  # warmup_energy_j less its steps at the measured J/step, >= 0
 ]
 #: model=gemm: one GEMM's time, throughput and roofline (workloads/gemm/shapes.py, docs/gemm.md); null
 #: in training cells.
@@ -197,10 +213,12 @@ RUN_SCHEMA = pa.schema(
         ("rank_median_step_ms", pa.list_(pa.float64())),  # each rank's median measured step
         ("rank_compile_time_s", pa.list_(pa.float64())),  # compile_time_s from each rank's own steps
         ("rank_peak_mem_bytes", pa.list_(pa.int64())),
+        ("rank_energy_j", pa.list_(pa.float64())),  # each rank's GPU's energy_j
         *PROVENANCE_FIELDS,  # what explains variance: CPU, affinity, threads, node, binding, GPU state
         *HOST_LOAD_FIELDS,  # and the host's speed and load while measuring
         *COMPILE_WORKERS_FIELDS,  # of which the cell's own compile workers'
         *PROFILED_WINDOW_FIELDS,  # and the GPU's busy share after it
+        *ENERGY_FIELDS,  # the GPUs' energy
         *GEMM_FIELDS,  # model=gemm's GEMM
         ("torch_version", pa.string()),
         ("triton_version", pa.string()),
