@@ -46,8 +46,6 @@ from workloads.contract.vocabulary import (
     axes_from_config,
 )
 
-#: The columns analysis reads of each file (a run row has over 50: decoding the environment
-#: columns would cost a third of the time in a large sweep, and no table shows them).
 #: A GEMM cell's own run.parquet columns that analysis/gemm.py reads (its shape and recipe are axes).
 GEMM_READ = (
     "gemm_bytes",
@@ -58,51 +56,22 @@ GEMM_READ = (
     "gemm_autotune_us",
     "gemms_per_replay",
 )
-RUN_READ_SCHEMA = pa.schema(
-    [
-        RUN_SCHEMA.field(name)
-        for name in (
-            "cell_id",
-            "attempt",
-            "repeat",
-            "status",
-            "error",
-            *(axis.name for axis in AXES),
-            "items_per_step",
-            "measured_steps",
-            "median_step_ms",
-            "mean_step_ms",
-            "std_step_ms",
-            "items_per_s",
-            "mfu",
-            "e2e_items_per_s",
-            "e2e_mfu",
-            "compile_time_s",
-            "fx_graph_cache_hits",
-            "aot_autograd_cache_hits",
-            "first_step_ms",
-            "graph_count",
-            "graph_break_count",
-            "recompile_count",
-            "peak_mem_bytes",
-            "accuracy",  # the accuracy check (workloads/instruments/accuracy.py)
-            "accuracy_rel_diff",
-            "accuracy_noise_floor",
-            "fp8_linears",  # fp8 cells' Linear layers swapped, and left in bf16 (analysis/fp8.py)
-            "fp8_skipped_head",
-            "fp8_skipped_misaligned",
-            *GEMM_READ,  # a GEMM cell's own columns (analysis/gemm.py)
-            "ddp_graph_splits",
-            "rank_median_step_ms",
-            "graph_break_reasons",
-            "recompile_reasons",
-            "paired",  # measured paired: its pairs give its speedup (analysis/paired.py)
-            COMPILE_COLD,  # cold and warm compile times (analysis/breakeven.py)
-            COMPILE_WARM,
-            *BUSY_READ,  # the GPU's busy share and the host's speed (analysis/busy.py)
-        )
-    ]
-)
+#: The columns analysis reads of each file (a run row has over 50: decoding the environment
+#: columns would cost a third of the time in a large sweep, and no table shows them).
+RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
+    "cell_id", "attempt", "repeat", "status", "error", *(axis.name for axis in AXES), "items_per_step",
+    "measured_steps", "median_step_ms", "mean_step_ms", "std_step_ms", "items_per_s", "mfu",
+    "e2e_items_per_s", "e2e_mfu", "compile_time_s", "fx_graph_cache_hits", "aot_autograd_cache_hits",
+    "first_step_ms", "graph_count", "graph_break_count", "recompile_count", "peak_mem_bytes",
+    "accuracy", "accuracy_rel_diff", "accuracy_noise_floor",  # the accuracy check (workloads/instruments/)
+    # fp8 cells' Linear layers swapped, and left in bf16 (analysis/fp8.py)
+    "fp8_linears", "fp8_skipped_head", "fp8_skipped_misaligned",
+    *GEMM_READ,  # a GEMM cell's own columns (analysis/gemm.py)
+    "ddp_graph_splits", "rank_median_step_ms", "graph_break_reasons", "recompile_reasons",
+    "paired",  # measured paired: its pairs give its speedup (analysis/paired.py)
+    COMPILE_COLD, COMPILE_WARM,  # cold and warm compile times (analysis/breakeven.py)
+    *BUSY_READ,  # the GPU's busy share and the host's speed (analysis/busy.py)
+)])  # fmt: skip
 STEPS_READ_SCHEMA = pa.schema(
     [
         STEPS_SCHEMA.field(name)

@@ -55,22 +55,10 @@ METRIC_COLUMNS = [
 ]  # fmt: skip
 CELL_COLUMNS = ["cell_id", *AXES, *METRIC_COLUMNS]
 COUNT_COLUMNS = [
-    "replicates",
-    "measured_steps",
-    "pairs",
-    "compile_cache_hits",
-    "graph_count",
-    "graph_break_count",
-    "recompile_count",
-    "peak_mem_bytes",
-    "batch_size",
-    "grad_accum",
-    "seed",
-    "world_size",
-    "nodes",
-    "items_per_step",
-    "ddp_graph_splits",
-]
+    "replicates", "measured_steps", "pairs", "compile_cache_hits", "graph_count", "graph_break_count",
+    "recompile_count", "peak_mem_bytes", "batch_size", "grad_accum", "seed", "world_size", "nodes",
+    "items_per_step", "ddp_graph_splits",
+]  # fmt: skip
 #: Our step statistics that the workload's run row summarises too (our name: its column): what a
 #: completed cell whose steps file is missing or unreadable still has.
 RUN_SUMMARY = {
