@@ -56,6 +56,9 @@ GEMM_READ = (
     "gemm_autotune_us",
     "gemms_per_replay",
 )
+#: The energy per step of a cell's measured window, its power and its compile's energy
+#: (analysis/energy.py); null where not measured (CPU cells, sweeps before energy).
+ENERGY_READ = ("joules_per_step", "avg_power_w", "idle_power_w", "compile_energy_j")
 #: The columns analysis reads of each file (a run row has over 50: decoding the environment
 #: columns would cost a third of the time in a large sweep, and no table shows them).
 RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
@@ -71,6 +74,7 @@ RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
     "paired",  # measured paired: its pairs give its speedup (analysis/paired.py)
     COMPILE_COLD, COMPILE_WARM,  # cold and warm compile times (analysis/breakeven.py)
     *BUSY_READ,  # the GPU's busy share and the host's speed (analysis/busy.py)
+    *ENERGY_READ,
 )])  # fmt: skip
 STEPS_READ_SCHEMA = pa.schema(
     [
@@ -83,7 +87,8 @@ REPEAT = "repeat"
 #: The columns of SweepData.steps.
 STEPS_FRAME_SCHEMA = STEPS_READ_SCHEMA.append(pa.field(REPEAT, pa.int64()))
 #: SweepData.pairs: per pair of blocks of a paired cell's replicate, the median step of its eager
-#: block and of its compiled block (the block's value, as the workload's stop rule reads it).
+#: block and of its compiled block (the block's value, as the workload's stop rule reads it), and
+#: each block's joules per step (its energy over its steps; null where not measured).
 PAIRS_SCHEMA = pa.schema(
     [
         ("cell_id", pa.string()),
@@ -91,8 +96,12 @@ PAIRS_SCHEMA = pa.schema(
         ("pair", pa.int64()),
         ("eager_ms", pa.float64()),
         ("compiled_ms", pa.float64()),
+        ("eager_j_per_step", pa.float64()),
+        ("compiled_j_per_step", pa.float64()),
     ]
 )
+#: The steps' column of a paired cell's block energy (split evenly over the block's steps).
+STEP_ENERGY = "energy_j"
 #: The manifest's axis columns, read for cells without a result.
 MANIFEST_AXES = ("cell_id", *(axis.name for axis in CONFIG_AXES))
 
@@ -197,17 +206,18 @@ def _without_result(
 
 
 def _block_pairs(rows: pd.DataFrame) -> pd.DataFrame:
-    """PAIRS_SCHEMA's rows of these measured rows of paired attempts: each block's median step, per
-    pair that has both blocks (an eager side that ran out of memory leaves its pair's compiled block
-    alone)."""
+    """PAIRS_SCHEMA's rows of these measured rows of paired attempts: each block's median step and
+    mean energy per step, per pair that has both blocks (an eager side that ran out of memory leaves
+    its pair's compiled block alone)."""
     if rows.empty:
         return PAIRS_SCHEMA.empty_table().to_pandas()
+    sides = [EAGER_SIDE, COMPILED_SIDE]
     blocks = (
-        rows.groupby(["cell_id", "attempt", REPEAT, "pair", "side"], observed=True)["step_time_ms"]
-        .median()
+        rows.groupby(["cell_id", "attempt", REPEAT, "pair", "side"], observed=True)
+        .agg(ms=("step_time_ms", "median"), j=(STEP_ENERGY, "mean"))
         .unstack("side")
-        .reindex(columns=[EAGER_SIDE, COMPILED_SIDE])
-        .dropna()
+        .reindex(columns=pd.MultiIndex.from_product([["ms", "j"], sides]))
+        .dropna(subset=[("ms", side) for side in sides])
         .reset_index()
     )
     return pd.DataFrame(
@@ -215,8 +225,10 @@ def _block_pairs(rows: pd.DataFrame) -> pd.DataFrame:
             "cell_id": blocks["cell_id"].astype(object),
             REPEAT: blocks[REPEAT].to_numpy(np.int64),
             "pair": blocks["pair"].to_numpy(np.int64),
-            "eager_ms": blocks[EAGER_SIDE].to_numpy(float),
-            "compiled_ms": blocks[COMPILED_SIDE].to_numpy(float),
+            "eager_ms": blocks[("ms", EAGER_SIDE)].to_numpy(float),
+            "compiled_ms": blocks[("ms", COMPILED_SIDE)].to_numpy(float),
+            "eager_j_per_step": blocks[("j", EAGER_SIDE)].to_numpy(float),
+            "compiled_j_per_step": blocks[("j", COMPILED_SIDE)].to_numpy(float),
         },
         columns=PAIRS_SCHEMA.names,
     )
@@ -235,7 +247,7 @@ def _counting_steps(
             paths.append(path)
         elif directory.name in runs.index and runs.at[directory.name, "status"] == COMPLETED:
             problems.add(path, "completed cell without steps")
-    table, bad = read_files(paths, STEPS_SCHEMA, [*STEPS_READ_SCHEMA.names, "side", "pair"])
+    table, bad = read_files(paths, STEPS_SCHEMA, [*STEPS_READ_SCHEMA.names, "side", "pair", STEP_ENERGY])
     for path, exc in bad:
         problems.add(path, f"cannot read ({exc})")
     rows = table.to_pandas(strings_to_categorical=True)  # a million rows name a thousand cells

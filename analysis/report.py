@@ -17,6 +17,7 @@ import pandas as pd
 from analysis.busy import LAUNCH_BOUND
 from analysis.claims import claims_table
 from analysis.collect import SweepData, load_sweep
+from analysis.energy import energy_tables
 from analysis.environment import environment_table
 from analysis.fp8 import fp8_table
 from analysis.gemm import GEMM_TABLE, gemm_cells, gemm_mask, gemm_table
@@ -91,6 +92,7 @@ def analyze(
             if gemm.empty or len(training)
             else []
         ),
+        *energy_tables(training),
         *([fp8] if fp8 else []),
         *([reasons] if reasons else []),
         *(suite_tables(training, data.steps, suite) if suite else []),
