@@ -56,9 +56,9 @@ GEMM_READ = (
     "gemm_autotune_us",
     "gemms_per_replay",
 )
-#: The energy per step of a cell's measured window, its power and its compile's energy
-#: (analysis/energy.py); null where not measured (CPU cells, sweeps before energy).
-ENERGY_READ = ("joules_per_step", "avg_power_w", "idle_power_w", "compile_energy_j")
+#: The energy of a cell's measured window and of its compile, and its power (analysis/energy.py; the
+#: cost of an answer: analysis/cost.py); null where not measured (CPU cells, sweeps before energy).
+ENERGY_READ = ("energy_j", "joules_per_step", "avg_power_w", "idle_power_w", "compile_energy_j")
 #: The columns analysis reads of each file (a run row has over 50: decoding the environment
 #: columns would cost a third of the time in a large sweep, and no table shows them).
 RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
@@ -75,6 +75,7 @@ RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
     COMPILE_COLD, COMPILE_WARM,  # cold and warm compile times (analysis/breakeven.py)
     *BUSY_READ,  # the GPU's busy share and the host's speed (analysis/busy.py)
     *ENERGY_READ,
+    "started_at", "finished_at",  # an attempt's process held its devices in between (analysis/cost.py)
 )])  # fmt: skip
 STEPS_READ_SCHEMA = pa.schema(
     [
@@ -142,6 +143,7 @@ class SweepData:
     `repeat`, of the attempts that count: every completed replicate's, and the cell's own; a paired
     cell's own steps only (its eager side is in `pairs`). `pairs`: PAIRS_SCHEMA's rows of the
     attempts that count and measured paired (run.parquet `paired`), each pair with both blocks.
+    `attempts`: RUN_READ_SCHEMA's rows of every attempt, counting or not (what the sweep spent).
     """
 
     cells: pd.DataFrame
@@ -149,6 +151,7 @@ class SweepData:
     problems: list[Problem] = field(default_factory=list)
     replicates: pd.DataFrame = field(default_factory=lambda: RUN_READ_SCHEMA.empty_table().to_pandas())
     pairs: pd.DataFrame = field(default_factory=lambda: PAIRS_SCHEMA.empty_table().to_pandas())
+    attempts: pd.DataFrame = field(default_factory=lambda: RUN_READ_SCHEMA.empty_table().to_pandas())
 
     @classmethod
     def concat(cls, parts: Iterable[SweepData]) -> SweepData:
@@ -160,6 +163,7 @@ class SweepData:
             [problem for part in parts for problem in part.problems],
             _concat([p.replicates for p in parts], RUN_READ_SCHEMA),
             _concat([p.pairs for p in parts], PAIRS_SCHEMA),
+            _concat([p.attempts for p in parts], RUN_READ_SCHEMA),
         )
 
 
@@ -312,7 +316,7 @@ def load_cells(
     missing = _without_result(directories, runs, {path for path, _ in bad}, manifest or {}, problems, warn)
     cells = runs.reset_index(drop=True) if missing.empty else pd.concat([runs, missing], ignore_index=True)
     steps, pairs = _counting_steps(directories, runs, replicates, problems)
-    return SweepData(cells, steps, list(problems), replicates.reset_index(drop=True), pairs)
+    return SweepData(cells, steps, list(problems), replicates.reset_index(drop=True), pairs, every)
 
 
 def read_cell(cell_dir: Path, warn: TextIO | None = STDERR) -> SweepData:

@@ -15,6 +15,7 @@ from analysis.axes import SAME_WORKLOAD, SCALING_WORKLOAD, reference_positions, 
 from analysis.breakeven import BREAK_EVEN_COLUMNS, break_even_columns
 from analysis.busy import BUSY_COLUMNS, LAUNCH_BOUND, busy_columns
 from analysis.collect import REPEAT, SweepData
+from analysis.cost import COST_COLUMNS, cost_columns
 from analysis.energy import ENERGY_COLUMNS, energy_columns
 from analysis.paired import PAIRED_COLUMNS, pair_ratios, paired_cells, use_paired
 from analysis.stats import (
@@ -52,7 +53,7 @@ METRIC_COLUMNS = [
     "accuracy", "accuracy_rel_diff", "accuracy_noise_floor", "data_wait_share", "items_per_step",
     "scaling_baseline_cell_id", "scaling_speedup", "scaling_speedup_low", "scaling_speedup_high",
     "scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high", "ddp_graph_splits",
-    "rank_imbalance", *ENERGY_COLUMNS,
+    "rank_imbalance", *ENERGY_COLUMNS, *COST_COLUMNS,
 ]  # fmt: skip
 CELL_COLUMNS = ["cell_id", *AXES, *METRIC_COLUMNS]
 COUNT_COLUMNS = [
@@ -351,6 +352,7 @@ def cell_metrics(
     cells[BREAK_EVEN_COLUMNS] = break_even_columns(cells, cells["verdict_basis"] == E2E_BASIS)
     energy_rngs = lambda which, stream: _generators(cells, which, seed, stream)  # noqa: E731
     cells[ENERGY_COLUMNS] = energy_columns(cells, data, paired, base, resamples, energy_rngs)
+    cells[COST_COLUMNS] = cost_columns(cells, data.attempts)
     _accuracy(cells, data.replicates)
     _scaling(cells, draws)
     cells["rank_imbalance"] = _rank_imbalance(cells)

@@ -1,11 +1,13 @@
-"""Energy in `compilebench analyze` (analysis/energy.py): joules per step, items per joule, the
-energy ratio and the break-even in joules against hand computation, intervals that hold what they
-should; and sweeps without energy columns (older files, CPU cells) analysed and reported as before.
-Sweeps are written through the project's writers (tests/analysis_sweeps.py)."""
+"""Energy in `compilebench analyze` (analysis/energy.py, analysis/cost.py): joules per step, items
+per joule, the energy ratio and the break-even in joules against hand computation, intervals that
+hold what they should, what each verdict cost; and sweeps without energy columns (older files, CPU
+cells) analysed and reported as before. Sweeps are written
+through the project's writers (tests/analysis_sweeps.py)."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,8 @@ import pytest
 from analysis.collect import load_sweep
 from analysis.metrics import cell_metrics
 from analysis.report import analyze, render_tables, write_report
+from analysis.suite import suite_tables
+from analysis.tables import summary_table
 from tests.analysis_sweeps import (
     GPT2,
     metrics_of,
@@ -27,6 +31,15 @@ from tests.analysis_sweeps import (
 
 #: Three measured steps per replicate: energy comes from the run rows, time from these.
 STEPS = [[10.0, 10.0, 10.0], [10.5, 10.5, 10.5], [11.0, 11.0, 11.0]]
+T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+
+def held(start_s: float, seconds: float) -> dict[str, datetime]:
+    """An attempt's started_at and finished_at, `seconds` apart."""
+    return {
+        "started_at": T0 + timedelta(seconds=start_s),
+        "finished_at": T0 + timedelta(seconds=start_s + seconds),
+    }
 
 
 def energy(joules_per_step: float, **more: float) -> dict[str, float]:
@@ -137,6 +150,50 @@ def test_paired_intervals_hold_the_true_ratio(tmp_path: Path) -> None:
     assert ((metrics["energy_ratio_high"] - metrics["energy_ratio_low"]) < 0.3).all()  # and not vacuous
 
 
+def write_costs(sweep: Path) -> None:
+    """Two processes of GPT-2: eager (a failed attempt of 30 s, then 100 s), inductor (two runs of
+    200 s); one process: eager (50 s), paired inductor (150 s); and a CPU pair of cells."""
+    two = dict(GPT2, world_size=2)
+    write_cell(sweep, "e", "eager", status="failed", step_ms=None, attempt=1, repeat=0, **held(0, 30), **two)
+    write_cell(sweep, "e", "eager", step_ms=STEPS[0], attempt=2, repeat=0, energy_j=5000.0,
+               joules_per_step=10.0, **held(100, 100), **two)  # fmt: skip
+    write_replicates_with(sweep, "i", "inductor", [
+        {**held(300 + 300 * r, 200), "energy_j": 8000.0, "compile_energy_j": 1500.0} for r in range(2)
+    ], **two)  # fmt: skip
+    write_cell(sweep, "e1", "eager", step_ms=STEPS[0], energy_j=2000.0, **held(0, 50), **GPT2)
+    write_paired_replicates(sweep, "p", "inductor", [[([10.0] * 3, [8.0] * 3)] * 3],
+                            replicate_run=[{**held(60, 150), "energy_j": 6000.0, "compile_energy_j": 900.0}],
+                            **GPT2)  # fmt: skip
+    write_cell(sweep, "ce", "eager", step_ms=STEPS[0], **held(0, 10))
+    write_cell(sweep, "ci", "inductor", step_ms=STEPS[1], **held(20, 10))
+
+
+def test_what_each_verdict_cost_by_hand(tmp_path: Path) -> None:
+    write_costs(tmp_path)
+    rows = metrics_of(tmp_path)
+    # Every attempt, failed ones too, times the processes: (30 + 100) s x 2 GPUs.
+    assert (rows["e"]["spent_gpu_s"], rows["e"]["spent_j"]) == (260.0, 5000.0)
+    assert np.isnan(rows["e"]["cost_gpu_s"])  # the eager cell has no verdict
+    # Unpaired: its own runs (2 x 200 s x 2 GPUs; 2 x (8000 + 1500) J) and the eager cell's.
+    assert rows["i"]["verdict"] is not None
+    assert (rows["i"]["cost_gpu_s"], rows["i"]["cost_j"]) == (800.0 + 260.0, 19000.0 + 5000.0)
+    # Paired on the median step: its eager side ran in its own process, the eager cell is not needed.
+    assert rows["p"]["speedup_method"] == "paired"
+    assert (rows["p"]["cost_gpu_s"], rows["p"]["cost_j"]) == (150.0, 6900.0)
+    # A CPU cell holds no GPU, and measured no energy.
+    assert np.isnan([rows["ci"]["cost_gpu_s"], rows["ci"]["cost_j"]]).all() and rows["ci"]["verdict"]
+    text = summary_table(pd.DataFrame(list(rows.values()))).text.set_index("cell")
+    assert (text.at["i", "cost GPU-min"], text.at["i", "cost kJ"]) == (f"{1060 / 60:.2f}", "24.00")
+    assert text.at["e", "cost GPU-min"] == ""
+    suite = suite_tables(
+        cell_metrics(load_sweep(tmp_path, warn=None)), load_sweep(tmp_path, warn=None).steps, "t"
+    )
+    per_backend = suite[0].data.set_index("backend")
+    # The suite row of a backend: each of its models' compiled cell and eager cell, paired or not.
+    assert per_backend.at["inductor", "cost_gpu_h"] == pytest.approx((1060 + 150 + 50) / 3600)
+    assert per_backend.at["inductor", "cost_kj"] == pytest.approx((24000 + 6900 + 2000) / 1e3)
+
+
 def strip_energy(sweep: Path) -> None:
     """Rewrite every Parquet file of the sweep without the energy columns (as written before them)."""
     for path in (sweep / "cells").glob("*/*.parquet"):
@@ -152,7 +209,10 @@ def test_without_energy_every_table_and_the_report_render(tmp_path: Path) -> Non
     strip_energy(sweep)
     analysis = analyze(sweep, warn=None)
     assert not {"energy", "energy_backends"} & {table.name for table in analysis.tables}
-    assert analysis.metrics["joules_per_step"].isna().all()
+    assert analysis.metrics["joules_per_step"].isna().all() and analysis.metrics["cost_j"].isna().all()
+    summary = next(table for table in analysis.tables if table.name == "summary")
+    assert "cost GPU-min" in summary.text and "cost kJ" not in summary.text
+    assert summary.text.set_index("cell").at["gpt2-inductor", "cost GPU-min"] == ""  # no start or finish
     records = json.loads(render_tables(analysis, "json"))
     assert all(record["joules_per_step"] is None for record in records)
     for fmt in ("markdown", "latex", "csv"):
