@@ -145,12 +145,14 @@ def write_report(analysis: Analysis, with_plots: bool = True) -> Path:
             (directory / TABLES_DIR / f"{table.name}.{suffix}").write_text(render(table).rstrip("\n") + "\n")
     plots = {}
     if with_plots:
+        from analysis.energy_plot import write_energy_plot
         from analysis.gemm_plot import write_gemm_plot
         from analysis.plots import write_plots  # matplotlib costs a second to import: only when plotting
 
         training = analysis.metrics[~gemm_mask(analysis.metrics)]
         if len(training):
             plots = write_plots(training, analysis.data.steps, directory / PLOTS_DIR)
+            plots.update(write_energy_plot(training, analysis.data.steps, directory / PLOTS_DIR))
         plots.update(write_gemm_plot(analysis.gemm, directory / PLOTS_DIR))
     index = directory / "index.md"
     index.write_text(_index(analysis, environment, plots, directory))

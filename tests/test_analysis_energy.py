@@ -1,7 +1,7 @@
-"""Energy in `compilebench analyze` (analysis/energy.py, analysis/cost.py): joules per step, items
-per joule, the energy ratio and the break-even in joules against hand computation, intervals that
-hold what they should, what each verdict cost; and sweeps without energy columns (older files, CPU
-cells) analysed and reported as before. Sweeps are written
+"""Energy in `compilebench analyze` (analysis/energy.py, analysis/cost.py, analysis/energy_plot.py):
+joules per step, items per joule, the energy ratio and the break-even in joules against hand
+computation, intervals that hold what they should, what each verdict cost, the figure; and sweeps
+without energy columns (older files, CPU cells) analysed and reported as before. Sweeps are written
 through the project's writers (tests/analysis_sweeps.py)."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from PIL import Image
 
 from analysis.collect import load_sweep
+from analysis.energy_plot import energy_figure
 from analysis.metrics import cell_metrics
 from analysis.report import analyze, render_tables, write_report
 from analysis.suite import suite_tables
@@ -218,4 +220,25 @@ def test_without_energy_every_table_and_the_report_render(tmp_path: Path) -> Non
     for fmt in ("markdown", "latex", "csv"):
         assert render_tables(analysis, fmt)
     index = write_report(analysis, with_plots=True)
-    assert "Energy per step" not in index.read_text()
+    assert not (index.parent / "plots" / "energy.png").exists()
+    assert "plots/energy.png" not in index.read_text() and "Energy per step" not in index.read_text()
+    assert "figure-energy" not in (index.parent / "index.html").read_text()
+
+
+def test_the_energy_figure(tmp_path: Path) -> None:
+    write_unpaired(tmp_path)
+    analysis = analyze(tmp_path, warn=None)
+    index = write_report(analysis, with_plots=True)
+    png, svg = index.parent / "plots" / "energy.png", index.parent / "plots" / "energy.svg"
+    with Image.open(png) as image:
+        assert image.format == "PNG" and np.asarray(image.convert("L")).min() < 128
+    assert svg.read_text().startswith("<?xml")
+    assert "plots/energy.png" in index.read_text()
+    assert 'id="figure-energy"' in (index.parent / "index.html").read_text()
+    # Each backend's points are its cells' (median step, J/step).
+    metrics = analysis.metrics.set_index("cell_id")
+    ax = energy_figure(analysis.metrics, analysis.data.steps).axes[0]
+    points = [line for line in ax.lines if line.get_marker() == "o"]
+    drawn = sorted((float(x), float(y)) for line in points for x, y in zip(*line.get_data()))
+    assert len(points) == 4  # a backend each
+    assert drawn == sorted(zip(metrics["median_step_ms"], metrics["joules_per_step"]))
