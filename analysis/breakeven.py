@@ -69,11 +69,19 @@ def compile_seconds(cells: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return np.where(np.isnan(cold), recorded("compile_time_s"), cold), recorded(COMPILE_WARM)
 
 
-def _steps(compile_s: np.ndarray, eager_ms: np.ndarray, speedup: np.ndarray) -> np.ndarray:
-    """compile / (eager step - compiled step); NaN where compiling saves nothing or it is unknown."""
-    saved_ms = eager_ms * (1 - 1 / speedup)
+def steps_to_recoup(once: np.ndarray, eager: np.ndarray, ratio: np.ndarray) -> np.ndarray:
+    """Steps after which a one-off cost `once` is saved back, saving eager - eager / ratio per step
+    (`eager`: eager's cost per step in `once`'s unit, `ratio`: eager's / compiled's); NaN where
+    compiling saves nothing or it is unknown."""
+    saved = eager * (1 - 1 / ratio)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(saved_ms > 0, 1e3 * compile_s / saved_ms, np.nan)
+        return np.where(saved > 0, once / saved, np.nan)
+
+
+def pays_off(once: np.ndarray, eager: np.ndarray, ratio: np.ndarray, index: pd.Index) -> pd.Series:
+    """Whether compiling is ever recouped (`steps_to_recoup`'s arguments): true where it saves per
+    step, false where it does not (never), null where any of them is unknown."""
+    return pd.Series(ratio > 1, index=index, dtype=object).where(~np.isnan(ratio * eager * once))
 
 
 def break_even_columns(cells: pd.DataFrame, e2e: pd.Series) -> pd.DataFrame:
@@ -89,12 +97,13 @@ def break_even_columns(cells: pd.DataFrame, e2e: pd.Series) -> pd.DataFrame:
     eager_ms = baseline_step_ms(cells, cells, e2e)
     processes = pd.to_numeric(cells["world_size"], errors="coerce").fillna(1).to_numpy(float)
     cold, warm = compile_seconds(cells)
-    pays_off = pd.Series(speedup > 1, index=cells.index, dtype=object).where(
-        ~np.isnan(speedup * eager_ms * cold)
-    )
-    columns = {"pays_off": pays_off, "break_even_compile_s": cold, "compile_warm_s": warm}
+    columns = {
+        "pays_off": pays_off(cold, eager_ms, speedup, cells.index),
+        "break_even_compile_s": cold,
+        "compile_warm_s": warm,
+    }
     for suffix, compile_s in (("", cold), ("_warm", warm)):
-        steps = _steps(compile_s, eager_ms, speedup)
+        steps = steps_to_recoup(1e3 * compile_s, eager_ms, speedup)
         columns[f"break_even_steps{suffix}"] = steps
         columns[f"break_even_gpu_min{suffix}"] = steps * eager_ms / 1e3 * processes / 60
     return pd.DataFrame(columns, index=cells.index)[BREAK_EVEN_COLUMNS]

@@ -46,8 +46,6 @@ from workloads.contract.vocabulary import (
     axes_from_config,
 )
 
-#: The columns analysis reads of each file (a run row has over 50: decoding the environment
-#: columns would cost a third of the time in a large sweep, and no table shows them).
 #: A GEMM cell's own run.parquet columns that analysis/gemm.py reads (its shape and recipe are axes).
 GEMM_READ = (
     "gemm_bytes",
@@ -58,51 +56,27 @@ GEMM_READ = (
     "gemm_autotune_us",
     "gemms_per_replay",
 )
-RUN_READ_SCHEMA = pa.schema(
-    [
-        RUN_SCHEMA.field(name)
-        for name in (
-            "cell_id",
-            "attempt",
-            "repeat",
-            "status",
-            "error",
-            *(axis.name for axis in AXES),
-            "items_per_step",
-            "measured_steps",
-            "median_step_ms",
-            "mean_step_ms",
-            "std_step_ms",
-            "items_per_s",
-            "mfu",
-            "e2e_items_per_s",
-            "e2e_mfu",
-            "compile_time_s",
-            "fx_graph_cache_hits",
-            "aot_autograd_cache_hits",
-            "first_step_ms",
-            "graph_count",
-            "graph_break_count",
-            "recompile_count",
-            "peak_mem_bytes",
-            "accuracy",  # the accuracy check (workloads/instruments/accuracy.py)
-            "accuracy_rel_diff",
-            "accuracy_noise_floor",
-            "fp8_linears",  # fp8 cells' Linear layers swapped, and left in bf16 (analysis/fp8.py)
-            "fp8_skipped_head",
-            "fp8_skipped_misaligned",
-            *GEMM_READ,  # a GEMM cell's own columns (analysis/gemm.py)
-            "ddp_graph_splits",
-            "rank_median_step_ms",
-            "graph_break_reasons",
-            "recompile_reasons",
-            "paired",  # measured paired: its pairs give its speedup (analysis/paired.py)
-            COMPILE_COLD,  # cold and warm compile times (analysis/breakeven.py)
-            COMPILE_WARM,
-            *BUSY_READ,  # the GPU's busy share and the host's speed (analysis/busy.py)
-        )
-    ]
-)
+#: The energy of a cell's measured window and of its compile, and its power (analysis/energy.py; the
+#: cost of an answer: analysis/cost.py); null where not measured (CPU cells, sweeps before energy).
+ENERGY_READ = ("energy_j", "joules_per_step", "avg_power_w", "idle_power_w", "compile_energy_j")
+#: The columns analysis reads of each file (a run row has over 50: decoding the environment
+#: columns would cost a third of the time in a large sweep, and no table shows them).
+RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
+    "cell_id", "attempt", "repeat", "status", "error", *(axis.name for axis in AXES), "items_per_step",
+    "measured_steps", "median_step_ms", "mean_step_ms", "std_step_ms", "items_per_s", "mfu",
+    "e2e_items_per_s", "e2e_mfu", "compile_time_s", "fx_graph_cache_hits", "aot_autograd_cache_hits",
+    "first_step_ms", "graph_count", "graph_break_count", "recompile_count", "peak_mem_bytes",
+    "accuracy", "accuracy_rel_diff", "accuracy_noise_floor",  # the accuracy check (workloads/instruments/)
+    # fp8 cells' Linear layers swapped, and left in bf16 (analysis/fp8.py)
+    "fp8_linears", "fp8_skipped_head", "fp8_skipped_misaligned",
+    *GEMM_READ,  # a GEMM cell's own columns (analysis/gemm.py)
+    "ddp_graph_splits", "rank_median_step_ms", "graph_break_reasons", "recompile_reasons",
+    "paired",  # measured paired: its pairs give its speedup (analysis/paired.py)
+    COMPILE_COLD, COMPILE_WARM,  # cold and warm compile times (analysis/breakeven.py)
+    *BUSY_READ,  # the GPU's busy share and the host's speed (analysis/busy.py)
+    *ENERGY_READ,
+    "started_at", "finished_at",  # an attempt's process held its devices in between (analysis/cost.py)
+)])  # fmt: skip
 STEPS_READ_SCHEMA = pa.schema(
     [
         STEPS_SCHEMA.field(name)
@@ -114,7 +88,8 @@ REPEAT = "repeat"
 #: The columns of SweepData.steps.
 STEPS_FRAME_SCHEMA = STEPS_READ_SCHEMA.append(pa.field(REPEAT, pa.int64()))
 #: SweepData.pairs: per pair of blocks of a paired cell's replicate, the median step of its eager
-#: block and of its compiled block (the block's value, as the workload's stop rule reads it).
+#: block and of its compiled block (the block's value, as the workload's stop rule reads it), and
+#: each block's joules per step (its energy over its steps; null where not measured).
 PAIRS_SCHEMA = pa.schema(
     [
         ("cell_id", pa.string()),
@@ -122,8 +97,12 @@ PAIRS_SCHEMA = pa.schema(
         ("pair", pa.int64()),
         ("eager_ms", pa.float64()),
         ("compiled_ms", pa.float64()),
+        ("eager_j_per_step", pa.float64()),
+        ("compiled_j_per_step", pa.float64()),
     ]
 )
+#: The steps' column of a paired cell's block energy (split evenly over the block's steps).
+STEP_ENERGY = "energy_j"
 #: The manifest's axis columns, read for cells without a result.
 MANIFEST_AXES = ("cell_id", *(axis.name for axis in CONFIG_AXES))
 
@@ -164,6 +143,7 @@ class SweepData:
     `repeat`, of the attempts that count: every completed replicate's, and the cell's own; a paired
     cell's own steps only (its eager side is in `pairs`). `pairs`: PAIRS_SCHEMA's rows of the
     attempts that count and measured paired (run.parquet `paired`), each pair with both blocks.
+    `attempts`: RUN_READ_SCHEMA's rows of every attempt, counting or not (what the sweep spent).
     """
 
     cells: pd.DataFrame
@@ -171,6 +151,7 @@ class SweepData:
     problems: list[Problem] = field(default_factory=list)
     replicates: pd.DataFrame = field(default_factory=lambda: RUN_READ_SCHEMA.empty_table().to_pandas())
     pairs: pd.DataFrame = field(default_factory=lambda: PAIRS_SCHEMA.empty_table().to_pandas())
+    attempts: pd.DataFrame = field(default_factory=lambda: RUN_READ_SCHEMA.empty_table().to_pandas())
 
     @classmethod
     def concat(cls, parts: Iterable[SweepData]) -> SweepData:
@@ -182,6 +163,7 @@ class SweepData:
             [problem for part in parts for problem in part.problems],
             _concat([p.replicates for p in parts], RUN_READ_SCHEMA),
             _concat([p.pairs for p in parts], PAIRS_SCHEMA),
+            _concat([p.attempts for p in parts], RUN_READ_SCHEMA),
         )
 
 
@@ -228,17 +210,18 @@ def _without_result(
 
 
 def _block_pairs(rows: pd.DataFrame) -> pd.DataFrame:
-    """PAIRS_SCHEMA's rows of these measured rows of paired attempts: each block's median step, per
-    pair that has both blocks (an eager side that ran out of memory leaves its pair's compiled block
-    alone)."""
+    """PAIRS_SCHEMA's rows of these measured rows of paired attempts: each block's median step and
+    mean energy per step, per pair that has both blocks (an eager side that ran out of memory leaves
+    its pair's compiled block alone)."""
     if rows.empty:
         return PAIRS_SCHEMA.empty_table().to_pandas()
+    sides = [EAGER_SIDE, COMPILED_SIDE]
     blocks = (
-        rows.groupby(["cell_id", "attempt", REPEAT, "pair", "side"], observed=True)["step_time_ms"]
-        .median()
+        rows.groupby(["cell_id", "attempt", REPEAT, "pair", "side"], observed=True)
+        .agg(ms=("step_time_ms", "median"), j=(STEP_ENERGY, "mean"))
         .unstack("side")
-        .reindex(columns=[EAGER_SIDE, COMPILED_SIDE])
-        .dropna()
+        .reindex(columns=pd.MultiIndex.from_product([["ms", "j"], sides]))
+        .dropna(subset=[("ms", side) for side in sides])
         .reset_index()
     )
     return pd.DataFrame(
@@ -246,8 +229,10 @@ def _block_pairs(rows: pd.DataFrame) -> pd.DataFrame:
             "cell_id": blocks["cell_id"].astype(object),
             REPEAT: blocks[REPEAT].to_numpy(np.int64),
             "pair": blocks["pair"].to_numpy(np.int64),
-            "eager_ms": blocks[EAGER_SIDE].to_numpy(float),
-            "compiled_ms": blocks[COMPILED_SIDE].to_numpy(float),
+            "eager_ms": blocks[("ms", EAGER_SIDE)].to_numpy(float),
+            "compiled_ms": blocks[("ms", COMPILED_SIDE)].to_numpy(float),
+            "eager_j_per_step": blocks[("j", EAGER_SIDE)].to_numpy(float),
+            "compiled_j_per_step": blocks[("j", COMPILED_SIDE)].to_numpy(float),
         },
         columns=PAIRS_SCHEMA.names,
     )
@@ -266,7 +251,7 @@ def _counting_steps(
             paths.append(path)
         elif directory.name in runs.index and runs.at[directory.name, "status"] == COMPLETED:
             problems.add(path, "completed cell without steps")
-    table, bad = read_files(paths, STEPS_SCHEMA, [*STEPS_READ_SCHEMA.names, "side", "pair"])
+    table, bad = read_files(paths, STEPS_SCHEMA, [*STEPS_READ_SCHEMA.names, "side", "pair", STEP_ENERGY])
     for path, exc in bad:
         problems.add(path, f"cannot read ({exc})")
     rows = table.to_pandas(strings_to_categorical=True)  # a million rows name a thousand cells
@@ -331,7 +316,7 @@ def load_cells(
     missing = _without_result(directories, runs, {path for path, _ in bad}, manifest or {}, problems, warn)
     cells = runs.reset_index(drop=True) if missing.empty else pd.concat([runs, missing], ignore_index=True)
     steps, pairs = _counting_steps(directories, runs, replicates, problems)
-    return SweepData(cells, steps, list(problems), replicates.reset_index(drop=True), pairs)
+    return SweepData(cells, steps, list(problems), replicates.reset_index(drop=True), pairs, every)
 
 
 def read_cell(cell_dir: Path, warn: TextIO | None = STDERR) -> SweepData:

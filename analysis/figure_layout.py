@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
 from analysis.axes import backend_labels
 from analysis.palette import backend_colors
@@ -80,3 +81,26 @@ def empty(ax: Axes, message: str) -> None:
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="0.4")
     ax.set_xticks([])
     ax.set_yticks([])
+
+
+def plain_log_axis(axis, low: float, high: float) -> None:
+    """Ticks of a log axis from `low` to `high` as plain numbers (0.5, 2, 20): at 1, 2 and 5 times
+    the powers of ten, or where the range spans less than a factor of 5, evenly spaced ones."""
+    if high / low < 5:
+        axis.set_major_locator(MaxNLocator(6, steps=[1, 2, 5, 10]))  # 1 among the ticks
+    else:
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+
+
+def log_log(ax: Axes, x: tuple[float, float], y: tuple[float, float], xlabel: str, ylabel: str) -> None:
+    """Both axes logarithmic over these ranges, with plain tick labels (`plain_log_axis`), labelled."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(*x)
+    ax.set_ylim(*y)
+    plain_log_axis(ax.xaxis, *x)
+    plain_log_axis(ax.yaxis, *y)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)

@@ -15,6 +15,8 @@ from analysis.axes import SAME_WORKLOAD, SCALING_WORKLOAD, reference_positions, 
 from analysis.breakeven import BREAK_EVEN_COLUMNS, break_even_columns
 from analysis.busy import BUSY_COLUMNS, LAUNCH_BOUND, busy_columns
 from analysis.collect import REPEAT, SweepData
+from analysis.cost import COST_COLUMNS, cost_columns
+from analysis.energy import ENERGY_COLUMNS, energy_columns
 from analysis.paired import PAIRED_COLUMNS, pair_ratios, paired_cells, use_paired
 from analysis.stats import (
     ReplicateSamples,
@@ -51,26 +53,14 @@ METRIC_COLUMNS = [
     "accuracy", "accuracy_rel_diff", "accuracy_noise_floor", "data_wait_share", "items_per_step",
     "scaling_baseline_cell_id", "scaling_speedup", "scaling_speedup_low", "scaling_speedup_high",
     "scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high", "ddp_graph_splits",
-    "rank_imbalance",
+    "rank_imbalance", *ENERGY_COLUMNS, *COST_COLUMNS,
 ]  # fmt: skip
 CELL_COLUMNS = ["cell_id", *AXES, *METRIC_COLUMNS]
 COUNT_COLUMNS = [
-    "replicates",
-    "measured_steps",
-    "pairs",
-    "compile_cache_hits",
-    "graph_count",
-    "graph_break_count",
-    "recompile_count",
-    "peak_mem_bytes",
-    "batch_size",
-    "grad_accum",
-    "seed",
-    "world_size",
-    "nodes",
-    "items_per_step",
-    "ddp_graph_splits",
-]
+    "replicates", "measured_steps", "pairs", "compile_cache_hits", "graph_count", "graph_break_count",
+    "recompile_count", "peak_mem_bytes", "batch_size", "grad_accum", "seed", "world_size", "nodes",
+    "items_per_step", "ddp_graph_splits",
+]  # fmt: skip
 #: Our step statistics that the workload's run row summarises too (our name: its column): what a
 #: completed cell whose steps file is missing or unreadable still has.
 RUN_SUMMARY = {
@@ -360,6 +350,9 @@ def cell_metrics(
     verdicts(cells, compared, base, data_bound, equivalence)
     cells[BUSY_COLUMNS] = busy_columns(cells, data.replicates, launch_bound)
     cells[BREAK_EVEN_COLUMNS] = break_even_columns(cells, cells["verdict_basis"] == E2E_BASIS)
+    energy_rngs = lambda which, stream: _generators(cells, which, seed, stream)  # noqa: E731
+    cells[ENERGY_COLUMNS] = energy_columns(cells, data, paired, base, resamples, energy_rngs)
+    cells[COST_COLUMNS] = cost_columns(cells, data.attempts)
     _accuracy(cells, data.replicates)
     _scaling(cells, draws)
     cells["rank_imbalance"] = _rank_imbalance(cells)

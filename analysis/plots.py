@@ -15,7 +15,6 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
 from analysis.axes import DISTRIBUTED_AXES, SAME_WORKLOAD, backend_labels, cell_labels, workload_labels
 from analysis.breakeven import baseline_step_ms, compile_seconds
@@ -28,6 +27,8 @@ from analysis.figure_layout import (
     decisive_speedup,
     empty,
     figure,
+    log_log,
+    plain_log_axis,
     rows_height,
     set_row_labels,
     shown_rows,
@@ -46,17 +47,6 @@ PANEL_COLUMNS, PANEL_INCHES = 3, 2.4
 BREAK_EVEN_STEPS = (10, 100, 1_000, 10_000, 100_000, 1_000_000)
 #: A marker per workload of the scaling figure: it shows as many workloads as there are.
 SCALING_MARKERS = "osD^v<>pPX*h"
-
-
-def _plain_log_axis(axis, low: float, high: float) -> None:
-    """Ticks of a log axis from `low` to `high` as plain numbers (0.5, 2, 20): at 1, 2 and 5 times
-    the powers of ten, or where the range spans less than a factor of 5, evenly spaced ones."""
-    if high / low < 5:
-        axis.set_major_locator(MaxNLocator(6, steps=[1, 2, 5, 10]))  # 1 among the ticks
-    else:
-        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-    axis.set_minor_locator(NullLocator())
-    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
 
 
 def _value_labels(ax, texts: list[str]) -> None:
@@ -109,7 +99,7 @@ def speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     low, high = rows["low"].fillna(rows["value"]), rows["high"].fillna(rows["value"])
     limits = (min(1.0, low.min()) / 1.1, max(1.0, high.max()) * 1.1)
     ax.set_xlim(*limits)
-    _plain_log_axis(ax.xaxis, *limits)
+    plain_log_axis(ax.xaxis, *limits)
     ax.set_xlabel("speedup over eager (log scale; right of 1: faster than eager)")
     ax.grid(axis="x", color="0.9")
     ax.tick_params(axis="x", top=True, labeltop=len(order) > 30)  # a tall figure has its scale on top too
@@ -256,7 +246,7 @@ def step_time_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         ax.set_yscale("log")
         if low is not None:
             ax.set_ylim(low, high)
-            _plain_log_axis(ax.yaxis, low, high)
+            plain_log_axis(ax.yaxis, low, high)
         ax.tick_params(labelsize=LABEL_SIZE, which="both")
         ax.set_title(workload.replace("\n", " "), fontsize="small")
         ax.set_xlabel("step", fontsize="small")
@@ -315,8 +305,6 @@ def compile_speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure
         ax.plot(warm[group.index][warmed], group["value"][warmed], "o", mfc="white", color=palette[label])
     if (warm > 0).any():
         ax.plot([], [], "o", mfc="white", color="0.3", label="warm compile (caches of a first compile)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
     x_low, x_high = np.fmin(x.min(), warm[warm > 0].min()) / 3, x.max() * 3
     y_low = min(0.8, speed["low"].fillna(speed["value"]).min() / 1.1)
     y_high = max(2.5, speed["high"].fillna(speed["value"]).max() * 1.2)
@@ -355,12 +343,13 @@ def compile_speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure
                 ha="right" if right_half else "left",
             )
     ax.axhline(1.0, color="0.3", linewidth=1)
-    ax.set_xlim(x_low, x_high)
-    ax.set_ylim(y_low, y_high)
-    _plain_log_axis(ax.xaxis, x_low, x_high)
-    _plain_log_axis(ax.yaxis, y_low, y_high)
-    ax.set_xlabel("compile time, in steps of the eager cell (compile s / eager step)")
-    ax.set_ylabel("speedup over eager (95% interval)")
+    log_log(
+        ax,
+        (x_low, x_high),
+        (y_low, y_high),
+        "compile time, in steps of the eager cell (compile s / eager step)",
+        "speedup over eager (95% interval)",
+    )
     ax.legend(fontsize="small", loc="upper left")
     return fig
 

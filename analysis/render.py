@@ -68,6 +68,14 @@ def fmt_percent_interval(fraction: Any, low: Any = None, high: Any = None) -> st
     return f"{fmt_percent(fraction)}{interval}"
 
 
+def fmt_interval(value: Any, low: Any = None, high: Any = None) -> str:
+    """`12.3 [12.1, 12.6]` (each as `fmt_number`), or `12.3` without an interval."""
+    if is_null(value):
+        return ""
+    interval = "" if is_null(low) or is_null(high) else f" [{fmt_number(low)}, {fmt_number(high)}]"
+    return f"{fmt_number(value)}{interval}"
+
+
 def fmt_change(fraction: Any) -> str:
     """A relative change with its sign: +12.3%, -4.0%."""
     return "" if is_null(fraction) else f"{100 * float(fraction):+.1f}%"

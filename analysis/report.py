@@ -18,6 +18,7 @@ from analysis.auto_repeats import auto_repeats_table
 from analysis.busy import LAUNCH_BOUND
 from analysis.claims import claims_table
 from analysis.collect import SweepData, load_sweep
+from analysis.energy import energy_tables
 from analysis.environment import environment_table
 from analysis.fp8 import fp8_table
 from analysis.gemm import GEMM_TABLE, gemm_cells, gemm_mask, gemm_table
@@ -94,6 +95,7 @@ def analyze(
             if gemm.empty or len(training)
             else []
         ),
+        *energy_tables(training),
         *([auto] if auto else []),
         *([fp8] if fp8 else []),
         *([reasons] if reasons else []),
@@ -147,12 +149,14 @@ def write_report(analysis: Analysis, with_plots: bool = True) -> Path:
             (directory / TABLES_DIR / f"{table.name}.{suffix}").write_text(render(table).rstrip("\n") + "\n")
     plots = {}
     if with_plots:
+        from analysis.energy_plot import write_energy_plot
         from analysis.gemm_plot import write_gemm_plot
         from analysis.plots import write_plots  # matplotlib costs a second to import: only when plotting
 
         training = analysis.metrics[~gemm_mask(analysis.metrics)]
         if len(training):
             plots = write_plots(training, analysis.data.steps, directory / PLOTS_DIR)
+            plots.update(write_energy_plot(training, analysis.data.steps, directory / PLOTS_DIR))
         plots.update(write_gemm_plot(analysis.gemm, directory / PLOTS_DIR))
     index = directory / "index.md"
     index.write_text(_index(analysis, environment, plots, directory))

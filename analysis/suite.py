@@ -128,6 +128,8 @@ def outcomes(metrics: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     base_status = model.map(eager["status"])
     base_error = model.map(eager["error"])
     diff = early_loss_rel_diff(metrics, steps, model.map(eager["cell_id"]).where(compiled))
+    # What the model's answer cost: the compiled cell's attempts and its model's eager cell's.
+    cost = {k: metrics[f"spent_{k}"] + model.map(eager[f"spent_{k}"]).fillna(0) for k in ("gpu_s", "j")}
     labels = backend_labels(metrics)
     from_cache = metrics["compile_cache_hits"].fillna(0) > 0  # any FX graph or AOTAutograd hit; unknown: cold
     rows = []
@@ -157,6 +159,8 @@ def outcomes(metrics: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
                 "compile_time_s": cell["compile_time_s"],
                 "from_cache": bool(from_cache.iloc[i]),
                 "peak_mem_ratio": cell["peak_mem_ratio"],
+                "cost_gpu_s": cost["gpu_s"].iloc[i],
+                "cost_j": cost["j"].iloc[i],
                 "why": why.rstrip(": "),
             }
         )
@@ -173,6 +177,8 @@ def outcomes(metrics: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
             "compile_time_s",
             "from_cache",
             "peak_mem_ratio",
+            "cost_gpu_s",
+            "cost_j",
             "why",
         ],
     )
@@ -197,6 +203,8 @@ def _summary(cells: pd.DataFrame) -> dict[str, object]:
         "compile_s_median": float(np.median(compile_s)) if len(compile_s) else np.nan,
         "compile_s_p90": float(np.quantile(compile_s, 0.9)) if len(compile_s) else np.nan,
         "peak_mem_ratio_geomean": geometric_mean(passed["peak_mem_ratio"].to_numpy(float))[0],
+        "cost_gpu_h": cells["cost_gpu_s"].sum(min_count=1) / 3600,
+        "cost_kj": cells["cost_j"].sum(min_count=1) / 1e3,
     }
 
 
@@ -253,6 +261,8 @@ def suite_tables(metrics: pd.DataFrame, steps: pd.DataFrame, name: str) -> list[
                                                                           data["models"])],
         **{outcome: data[outcome].astype(str) for outcome in OUTCOMES[1:]},
         **{header: data[column].map(fmt) for header, column, fmt in _OVER_PASSED},
+        "cost GPU-h": data["cost_gpu_h"].map(fmt_number),
+        **({"cost kJ": data["cost_kj"].map(fmt_number)} if data["cost_kj"].notna().any() else {}),
     })  # fmt: skip
     note = (
         f"Suite {name}: each model compiled by the backend against the eager cell of the same model. Pass "
@@ -266,7 +276,10 @@ def suite_tables(metrics: pd.DataFrame, steps: pd.DataFrame, name: str) -> list[
         "clipped at 1 (PyTorch's dashboard convention: a model slower than eager counts as 1x), the share "
         "slower than eager, median and 90th "
         "percentile of cold compile time (from cache: models whose compile found its graphs in the shared "
-        "compile cache, left out of those two), geometric mean of peak memory / eager's."
+        "compile cache, left out of those two), geometric mean of peak memory / eager's. Cost: what the "
+        "row's answers cost, over all its models (passed or not), each its compiled cell's attempts and "
+        "its eager cell's (GPU-hours: start to end times processes; kJ: the GPUs' energy of the measured "
+        "windows and compiles only)."
     )
     failures = cells[cells["outcome"] != PASSED].sort_values(["backend", "outcome", "model"], kind="stable")
     failures = failures[["backend", "model", "outcome", "why", "cell_id"]].reset_index(drop=True)

@@ -18,6 +18,8 @@ from analysis.axes import axis_text, backend_labels, varying_axes, workload_labe
 from analysis.breakeven import BREAK_EVEN_COLUMNS, baseline_step_ms
 from analysis.busy import LAUNCH_BOUND, bound_texts, busy_texts
 from analysis.collect import SweepData, read_cell
+from analysis.cost import NOTE as COST_NOTE
+from analysis.cost import cost_texts
 from analysis.metrics import cell_metrics
 from analysis.render import (
     Table,
@@ -116,6 +118,7 @@ def summary_table(
                                  zip(metrics["e2e_speedup"], metrics["e2e_speedup_low"],
                                      metrics["e2e_speedup_high"])],
         "verdict": verdict_texts(metrics),
+        **cost_texts(metrics),
         "compile s": metrics["compile_time_s"].map(fmt_number),
         "break-even steps": _cold_warm(metrics, "break_even_steps", whole=True),
         "break-even GPU-min": _cold_warm(metrics, "break_even_gpu_min"),
@@ -159,7 +162,7 @@ def summary_table(
         f"launch-bound where it idled more than {fmt_percent(launch_bound, digits=0)} of it and the cell "
         "is not data-bound, with the host's µs per tiny op before measuring. Break-even: steps (and "
         "GPU-minutes) after which compiling pays for itself, with the cold compile, and the warm one where "
-        "measured (see the break-even table)."
+        f"measured (see the break-even table). {COST_NOTE}"
     )
     return Table(SUMMARY, "Cells", metrics, text, note)
 

@@ -105,17 +105,21 @@ def write_replicates(
     backend: str,
     replicate_step_ms: Sequence[Sequence[float]],
     replicate_data_ms: Sequence[Sequence[float] | None] | None = None,
+    replicate_run: Sequence[dict[str, Any]] | None = None,
     **run: Any,
 ) -> Path:
     """A cell run as len(replicate_step_ms) replicates (`repeats`), one attempt each in turn as the
     orchestrator runs them: attempt r + 1 ran replicate r with measured steps replicate_step_ms[r]
-    (and waits for data replicate_data_ms[r], over the measured steps only: no wait in the warm-up)."""
+    (and waits for data replicate_data_ms[r], over the measured steps only: no wait in the warm-up),
+    its run row with `run` and replicate_run[r] (e.g. the energy columns of its window)."""
     waits = replicate_data_ms or [None] * len(replicate_step_ms)
-    for repeat, (step_ms, data_ms) in enumerate(zip(replicate_step_ms, waits)):
+    own = replicate_run or [{}] * len(replicate_step_ms)
+    for repeat, (step_ms, data_ms, mine) in enumerate(zip(replicate_step_ms, waits, own)):
         data = None if data_ms is None else [0.0] * len(WARMUP_MS) + list(data_ms)
         directory = write_cell(
-            sweep, cell_id, backend, step_ms=step_ms, data_ms=data, attempt=repeat + 1, repeat=repeat, **run
-        )
+            sweep, cell_id, backend, step_ms=step_ms, data_ms=data, attempt=repeat + 1, repeat=repeat,
+            **{**run, **mine},
+        )  # fmt: skip
     return directory
 
 
@@ -125,31 +129,38 @@ def write_paired_replicates(
     backend: str,
     replicate_blocks: Sequence[Sequence[tuple[Sequence[float], Sequence[float]]]],
     paired: Sequence[bool] | None = None,
+    block_j_per_step: Sequence[Sequence[tuple[float, float]]] | None = None,
+    replicate_run: Sequence[dict[str, Any]] | None = None,
     **run: Any,
 ) -> Path:
     """A paired cell (workloads/cell/paired.py) run as len(replicate_blocks) replicates, one attempt
     each: replicate r's pair p is replicate_blocks[r][p] = (eager block's step times, compiled
     block's), measured in that order with `side` and `pair`, after WARMUP_MS compiled warm-up steps.
-    `paired[r]`: what replicate r's run row says (default: true for every replicate)."""
+    `paired[r]`: what replicate r's run row says (default: true for every replicate).
+    `block_j_per_step[r][p]`: (eager block's, compiled block's) energy over its steps, each of its
+    steps' `energy_j` as the workload splits a block's energy (default: none measured);
+    replicate_run[r]: more of replicate r's run row."""
     directory = Path(sweep) / "cells" / cell_id
     directory.mkdir(parents=True, exist_ok=True)
     for repeat, blocks in enumerate(replicate_blocks):
         attempt = repeat + 1
-        rows = [(ms, "warmup", "compiled", None) for ms in WARMUP_MS] + [
-            (ms, "measure", side, pair)
-            for pair, (eager_ms, compiled_ms) in enumerate(blocks)
-            for side, times in (("eager", eager_ms), ("compiled", compiled_ms))
+        joules = block_j_per_step[repeat] if block_j_per_step else [(None, None)] * len(blocks)
+        rows = [(ms, "warmup", "compiled", None, None) for ms in WARMUP_MS] + [
+            (ms, "measure", side, pair, energy)
+            for pair, ((eager_ms, compiled_ms), (eager_j, compiled_j)) in enumerate(zip(blocks, joules))
+            for side, times, energy in (("eager", eager_ms, eager_j), ("compiled", compiled_ms, compiled_j))
             for ms in times
         ]
         steps = [
             {"cell_id": cell_id, "attempt": attempt, "step": i, "phase": phase, "step_time_ms": ms,
-             "items": ITEMS, "side": side, "pair": pair}
-            for i, (ms, phase, side, pair) in enumerate(rows)
+             "items": ITEMS, "side": side, "pair": pair, "energy_j": energy}
+            for i, (ms, phase, side, pair, energy) in enumerate(rows)
         ]  # fmt: skip
         row = {
             **RUN_DEFAULTS, "cell_id": cell_id, "attempt": attempt, "repeat": repeat, "status": "completed",
             "backend": backend, "graph_count": 1, "graph_break_count": 0, "compile_time_s": 3.5,
             "paired": True if paired is None else paired[repeat], **run,
+            **(replicate_run[repeat] if replicate_run else {}),
         }  # fmt: skip
         _write_config(directory, row)
         append_rows_atomic(directory / "run.parquet", [row], RUN_SCHEMA)
