@@ -25,7 +25,7 @@ from workloads.cell.config import cell_config_from_dict
 from workloads.cell.recorder import CellRecorder, RankReport
 from workloads.cell.train import StepRecord
 from workloads.contract.schema import ENERGY_FIELDS
-from workloads.instruments import gpu_energy, nvml
+from workloads.instruments import energy, gpu_energy, nvml
 from workloads.instruments.energy import (
     Block,
     Readings,
@@ -173,6 +173,16 @@ def test_a_paired_cell_splits_each_block_over_its_steps() -> None:
     )
     assert energies == pytest.approx([None] * 5 + [3.0] * 3 + [5.0] * 3 + [5.5] * 3 + [3.5] * 3)
     assert sum(energies[8:11]) / sum(energies[5:8]) == pytest.approx(15.0 / 9.0)  # the first pair's ratio
+
+
+def test_blocks_shorter_than_the_counters_steps_give_no_side_its_energy() -> None:
+    """0.1 s blocks see one counter update or two: no side's J per step, no step's energy; the
+    window's own columns stay."""
+    short = [Block(block.side, block.steps, block.joules, seconds=0.1) for block in PAIRED_BLOCKS]
+    columns, energies = energy_columns(Readings(100.0, 53.5, 4.0, short), paired_steps(), 13, True)
+    assert columns["joules_per_step"] is None and columns["eager_joules_per_step"] is None
+    assert columns["compile_energy_j"] is None and energies == [None] * 17
+    assert columns["avg_power_w"] == 53.5 / 4.0 and columns["energy_window_steps"] == 13
 
 
 def test_no_energy_is_put_on_the_wrong_side() -> None:
@@ -325,7 +335,9 @@ def test_a_paired_cell_on_a_constant_board_charges_each_block_its_own_time(
 ) -> None:
     """On a board that draws 100 W, the window's energy is 100 W times its seconds; each block's
     energy at least 100 W times its steps' time (the rest is the bookkeeping between blocks), its
-    steps share it evenly; each side's J per step is its steps' mean, and the run row says so."""
+    steps share it evenly; each side's J per step is its steps' mean, and the run row says so. (The
+    tiny cell's blocks last milliseconds: the board is constant, so no least block length applies.)"""
+    monkeypatch.setattr(energy, "ENERGY_MIN_BLOCK_S", 0.0)
     run, steps = cell_with_a_board(
         tiny_config, tmp_path, monkeypatch, backend={"name": "aot_eager"}, measure=BLOCKS
     )

@@ -70,14 +70,30 @@ def idle_power_w(
     return energy / (t1 - t0) if energy is not None and t1 > t0 else None
 
 
+#: The shortest median block (s) whose energy is a side's: the counter moves in steps of one update.
+#: On the H100 (docs/gpu-results.md) it moved every ~100 ms, ~67 J at a time: GPT-2's 0.14 s compiled
+#: blocks of the default `measure.block_seconds` (0.1) got one update or two, phase-locked to the
+#: blocks' rhythm, and the sides' J/step came out 0.8x and 1.1x of what their power allows. Half a
+#: second spans 5 updates; docs/measurement.md advises `measure.block_seconds=1` for energy per side.
+ENERGY_MIN_BLOCK_S = 0.5
+
+
 @dataclass(frozen=True)
 class Block:
-    """A paired cell's block: its side, its steps, and the energy from the block before's end to its
-    own, J (None where a reading failed)."""
+    """A paired cell's block: its side, its steps, the energy from the block before's end to its own,
+    J (None where a reading failed), and the seconds between those two readings."""
 
     side: str
     steps: int
     joules: float | None
+    seconds: float = ENERGY_MIN_BLOCK_S
+
+
+def long_enough(blocks: Sequence[Block]) -> bool:
+    """Whether the blocks are long enough for the counter to tell their energies apart: the median
+    block spans ENERGY_MIN_BLOCK_S (a paired cell's last warm-up step, a block of its own, aside)."""
+    measured = [block.seconds for block in blocks[1:]]
+    return bool(measured) and statistics.median(measured) >= ENERGY_MIN_BLOCK_S
 
 
 @dataclass(frozen=True)
@@ -154,8 +170,11 @@ def energy_columns(
     if readings.window_j is None:
         return dict.fromkeys(ENERGY_COLUMNS), none
     # Without blocks, every step of the window is the cell's own: the window's mean is each one's.
+    # Blocks too short for the counter give no side its energy: the window mixes both sides.
     if readings.blocks:
-        energies = attribute(readings.blocks, window)
+        energies = (
+            attribute(readings.blocks, window) if long_enough(readings.blocks) else [None] * len(window)
+        )
     else:
         energies = [readings.window_j / len(window)] * len(window) if window else []
     measured = [

@@ -49,8 +49,8 @@ class GpuEnergy(Instrument):
         self._built_mj: int | None = None
         self._opened: tuple[float, int | None] | None = None
         """(host clock, counter) where the measured window opened; None before."""
-        self._block_ends: list[tuple[str, int, int | None]] = []
-        """(side, steps, counter at its end) of each paired block in the measured window."""
+        self._block_ends: list[tuple[str, int, int | None, float]] = []
+        """(side, steps, counter at its end, host clock then) of each paired block in the window."""
 
     def before_build(self) -> None:
         self._counter = EnergyCounter.open(self._device)
@@ -67,7 +67,7 @@ class GpuEnergy(Instrument):
 
     def after_block(self, side: str, steps: int) -> None:
         if self._opened is not None:
-            self._block_ends.append((side, steps, self._read()))
+            self._block_ends.append((side, steps, self._read(), time.perf_counter()))
 
     def after_loop(self) -> dict[str, Any]:
         if self._counter is None:
@@ -117,8 +117,8 @@ class GpuEnergy(Instrument):
     def _blocks(self) -> list[Block]:
         """Each block's energy: from the block before's end (the window's opening, for the first)."""
         assert self._opened is not None
-        blocks, previous = [], self._opened[1]
-        for side, steps, mj in self._block_ends:
-            blocks.append(Block(side, steps, joules(previous, mj)))
-            previous = mj
+        blocks, (previous_s, previous) = [], self._opened
+        for side, steps, mj, at_s in self._block_ends:
+            blocks.append(Block(side, steps, joules(previous, mj), at_s - previous_s))
+            previous, previous_s = mj, at_s
         return blocks
