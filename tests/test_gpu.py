@@ -1134,7 +1134,7 @@ def test_a_gpt2_cell_measures_its_gpus_energy(
         # each measured step holds its block's share; the blocks hold the window but its last warm-up step
         measured = [s["energy_j"] for s in window if s["phase"] == "measure"]
         # (equal where the counter did not move during that one warm-up step)
-        assert None not in measured and sum(measured) <= counter
+        assert None not in measured and sum(measured) <= counter + 1e-6  # float sums of the shares
         assert run["compile_energy_j"] >= 0
     else:
         assert {s["energy_j"] for s in steps} == {None} and run["compile_energy_j"] is None
