@@ -29,7 +29,7 @@ NOTE = (
     "attempt's start to end times its processes, and kJ, the GPU boards' energy of the measured windows "
     "and of the compiles only (nothing between them, nor the host)."
 )
-#: The device whose processes hold a GPU each.
+#: The device type whose processes hold a GPU each (a run row records `cuda:0`, `cuda:3`, `cpu`).
 GPU_DEVICE = "cuda"
 
 
@@ -41,7 +41,7 @@ def _spent(cells: pd.DataFrame, attempts: pd.DataFrame) -> pd.DataFrame:
     energy = attempts[["energy_j", "compile_energy_j"]].apply(pd.to_numeric, errors="coerce")
     per_attempt = pd.DataFrame({
         "cell_id": attempts["cell_id"],
-        "spent_gpu_s": (wall_s * processes).where(device == GPU_DEVICE).astype(float),
+        "spent_gpu_s": (wall_s * processes).where(device.str.split(":").str[0] == GPU_DEVICE).astype(float),
         "spent_j": energy.sum(axis=1, min_count=1).astype(float),
     })  # fmt: skip
     spent = per_attempt.groupby("cell_id").sum(min_count=1)

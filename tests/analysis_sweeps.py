@@ -36,7 +36,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "model": "gpt", "size": "tiny", "precision": "bf16", "data_source": "synthetic", "seed": 1337,
     "batch_size": 8, "grad_accum": 1, "items_per_step": ITEMS, "device": "cpu", "world_size": 1, "nodes": 1,
 }  # fmt: skip
-H100 = {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3"}
+H100 = {"device": "cuda:0", "gpu_name": "NVIDIA H100 80GB HBM3"}
 #: The axes of GPT-2 124M (the seminar's gpt2) on an H100.
 GPT2 = dict(
     model="gpt", size="medium", arch="gpt-12x12x768", precision="bf16", batch_size=12, grad_accum=40, **H100

@@ -88,7 +88,7 @@ def test_problems_and_environment_are_on_the_page(report: tuple[Path, Path], pag
     assert any(str(report[0].parent / "cells" / "broken" / "run.parquet") in p for p in problems), problems
     environment = page.evaluate("""Object.fromEntries([...document.querySelectorAll(
         '#environment + div tbody tr')].map(r => [r.cells[0].textContent, r.cells[1].textContent]))""")
-    assert environment["GPU"] == "NVIDIA H100 80GB HBM3" and environment["device"] == "cuda"
+    assert environment["GPU"] == "NVIDIA H100 80GB HBM3" and environment["device"] == "cuda:0"
 
 
 def test_the_page_is_readable_in_a_narrow_window(page: Page) -> None:
