@@ -13,10 +13,17 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from orchestrator.executor import EXIT_FAILED, EXIT_OK, Executor, ExecutorError, Follow
+from orchestrator.executor import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Executor, ExecutorError, Follow
 from orchestrator.grid import Grid
 from orchestrator.profile import ProfileError
-from orchestrator.slurm_plan import SlurmPlan, check_grid, grid_rows, plan, write_dry_run
+from orchestrator.slurm_plan import (
+    SlurmPlan,
+    check_grid,
+    describe_packing,
+    grid_rows,
+    plan,
+    write_dry_run,
+)
 from workloads.contract.sweep_dir import SBATCH_DIR
 
 
@@ -43,8 +50,8 @@ class SlurmExecutor(Executor[SlurmPlan]):
     def dry_run(self, plan: SlurmPlan) -> str:
         paths = write_dry_run(plan)
         return (
-            f"{len(plan.grid.cells)} cell(s): {plan.cells_submitted} in {len(paths)} job array(s), "
-            f"{len(plan.skipped)} not submitted (completed or queued); scripts in "
+            f"{len(plan.grid.cells)} cell(s): {plan.cells_submitted} in {len(paths)} job array(s)"
+            f"{describe_packing(plan)}, {len(plan.skipped)} not submitted (completed or queued); scripts in "
             f"{plan.grid.sweep_dir / SBATCH_DIR}/ ({', '.join(p.name for p in paths) or 'none'}); "
             "nothing submitted (--dry-run)"
         )
@@ -63,6 +70,9 @@ class SlurmExecutor(Executor[SlurmPlan]):
         if not plan.arrays:
             print(f"nothing to submit: {len(plan.skipped)} cell(s) completed or still queued")
             return follow_sweep(grid.sweep_dir, follow) if follow else EXIT_OK
+        if plan.packed:
+            print("error: cluster.cells_per_task > 1 is planned only so far (--dry-run)", file=sys.stderr)
+            return EXIT_USAGE
         if not plan.retrying:
             prepare(grid)
         code = submit_plan(plan)
