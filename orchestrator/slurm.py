@@ -13,7 +13,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from orchestrator.executor import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Executor, ExecutorError, Follow
+from orchestrator.executor import EXIT_FAILED, EXIT_OK, Executor, ExecutorError, Follow
 from orchestrator.grid import Grid
 from orchestrator.profile import ProfileError
 from orchestrator.slurm_plan import (
@@ -70,9 +70,6 @@ class SlurmExecutor(Executor[SlurmPlan]):
         if not plan.arrays:
             print(f"nothing to submit: {len(plan.skipped)} cell(s) completed or still queued")
             return follow_sweep(grid.sweep_dir, follow) if follow else EXIT_OK
-        if plan.packed:
-            print("error: cluster.cells_per_task > 1 is planned only so far (--dry-run)", file=sys.stderr)
-            return EXIT_USAGE
         if not plan.retrying:
             prepare(grid)
         code = submit_plan(plan)
@@ -85,7 +82,8 @@ class SlurmExecutor(Executor[SlurmPlan]):
             )
         else:
             print(
-                f"{plan.cells_submitted} cell(s) submitted in {len(plan.arrays)} job array(s), "
+                f"{plan.cells_submitted} cell(s) submitted in {len(plan.arrays)} job array(s)"
+                f"{describe_packing(plan)}, "
                 f"{len(plan.skipped)} not submitted (completed or queued); job ids in "
                 f"{grid.sweep_dir}/manifest.parquet, scripts in {grid.sweep_dir / SBATCH_DIR}/"
             )

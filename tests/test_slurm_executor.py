@@ -102,9 +102,13 @@ def test_cells_sharing_resources_share_an_array() -> None:
 
 
 def test_array_task_imports_no_torch() -> None:
-    """The function a Slurm task unpickles loads without Hydra and torch: on a busy node that
-    start-up would come on top of the cell's own (which imports torch in its subprocess)."""
-    code = "import sys, orchestrator.slurm_job; print(sorted({'torch', 'hydra'} & set(sys.modules)))"
+    """The functions a Slurm task unpickles (a cell's, a packed task's) load without Hydra and torch:
+    on a busy node that start-up would come on top of the cell's own (which imports torch in its
+    subprocess)."""
+    code = (
+        "import sys, orchestrator.slurm_job, orchestrator.packed_task; "
+        "print(sorted({'torch', 'hydra'} & set(sys.modules)))"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     )
