@@ -25,7 +25,7 @@ from orchestrator.grid import expand
 from orchestrator.profile import ProfileError, load_profile, resources_for
 from orchestrator.sbatch import job_name
 from orchestrator.scheduler import minutes
-from orchestrator.slurm_plan import check_grid, group_arrays
+from orchestrator.slurm_plan import check_grid, group_arrays, plan
 from tests.helpers import BASH, REPO_ROOT, TINY, jobs_from, slurm_cli, wait_until_done
 from tests.slurm.cluster import LocalSlurm
 
@@ -362,6 +362,18 @@ def test_packed_dry_run_shows_tasks_and_their_time(capsys, no_slurm_here, tmp_pa
     )
     assert code == 0, err
     assert "(3 cell(s) per task" not in out and "7 cell(s): 7 in 4 job array(s)" in out  # one per task
+
+
+def test_packed_replicates_keep_the_sweeps_order(no_slurm_here, tmp_path: Path) -> None:
+    """Tasks are filled in run order: a cell's replicates stay apart, the backends alternate."""
+    overrides = ["cluster=grete", "backend=eager,inductor", "repeats=3", "cluster.cells_per_task=4"]
+    the_plan = plan(expand([*overrides, f"hydra.sweep.dir={tmp_path / 'sw'}"]), query_cluster=False)
+    (array,) = the_plan.arrays
+    assert [[(cell.axes["backend"], repeat) for cell, repeat in task] for task in array.tasks] == [
+        [("eager", 0), ("inductor", 0), ("eager", 1), ("inductor", 1)],
+        [("eager", 2), ("inductor", 2)],
+    ]
+    assert array.params["time"] == 4 * 60 and array.packed
 
 
 def test_slurm_time_limits_in_minutes() -> None:
