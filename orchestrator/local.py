@@ -19,7 +19,8 @@ each run row says whether it did; `per_job` = a fresh directory per process, rem
 ended: every replicate compiles cold.
 
 A distributed cell (several processes) is not for this executor: it starts one process per
-cell and is no launcher (`LocalExecutor.plan` refuses it).
+cell and is no launcher (`LocalExecutor.plan` refuses it). A packed Slurm array task runs its cells
+through the same `run_replicates` (orchestrator/packed_task.py).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -67,14 +68,16 @@ class _Turns:
     `leaving.<index>` file a process writes when it is done with the device. With
     `compile_cache=per_job` it also holds each process's `compile_cache.<index>`."""
 
-    def __init__(self, directory: Path, compile_cache: str):
+    def __init__(self, directory: Path, compile_cache: str | None):
         self.directory = directory
         self.compile_cache = compile_cache
 
-    def _cache(self, sweep_dir: Path, index: int) -> Path:
+    def _cache(self, sweep_dir: Path, index: int) -> dict[str, str]:
+        if self.compile_cache is None:  # a packed Slurm task: the job's, as its script exported it
+            return {}
         if self.compile_cache == "shared":
-            return Path(sweep_dir) / COMPILE_CACHE_DIR
-        return self.directory / f"compile_cache.{index}"
+            return {BASE_ENV: str(Path(sweep_dir) / COMPILE_CACHE_DIR)}
+        return {BASE_ENV: str(self.directory / f"compile_cache.{index}")}
 
     def start(self, sweep_dir: Path, cell: Cell, repeat: int, index: int) -> CellProcess:
         marker = self.directory / f"{turns.IMPORTING_PREFIX}{index}"
@@ -82,7 +85,7 @@ class _Turns:
         env = {
             turns.DIR_ENV: str(self.directory),
             turns.INDEX_ENV: str(index),
-            BASE_ENV: str(self._cache(sweep_dir, index)),
+            **self._cache(sweep_dir, index),
         }
         started = start_cell(sweep_dir, cell.cell_id, repeat=repeat, env=env)
         with contextlib.suppress(FileNotFoundError):  # a process that ends at once takes it with it
@@ -108,7 +111,7 @@ class _Turns:
 
 
 @contextlib.contextmanager
-def _turns(compile_cache: str) -> Iterator[_Turns]:
+def _turns(compile_cache: str | None) -> Iterator[_Turns]:
     with tempfile.TemporaryDirectory(prefix="compilebench-turns-") as directory:
         yield _Turns(Path(directory), compile_cache)
 
@@ -116,23 +119,36 @@ def _turns(compile_cache: str) -> Iterator[_Turns]:
 def run_grid(
     grid: Grid, out: TextIO | None = None, ahead: int | None = None, every: Grid | None = None
 ) -> list[Outcome]:
-    """Run every replicate of every cell not completed before, in `Grid.replicates` order, or with
-    repeats=auto round after round until each cell stops (orchestrator/auto_repeats.py; `every`: the
-    sweep's whole grid where `grid` is some of it)."""
+    """Run every replicate of every cell not completed before, in `Grid.replicates` order
+    (`run_replicates`), with the compile caches `cluster.compile_cache` says; or with repeats=auto
+    round after round until each cell stops (orchestrator/auto_repeats.py; `every`: the sweep's whole
+    grid where `grid` is some of it)."""
+    cache = str(grid.cluster.get("compile_cache") or "per_job")
     if not any(cell.auto for cell in grid.cells):
-        return run_replicates(grid, grid.replicates(), out, ahead)
+        return run_replicates(grid.sweep_dir, grid.replicates(), cache, out, ahead)
     outcomes: list[Outcome] = []
-    done = run_rounds(grid, lambda todo: outcomes.extend(run_replicates(grid, todo, out, ahead)), every, out)
+
+    def run_round(todo: list[tuple[Cell, int]]) -> None:
+        outcomes.extend(run_replicates(grid.sweep_dir, todo, cache, out, ahead))
+
+    done = run_rounds(grid, run_round, every, out)
     return [*(Outcome(cell_id, SKIPPED) for cell_id in done), *outcomes]
 
 
 def run_replicates(
-    grid: Grid, todo: list[tuple[Cell, int]], out: TextIO | None = None, ahead: int | None = None
+    sweep_dir: Path,
+    todo: Sequence[tuple[Cell, int]],
+    compile_cache: str | None,
+    out: TextIO | None = None,
+    ahead: int | None = None,
+    on_turn: Callable[[int, CellProcess], None] | None = None,
 ) -> list[Outcome]:
-    """Run these replicates of the grid's cells that have not completed before, in order, printing
-    one progress line each. Each replicate gets its turn when the one before has handed the device
-    over; when none is waiting behind the one given its turn, the next `ahead` replicates to run
-    (default `processes_ahead()`) are started at once (module doc)."""
+    """Run these replicates, in order, those not completed before, printing one progress line
+    each. Each replicate gets its turn when the one before has handed the device over; when none
+    is waiting behind the one given its turn, the next `ahead` replicates to run (default
+    `processes_ahead()`) are started at once (module doc). `compile_cache`: shared, per_job, or
+    None for the one this process's environment names (a packed Slurm task's); `on_turn(index,
+    its process)` is called before each turn is given (and may raise to give no more)."""
     out = sys.stdout if out is None else out  # looked up per call: tests and callers redirect it
     outcomes: list[Outcome] = []
     ahead = ahead or processes_ahead()
@@ -140,18 +156,20 @@ def run_replicates(
     @functools.cache  # asked when a replicate is looked ahead to and again in its turn: read once
     def to_run(index: int) -> bool:
         cell, repeat = todo[index]
-        return repeat in missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), cell.repeats)
+        return repeat in missing_repeats(cell_dir(sweep_dir, cell.cell_id), cell.repeats)
 
-    with _turns(str(grid.cluster.get("compile_cache") or "per_job")) as turns_dir:
+    with _turns(compile_cache) as turns_dir:
         waiting: dict[int, CellProcess] = {}  # started ahead, by index, in order
         given: dict[int, float] = {}  # when each got its turn (perf_counter)
 
-        def give(index: int) -> None:
+        def give(index: int, started: CellProcess) -> None:
+            if on_turn is not None:
+                on_turn(index, started)
             turns_dir.give(index)
             given[index] = time.perf_counter()
             if not any(i > index for i in waiting):  # the next batch imports while this one runs
                 following = [i for i in range(index + 1, len(todo)) if to_run(i)][:ahead]
-                waiting.update((i, turns_dir.start(grid.sweep_dir, *todo[i], i)) for i in following)
+                waiting.update((i, turns_dir.start(sweep_dir, *todo[i], i)) for i in following)
 
         try:
             for index, (cell, repeat) in enumerate(todo):
@@ -166,15 +184,15 @@ def run_replicates(
                 if index in waiting:  # its turn was given when the one before handed over
                     current = waiting.pop(index)
                 elif to_run(index):
-                    current = turns_dir.start(grid.sweep_dir, cell, repeat, index)
-                    give(index)
+                    current = turns_dir.start(sweep_dir, cell, repeat, index)
+                    give(index, current)
                 else:
                     outcomes.append(Outcome(cell.cell_id, SKIPPED))
                     print("already completed", file=out, flush=True)
                     continue
                 turns_dir.wait_done_with_device(index, current)
                 if waiting:
-                    give(next(iter(waiting)))  # the next starts while this one exits
+                    give(*next(iter(waiting.items())))  # the next starts while this one exits
                 outcome = current.finish(given[index])
                 turns_dir.ended(index)
                 detail = f": {outcome.message}" if outcome.message else ""

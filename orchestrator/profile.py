@@ -58,6 +58,7 @@ class SlurmProfile:
     max_array_size: int = 1000
     array_parallelism: int = 16
     max_requeue: int = 1
+    cells_per_task: int = 1
     compile_cache: str = "per_job"
     sbatch_template: str = "default"
     modules: list[str] = field(default_factory=list)
@@ -152,7 +153,14 @@ def load_profile(cluster: Mapping[str, Any]) -> SlurmProfile:
             name, "partitions is empty; map each GPU type to a partition, e.g. {A100: 'grete:shared'}"
         )
     _named(name, profile.gpu_type_by_model, "gpu_type_by_model")
-    for key in ("gpus_per_node", "cpus_per_gpu", "max_array_size", "array_parallelism", "signal_delay_s"):
+    for key in (
+        "gpus_per_node",
+        "cpus_per_gpu",
+        "max_array_size",
+        "array_parallelism",
+        "signal_delay_s",
+        "cells_per_task",
+    ):
         _positive(name, getattr(profile, key), key)
     _positive(name, profile.time_min, "time_min (required for Slurm: minutes per job)", optional=False)
     _positive(name, profile.mem_per_gpu_gb, "mem_per_gpu_gb")

@@ -62,16 +62,37 @@ def query(*command: str) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
-def queued_jobs() -> set[str] | None:
-    """Ids (`123_4`, `125`) of this user's jobs in the queue, or None when squeue cannot tell."""
-    out = query("squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i")
-    return None if out is None else set(out.split())
+def queued_jobs() -> dict[str, str] | None:
+    """{job id (`123_4`, `125`): Slurm state} of this user's jobs in the queue, or None when squeue
+    cannot tell."""
+    out = query("squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T")
+    return None if out is None else parse_states(out)
 
 
-def partitions() -> set[str] | None:
-    """The partitions `sinfo` lists, or None when there is no Slurm to ask."""
-    out = query("sinfo", "-h", "-o", "%R")
-    return None if out is None else set(out.split())
+def minutes(limit: str) -> int | None:
+    """A Slurm time limit as sinfo prints it (`infinite`, `30`, `2:00:00`, `1-00:00:00`) in whole
+    minutes, seconds rounded down; None for no limit (or a form this parser does not know)."""
+    days, _, clock = limit.strip().rpartition("-")
+    parts = clock.split(":")
+    if not all(part.isdigit() for part in [*parts, *([days] if days else [])]) or len(parts) > 3:
+        return None
+    if len(parts) == 3:  # hours:minutes:seconds
+        hours, mins = int(parts[0]), int(parts[1])
+    elif days:  # days-hours[:minutes]
+        hours, mins = int(parts[0]), int(parts[1]) if len(parts) == 2 else 0
+    else:  # minutes[:seconds]
+        hours, mins = 0, int(parts[0])
+    return (int(days or 0) * 24 + hours) * 60 + mins
+
+
+def partition_limits() -> dict[str, int | None] | None:
+    """{partition: its time limit in minutes, None for none} of what `sinfo` lists, or None when
+    there is no Slurm to ask."""
+    out = query("sinfo", "-h", "-o", "%R|%l")
+    if out is None:
+        return None
+    pairs = (line.strip().partition("|") for line in out.splitlines() if line.strip())
+    return {name: minutes(limit) for name, _, limit in pairs}
 
 
 def expand_job_ids(job_id: str) -> list[str]:

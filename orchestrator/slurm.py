@@ -19,7 +19,14 @@ from orchestrator.auto_repeats import auto_note, run_rounds
 from orchestrator.executor import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Executor, ExecutorError, Follow
 from orchestrator.grid import Cell, Grid
 from orchestrator.profile import ProfileError
-from orchestrator.slurm_plan import SlurmPlan, check_grid, grid_rows, plan, write_dry_run
+from orchestrator.slurm_plan import (
+    SlurmPlan,
+    check_grid,
+    describe_packing,
+    grid_rows,
+    plan,
+    write_dry_run,
+)
 from workloads.contract.sweep_dir import SBATCH_DIR
 
 
@@ -47,7 +54,7 @@ class SlurmExecutor(Executor[SlurmPlan]):
         paths = write_dry_run(plan)
         return (
             f"{len(plan.grid.cells)} cell(s){auto_note(plan.grid)}: {plan.cells_submitted} in "
-            f"{len(paths)} job array(s), "
+            f"{len(paths)} job array(s){describe_packing(plan)}, "
             f"{len(plan.skipped)} not submitted (completed or queued); scripts in "
             f"{plan.grid.sweep_dir / SBATCH_DIR}/ ({', '.join(p.name for p in paths) or 'none'}); "
             "nothing submitted (--dry-run)"
@@ -90,7 +97,8 @@ class SlurmExecutor(Executor[SlurmPlan]):
             )
         else:
             print(
-                f"{plan.cells_submitted} cell(s) submitted in {len(plan.arrays)} job array(s), "
+                f"{plan.cells_submitted} cell(s) submitted in {len(plan.arrays)} job array(s)"
+                f"{describe_packing(plan)}, "
                 f"{len(plan.skipped)} not submitted (completed or queued); job ids in "
                 f"{grid.sweep_dir}/manifest.parquet, scripts in {grid.sweep_dir / SBATCH_DIR}/"
             )

@@ -1,4 +1,5 @@
-"""What one Slurm array task runs: `CellJob()(sweep_dir, cell_id, repeat)`, called by submitit in the job.
+"""What one Slurm array task runs: `CellJob()(sweep_dir, cell_id, repeat)`, called by submitit in the job
+(a task of several cells, `cluster.cells_per_task` > 1, runs orchestrator/packed_task.py instead).
 
 It runs the cell exactly as the local executor does (`python -m workloads.run CONFIG` in a
 subprocess, stdout/stderr appended to `cells/<id>/logs/stdout.log` and `stderr.log`), and makes the
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.cell_process import SKIPPED, Outcome, log_paths, run_cell_process
+from orchestrator.packing import place_job_id
 from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, missing_repeats, newest_attempt
 from workloads.instruments.compile_cache import BASE_ENV
 
@@ -64,12 +66,15 @@ def _link(target: Path, link: Path) -> None:
     link.symlink_to(os.path.relpath(target, link.parent))
 
 
-def record_job(logs: Path) -> str:
-    """Link the task's submitit logs into `logs` and write the env file; returns the job id."""
+def record_job(logs: Path, place: int | None = None) -> str:
+    """Link the task's submitit logs into `logs` and write the env file; returns the job id (of a
+    packed task's replicate at `place`: `<task>.<place>`, orchestrator/packing.py)."""
     import submitit  # in the job only: the submitting side never needs this module's imports
 
     environment = submitit.JobEnvironment()
     job_id = environment.job_id  # "<array job>_<task>" in an array, "<job>" for a lone job
+    if place is not None:
+        job_id = place_job_id(job_id, place)
     name = f"slurm-{job_id}" + (f".rank{environment.global_rank}" if environment.global_rank else "")
     paths = environment.paths
     _link(paths.stdout, logs / f"{name}.out")
@@ -112,18 +117,20 @@ class CellJob:
         (forwarding the signal in case Slurm's did not reach it), then requeue the same call."""
         from submitit.helpers import DelayedSubmission
 
-        for pid in _children():
+        for pid in live_children():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGUSR2)
         if self._started is not None:
             directory, attempts = self._started
             deadline = time.monotonic() + RECORD_WAIT_S
-            while newest_attempt(directory)[0] <= attempts and _children() and time.monotonic() < deadline:
+            while (
+                newest_attempt(directory)[0] <= attempts and live_children() and time.monotonic() < deadline
+            ):
                 time.sleep(0.2)
         return DelayedSubmission(CellJob(), sweep_dir, cell_id, repeat)
 
 
-def _children() -> list[int]:
+def live_children() -> list[int]:
     """Pids of this process's live children (the cell's process), from /proc."""
     me, found = str(os.getpid()), []
     for stat in Path("/proc").glob("[0-9]*/stat"):

@@ -4,7 +4,10 @@ Cells that ask for the same resources (partition, GPU type and count, CPUs, memo
 see orchestrator/profile.py) share one job array, split so that no array has more than the
 profile's `max_array_size` tasks and throttled to `array_parallelism` running tasks (`%N`).
 Each task runs `orchestrator.slurm_job.CellJob`, i.e. `python -m workloads.run CONFIG` of
-its cell. Cells completed earlier, or whose recorded job is still in the queue, are not submitted.
+its cell; with `cluster.cells_per_task=N` (orchestrator/packing.py) each task runs N replicates
+in turn (`orchestrator.packed_task.PackedTask`) and asks for N x `time_min`, which must not be
+more than the partition's time limit (as sinfo says). Cells completed earlier, or whose recorded
+job is still in the queue, are not submitted.
 
 A dry run writes the scripts it would submit to `SWEEP_DIR/sbatch/dryrun-NN.sh`, rendered by the
 same submitit code (orchestrator/sbatch.py), and submits nothing.
@@ -19,11 +22,19 @@ from typing import Any, TypeVar
 
 from orchestrator.auto_repeats import stopped
 from orchestrator.grid import Cell, Grid
+from orchestrator.packing import pack, place_state
 from orchestrator.profile import ProfileError, Resources, SlurmProfile, cell_resources, load_profile
 from orchestrator.sbatch import script_text, slurm_parameters
-from orchestrator.scheduler import partitions, queued_jobs
+from orchestrator.scheduler import SLURM_STATES, partition_limits, queued_jobs
 from workloads.cell.support import plan_refusal
-from workloads.contract.sweep_dir import SBATCH_DIR, cell_dir, missing_repeats, recorded_job_ids
+from workloads.contract.sweep_dir import (
+    SBATCH_DIR,
+    cell_dir,
+    missing_repeats,
+    read_task_place,
+    recorded_job_ids,
+)
+from workloads.contract.vocabulary import PENDING, QUEUED
 
 DRY_RUN_PREFIX = "dryrun-"
 
@@ -33,17 +44,23 @@ K = TypeVar("K", bound=Hashable)
 
 @dataclass
 class JobArray:
-    """One sbatch submission: replicates of cells that share resources, at most max_array_size."""
+    """One sbatch submission: replicates of cells that share resources, at most max_array_size tasks."""
 
     index: int
     resources: Resources
-    tasks: list[tuple[Cell, int]]
-    """(cell, repeat) of each array task, in task order."""
+    tasks: list[list[tuple[Cell, int]]]
+    """The (cell, repeat) replicates of each array task, in task order and, within one, run order."""
     params: dict[str, Any]
+    packed: bool = False
+    """Its tasks run `cluster.cells_per_task` > 1 replicates each: their job ids name their place."""
 
     @property
     def dry_run_name(self) -> str:
         return f"{DRY_RUN_PREFIX}{self.index:02d}.sh"
+
+    @property
+    def replicates(self) -> list[tuple[Cell, int]]:
+        return [replicate for task in self.tasks for replicate in task]
 
 
 @dataclass
@@ -62,7 +79,11 @@ class SlurmPlan:
 
     @property
     def cells_submitted(self) -> int:
-        return sum(len(array.tasks) for array in self.arrays)
+        return sum(len(array.replicates) for array in self.arrays)
+
+    @property
+    def packed(self) -> bool:
+        return any(array.packed for array in self.arrays)
 
 
 def group_arrays(items: Sequence[T], key: Callable[[T], K], max_size: int) -> list[tuple[K, list[T]]]:
@@ -99,27 +120,71 @@ def cells_to_skip(
     grid: Grid, job_ids: dict[str, str], missing: dict[str, list[int]], check_queue: bool = True
 ) -> dict[str, str]:
     """Cells not to submit again: completed ones (no replicate `missing`), and ones with a recorded
-    job still queued (the manifest's job_id lists one job per replicate submitted, space-separated)."""
+    job still queued (the manifest's job_id lists one job per replicate submitted, space-separated;
+    a packed replicate's is queued while its task has not yet moved past its place)."""
     skipped = {c.cell_id: "completed" for c in grid.cells if not missing[c.cell_id]}
     pending = {cid: jid for cid, jid in job_ids.items() if cid not in skipped}
-    queue = queued_jobs() if pending and check_queue else set()
+    queue = (queued_jobs() if pending and check_queue else None) or {}
+
+    def queued(job: str) -> bool:
+        state = place_state(job, queue, lambda task: read_task_place(grid.sweep_dir, task))
+        return state is not None and SLURM_STATES.get(state, PENDING) in QUEUED  # as squeue lists it
+
     for cell_id, jobs in pending.items():
-        queued = [job for job in jobs.split() if queue and job in queue]
-        if queued:
-            skipped[cell_id] = f"queued as {' '.join(queued)}"
+        if in_queue := [job for job in jobs.split() if queued(job)]:
+            skipped[cell_id] = f"queued as {' '.join(in_queue)}"
     return skipped
 
 
-def check_partitions(resources: dict[str, Resources]) -> None:
-    """ProfileError for a partition the cluster does not have (when sinfo answers at all)."""
-    existing = partitions()
-    if existing is None:
+def check_partitions(resources: dict[str, Resources], arrays: list[JobArray]) -> None:
+    """ProfileError for a partition the cluster does not have, or an array whose tasks ask for more
+    time than their partition allows (when sinfo answers at all)."""
+    limits = partition_limits()
+    if limits is None:
         return
-    for partition in sorted({res.partition for res in resources.values()} - existing):
+    for partition in sorted({res.partition for res in resources.values()} - set(limits)):
         raise ProfileError(
             f"partition {partition!r} does not exist on this cluster "
-            f"(sinfo lists: {', '.join(sorted(existing))})"
+            f"(sinfo lists: {', '.join(sorted(limits))})"
         )
+    for array in arrays:
+        limit, res = limits[array.resources.partition], array.resources
+        if limit is not None and array.params["time"] > limit:
+            cells = max(len(task) for task in array.tasks)
+            raise ProfileError(
+                f"a task of {cells} cell(s) x time_min {res.time_min} = {array.params['time']} min is more "
+                f"than partition {res.partition!r} allows ({limit} min, sinfo); lower "
+                f"cluster.{'cells_per_task' if cells > 1 else 'time_min'}"
+            )
+
+
+def cells_per_task(profile: SlurmProfile, resources: Resources) -> int:
+    """How many replicates share a task of these resources: the profile's `cells_per_task`, but one
+    for a cell of several processes (srun runs a task once per rank)."""
+    return 1 if resources.tasks > 1 else profile.cells_per_task
+
+
+def job_arrays(
+    todo: list[tuple[Cell, int]],
+    resources: dict[str, Resources],
+    profile: SlurmProfile,
+    params: dict[Resources, dict[str, Any]],
+) -> list[JobArray]:
+    """The replicates to run, grouped by resources, packed `cells_per_task` to a task, the tasks cut
+    into arrays of at most `max_array_size`; an array's time limit is its fullest task's."""
+    by_resources = group_arrays(todo, lambda replicate: resources[replicate[0].cell_id], max(1, len(todo)))
+    tasks = [task for res, group in by_resources for task in pack(group, cells_per_task(profile, res))]
+    arrays = group_arrays(tasks, lambda task: resources[task[0][0].cell_id], profile.max_array_size)
+    return [
+        JobArray(
+            index,
+            res,
+            chunk,
+            {**params[res], "time": res.time_min * max(len(task) for task in chunk)},
+            packed=cells_per_task(profile, res) > 1,
+        )
+        for index, (res, chunk) in enumerate(arrays)
+    ]
 
 
 def plan(
@@ -133,8 +198,6 @@ def plan(
     the other cells are not submitted either (`status --retry-failed`); `replicates`: these, not
     `Grid.replicates` (a round of repeats=auto)."""
     profile, resources, params = check_grid(grid)
-    if query_cluster:
-        check_partitions(resources)
     job_ids = recorded_job_ids(grid.sweep_dir)
     missing = {
         cell.cell_id: []
@@ -151,23 +214,41 @@ def plan(
         for cell, repeat in (grid.replicates() if replicates is None else replicates)
         if cell.cell_id not in skipped and repeat in missing[cell.cell_id]
     ]
-    groups = group_arrays(todo, lambda task: resources[task[0].cell_id], profile.max_array_size)
-    arrays = [JobArray(i, res, tasks, params[res]) for i, (res, tasks) in enumerate(groups)]
+    arrays = job_arrays(todo, resources, profile, params)
+    if query_cluster:
+        check_partitions(resources, arrays)
     return SlurmPlan(grid, profile, resources, skipped, arrays, job_ids, retrying=only is not None)
 
 
 def grid_rows(plan: SlurmPlan) -> list[dict[str, Any]]:
-    """The dry-run grid: one row per cell, its axes, resources, array and what happens to it."""
-    array_of = {cell.cell_id: array.index for array in plan.arrays for cell, _ in array.tasks}
+    """The dry-run grid: one row per cell, its axes, resources, array and what happens to it; in a
+    packed plan also `task`, the `<task>.<place>` of each of its replicates."""
+    array_of = {cell.cell_id: array.index for array in plan.arrays for cell, _ in array.replicates}
+    places: dict[str, list[str]] = {}
+    for array in plan.arrays:
+        for number, task in enumerate(array.tasks):
+            for place, (cell, _) in enumerate(task):
+                places.setdefault(cell.cell_id, []).append(f"{number}.{place}")
     return [
         {
             **row,
             **plan.resources[row["cell_id"]].describe(),
             "array": array_of.get(row["cell_id"]),
+            **({"task": " ".join(places.get(row["cell_id"], []))} if plan.packed else {}),
             "state": plan.skipped.get(row["cell_id"], "submit"),
         }
         for row in plan.grid.rows()
     ]
+
+
+def describe_packing(plan: SlurmPlan) -> str:
+    """` (6 cell(s) per task; array 0: 4 task(s) of 60 min, ...)` for a packed plan, '' for another."""
+    if not plan.packed:
+        return ""
+    arrays = ", ".join(
+        f"array {a.index}: {len(a.tasks)} task(s) of {a.params['time']} min" for a in plan.arrays
+    )
+    return f" ({plan.profile.cells_per_task} cell(s) per task; {arrays})"
 
 
 def write_dry_run(plan: SlurmPlan) -> list[Path]:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, TextIO
 from orchestrator.errors import one_line
 from orchestrator.executor import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from orchestrator.grid_files import record_grid
+from orchestrator.packing import place_job_id
 from orchestrator.private_apis import SUBMISSION_ERRORS
 from orchestrator.sbatch import make_executor
 from workloads.contract.sweep_dir import SBATCH_DIR
@@ -73,6 +74,7 @@ def clean_submission_env() -> Iterator[None]:
 
 def submit_array(plan: SlurmPlan, array: JobArray) -> list[str]:
     """Submit one array (one sbatch call) and return the job id of each of its tasks."""
+    from orchestrator.packed_task import PackedTask, TaskCell
     from orchestrator.slurm_job import CellJob
 
     sweep_dir = Path(plan.grid.sweep_dir)
@@ -82,11 +84,16 @@ def submit_array(plan: SlurmPlan, array: JobArray) -> list[str]:
         raise SubmitError(
             f"cannot submit to Slurm from here: {exc} (--dry-run plans without Slurm)"
         ) from None
-    cell_ids = [cell.cell_id for cell, _ in array.tasks]
-    repeats = [repeat for _, repeat in array.tasks]
+    sweeps = [str(sweep_dir)] * len(array.tasks)
+    if array.packed:
+        calls = [[(TaskCell.of(cell), repeat) for cell, repeat in task] for task in array.tasks]
+        function, arguments = PackedTask(), [sweeps, calls]
+    else:
+        ids = [cell.cell_id for cell, _ in array.replicates]  # one replicate to a task
+        function, arguments = CellJob(), [sweeps, ids, [repeat for _, repeat in array.replicates]]
     with clean_submission_env():
         try:
-            jobs = executor.map_array(CellJob(), [str(sweep_dir)] * len(cell_ids), cell_ids, repeats)
+            jobs = executor.map_array(function, *arguments)
         except (*SUBMISSION_ERRORS, OSError) as exc:
             raise SubmitError(
                 f"sbatch refused array {array.index} ({array.resources.partition}): {one_line(exc)}"
@@ -98,14 +105,29 @@ def submit_array(plan: SlurmPlan, array: JobArray) -> list[str]:
     return [job.job_id for job in jobs]
 
 
+def replicate_job_ids(array: JobArray, task_ids: list[str]) -> list[str]:
+    """The job id of each replicate of the array, in `array.replicates` order: its task's, or in a
+    packed array its task's with its place (orchestrator/packing.py)."""
+    if not array.packed:
+        return task_ids
+    return [
+        place_job_id(task_id, place)
+        for task_id, task in zip(task_ids, array.tasks)
+        for place in range(len(task))
+    ]
+
+
 def _describe(array: JobArray, ids: list[str]) -> str:
-    res = array.resources.describe()
+    """`123_[0-3]: 24 cell(s) in 4 task(s) on grete:shared, gpu:A100:1 (16 cpus, 120G, 360 min)`;
+    `ids`: the tasks' job ids, the time a task's."""
+    res = {**array.resources.describe(), "time": f"{array.params['time']} min"}
     where = ", ".join(str(res[k]) for k in ("partition", "gres") if res[k] != "-")
     extra = ", ".join(
         f"{v} {k}" if k == "cpus" else str(v) for k, v in res.items() if k in ("cpus", "mem", "time") and v
     )
     span = ids[0] if len(ids) == 1 else f"{ids[0].split('_')[0]}_[0-{len(ids) - 1}]"
-    return f"{span}: {len(ids)} cell(s) on {where} ({extra})"
+    tasks = f" in {len(ids)} task(s)" if array.packed else ""
+    return f"{span}: {len(array.replicates)} cell(s){tasks} on {where} ({extra})"
 
 
 @contextlib.contextmanager
@@ -145,7 +167,7 @@ def submit(plan: SlurmPlan, out: TextIO | None = None) -> dict[str, str]:
                     raise SubmissionInterrupted(received[0], done, total, plan.grid.sweep_dir) from None
                 exc.submitted = done
                 raise
-            for (cell, _), job_id in zip(array.tasks, ids):
+            for (cell, _), job_id in zip(array.replicates, replicate_job_ids(array, ids)):
                 ours.setdefault(cell.cell_id, []).append(job_id)
             job_ids.update({cell_id: " ".join(jobs) for cell_id, jobs in ours.items()})
             record_grid(plan.grid, job_ids)

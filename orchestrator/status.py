@@ -14,10 +14,16 @@ without a job id and without a result is `not run` (a --dry-run, or a local swee
 reached it); `unknown` when the scheduler could not be asked. Every
 scheduler call has a short timeout, and a `sacct` that is missing or reports accounting storage
 disabled is simply not used: `status` never hangs.
+
+A cell packed with others into one array task (`cluster.cells_per_task`, job id `<task>.<place>`,
+orchestrator/packing.py) has a state of its own while its task runs: pending until the task gives
+its place the device, running while it has it, then its result. A packed cell left without a result
+when its task has ended (or has gone past its place) is `lost`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -27,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from orchestrator.packing import place_state, split_place
 from orchestrator.scheduler import SLURM_STATES, UNANSWERED_LIMIT_S, WAIT_INTERVAL_S, job_states
 from workloads.contract.sweep_dir import (
     STDERR,
@@ -37,6 +44,7 @@ from workloads.contract.sweep_dir import (
     read_auto_stop,
     read_cell_config,
     read_manifest,
+    read_task_place,
 )
 from workloads.contract.vocabulary import (
     AUTO_REPEATS,
@@ -120,9 +128,9 @@ def sweep_status(sweep_dir: Path) -> list[CellStatus]:
         _from_result(row, directory)
 
     ask = [row for row in rows.values() if row.job_id and row.state != COMPLETED]
-    states = job_states([job for row in ask for job in row.job_id.split()])
+    states = _place_states(sweep_dir, [job for row in ask for job in row.job_id.split()])
     for row in ask:
-        slurm = None if states is None else _job_state(row.job_id.split(), states)
+        job, slurm = (None, None) if states is None else _job_state(row.job_id.split(), states)
         state = SLURM_STATES.get(slurm, slurm.lower()) if slurm else None
         if row.attempts:  # a result: only a newer job of the cell, queued or running, overrides it
             if state in QUEUED:
@@ -135,19 +143,32 @@ def sweep_status(sweep_dir: Path) -> list[CellStatus]:
             row.state, row.error = UNKNOWN, "squeue did not answer"
         elif state is None:
             row.state, row.error = LOST, "job unknown to squeue/sacct, no result"
-        else:
+        elif state in QUEUED:
             row.state = state
-            if state not in QUEUED:
-                row.error = f"job {slurm}, no result (see logs/)"
+        elif job is not None and split_place(job)[1] is not None:  # its task ended, or went on, without it
+            row.state, row.error = LOST, f"no result from task {split_place(job)[0]} (see logs/)"
+        else:
+            row.state, row.error = state, f"job {slurm}, no result (see logs/)"
     return list(rows.values())
 
 
-def _job_state(job_ids: Sequence[str], states: dict[str, str]) -> str | None:
-    """The Slurm state that speaks for a cell's jobs (one per replicate): a running one, else a
-    pending one, else the last one's."""
-    known = [states[job] for job in job_ids if job in states]
-    by_cell_state = {SLURM_STATES.get(state): state for state in known}
-    return by_cell_state.get(RUNNING) or by_cell_state.get(PENDING) or (known[-1] if known else None)
+def _place_states(sweep_dir: Path, job_ids: Sequence[str]) -> dict[str, str] | None:
+    """The Slurm state of each of these job ids (a packed replicate's: of its place, `place_state`),
+    None when squeue cannot be asked."""
+    tasks = job_states(list(dict.fromkeys(split_place(job)[0] for job in job_ids)))
+    if tasks is None:
+        return None
+    place_of = functools.cache(lambda task: read_task_place(sweep_dir, task))
+    states = {job: place_state(job, tasks, place_of) for job in job_ids}
+    return {job: state for job, state in states.items() if state is not None}
+
+
+def _job_state(job_ids: Sequence[str], states: dict[str, str]) -> tuple[str | None, str | None]:
+    """(job id, Slurm state) of the job that speaks for a cell's jobs (one per replicate): a
+    running one, else a pending one, else the last one known."""
+    known = [(job, states[job]) for job in job_ids if job in states]
+    by_cell_state = {SLURM_STATES.get(state): (job, state) for job, state in known}
+    return by_cell_state.get(RUNNING) or by_cell_state.get(PENDING) or (known[-1] if known else (None, None))
 
 
 def count_states(rows: Sequence[CellStatus]) -> str:

@@ -172,6 +172,31 @@ def manifest_jobs(sweep: Path) -> dict[str, str]:
     return dict(zip(manifest["cell_id"], manifest["job_id"]))
 
 
+def attempts(sweep: Path) -> dict[str, list[str]]:
+    """cell_id -> the statuses of its attempts, in order."""
+    found = {}
+    for path in sweep.glob("cells/*/run.parquet"):
+        runs = pd.read_parquet(path).sort_values("attempt")
+        found[path.parent.name] = list(runs["status"])
+    return found
+
+
+def wait_measuring(sweep: Path, cell_ids: list[str], timeout: float = 300) -> None:
+    """Until each cell's process says in its log that it measures (warm-up and a measured step done)."""
+
+    def log(cell: str) -> str:
+        path = sweep / "cells" / cell / "logs" / "stdout.log"
+        return path.read_text() if path.exists() else ""
+
+    wait_until(
+        lambda: [cell for cell in cell_ids if MEASURING not in log(cell)],
+        timeout,
+        lambda left: f"cells {left} not measuring",
+        done=lambda left: not left,
+        interval=0.2,
+    )
+
+
 # --- the local Slurm ---------------------------------------------------------------------------
 
 

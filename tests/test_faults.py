@@ -46,11 +46,13 @@ from tests.helpers import (
     MEASURING,
     REPO_ROOT,
     WAIT,
+    attempts,
     cli,
     cli_popen,
     manifest_jobs,
     require_refused_allocations,
     table,
+    wait_measuring,
     wait_until,
 )
 from tests.slurm.cluster import LocalSlurm, memory_cgroup_unavailable
@@ -77,31 +79,6 @@ LONG = [
 ON_BOTH_CLUSTERS = pytest.mark.parametrize(
     "accounting", [False, True], ids=["no-accounting", "accounting"], scope="module"
 )
-
-
-def attempts(sweep: Path) -> dict[str, list[str]]:
-    """cell_id -> the statuses of its attempts, in order."""
-    found = {}
-    for path in sweep.glob("cells/*/run.parquet"):
-        runs = pd.read_parquet(path).sort_values("attempt")
-        found[path.parent.name] = list(runs["status"])
-    return found
-
-
-def wait_measuring(sweep: Path, cell_ids: list[str], timeout: float = 300) -> None:
-    """Until each cell's process says in its log that it measures (warm-up and a measured step done)."""
-
-    def log(cell: str) -> str:
-        path = sweep / "cells" / cell / "logs" / "stdout.log"
-        return path.read_text() if path.exists() else ""
-
-    wait_until(
-        lambda: [cell for cell in cell_ids if MEASURING not in log(cell)],
-        timeout,
-        lambda left: f"cells {left} not measuring",
-        done=lambda left: not left,
-        interval=0.2,
-    )
 
 
 def submit(cluster: LocalSlurm, cwd: Path, *overrides: str) -> dict[str, str]:

@@ -24,7 +24,8 @@ from orchestrator.cli import main
 from orchestrator.grid import expand
 from orchestrator.profile import ProfileError, load_profile, resources_for
 from orchestrator.sbatch import job_name
-from orchestrator.slurm_plan import check_grid, group_arrays
+from orchestrator.scheduler import minutes
+from orchestrator.slurm_plan import check_grid, group_arrays, plan
 from tests.helpers import BASH, REPO_ROOT, TINY, jobs_from, slurm_cli, wait_until_done
 from tests.slurm.cluster import LocalSlurm
 
@@ -101,9 +102,13 @@ def test_cells_sharing_resources_share_an_array() -> None:
 
 
 def test_array_task_imports_no_torch() -> None:
-    """The function a Slurm task unpickles loads without Hydra and torch: on a busy node that
-    start-up would come on top of the cell's own (which imports torch in its subprocess)."""
-    code = "import sys, orchestrator.slurm_job; print(sorted({'torch', 'hydra'} & set(sys.modules)))"
+    """The functions a Slurm task unpickles (a cell's, a packed task's) load without Hydra and torch:
+    on a busy node that start-up would come on top of the cell's own (which imports torch in its
+    subprocess)."""
+    code = (
+        "import sys, orchestrator.slurm_job, orchestrator.packed_task; "
+        "print(sorted({'torch', 'hydra'} & set(sys.modules)))"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     )
@@ -326,6 +331,64 @@ def test_big_sweep_splits_at_max_array_size(capsys, no_slurm_here, tmp_path: Pat
     assert "--array=0-6%7" in (sweep / "sbatch" / "dryrun-00.sh").read_text()
 
 
+def test_packed_dry_run_shows_tasks_and_their_time(capsys, no_slurm_here, tmp_path: Path) -> None:
+    """cluster.cells_per_task=3: seven cells in tasks of three (the last of one), two tasks to an array
+    (max_array_size=2); each array asks for its fullest task's time, 3 x 60 min or 60 min; a DDP cell
+    is not packed."""
+    sweep = tmp_path / "sweep"
+    args = ["cluster=grete", "seed=range(0,7)", "cluster.cells_per_task=3", "cluster.max_array_size=2"]
+    code, out, err = sweep_cli(capsys, *args, f"hydra.sweep.dir={sweep}", "--dry-run")
+    assert code == 0, err
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()[:9]]
+    header, cells = rows[0], rows[2:]
+    assert header[-3:] == ["array", "task", "state"] and header[-4] == "time"
+    assert [(row[-3], row[-2]) for row in cells] == [
+        ("0", "0.0"),
+        ("0", "0.1"),
+        ("0", "0.2"),
+        ("0", "1.0"),
+        ("0", "1.1"),
+        ("0", "1.2"),
+        ("1", "0.0"),
+    ]
+    assert "7 cell(s): 7 in 2 job array(s) (3 cell(s) per task; array 0: 2 task(s) of 180 min, " in out
+    assert "array 1: 1 task(s) of 60 min)" in out
+    scripts = sorted((sweep / "sbatch").iterdir())
+    check_golden("grete_packed_array.sh", normalise(scripts[0].read_text(), sweep))
+    assert "--array" not in scripts[1].read_text() and "#SBATCH --time=60\n" in scripts[1].read_text()
+
+    code, out, err = sweep_cli(
+        capsys, *args, "distributed.tasks_per_node=2", f"hydra.sweep.dir={tmp_path / 'ddp'}", "--dry-run"
+    )
+    assert code == 0, err
+    assert "(3 cell(s) per task" not in out and "7 cell(s): 7 in 4 job array(s)" in out  # one per task
+
+
+def test_packed_replicates_keep_the_sweeps_order(no_slurm_here, tmp_path: Path) -> None:
+    """Tasks are filled in run order: a cell's replicates stay apart, the backends alternate."""
+    overrides = ["cluster=grete", "backend=eager,inductor", "repeats=3", "cluster.cells_per_task=4"]
+    the_plan = plan(expand([*overrides, f"hydra.sweep.dir={tmp_path / 'sw'}"]), query_cluster=False)
+    (array,) = the_plan.arrays
+    assert [[(cell.axes["backend"], repeat) for cell, repeat in task] for task in array.tasks] == [
+        [("eager", 0), ("inductor", 0), ("eager", 1), ("inductor", 1)],
+        [("eager", 2), ("inductor", 2)],
+    ]
+    assert array.params["time"] == 4 * 60 and array.packed
+
+
+def test_slurm_time_limits_in_minutes() -> None:
+    assert [minutes(t) for t in ("infinite", "30", "30:00", "1:00:00", "2-00:00:00", "1-12", "1-12:30")] == [
+        None,
+        30,
+        30,
+        60,
+        2880,
+        2160,
+        2190,
+    ]
+    assert minutes("UNLIMITED") is None and minutes("") is None
+
+
 # --- through the real single-node Slurm ------------------------------------------------------
 
 #: What a shell inside an allocation (or a careless profile) would hand to sbatch and the jobs.
@@ -508,3 +571,25 @@ def test_failed_cell_fails_its_job_and_is_resubmitted(slurm_cluster: LocalSlurm,
     assert (resubmitted.drop(failed.name) == manifest.set_index("cell_id")["job_id"].drop(failed.name)).all()
     wait_until_done(slurm_cluster, {resubmitted[failed.name]}, [failed])
     assert len(pd.read_parquet(failed / "run.parquet")) == 2  # a second attempt, failed again
+
+
+def test_a_task_longer_than_its_partition_allows_is_refused(
+    slurm_cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    """The test cluster's `debug` partition allows an hour: six cells of 10 minutes to a task fit,
+    seven do not, refused in one line before anything is written or submitted (a dry run too)."""
+    args = ["sweep", "cluster=test_slurm", *TINY, "seed=range(0,7)", "cluster.partitions.A100=debug"]
+    fits = slurm_cli(
+        slurm_cluster, tmp_path, *args, "cluster.cells_per_task=6", "hydra.sweep.dir=a", "--dry-run"
+    )
+    assert fits.returncode == 0 and "array 0: 2 task(s) of 60 min" in fits.stdout, fits.stdout + fits.stderr
+    for extra in ([], ["--dry-run"]):
+        refused = slurm_cli(
+            slurm_cluster, tmp_path, *args, "cluster.cells_per_task=7", "hydra.sweep.dir=b", *extra
+        )
+        assert refused.returncode == 2
+        assert refused.stderr.strip() == (
+            "error: a task of 7 cell(s) x time_min 10 = 70 min is more than partition 'debug' allows "
+            "(60 min, sinfo); lower cluster.cells_per_task"
+        )
+        assert not (tmp_path / "b").exists() and jobs_from(slurm_cluster, tmp_path) == set()

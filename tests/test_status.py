@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from orchestrator.packing import place_state, split_place
 from orchestrator.scheduler import expand_job_ids, parse_states
 from orchestrator.status import follow
 from tests.analysis_sweeps import write_cell, write_manifest
@@ -53,6 +54,26 @@ def test_job_id_and_state_parsing() -> None:
         "15_1": "FAILED",
         "15_2": "CANCELLED",
     }
+
+
+def test_a_packed_replicate_has_the_state_of_its_place() -> None:
+    """`<task>.<place>`: a running task's place pends until the task gives it the device (task 12_0
+    is at place 1), runs while it has it, and is done (`COMPLETED`) once passed; any other task's
+    state is its places' (orchestrator/packing.py)."""
+    assert split_place("12_4.2") == ("12_4", 2) and split_place("12_4") == ("12_4", None)
+    tasks = {"12_0": "RUNNING", "12_1": "RUNNING", "12_2": "PENDING", "13": "CANCELLED"}
+    at = {"12_0": 1}.get  # 12_1 has given no turn yet
+    jobs = ["12_0.0", "12_0.1", "12_0.2", "12_1.0", "12_2.3", "13.2", "12_0", "99.0"]
+    assert [place_state(job, tasks, at) for job in jobs] == [
+        "COMPLETED",
+        "RUNNING",
+        "PENDING",
+        "PENDING",
+        "PENDING",
+        "CANCELLED",
+        "RUNNING",
+        None,
+    ]
 
 
 def test_local_sweep_completed_and_failed(tmp_path: Path) -> None:

@@ -107,7 +107,8 @@ def slurm_conf(node: NodeSpec, accounting: bool) -> str:
             f"NodeName={node.hostname} CPUs={node.cpus} RealMemory={node.real_memory_mb} "
             f"Gres={gres} State=UNKNOWN"
         ),
-        f"PartitionName={DEFAULT_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+        # As a site's debug partition, a time limit (an hour): what a job array may not ask more than.
+        f"PartitionName={DEFAULT_PARTITION} Nodes=ALL Default=YES MaxTime=60 State=UP",
         *(f"PartitionName={name} Nodes=ALL MaxTime=INFINITE State=UP" for name in PARTITIONS.values()),
     ]
     return "\n".join(lines) + "\n"

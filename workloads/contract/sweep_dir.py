@@ -7,6 +7,7 @@
       cells/<cell_id>/steps.parquet one row per step of every attempt (STEPS_SCHEMA)
       cells/<cell_id>/logs/         stdout/stderr of the cell's processes, links to Slurm's logs
       cells/<cell_id>/auto_repeats.json  repeats=auto: how many replicates the cell ran, and what stopped it
+      tasks/<job id>                a packed Slurm task's place that has the device (cluster.cells_per_task)
       sbatch/  submitit/  smoke/  report/  compile_cache/
 
 Every package goes through this module: the orchestrator lays a grid out and asks whether a cell
@@ -60,9 +61,10 @@ SUBMITIT_DIR = "submitit"  # submitit's pickles and job logs
 SMOKE_DIR = "smoke"  # the sweep of `sweep --smoke`
 REPORT_DIR = "report"  # `analyze`'s tables, figures and index page
 COMPILE_CACHE_DIR = "compile_cache"  # cluster.compile_cache=shared
+TASKS_DIR = "tasks"  # packed Slurm tasks: the place of each that has the device
 #: What a sweep directory may hold at its top level; anything else means it is somebody else's.
 SWEEP_ENTRIES = frozenset(
-    {MANIFEST_FILE, CELLS_DIR, SBATCH_DIR, SUBMITIT_DIR, SMOKE_DIR, REPORT_DIR, COMPILE_CACHE_DIR}
+    {MANIFEST_FILE, CELLS_DIR, SBATCH_DIR, SUBMITIT_DIR, SMOKE_DIR, REPORT_DIR, COMPILE_CACHE_DIR, TASKS_DIR}
 )
 
 #: libyaml's emitter and parser where PyYAML was built with them (the same YAML, ~20x faster
@@ -252,6 +254,24 @@ def recorded_job_ids(sweep_dir: Path) -> dict[str, str]:
         for cell, job in zip(manifest["cell_id"], manifest["job_id"])
         if isinstance(job, str) and job
     }
+
+
+# Packed Slurm tasks (orchestrator/packing.py): which of its places a running task is at.
+
+
+def write_task_place(sweep_dir: Path, task_job_id: str, place: int) -> None:
+    """Record that the task's replicate at `place` has the device now (-1: none yet)."""
+    with atomic_output(Path(sweep_dir) / TASKS_DIR / task_job_id) as fh:
+        fh.write(str(place).encode())
+
+
+def read_task_place(sweep_dir: Path, task_job_id: str) -> int | None:
+    """The place `write_task_place` recorded last for the task; None for none (or none yet)."""
+    try:
+        place = int((Path(sweep_dir) / TASKS_DIR / task_job_id).read_text())
+    except (OSError, ValueError):
+        return None
+    return place if place >= 0 else None
 
 
 # Attempts: which one speaks for the cell, and whether it is done.
