@@ -83,7 +83,10 @@ def workload_labels(metrics: pd.DataFrame, settings: list[str] = SAME_WORKLOAD) 
     varying = varying_axes(with_result, [a for a in settings if a not in ("model", "arch", "size")])
     names = [
         " ".join(
-            filter(None, (axis_text(arch if model in _NAMED_BY_ARCH else None) or model, axis_text(size)))
+            filter(
+                None,
+                (axis_text(arch if model in _NAMED_BY_ARCH else None) or axis_text(model), axis_text(size)),
+            )
         )
         for model, arch, size in zip(metrics["model"], metrics["arch"], metrics["size"])
     ]
