@@ -51,10 +51,12 @@ class TaskCell:
     cell_id: str
     label: str
     repeats: int
+    auto: bool = False
+    """repeats=auto: the progress line says so (the task runs the replicates fixed at submission)."""
 
     @classmethod
     def of(cls, cell: Cell) -> TaskCell:
-        return cls(cell.cell_id, cell.label, cell.repeats)
+        return cls(cell.cell_id, cell.label, cell.repeats, cell.auto)
 
 
 class TaskStopped(RuntimeError):
