@@ -94,11 +94,7 @@ def group_arrays(items: Sequence[T], key: Callable[[T], K], max_size: int) -> li
     groups: dict[K, list[T]] = {}
     for item in items:
         groups.setdefault(key(item), []).append(item)
-    return [
-        (k, members[i : i + max_size])
-        for k, members in groups.items()
-        for i in range(0, len(members), max_size)
-    ]
+    return [(k, chunk) for k, members in groups.items() for chunk in pack(members, max_size)]
 
 
 def check_grid(grid: Grid) -> tuple[SlurmProfile, dict[str, Resources], dict[Resources, dict[str, Any]]]:
