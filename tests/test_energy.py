@@ -146,11 +146,11 @@ def paired_steps() -> list[Step]:
 
 
 PAIRED_BLOCKS = [
-    Block("eager", 1, 2.0),
-    Block("compiled", 3, 9.0),
-    Block("eager", 3, 15.0),
-    Block("eager", 3, 16.5),
-    Block("compiled", 3, 10.5),
+    Block("eager", 1, 2.0, 1.0),
+    Block("compiled", 3, 9.0, 1.0),
+    Block("eager", 3, 15.0, 1.0),
+    Block("eager", 3, 16.5, 1.0),
+    Block("compiled", 3, 10.5, 1.0),
 ]
 
 
@@ -187,7 +187,7 @@ def test_blocks_shorter_than_the_counters_steps_give_no_side_its_energy() -> Non
 
 def test_no_energy_is_put_on_the_wrong_side() -> None:
     """Blocks that do not match the steps' sides (never written by the loop) attribute nothing."""
-    swapped = [Block("compiled", 1, 2.0), *PAIRED_BLOCKS[1:]]
+    swapped = [Block("compiled", 1, 2.0, 1.0), *PAIRED_BLOCKS[1:]]
     assert attribute(swapped, paired_steps()[4:]) == [None] * 13
     columns, energies = energy_columns(Readings(100.0, 53.5, 4.0, swapped), paired_steps(), 13, True)
     assert columns["joules_per_step"] is None and columns["compile_energy_j"] is None

@@ -86,7 +86,7 @@ class Block:
     side: str
     steps: int
     joules: float | None
-    seconds: float = ENERGY_MIN_BLOCK_S
+    seconds: float
 
 
 def long_enough(blocks: Sequence[Block]) -> bool:
