@@ -21,10 +21,13 @@ import pytest
 import torch
 
 import workloads.train_cell as train_cell
+from tests.helpers import gemm_config
 from workloads.cell.config import cell_config_from_dict
 from workloads.cell.recorder import CellRecorder, RankReport
 from workloads.cell.train import StepRecord
 from workloads.contract.schema import ENERGY_FIELDS
+from workloads.gemm import cell as gemm_cell
+from workloads.gemm.timing import GEMMS_PER_REPLAY
 from workloads.instruments import energy, gpu_energy, nvml
 from workloads.instruments.energy import (
     Block,
@@ -130,6 +133,23 @@ def test_an_unpaired_cell_spreads_its_window_over_its_steps() -> None:
     assert eager["compile_energy_j"] is None  # as compile_time_s: eager compiles nothing
     cheap, _ = energy_columns(Readings(5.0, 50.0, 2.0), steps, items_per_step=100, compiles=True)
     assert cheap["compile_energy_j"] == 0.0  # never below 0
+
+
+def test_a_row_of_ten_steps_shares_its_energy_among_them() -> None:
+    """A GEMM cell's row is the mean GEMM of a replay of 10: the same readings give J per GEMM, a tenth
+    of a row's, and items (GEMMs) per J ten times as many; the compile's energy and the power stay."""
+    steps = steps_of(("warmup", None, 3), ("measure", None, 4))
+    columns, _ = energy_columns(
+        Readings(40.0, 50.0, 2.0), steps, items_per_step=1, compiles=True, steps_per_row=10
+    )
+    assert columns == {
+        "energy_window_steps": 5,  # rows
+        "joules_per_step": 1.0,
+        "eager_joules_per_step": None,
+        "items_per_joule": 1.0,
+        "avg_power_w": 25.0,
+        "compile_energy_j": 20.0,
+    }
 
 
 def paired_steps() -> list[Step]:
@@ -377,3 +397,32 @@ def test_an_unpaired_cell_on_a_constant_board_spreads_its_window(
     window_s = sum(s["step_time_ms"] for s in steps[1:]) / 1e3
     assert window_s <= run["energy_window_s"] < window_s + 0.5
     assert {s["energy_j"] for s in steps} == {None}
+
+
+class BoardOnTheCpu(GpuEnergy):
+    """GpuEnergy on the ConstantBoard for a CPU cell, built as the cell builds its own."""
+
+    @classmethod
+    def for_cell(cls, cfg: Any, ranks: Any, steps_per_row: int = 1) -> GpuEnergy:
+        return cls(torch.device("cpu"), steps_per_row)
+
+
+def test_a_gemm_cell_on_a_constant_board_records_joules_per_gemm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GEMM cell's instruments include the energy: on a 100 W board its window draws 100 W, and its
+    J per step is per GEMM (a row is the mean of GEMMS_PER_REPLAY): at least 100 W times a GEMM's time."""
+    monkeypatch.setattr(gpu_energy, "EnergyCounter", ConstantBoard)
+    monkeypatch.setattr(gemm_cell, "GpuEnergy", BoardOnTheCpu)
+    config = cell_config_from_dict(gemm_config("cpu", size="small", steps=6, measure={"min_seconds": 0.2}))
+    assert run_cell(config, tmp_path) == "completed"
+    (run,) = pq.read_table(tmp_path / "run.parquet").to_pylist()
+    steps = sorted(pq.read_table(tmp_path / "steps.parquet").to_pylist(), key=lambda s: s["step"])
+    watts, rows = ConstantBoard.WATTS, run["energy_window_steps"]
+    assert rows == sum(s["phase"] == "measure" for s in steps) + 1  # and the last warm-up step
+    assert run["avg_power_w"] == pytest.approx(watts, rel=1e-3)
+    assert run["joules_per_step"] == pytest.approx(run["energy_j"] / (rows * GEMMS_PER_REPLAY))
+    mean_gemm_s = statistics.fmean(s["step_time_ms"] for s in steps[-rows:]) / 1e3  # the window's rows
+    assert watts * mean_gemm_s * 0.999 <= run["joules_per_step"] < watts * (mean_gemm_s + 0.05)
+    assert run["items_per_joule"] == pytest.approx(1 / run["joules_per_step"])
+    assert run["idle_power_w"] == pytest.approx(watts, rel=0.02) and run["compile_energy_j"] is None

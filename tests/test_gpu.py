@@ -986,6 +986,33 @@ def test_gemm_cells_time_their_gemm_within_the_roofline(
         assert run["gemm_autotune_us"] > 0 and run["graph_count"] == 1
 
 
+def test_a_gemm_cell_measures_its_joules_per_gemm(tmp_path: Path) -> None:
+    """A bf16 cuBLAS GEMM (M = 16, N = K = 8192) for 5 s: its energy per GEMM is the window's energy
+    over the GEMMs the window ran (GEMMS_PER_REPLAY per step row), the window covers their time, and
+    its mean power lies below the board's limit."""
+    from tests.helpers import gemm_config
+    from workloads.gemm.timing import GEMMS_PER_REPLAY
+    from workloads.instruments.energy import window_start
+    from workloads.run import run_cell
+
+    config = gemm_config("cuda", size="small", steps=20, measure={"min_seconds": 5.0})
+    status = run_cell(cell_config_from_dict(config), tmp_path / "cell")
+    run = pq.read_table(tmp_path / "cell" / "run.parquet").to_pylist()[-1]
+    steps = sorted(pq.read_table(tmp_path / "cell" / "steps.parquet").to_pylist(), key=lambda s: s["step"])
+    assert status == "completed", run["error"]
+    if run["energy_j"] is None:
+        pytest.skip(f"{run['gpu_name']}: no energy counter (a GPU before Volta, or a MIG instance)")
+    window = steps[window_start([s["phase"] for s in steps]) :]
+    gemms_s = sum(s["step_time_ms"] for s in window) * GEMMS_PER_REPLAY / 1e3
+    watts = {name: run[f"{name}_w"] for name in ("avg_power", "idle_power", "gpu_power_limit")}
+    print(f"{run['joules_per_step'] * 1e3:.2f} mJ per GEMM of {run['gemm_us']:.1f} µs; W: {watts}")
+    assert run["energy_window_steps"] == len(window)
+    assert run["joules_per_step"] == pytest.approx(run["energy_j"] / (len(window) * GEMMS_PER_REPLAY))
+    assert gemms_s <= run["energy_window_s"] and run["energy_window_s"] >= 5.0
+    assert 0 < run["avg_power_w"] <= run["gpu_power_limit_w"] * 1.05
+    assert run["items_per_joule"] == pytest.approx(1 / run["joules_per_step"])
+
+
 # --- the GPU's energy (workloads/instruments/gpu_energy.py) ---------------------------------------
 
 

@@ -107,7 +107,7 @@ PROFILED_WINDOW_FIELDS: list[pa.Field] = [
 ENERGY_FIELDS: list[pa.Field] = [
     pa.field("energy_j", pa.float64()),  # the measured window: the last warm-up step and all measured steps
     pa.field("energy_window_s", pa.float64()),  # the window's wall seconds (rank 0's host clock)
-    pa.field("energy_window_steps", pa.int64()),  # its steps: that warm-up step, both sides of a paired cell
+    pa.field("energy_window_steps", pa.int64()),  # its step rows: that warm-up step, both paired sides
     pa.field("joules_per_step", pa.float64()),  # per step of the cell's own side (paired: compiled blocks)
     pa.field("eager_joules_per_step", pa.float64()),  # per step of a paired cell's eager side, its blocks
     pa.field("items_per_joule", pa.float64()),  # items_per_step / joules_per_step

@@ -2,8 +2,9 @@
 
 Builds the operands and the GEMM (workloads/gemm/kernels.py), runs the measured loop of training
 cells over CUDA-graph replays of it (workloads/gemm/timing.py), and fills the run row: the summary
-of CellRecorder (a step is one GEMM: one item, 2·M·N·K FLOPs), the environment and provenance of
-a training cell, and the gemm_* columns (workloads/gemm/shapes.py; docs/gemm.md). workloads/run.py
+of CellRecorder (a step is one GEMM: one item, 2·M·N·K FLOPs), the environment of a training cell,
+the columns of the instruments it shares with one (`gemm_instruments`: provenance, the GPU's
+energy per GEMM), and the gemm_* columns (workloads/gemm/shapes.py; docs/gemm.md). workloads/run.py
 runs it inside the attempt's lifecycle; fp8 where the device has no fp8 tensor cores raises
 NotSupported, recorded as `not_supported`.
 """
@@ -24,8 +25,11 @@ from workloads.gemm.kernels import build_gemm, make_operands
 from workloads.gemm.private_torch import AutotuneChoices
 from workloads.gemm.shapes import gemm_columns, gemm_flops, resolve_shape
 from workloads.gemm.timing import GEMMS_PER_REPLAY, GemmSteps, per_gemm
-from workloads.instruments import dynamo_records, provenance
+from workloads.instruments import dynamo_records
+from workloads.instruments.base import Instrument
 from workloads.instruments.environment import open_run_row, peak_gbps, peak_tflops, resolve_device
+from workloads.instruments.gpu_energy import GpuEnergy
+from workloads.instruments.provenance import Provenance
 from workloads.instruments.registry import WaitForQuiet
 
 #: What an eager GEMM cell's `gemm_kernel` says, by device type.
@@ -35,10 +39,22 @@ EAGER_KERNELS = {"cuda": "cublas", "cpu": "aten"}
 NOT_PAIRED = "a GEMM cell times one kernel per cell: its eager (cuBLAS) baseline is a cell of its own"
 
 
+def gemm_instruments(cfg: CellConfig, ranks: Ranks) -> list[Instrument]:
+    """A GEMM cell's instruments, in the order of a training cell's (workloads/instruments/registry.py):
+    the waits for quiet, the GPU's energy (a step row is one GEMM of a replay of GEMMS_PER_REPLAY),
+    provenance. They read no more of the built cell than its device (GemmSteps has one)."""
+    return [
+        WaitForQuiet.for_process(),
+        GpuEnergy.for_cell(cfg, ranks, steps_per_row=GEMMS_PER_REPLAY),
+        Provenance(),
+    ]
+
+
 def gemm_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
     """Everything between a valid config and the final status (`ranks`: one process; check_cell
     refuses more)."""
     check_cell(cfg)
+    instruments = gemm_instruments(cfg, ranks)
     device = resolve_device(cfg.device)
     if cfg.precision.name == "fp8":
         require_fp8(device)
@@ -60,26 +76,38 @@ def gemm_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
         paired_fallback=NOT_PAIRED,
     )
 
+    for instrument in instruments:
+        instrument.before_build()
     dynamo_records.reset_compile_stats()
     operands = make_operands(shape, cfg.precision.name, cfg.precision.recipe, device, cfg.seed)
     gemm = build_gemm(cfg.backend, cfg.precision.name, operands)
+    steps = GemmSteps(gemm, device)
+    for instrument in instruments:
+        instrument.before_loop(steps)
+
+    def before_measuring() -> None:
+        for instrument in instruments:
+            instrument.before_measuring()
+
     autotuner = AutotuneChoices()
-    started = provenance.start(device)
     try:
         with autotuner.listening():
             rec.run["stop_reason"] = run_steps(
-                GemmSteps(gemm, device),
+                steps,
                 cfg.warmup_steps,
                 cfg.steps,
                 device,
                 on_step=per_gemm(rec.on_step),
                 measure=cfg.measure,
-                before_measuring=WaitForQuiet.for_process().before_measuring,
+                before_measuring=before_measuring,
             )
     finally:
-        rec.run.update(provenance.finish(device, started))
+        for instrument in instruments:
+            rec.run.update(instrument.after_loop())
         memory = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
         rec.summarise([rec.report(ranks.rank, memory)], gemm.compiled, 0.0)
+        for instrument in instruments:
+            rec.run.update(instrument.after_summary(rec))
         chosen = autotuner.last
         rec.run.update(
             gemm_columns(

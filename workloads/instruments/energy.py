@@ -156,14 +156,21 @@ ENERGY_COLUMNS = (
 
 
 def energy_columns(
-    readings: Readings, steps: Sequence[Step], items_per_step: int | None, compiles: bool
+    readings: Readings,
+    steps: Sequence[Step],
+    items_per_step: int | None,
+    compiles: bool,
+    steps_per_row: int = 1,
 ) -> tuple[dict[str, Any], list[float | None]]:
     """The run row's energy columns from the cell's readings and its steps in order (the merged rows
     of all ranks): the window's steps, J per step of the cell's own side (a paired cell's compiled
     one, as its summary: workloads/cell/recorder.py) and of a paired cell's eager side, items per J,
     the mean power, and where the cell `compiles`, the warm-up window's excess over its steps at the
     measured J per step (never below 0); and each step's energy for steps.parquet, where a block
-    measured it (measured steps of a paired cell; None elsewhere). Null where a reading is missing."""
+    measured it (measured steps of a paired cell; None elsewhere). Null where a reading is missing.
+    A row that stands for `steps_per_row` steps (a GEMM cell's row: the mean GEMM of a CUDA-graph
+    replay of several, workloads/gemm/timing.py) ran that many in the window: J per step is the
+    row's share of each."""
     start = window_start([step.phase for step in steps])
     window, before = steps[start:], steps[:start]
     none: list[float | None] = [None] * len(steps)
@@ -188,6 +195,7 @@ def energy_columns(
         if None not in at_step:
             compile_j = max(0.0, readings.warmup_j - sum(at_step))
     seconds = readings.window_s
+    own, eager = (None if j is None else j / steps_per_row for j in (own, eager))
     columns = {
         "energy_window_steps": len(window),
         "joules_per_step": own,

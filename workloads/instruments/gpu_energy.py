@@ -26,7 +26,7 @@ import torch
 from workloads.cell.config import CellConfig
 from workloads.cell.distributed import Ranks, rank_device
 from workloads.cell.recorder import CellRecorder
-from workloads.cell.train import PreparedCell, synchronize
+from workloads.cell.train import synchronize
 from workloads.instruments.base import Instrument
 from workloads.instruments.energy import Block, Readings, Step, energy_columns, idle_power_w, joules
 from workloads.instruments.environment import resolve_device
@@ -37,13 +37,14 @@ class GpuEnergy(Instrument):
     """The counter of this rank's GPU around the cell's windows; its columns (ENERGY_FIELDS)."""
 
     @classmethod
-    def for_cell(cls, cfg: CellConfig, ranks: Ranks) -> Instrument:
-        """This instrument on this rank's GPU for a CUDA cell; else a no-op (a CPU cell has no board)."""
+    def for_cell(cls, cfg: CellConfig, ranks: Ranks, steps_per_row: int = 1) -> Instrument:
+        """This instrument on this rank's GPU for a CUDA cell; else a no-op (a CPU cell has no board).
+        `steps_per_row`: the steps one step row ran (workloads/instruments/energy.py)."""
         device = rank_device(ranks, resolve_device(cfg.device))
-        return cls(device) if device.type == "cuda" else Instrument()
+        return cls(device, steps_per_row) if device.type == "cuda" else Instrument()
 
-    def __init__(self, device: torch.device) -> None:
-        self._device = device
+    def __init__(self, device: torch.device, steps_per_row: int = 1) -> None:
+        self._device, self._steps_per_row = device, steps_per_row
         self._counter: EnergyCounter | None = None
         self._idle_w: float | None = None
         self._built_mj: int | None = None
@@ -57,7 +58,7 @@ class GpuEnergy(Instrument):
         if self._counter is not None:
             self._idle_w = idle_power_w(self._counter.read_mj)
 
-    def before_loop(self, cell: PreparedCell) -> None:
+    def before_loop(self, cell: Any) -> None:
         self._built_mj = self._read()
 
     def before_measuring(self) -> None:
@@ -99,6 +100,7 @@ class GpuEnergy(Instrument):
             [Step(row["phase"], row["side"]) for row in rows],
             rec.items_per_step,
             compiles=rec.run.get("compile_time_s") is not None,  # compile energy where compile time
+            steps_per_row=self._steps_per_row,
         )
         for row, energy in zip(rows, energies):
             row["energy_j"] = energy
