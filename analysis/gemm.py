@@ -86,8 +86,9 @@ def _speedups(cells: pd.DataFrame, draws: np.ndarray, precision: str, column: st
 
 def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLES) -> pd.DataFrame:
     """One row per GEMM cell (empty without any): its shape, implementation, µs per GEMM with its 95%
-    interval, TFLOP/s, GB/s, roofline floor and share, bound, kernel, the autotuner's µs, and its
-    speedups over bf16 cuBLAS and fp8 cuBLAS at the same shape."""
+    interval, TFLOP/s, GB/s, roofline floor and share, bound, kernel, the autotuner's µs, its
+    speedups over bf16 cuBLAS and fp8 cuBLAS at the same shape, and the GPU's J per GEMM and power
+    (analysis/energy.py: a GEMM cell's J per step is per GEMM)."""
     ours = metrics[gemm_mask(metrics)]
     if ours.empty:
         return pd.DataFrame()
@@ -101,6 +102,8 @@ def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLE
             "gpu_name",
             "median_step_ms",
             "measured_steps",
+            *_cols("joules_per_step"),
+            "avg_power_w",
         ]
     ]
     replicates = data.replicates[data.replicates["cell_id"].isin(ours["cell_id"])]
@@ -123,8 +126,8 @@ def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLE
     return cells.loc[order].drop(columns="median_step_ms").reset_index(drop=True)
 
 
-def _us(value: object, low: object, high: object) -> str:
-    """`25.6 [25.4, 25.9]`."""
+def _with_interval(value: object, low: object, high: object) -> str:
+    """`25.6 [25.4, 25.9]` (µs, or any value with its interval)."""
     if is_null(value):
         return ""
     interval = "" if is_null(low) or is_null(high) else f" [{fmt_number(low)}, {fmt_number(high)}]"
@@ -134,10 +137,11 @@ def _us(value: object, low: object, high: object) -> str:
 def gemm_table(cells: pd.DataFrame) -> Table:
     """The GEMM cells as a table: one row per (M, N, K, implementation)."""
     done = cells["status"] == COMPLETED
+    millijoules = cells[_cols("joules_per_step")].to_numpy(float) * 1e3
     text = pd.DataFrame({
         "M": cells["gemm_m"].map(_whole), "N": cells["gemm_n"].map(_whole), "K": cells["gemm_k"].map(_whole),
         "implementation": cells["implementation"],
-        "µs [95%]": [_us(*v) if ok else s for v, ok, s in
+        "µs [95%]": [_with_interval(*v) if ok else s for v, ok, s in
                      zip(cells[["us", "us_low", "us_high"]].values, done, cells["status"])],
         "TFLOP/s": cells["tflops"].map(fmt_number), "GB/s": cells["gbps"].map(fmt_number),
         "floor µs": cells["gemm_floor_us"].map(fmt_number),
@@ -147,6 +151,8 @@ def gemm_table(cells: pd.DataFrame) -> Table:
         "measured / autotune": cells["autotune_ratio"].map(fmt_speedup),
         "vs bf16 cuBLAS": [fmt_speedup(*v) for v in cells[_cols("vs_bf16_cublas")].values],
         "vs fp8 cuBLAS": [fmt_speedup(*v) for v in cells[_cols("vs_fp8_cublas")].values],
+        "mJ per GEMM": [_with_interval(*v) for v in millijoules],
+        "W": cells["avg_power_w"].map(fmt_number),
         "cell": cells["cell_id"],
     })  # fmt: skip
     note = (
@@ -155,7 +161,9 @@ def gemm_table(cells: pd.DataFrame) -> Table:
         "max(FLOPs / peak FLOP/s, bytes / peak bandwidth), and `of floor` the floor / measured (100%: at the "
         "roofline). `measured / autotune`: the replay's µs over the autotuner's own timing of its choice "
         "(above 1: the autotuner ranked it faster than it runs). Speedups: the cuBLAS cell's µs at the same "
-        "shape and GPU / this one's (fp8: of the same recipe), with the interval of the ratio."
+        "shape and GPU / this one's (fp8: of the same recipe), with the interval of the ratio. mJ per GEMM: "
+        "the GPU board's energy over the measured window's GEMMs (NVML's counter), median over runs (its "
+        "interval from two runs on); W: the window's mean power."
     )
     return Table(GEMM_TABLE, "GEMMs: µs per GEMM against the roofline", cells, text, note)
 

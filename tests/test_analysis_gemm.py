@@ -17,6 +17,8 @@ from tests.analysis_sweeps import PEAK_GBPS, write_cell, write_gemm_cell, write_
 #: cuBLAS, fp8 compiled; each cell's replays are the value ± 0.1, so its median is the value.
 MEASURED = {1: (47.1, 25.6, 32.4), 16: (48.0, 25.9, 26.7), 64: (49.0, 27.0, 32.7), 256: (55.2, 30.9, 42.0)}
 COMPILED = "fp8 tensorwise inductor (max-autotune-no-cudagraphs)"
+#: The board's power while each cell replayed its GEMMs: its J per GEMM is this times its time.
+WATTS = 500.0
 
 
 def write_gemm_sweep(root: Path, measured: dict = MEASURED) -> Path:
@@ -26,7 +28,8 @@ def write_gemm_sweep(root: Path, measured: dict = MEASURED) -> Path:
             (f"fp8-{m}", "eager", "fp8", fp8, {"recipe": "tensorwise"}),
             (f"fp8c-{m}", "inductor", "fp8", compiled, {"recipe": "tensorwise", "gemm_autotune_us": 20.0}),
         ):
-            write_gemm_cell(root, cell_id, backend, precision, m, [us - 0.1, us, us + 0.1], **extra)
+            energy = {"joules_per_step": WATTS * us * 1e-6, "avg_power_w": WATTS}
+            write_gemm_cell(root, cell_id, backend, precision, m, [us - 0.1, us, us + 0.1], **extra, **energy)
     return root
 
 
@@ -62,6 +65,9 @@ def test_gemm_table_against_hand_computation(tmp_path: Path) -> None:
     text = next(t for t in result.tables if t.name == "gemm").text.set_index("implementation")
     assert text.loc[COMPILED, "µs [95%]"].startswith("26.70 [")
     assert text.loc[COMPILED, "measured / autotune"] == "1.33x"
+    # one run: J per GEMM without an interval (it needs two runs), in mJ
+    assert compiled["joules_per_step"] == pytest.approx(WATTS * 26.7e-6)
+    assert text.loc[COMPILED, "mJ per GEMM"] == "13.35" and text.loc[COMPILED, "W"] == "500.0"
     # GEMM cells time one GEMM, not a training step: no training table names them.
     assert [t.name for t in result.tables] == ["gemm"]
 

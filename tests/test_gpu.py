@@ -987,7 +987,8 @@ def test_gemm_cells_time_their_gemm_within_the_roofline(
 
 
 def test_a_gemm_cell_measures_its_joules_per_gemm(tmp_path: Path) -> None:
-    """A bf16 cuBLAS GEMM (M = 16, N = K = 8192) for 5 s: its energy per GEMM is the window's energy
+    """A bf16 cuBLAS GEMM (M = 16, N = K = 8192) for 5 s (`max_steps` lifted: on the H100 the default
+    5,000 of its 0.5 ms steps ended the window at 2.4 s): its energy per GEMM is the window's energy
     over the GEMMs the window ran (GEMMS_PER_REPLAY per step row), the window covers their time, and
     its mean power lies below the board's limit."""
     from tests.helpers import gemm_config
@@ -995,7 +996,7 @@ def test_a_gemm_cell_measures_its_joules_per_gemm(tmp_path: Path) -> None:
     from workloads.instruments.energy import window_start
     from workloads.run import run_cell
 
-    config = gemm_config("cuda", size="small", steps=20, measure={"min_seconds": 5.0})
+    config = gemm_config("cuda", size="small", steps=20, measure={"min_seconds": 5.0, "max_steps": 100_000})
     status = run_cell(cell_config_from_dict(config), tmp_path / "cell")
     run = pq.read_table(tmp_path / "cell" / "run.parquet").to_pylist()[-1]
     steps = sorted(pq.read_table(tmp_path / "cell" / "steps.parquet").to_pylist(), key=lambda s: s["step"])
