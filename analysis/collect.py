@@ -56,9 +56,12 @@ GEMM_READ = (
     "gemm_autotune_us",
     "gemms_per_replay",
 )
-#: The energy of a cell's measured window and of its compile, and its power (analysis/energy.py; the
-#: cost of an answer: analysis/cost.py); null where not measured (CPU cells, sweeps before energy).
-ENERGY_READ = ("energy_j", "joules_per_step", "avg_power_w", "idle_power_w", "compile_energy_j")
+#: The energy of a cell's measured and warm-up windows and of its compile, and its power
+#: (analysis/energy.py; the cost of an answer: analysis/cost.py); null where not measured (CPU cells,
+#: sweeps before energy).
+ENERGY_READ = (
+    "energy_j", "joules_per_step", "avg_power_w", "idle_power_w", "warmup_energy_j", "compile_energy_j",
+)  # fmt: skip
 #: The columns analysis reads of each file (a run row has over 50: decoding the environment
 #: columns would cost a third of the time in a large sweep, and no table shows them).
 RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (

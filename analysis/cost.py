@@ -4,11 +4,12 @@ A cell spent, over every attempt of every replicate (failed and retried ones too
 process held its devices — from the attempt's start, after its imports and its turn on the device,
 to its end, as the run row records them: building, compiling (a cold compile's own process
 included), warming up, measuring, the checks after — times its processes (one GPU each; a CPU
-cell holds none: null); and the GPU boards' energy of its measured windows and of its compiles
-(null where none was measured). A verdict rests on the compiled cell and, unless it is paired on
-the median step (its eager side ran in its own process), on the eager cell it is compared with: its
-cost is the sum of both cells' spending. An eager cell compared with several backends counts in
-each of their costs, so the costs of a table's rows do not add up to the sweep's: `spent_*` do.
+cell holds none: null); and the GPU boards' energy from the built cell to the loop's end: its
+warm-up windows (compile included) and measured windows (null where none was measured). A verdict
+rests on the compiled cell and, unless it is paired on the median step (its eager side ran in its
+own process), on the eager cell it is compared with: its cost is the sum of both cells' spending.
+An eager cell compared with several backends counts in each of their costs, so the costs of a
+table's rows do not add up to the sweep's: `spent_*` do.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ COST_COLUMNS = ["spent_gpu_s", "spent_j", "cost_gpu_s", "cost_j"]
 NOTE = (
     "Cost: what the verdict cost, over every attempt of every replicate, compile included, of the cell and "
     "of the eager cell it rests on (none for a paired one on the median step): GPU-minutes, each "
-    "attempt's start to end times its processes, and kJ, the GPU boards' energy of the measured windows "
-    "and of the compiles only (nothing between them, nor the host)."
+    "attempt's start to end times its processes, and kJ, the GPU boards' energy from the built cell to "
+    "the loop's end: warm-up (compile included) and measuring (not the build, the checks after, nor the "
+    "host)."
 )
 #: The device type whose processes hold a GPU each (a run row records `cuda:0`, `cuda:3`, `cpu`).
 GPU_DEVICE = "cuda"
@@ -38,7 +40,7 @@ def _spent(cells: pd.DataFrame, attempts: pd.DataFrame) -> pd.DataFrame:
     device = attempts["cell_id"].map(cells.drop_duplicates("cell_id").set_index("cell_id")["device"])
     wall_s = (attempts["finished_at"] - attempts["started_at"]).dt.total_seconds()
     processes = pd.to_numeric(attempts["world_size"], errors="coerce").fillna(1)
-    energy = attempts[["energy_j", "compile_energy_j"]].apply(pd.to_numeric, errors="coerce")
+    energy = attempts[["energy_j", "warmup_energy_j"]].apply(pd.to_numeric, errors="coerce")
     per_attempt = pd.DataFrame({
         "cell_id": attempts["cell_id"],
         "spent_gpu_s": (wall_s * processes).where(device.str.split(":").str[0] == GPU_DEVICE).astype(float),

@@ -158,13 +158,14 @@ def write_costs(sweep: Path) -> None:
     two = dict(GPT2, world_size=2)
     write_cell(sweep, "e", "eager", status="failed", step_ms=None, attempt=1, repeat=0, **held(0, 30), **two)
     write_cell(sweep, "e", "eager", step_ms=STEPS[0], attempt=2, repeat=0, energy_j=5000.0,
-               joules_per_step=10.0, **held(100, 100), **two)  # fmt: skip
+               warmup_energy_j=400.0, joules_per_step=10.0, **held(100, 100), **two)  # fmt: skip
     write_replicates_with(sweep, "i", "inductor", [
-        {**held(300 + 300 * r, 200), "energy_j": 8000.0, "compile_energy_j": 1500.0} for r in range(2)
+        {**held(300 + 300 * r, 200), "energy_j": 8000.0, "warmup_energy_j": 2000.0,
+         "compile_energy_j": 1500.0} for r in range(2)
     ], **two)  # fmt: skip
     write_cell(sweep, "e1", "eager", step_ms=STEPS[0], energy_j=2000.0, **held(0, 50), **GPT2)
     write_paired_replicates(sweep, "p", "inductor", [[([10.0] * 3, [8.0] * 3)] * 3],
-                            replicate_run=[{**held(60, 150), "energy_j": 6000.0, "compile_energy_j": 900.0}],
+                            replicate_run=[{**held(60, 150), "energy_j": 6000.0, "warmup_energy_j": 1200.0}],
                             **GPT2)  # fmt: skip
     write_cell(sweep, "ce", "eager", step_ms=STEPS[0], **held(0, 10))
     write_cell(sweep, "ci", "inductor", step_ms=STEPS[1], **held(20, 10))
@@ -174,18 +175,19 @@ def test_what_each_verdict_cost_by_hand(tmp_path: Path) -> None:
     write_costs(tmp_path)
     rows = metrics_of(tmp_path)
     # Every attempt, failed ones too, times the processes: (30 + 100) s x 2 GPUs.
-    assert (rows["e"]["spent_gpu_s"], rows["e"]["spent_j"]) == (260.0, 5000.0)
+    assert (rows["e"]["spent_gpu_s"], rows["e"]["spent_j"]) == (260.0, 5400.0)
     assert np.isnan(rows["e"]["cost_gpu_s"])  # the eager cell has no verdict
-    # Unpaired: its own runs (2 x 200 s x 2 GPUs; 2 x (8000 + 1500) J) and the eager cell's.
+    # Unpaired: its own runs (2 x 200 s x 2 GPUs; 2 x (8000 + 2000) J: measuring, and warming up with
+    # the compile's 1500 J in it) and the eager cell's.
     assert rows["i"]["verdict"] is not None
-    assert (rows["i"]["cost_gpu_s"], rows["i"]["cost_j"]) == (800.0 + 260.0, 19000.0 + 5000.0)
+    assert (rows["i"]["cost_gpu_s"], rows["i"]["cost_j"]) == (800.0 + 260.0, 20000.0 + 5400.0)
     # Paired on the median step: its eager side ran in its own process, the eager cell is not needed.
     assert rows["p"]["speedup_method"] == "paired"
-    assert (rows["p"]["cost_gpu_s"], rows["p"]["cost_j"]) == (150.0, 6900.0)
+    assert (rows["p"]["cost_gpu_s"], rows["p"]["cost_j"]) == (150.0, 7200.0)
     # A CPU cell holds no GPU, and measured no energy.
     assert np.isnan([rows["ci"]["cost_gpu_s"], rows["ci"]["cost_j"]]).all() and rows["ci"]["verdict"]
     text = summary_table(pd.DataFrame(list(rows.values()))).text.set_index("cell")
-    assert (text.at["i", "cost GPU-min"], text.at["i", "cost kJ"]) == (f"{1060 / 60:.2f}", "24.00")
+    assert (text.at["i", "cost GPU-min"], text.at["i", "cost kJ"]) == (f"{1060 / 60:.2f}", "25.40")
     assert text.at["e", "cost GPU-min"] == ""
     suite = suite_tables(
         cell_metrics(load_sweep(tmp_path, warn=None)), load_sweep(tmp_path, warn=None).steps, "t"
@@ -193,7 +195,7 @@ def test_what_each_verdict_cost_by_hand(tmp_path: Path) -> None:
     per_backend = suite[0].data.set_index("backend")
     # The suite row of a backend: each of its models' compiled cell and eager cell, paired or not.
     assert per_backend.at["inductor", "cost_gpu_h"] == pytest.approx((1060 + 150 + 50) / 3600)
-    assert per_backend.at["inductor", "cost_kj"] == pytest.approx((24000 + 6900 + 2000) / 1e3)
+    assert per_backend.at["inductor", "cost_kj"] == pytest.approx((25400 + 7200 + 2000) / 1e3)
 
 
 def strip_energy(sweep: Path) -> None:
