@@ -56,6 +56,18 @@ def auto_repeats_table(sweep_dir: Path, cells: pd.DataFrame) -> Table | None:
     return Table(AUTO_REPEATS, "repeats=auto: why each cell stopped", data, text, note)
 
 
+def recorded_equivalence(sweep_dir: Path, cell_ids: Sequence[str]) -> float | None:
+    """The margin of equivalence (measure.equivalence) the stop records of these cells were decided
+    with, where they all name the same one: `analyze`'s margin unless --equivalence says another, so
+    that its verdicts and the stop reasons agree; None without records, or where they differ."""
+    margins = {
+        record.get("equivalence")
+        for record in (read_auto_stop(cell_dir(sweep_dir, cell_id)) for cell_id in cell_ids)
+        if record is not None
+    }
+    return margins.pop() if len(margins) == 1 else None
+
+
 def auto_repeats_markdown(sweep_dir: Path, cell_ids: Sequence[str]) -> str:
     """The table of these cells as Markdown, under its heading: what a local sweep prints at its end."""
     cells = load_cells([cell_dir(sweep_dir, cell_id) for cell_id in cell_ids], warn=None).cells

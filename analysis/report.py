@@ -14,7 +14,7 @@ from typing import TextIO
 
 import pandas as pd
 
-from analysis.auto_repeats import auto_repeats_table
+from analysis.auto_repeats import auto_repeats_table, recorded_equivalence
 from analysis.busy import LAUNCH_BOUND
 from analysis.claims import claims_table
 from analysis.collect import SweepData, load_sweep
@@ -66,7 +66,7 @@ def analyze(
     sweep_dir: Path,
     reference: str | None = None,
     warn: TextIO | None = STDERR,
-    equivalence: float = EQUIVALENCE,
+    equivalence: float | None = None,
     data_bound: float = DATA_BOUND,
     launch_bound: float = LAUNCH_BOUND,
 ) -> Analysis:
@@ -78,10 +78,13 @@ def analyze(
     table beside the published values and the claims, with `reference="fp8_triton"` the FP8 GEMM
     post's claims judged (analysis/gemm_claims.py).
     GEMM cells time one matrix multiply, not a training step: the training tables leave them out.
-    `equivalence`: the margin of practical equivalence of the verdicts (0: none); `data_bound`: the
+    `equivalence`: the margin of practical equivalence of the verdicts (0: none; None: the margin the
+    sweep's repeats=auto cells were decided with, analysis/auto_repeats.py, else 0); `data_bound`: the
     share of step time waiting for data above which a cell's verdict rests on end-to-end throughput;
     `launch_bound`: the GPU's idle share above which a cell is launch-bound."""
     data = load_sweep(Path(sweep_dir), warn)
+    if equivalence is None:
+        equivalence = recorded_equivalence(Path(sweep_dir), data.cells["cell_id"]) or EQUIVALENCE
     metrics = cell_metrics(data, equivalence=equivalence, data_bound=data_bound, launch_bound=launch_bound)
     reasons = reasons_table(data.cells, metrics)
     suite = suite_name(Path(sweep_dir))

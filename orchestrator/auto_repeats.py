@@ -177,7 +177,12 @@ def run_rounds(
 def _record(sweep_dir: Path, cell: Cell, standing: Standing, reason: str, out: TextIO) -> None:
     """Write the stop record of a cell that stops now, and say so."""
     speedup = dict(zip(("speedup", "low", "high"), standing.speedup or (None, None, None)))
-    record = {"replicates": standing.replicates, "reason": reason, **speedup}
+    record = {
+        "replicates": standing.replicates,
+        "reason": reason,
+        **speedup,
+        "equivalence": standing.equivalence,
+    }
     write_auto_stop(cell_dir(sweep_dir, cell.cell_id), record)
     print(f"  {cell.label} ({cell.cell_id}) stops after {standing.replicates} run(s): {reason}", file=out)
 

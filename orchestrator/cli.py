@@ -188,14 +188,14 @@ def cmd_analyze(
 ) -> int:
     from analysis.busy import LAUNCH_BOUND
     from analysis.report import analyze, render_tables, write_report
-    from analysis.verdicts import DATA_BOUND, EQUIVALENCE
+    from analysis.verdicts import DATA_BOUND
 
     if not sweep_dir.is_dir():
         return _error(f"not a directory: {sweep_dir}")
     result = analyze(
         sweep_dir,
         reference,
-        equivalence=EQUIVALENCE if equivalence is None else equivalence,
+        equivalence=equivalence,
         data_bound=DATA_BOUND if data_bound is None else data_bound,
         launch_bound=LAUNCH_BOUND if launch_bound is None else launch_bound,
     )

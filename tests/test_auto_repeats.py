@@ -158,6 +158,13 @@ def test_a_local_sweep_runs_rounds_until_each_cell_stops(tmp_path: Path) -> None
         assert row["repeats"] == f"{records[cell_id]['replicates']}, {records[cell_id]['reason']}"
     analysed = cli(tmp_path, "analyze", str(sweep), "--no-plots")
     assert "### repeats=auto: why each cell stopped" in analysed.stdout, analysed.stderr
+    # analyze decides with the margin the rounds were decided with, unless told another
+    assert {record["equivalence"] for record in records.values()} == {0.9}
+    assert "within ±90.0% of 1" in analysed.stdout
+    if aot["reason"] == NO_DIFFERENCE:
+        assert re.search(rf"^\| {by_backend['aot_eager']} .*\| no difference +\|", analysed.stdout, re.M)
+    narrow = cli(tmp_path, "analyze", str(sweep), "--no-plots", "--equivalence", "0.01")
+    assert "within ±1.0% of 1" in narrow.stdout and "within ±90.0%" not in narrow.stdout
 
     again = cli(tmp_path, *args)  # stopped cells are not run again
     assert again.returncode == 0 and "0 completed, 2 already completed" in again.stdout, again.stdout

@@ -345,7 +345,8 @@ def last_status(directory: Path, repeats: int | str = 1) -> tuple[int, str | Non
 
 def write_auto_stop(directory: Path, record: Mapping[str, Any]) -> None:
     """Write a repeats=auto cell's stop record: `replicates` (how many it ran), `reason` (what stopped
-    it) and the speedup with its interval (`speedup`, `low`, `high`; null where it has none)."""
+    it), the speedup with its interval (`speedup`, `low`, `high`; null where it has none) and the
+    margin it was decided with (`equivalence`: measure.equivalence)."""
     with atomic_output(Path(directory) / AUTO_STOP_FILE) as fh:
         fh.write(json.dumps(dict(record)).encode())
 
