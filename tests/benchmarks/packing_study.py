@@ -16,7 +16,8 @@ its job's end, the queueing and start of the next task (submitit included), the 
 and its import of torch; the model's library (timm), dynamo and the CUDA context come after
 `started_at`, within the cell. A packed cell's process was started ahead and has imported
 torch, timm and dynamo and made its CUDA context before its turn: its gap is the hand-over (the
-previous cell's writes, the turn passed on) unless it is the first of its task.
+previous cell's writes and, where that one still held device memory, its exit; the turn passed on),
+unless it is the first of its task.
 
     bash tests/slurm/unpack_debs.sh .carry/slurm          # where apt works
     PYTHONPATH=/tmp/site:. python tests/benchmarks/packing_study.py --prefix .carry/slurm \\
@@ -24,6 +25,12 @@ previous cell's writes, the turn passed on) unless it is the first of its task.
         model.arch=resnet18,resnet50,resnet50d,efficientnet_b0,mobilenetv3_large_100,convnext_tiny,\\
 regnety_016,swin_tiny_patch4_window7_224,vit_small_patch16_224,deit_small_patch16_224,\\
 vit_base_patch16_224,deit_base_patch16_224
+
+A rehearsal on a machine without a GPU (one placeholder H100, CPU cells; its numbers mean nothing):
+
+    PYTHONPATH=. python tests/benchmarks/packing_study.py --rehearse --root-dir /tmp/pack-rehearsal \\
+        --cells-per-task 2 -- model=gpt size=tiny backend=eager,inductor device=cpu precision=fp32 \\
+        steps=3 measure.min_seconds=0.5 seed=0,1
 """
 
 from __future__ import annotations
@@ -51,7 +58,8 @@ from workloads.contract.vocabulary import COMPLETED, QUEUED, STATUSES
 MODES = ("unpacked", "packed")
 CLI = [sys.executable, "-m", "orchestrator.cli"]
 HITS = ["fx_graph_cache_hits", "aot_autograd_cache_hits"]
-COLUMNS = [
+#: What the study reads of the run rows.
+RUN_COLUMNS = [
     "cell_id",
     "model",
     "arch",
@@ -95,7 +103,7 @@ def placeholder_gpu(slurm_root: Path) -> dict[str, list[str]]:
 
 def run_sweep(
     cluster: LocalSlurm, sweep_dir: Path, overrides: list[str], timeout_s: float
-) -> tuple[float, pd.Timestamp]:
+) -> tuple[pd.Timestamp, float]:
     """Submit the sweep, follow it until no cell is queued (or the timeout), cancel what is left.
     Returns the moment just before the submission and the seconds from it to the last result (to the
     end of following where cells were left queued)."""
@@ -118,7 +126,7 @@ def run_sweep(
 def replicate_rows(sweep_dir: Path) -> pd.DataFrame:
     """The attempt that speaks for each replicate of each cell, in the order they started."""
     table, bad = read_files(
-        sorted(sweep_dir.glob("cells/*/run.parquet")), RUN_SCHEMA, [*COLUMNS, "repeat", "attempt"]
+        sorted(sweep_dir.glob("cells/*/run.parquet")), RUN_SCHEMA, [*RUN_COLUMNS, "repeat", "attempt"]
     )
     for path, error in bad:
         print(f"warning: cannot read {path}: {error}", file=sys.stderr)
