@@ -559,6 +559,14 @@ def test_two_gpu_nccl_ddp_cell(backend: dict, tmp_path: Path) -> None:
     )
     if backend["name"] == "inductor":
         assert run["graph_count"] >= 1 and run["ddp_graph_splits"] >= 1
+    # Each rank reads its own GPU's counter over the window; the cell's energy is their sum, and
+    # its mean power stays under both boards' limits together.
+    ranks_j = run["rank_energy_j"]
+    print(f"{backend['name']} DDP energy: {ranks_j} J, {run['avg_power_w']:.0f} W for both GPUs")
+    assert len(ranks_j) == 2 and min(ranks_j) > 0
+    assert run["energy_j"] == pytest.approx(sum(ranks_j))
+    assert run["avg_power_w"] == pytest.approx(run["energy_j"] / run["energy_window_s"])
+    assert 0 < run["avg_power_w"] <= 2 * run["gpu_power_limit_w"] * 1.05
 
     rank0, rank1 = (torch.load(path) for path in observed)
     moved, apart = rel_diff(rank0["final"], rank0["initial"]), rel_diff(rank1["final"], rank0["final"])
