@@ -423,21 +423,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-#: Run as each rank's process instead of `python -m workloads.run CONFIG`: the same `main`, with two
-#: observers around the product's own functions (workloads.train_cell looks both up at call time). After
-#: prepare_cell (the model on its GPU, DDP's broadcast of rank 0's parameters done) it keeps this
-#: rank's parameters and wraps the batches to keep the first one's inputs; after run_steps (every
-#: step ended on the device: the copy to the host waits for it) it keeps the parameters again. They
-#: go to the file named by argv[1] (torch.save). Nothing else of the cell changes.
+#: Run as each rank's process instead of `python -m workloads.run CONFIG`: the same `main`, with one
+#: more instrument in the cell's list (workloads/instruments/registry.py, looked up by
+#: workloads.train_cell at call time). Before the loop (the model on its GPU, DDP's broadcast of rank
+#: 0's parameters done) it keeps this rank's parameters and wraps the batches to keep the first
+#: one's inputs; after the loop (every step ended on the device: the copy to the host waits for it)
+#: it keeps the parameters again. They go to the file named by argv[1] (torch.save). Nothing else
+#: of the cell changes.
 RANK_OBSERVER = """
 import sys
 import torch
 import workloads.run as run
 import workloads.train_cell as train_cell
+from workloads.instruments.base import Instrument
 
 out, argv = sys.argv[1], sys.argv[2:]
-seen, cells = {}, []
-prepare_cell, run_steps = train_cell.prepare_cell, train_cell.run_steps
+seen = {}
+instruments_for = train_cell.instruments_for
 
 def flat(cell):
     return torch.cat([p.detach().float().flatten() for p in cell.step.params]).cpu()
@@ -448,19 +450,17 @@ def keeping_first(batches):
     yield x, y
     yield from batches
 
-def observed_prepare(*args, **kwargs):
-    cell = prepare_cell(*args, **kwargs)
-    seen["initial"] = flat(cell)
-    cell.step.batches = keeping_first(cell.step.batches)
-    cells.append(cell)
-    return cell
+class RankObserver(Instrument):
+    def before_loop(self, cell):
+        self.cell = cell
+        seen["initial"] = flat(cell)
+        cell.step.batches = keeping_first(cell.step.batches)
 
-def observed_steps(*args, **kwargs):
-    reason = run_steps(*args, **kwargs)
-    seen["final"] = flat(cells.pop())
-    return reason
+    def after_loop(self):
+        seen["final"] = flat(self.cell)
+        return {}
 
-train_cell.prepare_cell, train_cell.run_steps = observed_prepare, observed_steps
+train_cell.instruments_for = lambda *args, **kwargs: [*instruments_for(*args, **kwargs), RankObserver()]
 code = run.main(argv)
 torch.save(seen, out)
 sys.exit(code)
