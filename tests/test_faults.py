@@ -298,7 +298,9 @@ def test_daemons_restarted_while_cells_run(
     cells complete, each once, and nothing is submitted again. The cells' processes are held
     (SIGSTOP) from just before the first kill until both daemons are back, so that no job ends while
     a daemon is down: a job that ends just as slurmctld is SIGKILLed can stay RUNNING until its time
-    limit, unknown to the restarted controller (docs/testing.md, "A chaotic queue")."""
+    limit, unknown to the restarted controller (docs/testing.md, "A chaotic queue"). The controller
+    is killed only once it has saved the running jobs (`save_state`): a crash within seconds of a
+    job's start loses the job, which no requeue brings back (Slurm's own behaviour, not tested here)."""
     cluster = slurm_clusters.get(accounting)
     jobs = submit(cluster, tmp_path, "seed=1,2")
     wait_measuring(tmp_path / "sw", list(jobs))
@@ -306,14 +308,20 @@ def test_daemons_restarted_while_cells_run(
     assert len(held) == len(jobs), held
     for pid in held:
         os.kill(pid, signal.SIGSTOP)
+    gone = []
     try:
+        cluster.save_state(next(iter(jobs.values())))
         killed = datetime.now(timezone.utc)
         cluster.restart("slurmctld", signal.SIGKILL)  # recovers the queue from its state directory
         cluster.restart("slurmd", signal.SIGKILL, down_s=3)  # the job steps run on meanwhile
         back = datetime.now(timezone.utc)
     finally:
-        for pid in held:
-            os.kill(pid, signal.SIGCONT)
+        for pid in held:  # every one: a process left stopped would hold its job's CPUs for the next tests
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                gone.append(pid)
+    assert not gone, f"the held cell processes {gone} were killed while the daemons restarted"
     wait_sweep(cluster, tmp_path, "seed=1,2")
     assert attempts(tmp_path / "sw") == {cell: ["completed"] for cell in jobs}  # each ran exactly once
     assert manifest_jobs(tmp_path / "sw") == jobs  # nothing was submitted again

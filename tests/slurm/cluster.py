@@ -332,6 +332,22 @@ class LocalSlurm:
         self._daemon(daemon, f"{daemon}.pid")
         self._wait_idle(time.monotonic() + 120)
 
+    def save_state(self, job_id: str, timeout: float = 60) -> None:
+        """Until slurmctld has written its job state to disk anew (StateSaveLocation/job_state). It
+        saves a few seconds after a change, so a controller SIGKILLed right after jobs started or
+        ended recovers them as they were before: started ones are unknown and their steps killed as
+        orphans, ended ones run on until their time limit (seen on CI: a job that started 3.5 s
+        before the kill). A change to job `job_id` (its comment) schedules a save; this returns once
+        the file is newer than the change."""
+        state = self.root / "state" / "job_state"
+        before = state.stat().st_mtime_ns if state.exists() else 0
+        self.run("scontrol", "update", f"jobid={job_id}", "comment=compilebench-test-state-saved")
+        self._wait(
+            "slurmctld's job state saved",
+            lambda: state.exists() and state.stat().st_mtime_ns > before,
+            time.monotonic() + timeout,
+        )
+
     def _forget(self, pid: int | None) -> None:
         """A daemon stopped on purpose is no failure for `_wait`."""
         if pid in self._started_pids:
