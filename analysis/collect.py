@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from analysis.breakeven import COMPILE_COLD, COMPILE_WARM
 from analysis.busy import READ as BUSY_READ
+from workloads.contract.attempts import counting_attempts, replicate_attempts
 from workloads.contract.schema import MANIFEST_SCHEMA, RUN_SCHEMA, STEPS_SCHEMA
 from workloads.contract.sweep_dir import (
     MANIFEST_FILE,
@@ -30,10 +31,8 @@ from workloads.contract.sweep_dir import (
     STEPS_FILE,
     cell_dir,
     cell_dirs,
-    counting_attempts,
     read_cell_config,
     read_files,
-    replicate_attempts,
 )
 from workloads.contract.vocabulary import (
     AXES,
@@ -142,7 +141,7 @@ class SweepData:
     `replicates`, how many of its replicates completed; a cell without a readable result has its
     axes (from config.yaml, else the manifest) and status `no_result` or `unreadable`.
     `replicates`: RUN_READ_SCHEMA's rows of the attempt that counts for each replicate of each
-    cell (workloads.contract.sweep_dir.replicate_attempts). `steps`: STEPS_READ_SCHEMA's columns and
+    cell (workloads.contract.attempts.replicate_attempts). `steps`: STEPS_READ_SCHEMA's columns and
     `repeat`, of the attempts that count: every completed replicate's, and the cell's own; a paired
     cell's own steps only (its eager side is in `pairs`). `pairs`: PAIRS_SCHEMA's rows of the
     attempts that count and measured paired (run.parquet `paired`), each pair with both blocks.

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from workloads.contract.sweep_dir import cell_dir, missing_repeats, read_auto_stop, write_auto_stop
+from workloads.contract.attempts import missing_repeats
+from workloads.contract.sweep_dir import cell_dir, read_auto_stop, write_auto_stop
 
 if TYPE_CHECKING:  # grid imports Hydra and torch
     from orchestrator.grid import Cell, Grid

@@ -21,14 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workloads.contract.sweep_dir import (
-    LOGS_DIR,
-    cell_dir,
-    config_path,
-    missing_repeats,
-    newest_attempt,
-    record_killed_attempt,
-)
+from workloads.contract.attempts import missing_repeats, newest_attempt, record_killed_attempt
+from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, config_path
 from workloads.contract.vocabulary import COMPLETED, FAILED, OOM
 from workloads.local.child_env import child_env
 

@@ -43,7 +43,8 @@ from orchestrator.cell_process import SKIPPED, CellProcess, Outcome, start_cell
 from orchestrator.executor import EXIT_FAILED, EXIT_OK, Executor, ExecutorError, Follow
 from workloads.cell.config import distributed_section
 from workloads.contract.atomic import atomic_output
-from workloads.contract.sweep_dir import COMPILE_CACHE_DIR, cell_dir, missing_repeats
+from workloads.contract.attempts import missing_repeats
+from workloads.contract.sweep_dir import COMPILE_CACHE_DIR, cell_dir
 from workloads.contract.vocabulary import COMPLETED, NOT_SUPPORTED
 from workloads.instruments.compile_cache import BASE_ENV
 from workloads.local import turns

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.cell_process import CellProcess, Outcome
 from orchestrator.local import run_replicates
 from orchestrator.slurm_job import RECORD_WAIT_S, CellFailed, live_children, record_job
-from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, newest_attempt, write_task_place
+from workloads.contract.attempts import newest_attempt
+from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, write_task_place
 
 if TYPE_CHECKING:  # grid imports Hydra and torch; a Slurm task needs neither
     from orchestrator.grid import Cell

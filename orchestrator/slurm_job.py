@@ -31,7 +31,8 @@ from typing import Any
 
 from orchestrator.cell_process import SKIPPED, Outcome, log_paths, run_cell_process
 from orchestrator.packing import place_job_id
-from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, missing_repeats, newest_attempt
+from workloads.contract.attempts import missing_repeats, newest_attempt
+from workloads.contract.sweep_dir import LOGS_DIR, cell_dir
 from workloads.instruments.compile_cache import BASE_ENV
 
 #: Variables written to logs/slurm-<job>.env: names starting with these, or equal to them.

@@ -27,13 +27,8 @@ from orchestrator.profile import ProfileError, Resources, SlurmProfile, cell_res
 from orchestrator.sbatch import script_text, slurm_parameters
 from orchestrator.scheduler import SLURM_STATES, partition_limits, queued_jobs
 from workloads.cell.support import plan_refusal
-from workloads.contract.sweep_dir import (
-    SBATCH_DIR,
-    cell_dir,
-    missing_repeats,
-    read_task_place,
-    recorded_job_ids,
-)
+from workloads.contract.attempts import missing_repeats
+from workloads.contract.sweep_dir import SBATCH_DIR, cell_dir, read_task_place, recorded_job_ids
 from workloads.contract.vocabulary import PENDING, QUEUED
 
 DRY_RUN_PREFIX = "dryrun-"

@@ -35,12 +35,12 @@ from typing import Any, TextIO
 
 from orchestrator.packing import place_state, split_place
 from orchestrator.scheduler import SLURM_STATES, UNANSWERED_LIMIT_S, WAIT_INTERVAL_S, job_states
+from workloads.contract.attempts import last_status
 from workloads.contract.sweep_dir import (
     STDERR,
     cell_dir,
     cell_dirs,
     is_sweep_dir,
-    last_status,
     read_auto_stop,
     read_cell_config,
     read_manifest,

@@ -17,6 +17,7 @@ from analysis.collect import load_sweep
 from analysis.metrics import cell_metrics
 from workloads.cell.recorder import CellRecorder, RankReport
 from workloads.cell.train import StepRecord
+from workloads.contract.attempts import next_attempt
 from workloads.contract.schema import (
     MANIFEST_SCHEMA,
     RUN_SCHEMA,
@@ -25,7 +26,7 @@ from workloads.contract.schema import (
     table_from_rows,
     write_parquet_atomic,
 )
-from workloads.contract.sweep_dir import MANIFEST_FILE, next_attempt
+from workloads.contract.sweep_dir import MANIFEST_FILE
 
 #: Items (tokens or images) per step of every test cell.
 ITEMS = 1000

@@ -24,6 +24,7 @@ from analysis.collect import load_sweep
 from analysis.metrics import cell_metrics
 from orchestrator.cli import main
 from orchestrator.status import render, sweep_status
+from workloads.contract.attempts import last_status, missing_repeats, record_killed_attempt
 from workloads.contract.schema import (
     MANIFEST_SCHEMA,
     RUN_SCHEMA,
@@ -32,13 +33,7 @@ from workloads.contract.schema import (
     append_rows_atomic,
     table_from_rows,
 )
-from workloads.contract.sweep_dir import (
-    RUN_FILE,
-    last_status,
-    missing_repeats,
-    read_files,
-    record_killed_attempt,
-)
+from workloads.contract.sweep_dir import RUN_FILE, read_files
 from workloads.contract.upgrade import lift
 from workloads.contract.vocabulary import COMPLETED, NOT_RUN
 

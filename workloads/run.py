@@ -55,7 +55,7 @@ from workloads.cell.config import (
 from workloads.cell.distributed import LaunchError, Ranks
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.support import NotSupported
-from workloads.contract.sweep_dir import next_attempt
+from workloads.contract.attempts import next_attempt
 from workloads.contract.vocabulary import (
     CANCELLED,
     COMPLETED,

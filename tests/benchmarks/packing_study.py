@@ -56,8 +56,9 @@ from orchestrator.status import sweep_status
 from tests.benchmarks.slurm_gpu_sweep import _packed, follow, real_gpus
 from tests.slurm.cluster import LocalSlurm
 from tests.slurm.install import SlurmInstall
+from workloads.contract.attempts import replicate_attempts
 from workloads.contract.schema import RUN_SCHEMA
-from workloads.contract.sweep_dir import cell_dir, read_files, read_manifest, replicate_attempts
+from workloads.contract.sweep_dir import cell_dir, read_files, read_manifest
 from workloads.contract.vocabulary import COMPLETED, QUEUED, STATUSES
 
 MODES = ("unpacked", "packed")
