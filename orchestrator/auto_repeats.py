@@ -29,13 +29,11 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
+from orchestrator.cells import Cell, Grid
 from workloads.contract.attempts import missing_repeats
 from workloads.contract.sweep_dir import cell_dir, read_auto_stop, write_auto_stop
-
-if TYPE_CHECKING:  # grid imports Hydra and torch
-    from orchestrator.grid import Cell, Grid
 
 #: The fewest replicates before a cell may stop: an interval over runs needs two.
 MIN_REPLICATES = 2

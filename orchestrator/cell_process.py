@@ -19,15 +19,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from orchestrator.cells import Cell
 from workloads.contract.attempts import missing_repeats, newest_attempt, record_killed_attempt
 from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, config_path
 from workloads.contract.vocabulary import COMPLETED, FAILED, OOM
 from workloads.local.child_env import child_env
-
-if TYPE_CHECKING:  # grid imports Hydra and torch; a Slurm task needs neither
-    from orchestrator.grid import Cell
 
 #: An Outcome's status for a cell that an earlier run completed (not run again).
 SKIPPED = "skipped"

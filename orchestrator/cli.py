@@ -41,11 +41,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.cells import Grid
 from orchestrator.cli_args import build_parser
 from orchestrator.executor import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Follow
 
-if TYPE_CHECKING:  # the modules behind them import Hydra and torch: only the commands that need them do
-    from orchestrator.grid import Grid
+if TYPE_CHECKING:  # status imports pandas: only the commands that need it do
     from orchestrator.status import CellStatus
 
 

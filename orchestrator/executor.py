@@ -13,10 +13,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
-if TYPE_CHECKING:  # grid imports Hydra and torch
-    from orchestrator.grid import Grid
+from orchestrator.cells import Grid
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -3,14 +3,12 @@ in conf/cluster_base.yaml), and the one place that chooses between them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from orchestrator.cells import Grid
 from orchestrator.executor import Executor, ExecutorError
 from orchestrator.local import LocalExecutor
 from orchestrator.slurm import SlurmExecutor
-
-if TYPE_CHECKING:  # grid imports Hydra and torch
-    from orchestrator.grid import Grid
 
 EXECUTORS: dict[str, type[Executor[Any]]] = {"local": LocalExecutor, "slurm": SlurmExecutor}
 

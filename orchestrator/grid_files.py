@@ -1,7 +1,7 @@
 """A grid laid out in its sweep directory (each cell's resolved config and the manifest), and read back.
 
 Where the files lie and how they are read and written is workloads/contract/sweep_dir.py; this module
-knows only what a Grid (orchestrator/grid.py) adds: the cells' overrides and the executor.
+knows only what a Grid (orchestrator/cells.py) adds: the cells' overrides and the executor.
 """
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from orchestrator.cells import Cell, Grid
 from workloads.contract.sweep_dir import (
     SweepDirError,
     cell_dir,
@@ -22,9 +23,6 @@ from workloads.contract.sweep_dir import (
     write_cell_config,
     write_manifest,
 )
-
-if TYPE_CHECKING:  # grid imports Hydra and the workloads (torch): a Slurm task needs neither
-    from orchestrator.grid import Grid
 
 
 def manifest_rows(grid: Grid, job_ids: dict[str, str] | None = None) -> list[dict[str, Any]]:
@@ -63,8 +61,6 @@ def read_grid(sweep_dir: Path) -> Grid:
     cells found only on disk), each with its config.yaml and the overrides the manifest
     recorded, and the cluster of those configs. Reading, not expanding the overrides again,
     keeps the cells what they were even if conf/ changed since. Raises SweepDirError."""
-    from orchestrator.grid import Cell, Grid  # imports Hydra and torch: only where a grid is rebuilt
-
     sweep_dir = Path(os.path.abspath(sweep_dir))  # as expand() gives it: sbatch scripts name it
     manifest = read_manifest(sweep_dir)
     recorded = {} if manifest is None else dict(zip(manifest["cell_id"], manifest["overrides"]))

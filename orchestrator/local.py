@@ -36,10 +36,11 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from orchestrator.auto_repeats import auto_note, run_rounds
 from orchestrator.cell_process import SKIPPED, CellProcess, Outcome, start_cell
+from orchestrator.cells import Cell, Grid
 from orchestrator.executor import EXIT_FAILED, EXIT_OK, Executor, ExecutorError, Follow
 from workloads.cell.config import distributed_section
 from workloads.contract.atomic import atomic_output
@@ -48,9 +49,6 @@ from workloads.contract.sweep_dir import COMPILE_CACHE_DIR, cell_dir
 from workloads.contract.vocabulary import COMPLETED, NOT_SUPPORTED
 from workloads.instruments.compile_cache import BASE_ENV
 from workloads.local import turns
-
-if TYPE_CHECKING:  # grid imports Hydra and torch
-    from orchestrator.grid import Cell, Grid
 
 
 def processes_ahead(cpus: int | None = None) -> int:

@@ -32,16 +32,14 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.cell_process import CellProcess, Outcome
+from orchestrator.cells import Cell
 from orchestrator.local import run_replicates
 from orchestrator.slurm_job import RECORD_WAIT_S, CellFailed, live_children, record_job
 from workloads.contract.attempts import newest_attempt
 from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, write_task_place
-
-if TYPE_CHECKING:  # grid imports Hydra and torch; a Slurm task needs neither
-    from orchestrator.grid import Cell
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.auto_repeats import auto_note, run_rounds
+from orchestrator.cells import Cell, Grid
 from orchestrator.executor import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Executor, ExecutorError, Follow
-from orchestrator.grid import Cell, Grid
 from orchestrator.profile import ProfileError
 from orchestrator.slurm_plan import (
     SlurmPlan,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from orchestrator.auto_repeats import stopped
-from orchestrator.grid import Cell, Grid
+from orchestrator.cells import Cell, Grid
 from orchestrator.packing import pack, place_state
 from orchestrator.profile import ProfileError, Resources, SlurmProfile, cell_resources, load_profile
 from orchestrator.sbatch import script_text, slurm_parameters

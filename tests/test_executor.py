@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from orchestrator import executors
+from orchestrator.cells import Grid
 from orchestrator.cli import main
 from orchestrator.executor import EXIT_OK, Executor, ExecutorError, Follow
-from orchestrator.grid import Grid, expand
+from orchestrator.grid import expand
 from orchestrator.local import LocalExecutor
 from orchestrator.slurm import SlurmExecutor
 from tests.helpers import REPO_ROOT, TINY
