@@ -338,7 +338,7 @@ class LocalSlurm:
         ended recovers them as they were before: started ones are unknown and their steps killed as
         orphans, ended ones run on until their time limit (seen on CI: a job that started 3.5 s
         before the kill). A change to job `job_id` (its comment) schedules a save; this returns once
-        the file is newer than the change."""
+        the file has been written after the call began, so it holds every job change before the call."""
         state = self.root / "state" / "job_state"
         before = state.stat().st_mtime_ns if state.exists() else 0
         self.run("scontrol", "update", f"jobid={job_id}", "comment=compilebench-test-state-saved")
