@@ -41,11 +41,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.cells import Grid
 from orchestrator.cli_args import build_parser
 from orchestrator.executor import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Follow
 
-if TYPE_CHECKING:  # status imports pandas: only the commands that need it do
+if TYPE_CHECKING:  # cells imports the vocabulary (~180 ms), status pandas: only commands that need them
+    from orchestrator.cells import Grid
     from orchestrator.status import CellStatus
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from orchestrator.cells import Grid
+if TYPE_CHECKING:  # cells imports the vocabulary (~180 ms): not at the CLI's start
+    from orchestrator.cells import Grid
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
