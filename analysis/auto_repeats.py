@@ -1,6 +1,6 @@
 """`repeats=auto` in the tables: how many replicates each cell ran, and what stopped it.
 
-The orchestrator decides between rounds (orchestrator/auto_repeats.py, docs/measurement.md) and
+The stop rule (analysis/decision.py, docs/measurement.md) decides between rounds, the orchestrator
 writes each stopped cell's record into its directory; this reads the records back
 (workloads/contract/sweep_dir.py `read_auto_stop`).
 """
@@ -49,15 +49,16 @@ def auto_repeats_table(sweep_dir: Path, cells: pd.DataFrame) -> Table | None:
         }
     )
     note = (
-        "repeats=auto ran each cell round after round until its speedup's 95% interval lay outside or "
-        "within 1 ± measure.equivalence (decided), was narrower than measure.rel_ci (precise enough) or "
-        "measure.max_repeats was reached; an eager cell ran while an unpaired cell compared with it did."
+        "repeats=auto ran each cell round after round until its verdict with the margin `equivalence` "
+        "was decided (as the per-cell table's: faster, slower or no difference), its speedup's 95% "
+        "interval was narrower than measure.rel_ci (precise enough) or max_repeats was reached; an eager "
+        "cell ran while an unpaired cell compared with it did."
     )
     return Table(AUTO_REPEATS, "repeats=auto: why each cell stopped", data, text, note)
 
 
 def recorded_equivalence(sweep_dir: Path, cell_ids: Sequence[str]) -> float | None:
-    """The margin of equivalence (measure.equivalence) the stop records of these cells were decided
+    """The margin of equivalence (config key `equivalence`) the stop records of these cells were decided
     with, where they all name the same one: `analyze`'s margin unless --equivalence says another, so
     that its verdicts and the stop reasons agree; None without records, or where they differ."""
     margins = {

@@ -43,8 +43,8 @@ class Cell:
     @property
     def repeats(self) -> int:
         """How many replicates of the cell a sweep runs (config key `repeats`); with repeats=auto the
-        most it may run (`measure.max_repeats`)."""
-        return int(self.config["measure"]["max_repeats"] if self.auto else self.config.get("repeats") or 1)
+        most it may run (`max_repeats`)."""
+        return int(self.config["max_repeats"] if self.auto else self.config.get("repeats") or 1)
 
     @property
     def label(self) -> str:

@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MARGIN",
         help="margin of practical equivalence, e.g. 0.02: a speedup whose 95%% interval lies within "
         "1 ± MARGIN is 'no difference' (not faster, slower or a disagreement with a claim), and "
-        "replicates are unstable only where they disagree by more (default: the measure.equivalence a "
+        "replicates are unstable only where they disagree by more (default: the equivalence a "
         "repeats=auto sweep was decided with, else 0: no margin)",
     )
     analyze.add_argument(

@@ -47,7 +47,7 @@ from orchestrator.private_apis import (
     split_sweep,
 )
 from workloads.cell.catalog import check_cell
-from workloads.cell.config import ConfigError, cell_config_from_dict, config_digest
+from workloads.cell.config import ConfigError, cell_config_from_dict, config_digest, moved_key
 from workloads.contract.sweep_dir import SMOKE_DIR
 
 CONFIG_NAME = "config"
@@ -240,7 +240,7 @@ def expand(
     except GridError:
         raise
     except (HydraException, OmegaConfBaseException) as exc:
-        raise GridError(one_line(exc)) from exc
+        raise GridError(moved_key(str(exc)) or one_line(exc)) from exc
     # One sweep, one executor: the cluster is not an axis (and not part of the cell id).
     clusters = {json.dumps(c.config.get("cluster"), sort_keys=True) for c in cells.values()}
     if len(clusters) > 1:

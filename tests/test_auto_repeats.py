@@ -1,6 +1,7 @@
 """`repeats=auto`: replicates round after round until each cell's speedup is decided, precise enough,
-or `measure.max_repeats` is reached; the stop rule on hand-made intervals, the config's checks, and
-real sweeps here and on the local Slurm that record why each cell stopped."""
+or `max_repeats` is reached; the stop rule on hand-made intervals and its agreement with `analyze`'s
+verdict, the config's checks and old keys, and real sweeps here and on the local Slurm that record
+why each cell stopped."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
-from orchestrator.auto_repeats import (
+from analysis.decision import (
     COMPARED_STOPPED,
     FASTER,
     MAX_REACHED,
@@ -22,7 +25,9 @@ from orchestrator.auto_repeats import (
     Standing,
     stop_reasons,
 )
+from analysis.verdicts import verdicts
 from orchestrator.grid import GridError, expand
+from orchestrator.grid_files import read_grid
 from tests.helpers import TINY, cli, slurm_cli, table
 from tests.slurm.cluster import LocalSlurm
 
@@ -42,9 +47,10 @@ def reason(standing: Standing) -> str | None:
         ((1.30, 1.20, 1.40), {"equivalence": 0.05}, FASTER),  # above 1 + margin
         ((0.80, 0.70, 0.90), {"equivalence": 0.05}, SLOWER),  # below 1 - margin
         ((1.00, 0.99, 1.01), {"equivalence": 0.02}, NO_DIFFERENCE),  # within 1 ± margin
-        ((1.03, 1.01, 1.05), {"equivalence": 0.02}, None),  # straddles 1.02: measure more
-        ((1.03, 1.01, 1.05), {"equivalence": 0.02, "rel_ci": 0.05}, PRECISE),  # ±0.02 ≤ 5% of 1.03
-        ((1.03, 1.01, 1.05), {"equivalence": 0.02, "rel_ci": 0.01}, None),
+        ((1.03, 1.01, 1.05), {"equivalence": 0.02}, FASTER),  # above 1, not within: analyze says faster
+        ((1.01, 0.99, 1.05), {"equivalence": 0.02}, None),  # holds 1, not within 1.02: measure more
+        ((1.01, 0.99, 1.05), {"equivalence": 0.02, "rel_ci": 0.05}, PRECISE),  # ±0.03 ≤ 5% of 1.01
+        ((1.01, 0.99, 1.05), {"equivalence": 0.02, "rel_ci": 0.01}, None),
         ((1.02, 1.01, 1.05), {}, FASTER),  # no margin: an interval above 1 decides
     ],
 )
@@ -52,6 +58,25 @@ def test_a_compared_cell_stops_once_its_interval_decides_or_is_precise(
     speedup: tuple[float, float, float], settings: dict, expected: str | None
 ) -> None:
     assert reason(compiled(speedup, **settings)) == expected
+
+
+def test_the_stop_reason_is_the_verdict_analyze_prints_on_a_grid_of_intervals_and_margins() -> None:
+    ends = np.round(np.arange(0.90, 1.105, 0.01), 2)
+    intervals = [(low, high) for low in ends for high in ends if low <= high]
+    for margin in (0.0, 0.01, 0.02, 0.05, 0.1):
+        cells = pd.DataFrame(
+            {
+                "data_wait_share": 0.0,
+                "status": "completed",
+                **{f"{kind}speedup_low": [low for low, _ in intervals] for kind in ("", "e2e_")},
+                **{f"{kind}speedup_high": [high for _, high in intervals] for kind in ("", "e2e_")},
+            }
+        )
+        verdicts(cells, np.ones(len(cells), bool), np.full(len(cells), -1), 0.1, margin)
+        for (low, high), verdict in zip(intervals, cells["verdict"]):
+            standing = Standing("c", 2, 10, margin, speedup=((low + high) / 2, low, high))
+            expected = None if verdict == "undecided" else f"decided: {verdict}"
+            assert reason(standing) == expected, (low, high, margin, verdict)
 
 
 def test_no_cell_stops_before_two_replicates_and_every_cell_at_max_repeats() -> None:
@@ -77,18 +102,37 @@ def test_the_eager_cell_runs_while_an_unpaired_cell_compared_with_it_runs() -> N
 def test_auto_repeats_keep_the_cell_ids_and_bad_values_are_one_line() -> None:
     grid = ["model=gpt", "backend=eager,inductor"]
     once = [c.cell_id for c in expand(grid).cells]
-    auto = expand([*grid, "repeats=auto", "measure.max_repeats=4", "measure.equivalence=0.02"])
+    auto = expand([*grid, "repeats=auto", "max_repeats=4", "equivalence=0.02"])
     assert [c.cell_id for c in auto.cells] == once
     assert all(c.auto and c.repeats == 4 for c in auto.cells)
     assert [repeat for _, repeat in auto.replicates()] == [0, 0]  # the later rounds are decided as they go
     for override, message in [
         ("repeats=sometimes", "repeats must be a positive integer or auto, got 'sometimes'"),
-        ("measure.max_repeats=1", "measure.max_repeats must be >= 2"),
-        ("measure.equivalence=1.5", "measure.equivalence must be in [0, 1)"),
+        ("max_repeats=1", "max_repeats must be >= 2"),
+        ("equivalence=1.5", "equivalence must be in [0, 1)"),
+        ("measure.max_repeats=4", "measure.max_repeats is now max_repeats"),
+        ("+measure.equivalence=0.02", "measure.equivalence is now equivalence"),
     ]:
         with pytest.raises(GridError, match=re.escape(message)) as info:
             expand([*grid, "repeats=auto", override])
         assert "\n" not in str(info.value)
+
+
+def test_a_config_yaml_written_before_the_keys_moved_is_read_as_the_new_keys(tmp_path: Path) -> None:
+    from workloads.cell.config import load_cell_config
+    from workloads.contract.sweep_dir import config_path
+
+    grid = expand(["model=gpt", "repeats=auto", "max_repeats=4", f"hydra.sweep.dir={tmp_path}"])
+    (cell,) = grid.cells
+    old = {**cell.config, "measure": {**cell.config["measure"], "max_repeats": 3, "equivalence": 0.05}}
+    del old["max_repeats"], old["equivalence"]
+    path = config_path(tmp_path, cell.cell_id)
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(old))
+    (read,) = read_grid(tmp_path).cells
+    assert (read.repeats, read.config["equivalence"], read.cell_id) == (3, 0.05, cell.cell_id)
+    loaded = load_cell_config(path)
+    assert (loaded.most_repeats, loaded.equivalence) == (3, 0.05)
 
 
 def test_slurm_needs_wait_for_auto_and_the_dry_run_says_auto(
@@ -101,7 +145,7 @@ def test_slurm_needs_wait_for_auto_and_the_dry_run_says_auto(
         "cluster=test_slurm",
         *TINY,
         "repeats=auto",
-        "measure.max_repeats=4",
+        "max_repeats=4",
         "hydra.sweep.dir=sw",
     ]
     assert main([*args, "--dry-run"]) == 0
@@ -129,7 +173,7 @@ def test_a_local_sweep_runs_rounds_until_each_cell_stops(tmp_path: Path) -> None
     sweep = tmp_path / "sw"
     args = [
         "sweep", *TINY, "steps=20", "backend=eager,aot_eager", "measure.paired=false", "repeats=auto",
-        "measure.max_repeats=3", "measure.equivalence=0.9", f"hydra.sweep.dir={sweep}",
+        "max_repeats=3", "equivalence=0.9", f"hydra.sweep.dir={sweep}",
     ]  # fmt: skip
     dry = cli(tmp_path, *args, "--dry-run")
     assert dry.returncode == 0 and "2 cell(s) for " in dry.stdout and "repeats: auto (≤ 3)" in dry.stdout
@@ -174,7 +218,7 @@ def test_a_local_sweep_runs_rounds_until_each_cell_stops(tmp_path: Path) -> None
 def test_slurm_submits_round_after_round_with_wait(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
     args = [
         "sweep", "cluster=test_slurm", *TINY, "backend=eager,aot_eager", "measure.paired=false",
-        "repeats=auto", "measure.max_repeats=2", "hydra.sweep.dir=sw", "--wait", "--poll", "1",
+        "repeats=auto", "max_repeats=2", "hydra.sweep.dir=sw", "--wait", "--poll", "1",
     ]  # fmt: skip
     done = slurm_cli(slurm_cluster, tmp_path, *args)
     assert done.returncode == 0, done.stdout + done.stderr

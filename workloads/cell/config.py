@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from workloads.cell.precision import PRECISIONS
+from workloads.contract.upgrade import MOVED_CONFIG_KEYS, lift_config
 from workloads.contract.vocabulary import AUTO_REPEATS, BASELINE_BACKEND
 
 #: Inductor compile modes accepted for `backend.mode` (None and "default" mean the default mode).
@@ -33,6 +34,10 @@ DATA_SOURCES = ("synthetic", "text", "bin", "imagefolder", "custom")
 DIST_BACKENDS = ("auto", "nccl", "gloo")
 #: `compile.measure`: one compile with whatever the caches hold, or a cold and a warm one.
 COMPILE_MEASURES = ("once", "cold_warm")
+
+
+#: The metadata of a CellConfig field that is the sweep's own setting, not the cell's (`repeats`, ...).
+SWEEP_SETTING = {"sweep_setting": True}
 
 
 class ConfigError(ValueError):
@@ -174,13 +179,6 @@ class MeasureConfig:
     """... and at least this many steps."""
     min_pairs: int = 6
     """The fewest pairs of blocks measured: below 6 no 95% interval of their median ratio exists."""
-    max_repeats: int = 10
-    """repeats=auto: the most replicates a cell runs (at least 2, the fewest for an interval over runs);
-    read only with repeats=auto. Not part of the cell id."""
-    equivalence: float = 0.0
-    """repeats=auto: the margin of practical equivalence (as `analyze --equivalence`): a cell stops once
-    its speedup's 95% interval lies above 1 + margin, below 1 - margin or within both. Not part of the
-    cell id."""
 
 
 @dataclass
@@ -223,16 +221,25 @@ class CellConfig:
     """Override the GPU peak used for MFU; null = looked up from the GPU name and precision."""
     cell_id: str | None = None
     """Stable id given by the orchestrator; null = derived from the config by `run_cell`."""
-    repeats: int | str = 1
+    # The sweep's own settings: how many replicates of the cell run and when they stop. More
+    # replicates of a cell are the same cell: `config_digest` leaves every SWEEP_SETTING out of the id.
+    repeats: int | str = field(default=1, metadata=SWEEP_SETTING)
     """Replicates of the cell: each runs as its own process (its own array task on Slurm), the
     backends of a workload alternating; analysis gives intervals over them. `auto`: round after round
-    until the speedup is decided, precise to `measure.rel_ci` or `measure.max_repeats` are reached
-    (docs/measurement.md). Not part of the id."""
+    until the speedup is decided, precise to `measure.rel_ci` or `max_repeats` are reached
+    (docs/measurement.md)."""
+    max_repeats: int = field(default=10, metadata=SWEEP_SETTING)
+    """repeats=auto: the most replicates a cell runs (at least 2, the fewest for an interval over runs);
+    read only with repeats=auto."""
+    equivalence: float = field(default=0.0, metadata=SWEEP_SETTING)
+    """repeats=auto: the margin of practical equivalence (as `analyze --equivalence`): a cell stops once
+    the verdict `analyze` prints with this margin is decided (faster, slower or no difference;
+    analysis/decision.py)."""
 
     @property
     def most_repeats(self) -> int:
-        """The most replicates the cell runs: `repeats`, or `measure.max_repeats` with repeats=auto."""
-        return self.measure.max_repeats if self.repeats == AUTO_REPEATS else int(self.repeats)
+        """The most replicates the cell runs: `repeats`, or `max_repeats` with repeats=auto."""
+        return self.max_repeats if self.repeats == AUTO_REPEATS else int(self.repeats)
 
     def validate(self) -> None:
         """Raise ConfigError for values that can never run, before any work starts."""
@@ -242,6 +249,13 @@ class CellConfig:
             raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.repeats != AUTO_REPEATS and not (isinstance(self.repeats, int) and self.repeats >= 1):
             raise ConfigError(f"repeats must be a positive integer or {AUTO_REPEATS}, got {self.repeats!r}")
+        if self.max_repeats < 2:
+            raise ConfigError(
+                f"max_repeats must be >= 2 (the fewest runs an interval over runs needs), got "
+                f"{self.max_repeats}"
+            )
+        if not 0 <= self.equivalence < 1:
+            raise ConfigError(f"equivalence must be in [0, 1) (0.02 = 1 ± 2%), got {self.equivalence}")
         for key in ("batch_size", "grad_accum", "model.m", "model.n", "model.k"):
             value = getattr(self.model, key[6:]) if key.startswith("model.") else getattr(self, key)
             if value is not None and value <= 0:
@@ -319,13 +333,6 @@ class CellConfig:
                 f"measure.block_seconds must be >= 0 and measure.block_steps >= 1, got {m.block_seconds} "
                 f"and {m.block_steps}"
             )
-        if m.max_repeats < 2:
-            raise ConfigError(
-                f"measure.max_repeats must be >= 2 (the fewest runs an interval over runs needs), got "
-                f"{m.max_repeats}"
-            )
-        if not 0 <= m.equivalence < 1:
-            raise ConfigError(f"measure.equivalence must be in [0, 1) (0.02 = 1 ± 2%), got {m.equivalence}")
         if m.min_pairs < 6:
             raise ConfigError(
                 f"measure.min_pairs must be >= 6 (a 95% interval of a median), got {m.min_pairs}"
@@ -398,7 +405,9 @@ def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
         if key not in names:
             if not where and key in FOREIGN_TOP_LEVEL_KEYS:
                 continue
-            raise ConfigError(f"unknown config key '{where}{key}'; known: {sorted(names)}")
+            raise ConfigError(
+                moved_key(f"{where}{key}") or f"unknown config key '{where}{key}'; known: {sorted(names)}"
+            )
         sub = names[key].default_factory
         if isinstance(sub, type) and dataclasses.is_dataclass(sub):
             if not isinstance(value, Mapping):
@@ -408,6 +417,16 @@ def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
             _check_type(hints[key], value, f"{where}{key}")
         kwargs[key] = value
     return cls(**kwargs)
+
+
+def moved_key(text: str) -> str | None:
+    """The one line that refuses a key which moved (workloads/contract/upgrade.py MOVED_CONFIG_KEYS)
+    where `text` (a key, an override, Hydra's error) names one: a stored config.yaml is lifted, but an
+    override or a config file of the user's is refused, as Hydra refuses any key it does not know."""
+    for old, new in MOVED_CONFIG_KEYS.items():
+        if old in text:
+            return f"{old} is now {new}, the sweep's own setting beside repeats: write {new}=VALUE"
+    return None
 
 
 def cell_config_from_dict(values: Mapping[str, Any]) -> CellConfig:
@@ -431,7 +450,7 @@ def load_cell_config(path: str | Path) -> CellConfig:
             raise ConfigError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
     if not isinstance(values, Mapping):
         raise ConfigError(f"{path}: expected a mapping at the top level")
-    return cell_config_from_dict(values)
+    return cell_config_from_dict(lift_config(values))
 
 
 def cell_config_to_dict(cfg: CellConfig) -> dict[str, Any]:
@@ -456,15 +475,9 @@ def _later_section_defaults() -> dict[str, dict[str, Any]]:
     """The sections added after cells existed, at their defaults (built once: a sweep digests every cell)."""
     return {
         "distributed": cell_config_to_dict(DistributedConfig()),
-        "measure": {
-            k: v for k, v in cell_config_to_dict(MeasureConfig()).items() if k not in _REPLICATE_KEYS
-        },
+        "measure": cell_config_to_dict(MeasureConfig()),
         "compile": cell_config_to_dict(CompileConfig()),
     }
-
-
-#: The `measure` keys that say when a cell's replicates stop (repeats=auto): never part of the id.
-_REPLICATE_KEYS = ("max_repeats", "equivalence")
 
 
 #: Keys added to a section after cells existed, with the value at which they stay out of the digest.
@@ -477,13 +490,18 @@ _LATER_KEYS: dict[str, dict[str, Any]] = {
 }
 
 
+@functools.cache
+def _sweep_settings() -> tuple[str, ...]:
+    """The names of the fields marked SWEEP_SETTING."""
+    return tuple(f.name for f in dataclasses.fields(CellConfig) if f.metadata.get("sweep_setting"))
+
+
 def config_digest(cfg: CellConfig | Mapping[str, Any]) -> str:
-    """A stable 12-hex-digit id of a resolved config (the `cell_id` field itself excluded)."""
+    """A stable 12-hex-digit id of a resolved config (the `cell_id` field and the sweep's own settings
+    excluded)."""
     values = cell_config_to_dict(cfg) if isinstance(cfg, CellConfig) else dict(cfg)
-    values.pop("cell_id", None)
-    values.pop("repeats", None)  # more replicates of a cell are the same cell, and so is when they stop
-    if isinstance(measure := values.get("measure"), Mapping):
-        values["measure"] = {k: v for k, v in measure.items() if k not in _REPLICATE_KEYS}
+    for name in ("cell_id", *_sweep_settings()):
+        values.pop(name, None)
     # Sections (`distributed`, `measure`, `compile`) and keys added after cells existed are left out at
     # their defaults, so that re-running an older sweep still finds its completed cells.
     for section, defaults in _later_section_defaults().items():

@@ -40,7 +40,7 @@ from workloads.contract.schema import (
     table_from_rows,
     write_parquet_atomic,
 )
-from workloads.contract.upgrade import LIFT_INPUTS, lift
+from workloads.contract.upgrade import LIFT_INPUTS, lift, lift_config
 
 MANIFEST_FILE = "manifest.parquet"
 MANIFEST_LOCK = ".manifest.lock"
@@ -192,7 +192,8 @@ def write_cell_config(sweep_dir: Path, cell_id: str, config: Mapping[str, Any]) 
 
 
 def read_cell_config(directory: Path, warn: TextIO | None = STDERR) -> dict[str, Any]:
-    """The config.yaml of a cell directory as a dict ({} if absent or unreadable)."""
+    """The config.yaml of a cell directory as a dict ({} if absent or unreadable), in the current keys
+    (`upgrade.lift_config`)."""
     path = Path(directory) / CONFIG_FILE
     if not path.exists():
         return {}
@@ -202,7 +203,7 @@ def read_cell_config(directory: Path, warn: TextIO | None = STDERR) -> dict[str,
         if warn is not None:
             print(f"warning: cannot read {path}: {exc}", file=warn)
         return {}
-    return values if isinstance(values, dict) else {}
+    return lift_config(values) if isinstance(values, dict) else {}
 
 
 # The manifest.
@@ -274,7 +275,7 @@ def read_task_place(sweep_dir: Path, task_job_id: str) -> int | None:
 def write_auto_stop(directory: Path, record: Mapping[str, Any]) -> None:
     """Write a repeats=auto cell's stop record: `replicates` (how many it ran), `reason` (what stopped
     it), the speedup with its interval (`speedup`, `low`, `high`; null where it has none) and the
-    margin it was decided with (`equivalence`: measure.equivalence)."""
+    margin it was decided with (`equivalence`, the config key)."""
     with atomic_output(Path(directory) / AUTO_STOP_FILE) as fh:
         fh.write(json.dumps(dict(record)).encode())
 

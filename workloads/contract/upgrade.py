@@ -20,14 +20,24 @@ encoding changed so far; such a change would be one more step here. The history,
   accuracy check, issue 25): null in older files, nothing to lift; the GPU energy columns
   (`energy_j` ... in run.parquet, `energy_j` in steps.parquet: workloads/instruments/gpu_energy.py,
   issue 27): null in older files, as where no counter was read, nothing to lift.
+
+A cell's config.yaml has one step too (`lift_config`, read by `sweep_dir.read_cell_config` and
+`workloads.cell.config.load_cell_config`): `measure.max_repeats` and `measure.equivalence` moved
+beside `repeats` as the sweep's own settings (`max_repeats`, `equivalence`; issue 37).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from workloads.contract.schema import RUN_SCHEMA
+
+#: Config keys that moved: the old dotted key -> the new top-level one.
+MOVED_CONFIG_KEYS = {"measure.max_repeats": "max_repeats", "measure.equivalence": "equivalence"}
 
 #: The run columns the lift steps read, scanned whatever columns a reader asked for.
 LIFT_INPUTS = (
@@ -79,3 +89,16 @@ def lift(table: pa.Table, kind: pa.Schema) -> pa.Table:
     for step in (_one_process, _replicate_zero, _end_to_end):
         table = step(table)
     return table
+
+
+def lift_config(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A cell's config as written before its keys moved (MOVED_CONFIG_KEYS), with the current keys;
+    a config that names both keeps the new one's value."""
+    values = dict(values)
+    for old, new in MOVED_CONFIG_KEYS.items():
+        section, key = old.split(".")
+        part = values.get(section)
+        if isinstance(part, Mapping) and key in part:
+            values[section] = {k: v for k, v in part.items() if k != key}
+            values.setdefault(new, part[key])
+    return values
