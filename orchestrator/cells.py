@@ -80,6 +80,11 @@ class Grid:
             if repeat < (1 if cell.auto else cell.repeats)
         ]
 
+    def auto_note(self) -> str:
+        """`, repeats: auto (≤ 10)` for a grid with repeats=auto cells, for the dry run's line; else ''."""
+        most = [cell.repeats for cell in self.cells if cell.auto]
+        return f", repeats: auto (≤ {max(most)})" if most else ""
+
     def swept_keys(self) -> list[str]:
         """Override keys whose value differs between cells and that are not an axis already."""
         values: dict[str, set[str]] = {}

@@ -6,8 +6,9 @@ flags and their help: orchestrator/cli_args.py).
     compilebench sweep [OVERRIDES...] --smoke         # every cell here first, tiny, 2+1 steps
                                                       # (SWEEP_DIR/smoke)
     compilebench sweep [OVERRIDES...] --wait          # Slurm: then follow the jobs (cells per state
-                         [--poll SECONDS]             # at once, then every 30 s) and print the status table;
-                         [--give-up SECONDS]          # stop after 120 s of a squeue that does not answer
+                         [--poll SECONDS]             # at once, then every --poll s) and print the status
+                         [--give-up SECONDS]          # table; stop after --give-up s of a squeue that does
+                                                      # not answer (their defaults: `sweep --help`)
     compilebench sweep [OVERRIDES...] --cfg job       # print each cell's resolved config, run nothing
     compilebench sweep --config-dir DIR [OVERRIDES...] # a site's own profiles (DIR/cluster/<site>.yaml)
     compilebench status SWEEP_DIR [--retry-failed | --json]  # each cell's state: results, then squeue/sacct;
@@ -104,7 +105,9 @@ def cmd_sweep(
         print(render_markdown(rows, list(rows[0])))
         print(f"\n{executor.dry_run(the_plan)}")
         return EXIT_OK
-    return executor.run(the_plan, Follow(poll_s, give_up_s) if wait else None)
+    from orchestrator.sweep.driver import drive
+
+    return drive(executor, the_plan, grid, Follow(poll_s, give_up_s) if wait else None)
 
 
 def print_configs(grid: Grid, first: int | None) -> int:
@@ -140,7 +143,8 @@ def smoke_of(overrides: Sequence[str], config_dirs: Sequence[Path] = ()) -> Grid
 
 
 def cmd_status(sweep_dir: Path, retry_failed: bool = False, as_json: bool = False) -> int:
-    from orchestrator.status import NotASweep, all_completed, render, sweep_status, to_json
+    from orchestrator.status import NotASweep, all_completed, sweep_status, to_json
+    from orchestrator.sweep.tables import status_table
 
     if as_json and retry_failed:
         return _error("--json prints the states only: run --retry-failed without it")
@@ -148,7 +152,7 @@ def cmd_status(sweep_dir: Path, retry_failed: bool = False, as_json: bool = Fals
         rows = sweep_status(sweep_dir)
     except NotASweep as exc:
         return _error(str(exc))
-    print(to_json(sweep_dir, rows) if as_json else render(rows))
+    print(to_json(sweep_dir, rows) if as_json else status_table(rows))
     if retry_failed:
         return retry(sweep_dir, rows)
     return EXIT_OK if all_completed(rows) else EXIT_FAILED
@@ -161,6 +165,7 @@ def retry(sweep_dir: Path, rows: Sequence[CellStatus]) -> int:
     from orchestrator.executors import executor_for
     from orchestrator.grid_files import read_grid
     from orchestrator.status import RETRY, count_states, to_retry
+    from orchestrator.sweep.driver import drive
     from workloads.contract.sweep_dir import SweepDirError
 
     todo = to_retry(rows)
@@ -170,11 +175,12 @@ def retry(sweep_dir: Path, rows: Sequence[CellStatus]) -> int:
     try:
         grid = read_grid(sweep_dir)
         executor = executor_for(grid)
-        the_plan = executor.plan(grid, only={row.cell_id for row in todo})
+        only = {row.cell_id for row in todo}
+        the_plan = executor.plan(grid, only=only)
     except (SweepDirError, ExecutorError) as exc:
         return _error(str(exc))
     print(f"\nretrying {len(todo)} cell(s): {count_states(todo)}", flush=True)
-    return executor.run(the_plan)
+    return drive(executor, the_plan, grid, only=only)
 
 
 def cmd_analyze(

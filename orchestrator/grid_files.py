@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.cells import Cell, Grid
+from workloads.contract.attempts import missing_repeats
 from workloads.contract.sweep_dir import (
     SweepDirError,
     cell_dir,
     cell_dirs,
     config_path,
+    read_auto_stop,
     read_cell_config,
     read_manifest,
     recorded_job_ids,
@@ -83,3 +85,11 @@ def read_grid(sweep_dir: Path) -> Grid:
         )
     cluster = json.loads(next(iter(clusters))) if clusters else None
     return Grid(cells=cells, sweep_dir=sweep_dir, cluster=cluster or {})
+
+
+def stopped(sweep_dir: Path, cell: Cell) -> dict[str, Any] | None:
+    """A repeats=auto cell's stop record where it has one and every replicate it names completed: the
+    cell runs no more (orchestrator/sweep/rounds.py)."""
+    directory = cell_dir(sweep_dir, cell.cell_id)
+    record = read_auto_stop(directory)
+    return record if record and not missing_repeats(directory, record["replicates"]) else None

@@ -38,15 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from orchestrator.auto_repeats import auto_note, run_rounds
 from orchestrator.cell_process import SKIPPED, CellProcess, Outcome, start_cell
 from orchestrator.cells import Cell, Grid
-from orchestrator.executor import EXIT_FAILED, EXIT_OK, Executor, ExecutorError, Follow
+from orchestrator.executor import Executor, ExecutorError, Follow, Ran
 from workloads.cell.config import distributed_section
 from workloads.contract.atomic import atomic_output
 from workloads.contract.attempts import missing_repeats
 from workloads.contract.sweep_dir import COMPILE_CACHE_DIR, cell_dir
-from workloads.contract.vocabulary import COMPLETED, NOT_SUPPORTED
 from workloads.instruments.compile_cache import BASE_ENV
 from workloads.local import turns
 
@@ -113,25 +111,6 @@ class _Turns:
 def _turns(compile_cache: str | None) -> Iterator[_Turns]:
     with tempfile.TemporaryDirectory(prefix="compilebench-turns-") as directory:
         yield _Turns(Path(directory), compile_cache)
-
-
-def run_grid(
-    grid: Grid, out: TextIO | None = None, ahead: int | None = None, every: Grid | None = None
-) -> list[Outcome]:
-    """Run every replicate of every cell not completed before, in `Grid.replicates` order
-    (`run_replicates`), with the compile caches `cluster.compile_cache` says; or with repeats=auto
-    round after round until each cell stops (orchestrator/auto_repeats.py; `every`: the sweep's whole
-    grid where `grid` is some of it)."""
-    cache = str(grid.cluster.get("compile_cache") or "per_job")
-    if not any(cell.auto for cell in grid.cells):
-        return run_replicates(grid.sweep_dir, grid.replicates(), cache, out, ahead)
-    outcomes: list[Outcome] = []
-
-    def run_round(todo: list[tuple[Cell, int]]) -> None:
-        outcomes.extend(run_replicates(grid.sweep_dir, todo, cache, out, ahead))
-
-    done = run_rounds(grid, run_round, every, out)
-    return [*(Outcome(cell_id, SKIPPED) for cell_id in done), *outcomes]
 
 
 def run_replicates(
@@ -208,59 +187,50 @@ class LocalPlan:
     grid: Grid
     only: frozenset[str] | None
     """The cells to run again (`status --retry-failed`), None for the whole sweep."""
+    replicates: tuple[tuple[Cell, int], ...] | None = None
+    """These replicates (a round of repeats=auto), None for `Grid.replicates` of the cells."""
 
     def cells(self) -> Grid:
         if self.only is None:
             return self.grid
         return dataclasses.replace(self.grid, cells=[c for c in self.grid.cells if c.cell_id in self.only])
 
+    def todo(self) -> list[tuple[Cell, int]]:
+        return list(self.cells().replicates() if self.replicates is None else self.replicates)
+
 
 class LocalExecutor(Executor[LocalPlan]):
     """The cells here, one process each, in turn (module doc)."""
 
     name = "local"
+    foreground = True
 
-    def plan(self, grid: Grid, only: Collection[str] | None = None) -> LocalPlan:
+    def plan(
+        self,
+        grid: Grid,
+        only: Collection[str] | None = None,
+        replicates: Sequence[tuple[Cell, int]] | None = None,
+    ) -> LocalPlan:
         many = [cell.cell_id for cell in grid.cells if distributed_section(cell.config).world_size > 1]
         if many:
             raise ExecutorError(
                 f"{len(many)} cell(s) train as several processes (distributed.nodes x tasks_per_node > 1, "
                 f"e.g. {many[0]}); the local executor runs one process per cell: use a Slurm cluster profile"
             )
-        return LocalPlan(grid, None if only is None else frozenset(only))
+        return LocalPlan(
+            grid, None if only is None else frozenset(only), None if replicates is None else tuple(replicates)
+        )
 
     def rows(self, plan: LocalPlan) -> list[dict[str, Any]]:
         return plan.cells().rows()
 
     def dry_run(self, plan: LocalPlan) -> str:
         grid = plan.cells()
-        repeats = auto_note(grid)
+        repeats = grid.auto_note()
         return f"{len(grid.cells)} cell(s) for {grid.sweep_dir}{repeats}; nothing written or run (--dry-run)"
 
-    def run(self, plan: LocalPlan, follow: Follow | None = None) -> int:
-        from analysis.auto_repeats import auto_repeats_markdown
-        from analysis.tables import cells_markdown
-        from orchestrator.grid_files import prepare
-
-        grid = plan.cells()
-        if plan.only is None:
-            prepare(grid)
-            print(f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} (executor {self.name})", flush=True)
-        outcomes = run_grid(grid, every=plan.grid)
-        sys.stdout.flush()  # reading may warn on stderr; keep it after the progress lines
-        print()
-        print(cells_markdown([cell_dir(grid.sweep_dir, cell.cell_id) for cell in grid.cells]))
-        if any(cell.auto for cell in grid.cells):
-            print(f"\n{auto_repeats_markdown(grid.sweep_dir, [cell.cell_id for cell in grid.cells])}")
-        # A cell this machine cannot run (fp8 on the CPU) is no failure of the sweep: a retry here
-        # would not change it, and a grid of bf16 and fp8 cells would otherwise never exit 0 here.
-        unsupported = sum(o.status == NOT_SUPPORTED for o in outcomes)
-        failed = sum(not o.ok for o in outcomes) - unsupported
-        done = sum(o.status == COMPLETED for o in outcomes)
-        skipped = sum(o.status == SKIPPED for o in outcomes)
-        not_here = f", {unsupported} not supported here" if unsupported else ""
-        print(
-            f"\n{done} completed, {skipped} already completed, {failed} failed{not_here}; "
-            f"results in {grid.sweep_dir}"
-        )
-        return EXIT_FAILED if failed else EXIT_OK
+    def run(self, plan: LocalPlan, wait: Follow | None = None) -> Ran:
+        """Run the replicates here, with the compile caches `cluster.compile_cache` says; `wait`
+        changes nothing: they run in the foreground."""
+        cache = str(plan.grid.cluster.get("compile_cache") or "per_job")
+        return Ran(outcomes=run_replicates(plan.grid.sweep_dir, plan.todo(), cache))

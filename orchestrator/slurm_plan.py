@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from orchestrator.auto_repeats import stopped
 from orchestrator.cells import Cell, Grid
+from orchestrator.grid_files import stopped
 from orchestrator.packing import pack, place_state
 from orchestrator.profile import ProfileError, Resources, SlurmProfile, cell_resources, load_profile
 from orchestrator.sbatch import script_text, slurm_parameters
@@ -71,6 +71,8 @@ class SlurmPlan:
     """cell_id -> the last job recorded for it (the manifest's job_id column)."""
     retrying: bool = False
     """Only the cells `status --retry-failed` chose: the sweep's files are there already."""
+    a_round: bool = False
+    """Replicates its caller chose (a round of repeats=auto): submitted without a summary line."""
 
     @property
     def cells_submitted(self) -> int:
@@ -208,7 +210,16 @@ def plan(
     arrays = job_arrays(todo, resources, profile, params)
     if query_cluster:
         check_partitions(resources, arrays)
-    return SlurmPlan(grid, profile, resources, skipped, arrays, job_ids, retrying=only is not None)
+    return SlurmPlan(
+        grid,
+        profile,
+        resources,
+        skipped,
+        arrays,
+        job_ids,
+        retrying=only is not None,
+        a_round=replicates is not None,
+    )
 
 
 def grid_rows(plan: SlurmPlan) -> list[dict[str, Any]]:

@@ -61,7 +61,6 @@ from workloads.contract.vocabulary import (
     axes_from_config,
     config_value,
     short_error,
-    shown_axes,
 )
 
 #: Cells that `status --retry-failed` runs again: no result that counts and no job in the queue; not
@@ -179,38 +178,6 @@ def count_states(rows: Sequence[CellStatus]) -> str:
         return (CELL_STATES.index(state) if state in CELL_STATES else len(CELL_STATES), state)
 
     return ", ".join(f"{counts[state]} {state}" for state in sorted(counts, key=rank)) or "none"
-
-
-def render(rows: Sequence[CellStatus]) -> str:
-    """The status table (Markdown) and a last line counting the cells by state."""
-    from analysis.tables import render_markdown
-
-    shown = shown_axes([row.axes for row in rows])
-    auto = ["repeats"] if any(row.repeats == AUTO_REPEATS for row in rows) else []
-    table = render_markdown(
-        [
-            {
-                "cell_id": row.cell_id,
-                **{a: row.axes.get(a) for a in shown},
-                "job_id": row.job_id,
-                "state": row.state,
-                "attempts": row.attempts,
-                "repeats": _repeats(row),
-                "error": row.error,
-            }
-            for row in rows
-        ],
-        ["cell_id", *shown, "job_id", "state", "attempts", *auto, "error"],
-    )
-    return f"{table}\n\n{len(rows)} cell(s): {count_states(rows)}"
-
-
-def _repeats(row: CellStatus) -> str:
-    """`3, decided: faster`: a stopped repeats=auto cell's replicates and why it stopped; `auto`
-    before it stopped; the number of replicates otherwise."""
-    if row.auto_stop:
-        return f"{row.auto_stop['replicates']}, {row.auto_stop['reason']}"
-    return str(row.repeats)
 
 
 def to_json(sweep_dir: Path, rows: Sequence[CellStatus]) -> str:

@@ -1,18 +1,19 @@
-"""The executor seam: the command line speaks to `Executor` alone, chosen once from the profile."""
+"""The executor seam: the command line and the sweep driver speak to `Executor` alone, chosen once
+from the profile."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchestrator import executors
-from orchestrator.cells import Grid
+from orchestrator.cells import Cell, Grid
 from orchestrator.cli import main
-from orchestrator.executor import EXIT_OK, Executor, ExecutorError, Follow
+from orchestrator.executor import EXIT_OK, Executor, ExecutorError, Follow, Ran
 from orchestrator.grid import expand
 from orchestrator.local import LocalExecutor
 from orchestrator.slurm import SlurmExecutor
@@ -25,7 +26,12 @@ class RecordingExecutor(Executor[tuple[str, ...]]):
     name = "recording"
     calls: list[tuple[str, Any]] = []
 
-    def plan(self, grid: Grid, only: Collection[str] | None = None) -> tuple[str, ...]:
+    def plan(
+        self,
+        grid: Grid,
+        only: Collection[str] | None = None,
+        replicates: Sequence[tuple[Cell, int]] | None = None,
+    ) -> tuple[str, ...]:
         planned = tuple(c.cell_id for c in grid.cells if only is None or c.cell_id in only)
         self.calls.append(("plan", planned))
         return planned
@@ -36,9 +42,9 @@ class RecordingExecutor(Executor[tuple[str, ...]]):
     def dry_run(self, plan: tuple[str, ...]) -> str:
         return f"{len(plan)} cell(s) recorded, nothing run"
 
-    def run(self, plan: tuple[str, ...], follow: Follow | None = None) -> int:
-        self.calls.append(("run", (plan, follow)))
-        return EXIT_OK
+    def run(self, plan: tuple[str, ...], wait: Follow | None = None) -> Ran:
+        self.calls.append(("run", (plan, wait)))
+        return Ran()
 
 
 @pytest.fixture
@@ -67,12 +73,16 @@ def test_a_new_executor_needs_no_change_to_the_command_line(
     assert "| recorded |" in out and "2 cell(s) recorded, nothing run" in out
     assert main(["sweep", *sweep, "--wait", "--poll", "5"]) == EXIT_OK
     assert recording == [("plan", cells), ("plan", cells), ("run", (cells, Follow(poll_s=5.0)))]
-    assert not (tmp_path / "sw").exists()  # what the sweep writes is the executor's to write
+    # The driver prepared the sweep directory once, before the executor ran the plan.
+    assert sorted(d.name for d in (tmp_path / "sw" / "cells").iterdir()) == sorted(cells)
+    assert (tmp_path / "sw" / "manifest.parquet").exists()
 
 
-def test_the_command_line_names_no_executor() -> None:
-    """cli.py branches on no executor name: every string constant in its code (docstrings aside)."""
-    tree = ast.parse((REPO_ROOT / "orchestrator" / "cli.py").read_text())
+@pytest.mark.parametrize("module", ["cli.py", "sweep/driver.py"])
+def test_the_command_line_and_the_driver_name_no_executor(module: str) -> None:
+    """The command line and the sweep driver branch on no executor name: every string constant in
+    their code (docstrings aside)."""
+    tree = ast.parse((REPO_ROOT / "orchestrator" / module).read_text())
     docstrings = {
         id(node.body[0].value)
         for node in ast.walk(tree)

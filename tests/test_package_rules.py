@@ -6,6 +6,8 @@ docs/architecture.md draws them.
   analysis does not import the orchestrator.
 - The rooms of workloads: each imports only the rooms beneath it (ROOMS); `contract` none but
   itself, and no torch.
+- The executors (and what runs a cell) import nothing of analysis: the sweep driver above them prints
+  the tables (EXECUTOR_ROOM).
 - No circles: no module imports, directly or through others, a module that imports it.
 - The tree is as `ruff format` writes it, and `ruff check` finds nothing (pyproject.toml).
 """
@@ -45,6 +47,17 @@ ROOMS = {
 #: `gemm` is the GEMM cell (model=gemm), train_cell's counterpart: the cell's parts, the instruments.
 ROOMS["gemm"] = {"contract", "cell", "local", "instruments", "gemm"}
 ROOMS["run"] = ROOMS["train_cell"] | {"gemm", "run"}
+
+
+#: The orchestrator's executors and what runs a cell: they run or submit what they are given, and the
+#: sweep driver above them (orchestrator/sweep/) prints the tables, so none imports analysis.
+EXECUTOR_ROOM = {
+    f"orchestrator.{name}"
+    for name in (
+        "executor", "executors", "local", "cell_process", "status", "slurm", "slurm_plan", "slurm_submit",
+        "slurm_job", "sbatch", "scheduler", "packing", "packed_task",
+    )
+}  # fmt: skip
 
 
 def module_files() -> dict[str, Path]:
@@ -144,6 +157,13 @@ def test_packages_and_rooms_import_one_way() -> None:
     assert set(filter(None, map(room, graph))) == set(ROOMS), "a room of workloads is missing from ROOMS"
     problems = room_problems(graph)
     assert not problems, "\n".join(problems)
+
+
+def test_no_executor_imports_analysis() -> None:
+    graph = import_graph(sources())
+    assert EXECUTOR_ROOM <= set(graph), "a module of EXECUTOR_ROOM is missing"
+    found = {m: sorted(t for t in graph[m] if t.split(".")[0] == "analysis") for m in sorted(EXECUTOR_ROOM)}
+    assert not {m: t for m, t in found.items() if t}, found
 
 
 def test_the_contract_imports_no_torch() -> None:

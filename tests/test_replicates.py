@@ -11,7 +11,7 @@ import pandas as pd
 
 from orchestrator.grid import expand
 from orchestrator.grid_files import prepare
-from orchestrator.local import run_grid
+from orchestrator.local import run_replicates
 from tests.helpers import TINY, cli, slurm_cli, table, wait_until, wait_until_done
 from tests.slurm.cluster import LocalSlurm
 
@@ -85,7 +85,9 @@ def test_replicates_started_ahead_in_a_batch_still_take_the_device_one_at_a_time
     grid = expand([*TINY, "backend=eager", "seed=1,2", "repeats=2", f"hydra.sweep.dir={tmp_path / 'sw'}"])
     prepare(grid)
     progress = io.StringIO()
-    outcomes = run_grid(grid, progress, ahead=3)
+    outcomes = run_replicates(
+        grid.sweep_dir, grid.replicates(), grid.cluster["compile_cache"], progress, ahead=3
+    )
     assert [o.status for o in outcomes] == ["completed"] * 4, progress.getvalue()
     runs = pd.concat(_runs(grid.sweep_dir).values()).sort_values("started_at")
     assert (runs["started_at"].iloc[1:].to_numpy() >= runs["finished_at"].iloc[:-1].to_numpy()).all()

@@ -23,7 +23,8 @@ import yaml
 from analysis.collect import load_sweep
 from analysis.metrics import cell_metrics
 from orchestrator.cli import main
-from orchestrator.status import render, sweep_status
+from orchestrator.status import sweep_status
+from orchestrator.sweep.tables import status_table
 from workloads.contract.attempts import last_status, missing_repeats, record_killed_attempt
 from workloads.contract.schema import (
     MANIFEST_SCHEMA,
@@ -274,7 +275,7 @@ def test_status_reads_the_old_sweep(sweeps: tuple[Path, Path], capsys: pytest.Ca
         "v1-eager": COMPLETED, "v1-inductor": COMPLETED, "v2-eager": COMPLETED, "v2-inductor": COMPLETED,
         "v2-ddp": COMPLETED, "v2-nosteps": COMPLETED, "v2-failed": "failed", "v2-queued": NOT_RUN,
     }  # fmt: skip
-    assert render(sweep_status(old)) == render(sweep_status(new))
+    assert status_table(sweep_status(old)) == status_table(sweep_status(new))
     printed = []
     for sweep in (old, new):
         printed.append((main(["status", str(sweep)]), capsys.readouterr().out))

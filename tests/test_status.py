@@ -479,7 +479,7 @@ def test_sacct_states_and_retry_failed(slurm_cluster_accounting: LocalSlurm, tmp
 
 
 def test_follow_writes_to_the_stdout_of_its_call(tmp_path: Path) -> None:
-    """`follow` (like `run_grid` and `submit`) prints to sys.stdout as it is when called, so that a
+    """`follow` (like `run_replicates` and `submit`) prints to sys.stdout as it is when called, so that a
     caller that redirects it gets the lines: a default bound when the module was imported would
     write to whatever sys.stdout was then."""
     write_cell(tmp_path, "e", "eager", step_ms=[1.0, 1.0])

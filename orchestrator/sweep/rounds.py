@@ -19,21 +19,13 @@ import itertools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TextIO
 
+from analysis.decision import Standing, standings, stop_reasons
 from orchestrator.cells import Cell, Grid
+from orchestrator.grid_files import stopped
 from workloads.contract.attempts import missing_repeats
-from workloads.contract.sweep_dir import cell_dir, read_auto_stop, write_auto_stop
-
-if TYPE_CHECKING:
-    from analysis.decision import Standing
-
-
-def stopped(sweep_dir: Path, cell: Cell) -> dict[str, Any] | None:
-    """The cell's stop record where it has one and every replicate it names completed."""
-    directory = cell_dir(sweep_dir, cell.cell_id)
-    record = read_auto_stop(directory)
-    return record if record and not missing_repeats(directory, record["replicates"]) else None
+from workloads.contract.sweep_dir import cell_dir, write_auto_stop
 
 
 def run_rounds(
@@ -47,8 +39,6 @@ def run_rounds(
     others stopped; returns the repeats=auto cells that had stopped before. `every`: the sweep's
     whole grid, where `grid` is some of its cells (`status --retry-failed`); cells of `grid` without
     repeats=auto run their `repeats` in the same rounds."""
-    from analysis.decision import standings, stop_reasons  # pandas: not in a packed task's runner
-
     out = sys.stdout if out is None else out
     every = every or grid
     done_before = [cell.cell_id for cell in grid.cells if cell.auto and stopped(grid.sweep_dir, cell)]
@@ -89,9 +79,3 @@ def _record(sweep_dir: Path, cell: Cell, standing: Standing, reason: str, out: T
     }
     write_auto_stop(cell_dir(sweep_dir, cell.cell_id), record)
     print(f"  {cell.label} ({cell.cell_id}) stops after {standing.replicates} run(s): {reason}", file=out)
-
-
-def auto_note(grid: Grid) -> str:
-    """`, repeats: auto (≤ 10)` for a grid with repeats=auto cells, for the dry run's line; else ''."""
-    most = [cell.repeats for cell in grid.cells if cell.auto]
-    return f", repeats: auto (≤ {max(most)})" if most else ""

@@ -1,0 +1,1 @@
+"""The sweep driver and the rounds of repeats=auto: the policy above the executors."""
