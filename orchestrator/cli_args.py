@@ -7,6 +7,7 @@ when asked (orchestrator/config_groups.py); the rest is argparse's.
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -34,6 +35,19 @@ class _SweepHelp(argparse.Action):
         parser.epilog = groups_help(getattr(namespace, "config_dir", None) or ())
         parser.print_help()
         parser.exit()
+
+
+class _DefaultsAtHome(argparse.HelpFormatter):
+    """Help whose flags name the home of their default (`default_home`, `module:NAME` in analysis)
+    and show its value, read from there only when the help is shown: the analysis imports pandas,
+    which `compilebench --help` and `sweep` should not pay for."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        home = getattr(action, "default_home", None)
+        if home is None:
+            return action.help
+        module, name = home.split(":")
+        return f"{action.help} (default: {getattr(importlib.import_module(module), name):g})"
 
 
 def _positive_seconds(text: str) -> float:
@@ -152,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     analyze = commands.add_parser(
         "analyze",
+        formatter_class=_DefaultsAtHome,
         help="tables, figures and a report page of a sweep directory",
         description=(
             "Per-cell statistics over measured steps, speedups with bootstrap intervals, status counts, "
@@ -190,26 +205,28 @@ def build_parser() -> argparse.ArgumentParser:
         "replicates are unstable only where they disagree by more (default: the equivalence a "
         "repeats=auto sweep was decided with, else 0: no margin)",
     )
-    analyze.add_argument(
+    data_bound = analyze.add_argument(
         "--data-bound",
         type=_fraction(below_one=False),
         default=None,
         metavar="FRACTION",
         help="a cell that spends more than this share of its step time waiting for data is "
-        "data-bound: its verdicts rest on end-to-end throughput, not the median step "
-        "(default: 0.10)",
+        "data-bound: its verdicts rest on end-to-end throughput, not the median step",
     )
-    analyze.add_argument(
+    data_bound.default_home = "analysis.verdicts:DATA_BOUND"  # type: ignore[attr-defined]
+    launch_bound = analyze.add_argument(
         "--launch-bound",
         type=_fraction(below_one=False),
         default=None,
         metavar="FRACTION",
         help="a cell whose GPU idled more than this share of its profiled window (and that is not "
-        "data-bound) is labelled launch-bound: the host, not its kernels, sets its pace (default: 0.2)",
+        "data-bound) is labelled launch-bound: the host, not its kernels, sets its pace",
     )
+    launch_bound.default_home = "analysis.busy:LAUNCH_BOUND"  # type: ignore[attr-defined]
 
     compare = commands.add_parser(
         "compare",
+        formatter_class=_DefaultsAtHome,
         help="the same cells in two sweeps: ratios B/A with intervals, regressions (exit 1)",
         description=(
             "Match the cells of SWEEP_B with those of SWEEP_A by their axes (not torch version, cluster, "
@@ -220,14 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("sweep_a", type=Path, metavar="SWEEP_A", help="the reference sweep (before)")
     compare.add_argument("sweep_b", type=Path, metavar="SWEEP_B", help="the sweep compared with it (after)")
-    compare.add_argument(
+    threshold = compare.add_argument(
         "--threshold",
         type=_fraction(below_one=True),
         default=None,
         metavar="FRACTION",
-        help="a cell regresses when B's median step is slower than A's by more than this at 95%% "
-        "confidence (default: 0.05)",
+        help="a cell regresses when B's median step is slower than A's by more than this at 95%% confidence",
     )
+    threshold.default_home = "analysis.compare:THRESHOLD"  # type: ignore[attr-defined]
     compare.add_argument(
         "--format",
         choices=("markdown", "json"),

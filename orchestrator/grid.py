@@ -13,7 +13,7 @@ import copy
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -61,23 +61,16 @@ class GridError(Exception):
     """Bad sweep input; the message is one line meant for the user as is."""
 
 
-def cell_id_of(values: Mapping[str, Any]) -> str:
-    """Stable id of a cell: the workload's own digest of its normalised config.
-
-    Going through `CellConfig` drops the orchestrator-only keys (`cluster`, `hydra`, ...) and
-    fills defaults, so the same experiment on another cluster keeps its id, a re-run of the
-    sweep finds its finished cells, and `workloads.run` derives the same id from a config
-    file without one.
-    """
-    return config_digest(cell_config_from_dict(values))
-
-
 def _default_sweep_dir() -> Path:
     return Path("sweeps") / time.strftime("%Y-%m-%d_%H-%M-%S")
 
 
 def _checked(values: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """The cell's plain config validated by the workload schema, `cell_id` set."""
+    """The cell's plain config validated by the workload schema, `cell_id` set: the workload's own
+    digest of its normalised config. Going through `CellConfig` drops the orchestrator-only keys
+    (`cluster`, `hydra`, ...) and fills defaults, so the same experiment on another cluster keeps its
+    id, a re-run of the sweep finds its finished cells, and `workloads.run` derives the same id from a
+    config file without one."""
     try:
         cell_config = cell_config_from_dict(values)
         check_cell(
@@ -85,7 +78,7 @@ def _checked(values: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]
         )  # unknown size/backend, unfit data, a bad target: before any run
     except ConfigError as exc:
         raise GridError(f"{' '.join(overrides) or '(defaults)'}: {one_line(exc)}") from exc
-    values["cell_id"] = config_digest(cell_config)  # = cell_id_of(values), converted once
+    values["cell_id"] = config_digest(cell_config)
     return values
 
 

@@ -232,5 +232,7 @@ class LocalExecutor(Executor[LocalPlan]):
     def run(self, plan: LocalPlan, wait: Follow | None = None) -> Ran:
         """Run the replicates here, with the compile caches `cluster.compile_cache` says; `wait`
         changes nothing: they run in the foreground."""
-        cache = str(plan.grid.cluster.get("compile_cache") or "per_job")
+        from orchestrator.profile import SlurmProfile  # OmegaConf: not in a packed task's runner
+
+        cache = plan.grid.cluster.get("compile_cache") or SlurmProfile.compile_cache  # null: the default
         return Ran(outcomes=run_replicates(plan.grid.sweep_dir, plan.todo(), cache))

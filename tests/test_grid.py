@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.grid import CONF_DIR, GridError, cell_id_of, expand, smoke_grid
+from orchestrator.grid import CONF_DIR, GridError, expand, smoke_grid
 from tests.helpers import cli
+from workloads.cell.config import cell_config_from_dict, config_digest
 
 #: Config files that cannot stand alone: the extra overrides that make them a runnable cell.
 NEEDS = {
@@ -78,9 +79,10 @@ def test_product_has_stable_distinct_ids() -> None:
 
 def test_cell_id_ignores_orchestrator_keys() -> None:
     config = expand([]).cells[0].config
-    other_cluster = {**config, "cluster": {"name": "elsewhere", "executor": "slurm"}, "cell_id": None}
-    assert cell_id_of(other_cluster) == config["cell_id"]
-    assert cell_id_of({**config, "seed": config["seed"] + 1}) != config["cell_id"]
+    assert expand(["cluster=grete"]).cells[0].cell_id == config["cell_id"]  # the same cell elsewhere
+    assert expand([f"seed={config['seed'] + 1}"]).cells[0].cell_id != config["cell_id"]
+    # the workload derives the same id from the config file without one
+    assert config_digest(cell_config_from_dict({**config, "cell_id": None})) == config["cell_id"]
 
 
 def test_quickstart_experiment() -> None:
