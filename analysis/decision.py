@@ -1,7 +1,7 @@
 """`repeats=auto`'s stop rule: whether a cell's speedup is decided, built from the verdict `analyze`
 prints, so that the reason a sweep stopped and the verdict never disagree.
 
-After each round the orchestrator (orchestrator/auto_repeats.py) asks where each cell still going
+After each round the orchestrator (orchestrator/sweep/rounds.py) asks where each cell still going
 stands (`standings`: its speedup and 95% interval as the per-cell table has them, the paired one where
 the cell measured paired, else against its eager cell; the end-to-end one where data-bound) and
 `stop_reasons` decides, in this order:

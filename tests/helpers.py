@@ -121,7 +121,7 @@ def wait_until(
 
 
 #: The command line as a fresh process runs it (the console script `compilebench`).
-CLI = (sys.executable, "-m", "orchestrator.cli")
+CLI = (sys.executable, "-m", "orchestrator.cli.main")
 
 
 def cli_env(env: Mapping[str, str] | None = None) -> dict[str, str]:

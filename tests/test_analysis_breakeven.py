@@ -12,7 +12,7 @@ import pytest
 from analysis.collect import SweepData, load_sweep
 from analysis.metrics import cell_metrics
 from analysis.tables import break_even_table, summary_table
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from tests.analysis_sweeps import write_cell, write_ranks_cell
 
 

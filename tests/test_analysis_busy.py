@@ -15,7 +15,7 @@ from analysis.busy import LAUNCH_BOUND
 from analysis.collect import load_sweep
 from analysis.metrics import cell_metrics
 from analysis.tables import cells_markdown, summary_table
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from tests.analysis_sweeps import write_cell
 from workloads.cell.config import cell_config_from_dict
 from workloads.contract.schema import PROFILED_WINDOW_FIELDS

@@ -13,7 +13,7 @@ import yaml
 
 from analysis.metrics import CELL_COLUMNS
 from analysis.plots import FIGURES
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from tests.analysis_sweeps import write_cell, write_seminar_sweep
 
 SWEEP_TITLES = [
@@ -95,3 +95,17 @@ def test_a_partly_broken_sweep_is_analysed_as_far_as_it_goes(
     assert "2.00x" in out and "| unreadable" in out
     page = (tmp_path / "report" / "index.md").read_text()
     assert "## Problems" in page and str(broken) in page
+
+
+def test_the_help_shows_each_default_read_from_its_home(capsys: pytest.CaptureFixture[str]) -> None:
+    """`analyze --help` and `compare --help` quote no numbers of their own: each default is the value
+    of the analysis constant it names (orchestrator/cli/args.py `default_home`)."""
+    from analysis.busy import LAUNCH_BOUND
+    from analysis.compare import THRESHOLD
+    from analysis.verdicts import DATA_BOUND
+
+    for command, defaults in (("analyze", (DATA_BOUND, LAUNCH_BOUND)), ("compare", (THRESHOLD,))):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert [f"(default: {value:g})" in text for value in defaults] == [True] * len(defaults), text

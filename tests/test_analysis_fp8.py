@@ -17,7 +17,7 @@ from analysis.fp8 import FP8_TABLE, fp8_rows
 from analysis.metrics import cell_metrics, median_draws
 from analysis.report import analyze
 from analysis.stats import ratio_interval
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from tests.analysis_sweeps import H100, write_cell, write_gemm_cell, write_replicates, write_seminar_sweep
 
 GPT = dict(model="gpt", size="small", arch="gpt-6x6x384", batch_size=64, **H100)

@@ -10,7 +10,7 @@ import pytest
 
 from analysis.gemm_claims import BEYOND_FLOOR, NOT_MEASURED, NOT_REPRODUCED, NOTHING_TO_JUDGE, REPRODUCED
 from analysis.report import analyze
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from tests.analysis_sweeps import PEAK_GBPS, write_cell, write_gemm_cell, write_seminar_sweep
 
 #: µs per GEMM at N = K = 8192 as one H100 measured them (../shared/reference): bf16 cuBLAS, fp8

@@ -15,7 +15,7 @@ from PIL import Image
 
 from analysis.plots import FIGURES
 from analysis.report import analyze
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from tests.analysis_sweeps import write_cell, write_seminar_sweep
 from tests.browser import Page, open_page
 

@@ -30,7 +30,7 @@ from analysis.stats import (
 )
 from analysis.tables import summarize, summary_table
 from analysis.verdicts import E2E_BASIS, MEDIAN_BASIS
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from tests.analysis_sweeps import (
     GPT2,
     ITEMS,

@@ -19,7 +19,7 @@ from analysis.plots import scaling_figure
 from analysis.render import csv, latex, markdown
 from analysis.scaling import SCALING, scaling_table
 from analysis.tables import sweep_tables
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from tests.analysis_sweeps import write_cell, write_manifest, write_ranks_cell
 from workloads.contract.schema import write_parquet_atomic
 

@@ -26,8 +26,8 @@ from analysis.decision import (
     stop_reasons,
 )
 from analysis.verdicts import verdicts
-from orchestrator.grid import GridError, expand
-from orchestrator.grid_files import read_grid
+from orchestrator.grid.expand import GridError, expand
+from orchestrator.grid.files import read_grid
 from tests.helpers import TINY, cli, slurm_cli, table
 from tests.slurm.cluster import LocalSlurm
 
@@ -138,7 +138,7 @@ def test_a_config_yaml_written_before_the_keys_moved_is_read_as_the_new_keys(tmp
 def test_slurm_needs_wait_for_auto_and_the_dry_run_says_auto(
     no_slurm_here: None, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    from orchestrator.cli import main
+    from orchestrator.cli.main import main
 
     args = [
         "sweep",

@@ -18,7 +18,7 @@ def test_every_family_has_a_builder_and_every_size_a_preset() -> None:
 
 def test_expanding_and_checking_a_grid_imports_no_torch() -> None:
     code = (
-        "import sys; from orchestrator.grid import expand; "
+        "import sys; from orchestrator.grid.expand import expand; "
         "grid = expand(['model=gpt', 'backend=eager,inductor', 'cluster=grete', "
         "'hydra.sweep.dir=/nonexistent']); "
         "print(len(grid.cells), 'torch' in sys.modules)"

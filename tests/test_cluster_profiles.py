@@ -14,8 +14,8 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from orchestrator.grid import CONF_DIR, GridError, expand
-from orchestrator.profile import ProfileError, SlurmProfile, load_profile
+from orchestrator.grid.expand import CONF_DIR, GridError, expand
+from orchestrator.grid.profile import ProfileError, SlurmProfile, load_profile
 
 BASE = CONF_DIR / "cluster_base.yaml"
 INHERIT = "/cluster_base@_here_"

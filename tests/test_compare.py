@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from tests.analysis_sweeps import H100, write_cell, write_manifest
 
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from analysis.collect import load_sweep
 from analysis.metrics import cell_metrics
 from analysis.reasons import reasons_table
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from tests.analysis_sweeps import write_cell
 from workloads.cell.catalog import FAMILY_KINDS
 from workloads.cell.config import CellConfig, cell_config_from_dict

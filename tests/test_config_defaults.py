@@ -1,6 +1,6 @@
 """One source for each default of a cell's config: the dataclasses of workloads/cell/config.py.
 
-orchestrator/config_store.py registers them with Hydra's ConfigStore as `cell_defaults`, which
+orchestrator/grid/config_store.py registers them with Hydra's ConfigStore as `cell_defaults`, which
 conf/config.yaml composes first; the YAML states only the group choices, and each group file only
 what differs. These tests fail when two places state a default, or disagree about one.
 
@@ -17,9 +17,9 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
-from orchestrator.config_groups import ROOT_FILE, default_choices
-from orchestrator.config_store import MODEL_GROUP_KEYS, cell_defaults
-from orchestrator.grid import CONF_DIR, expand
+from orchestrator.grid.config_groups import ROOT_FILE, default_choices
+from orchestrator.grid.config_store import MODEL_GROUP_KEYS, cell_defaults
+from orchestrator.grid.expand import CONF_DIR, expand
 from workloads.cell.config import CellConfig, cell_config_to_dict
 
 #: Config group -> the section of CellConfig its files fill (None: the top level, `size`).

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import torch
 
-from orchestrator.cli import main
-from orchestrator.grid import GridError, expand
+from orchestrator.cli.main import main
+from orchestrator.grid.expand import GridError, expand
 from tests.helpers import REPO_ROOT, TINY, cli, jobs_from, slurm_cli, wait_until_done
 from tests.slurm.cluster import LocalSlurm
 

@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.cli import main
-from orchestrator.grid import expand
-from orchestrator.profile import ProfileError
-from orchestrator.slurm_plan import check_grid
+from orchestrator.cli.main import main
+from orchestrator.executors.slurm.plan import check_grid
+from orchestrator.grid.expand import expand
+from orchestrator.grid.profile import ProfileError
 from tests.helpers import BASH, TINY, slurm_cli, wait_until_done
 from tests.slurm.cluster import LocalSlurm
 

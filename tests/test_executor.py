@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator import executors
-from orchestrator.cells import Cell, Grid
-from orchestrator.cli import main
-from orchestrator.executor import EXIT_OK, Executor, ExecutorError, Follow, Ran
-from orchestrator.grid import expand
-from orchestrator.local import LocalExecutor
-from orchestrator.slurm import SlurmExecutor
+from orchestrator.cli.main import main
+from orchestrator.executors import choice
+from orchestrator.executors.base import EXIT_OK, Executor, ExecutorError, Follow, Ran
+from orchestrator.executors.local import LocalExecutor
+from orchestrator.executors.slurm.executor import SlurmExecutor
+from orchestrator.grid.cells import Cell, Grid
+from orchestrator.grid.expand import expand
 from tests.helpers import REPO_ROOT, TINY
 
 
@@ -49,18 +49,18 @@ class RecordingExecutor(Executor[tuple[str, ...]]):
 
 @pytest.fixture
 def recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
-    monkeypatch.setitem(executors.EXECUTORS, "recording", RecordingExecutor)
+    monkeypatch.setitem(choice.EXECUTORS, "recording", RecordingExecutor)
     RecordingExecutor.calls = []
     return RecordingExecutor.calls
 
 
 def test_the_profile_chooses_the_executor_once() -> None:
     local = expand([*TINY, "seed=1,2"])
-    assert isinstance(executors.executor_for(local), LocalExecutor)
+    assert isinstance(choice.executor_for(local), LocalExecutor)
     slurm = expand([*TINY, "cluster=grete"])
-    assert isinstance(executors.executor_for(slurm), SlurmExecutor)
+    assert isinstance(choice.executor_for(slurm), SlurmExecutor)
     with pytest.raises(ExecutorError, match="unknown executor 'pbs' .*use local or slurm"):
-        executors.executor_for(expand([*TINY, "cluster.executor=pbs"]))
+        choice.executor_for(expand([*TINY, "cluster.executor=pbs"]))
 
 
 def test_a_new_executor_needs_no_change_to_the_command_line(
@@ -78,7 +78,7 @@ def test_a_new_executor_needs_no_change_to_the_command_line(
     assert (tmp_path / "sw" / "manifest.parquet").exists()
 
 
-@pytest.mark.parametrize("module", ["cli.py", "sweep/driver.py"])
+@pytest.mark.parametrize("module", ["cli/main.py", "sweep/driver.py"])
 def test_the_command_line_and_the_driver_name_no_executor(module: str) -> None:
     """The command line and the sweep driver branch on no executor name: every string constant in
     their code (docstrings aside)."""
@@ -93,4 +93,4 @@ def test_the_command_line_and_the_driver_name_no_executor(module: str) -> None:
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
     ]
-    assert not [text for text in constants if text in executors.EXECUTORS], constants
+    assert not [text for text in constants if text in choice.EXECUTORS], constants

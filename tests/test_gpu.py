@@ -655,7 +655,7 @@ def test_cudagraphs_skipped_for_a_cpu_op_is_not_compiled(
 
 @dataclass(frozen=True)
 class SweepCell:
-    """What orchestrator.local.run_replicates reads of a cell of orchestrator.grid (which imports Hydra)."""
+    """What orchestrator.executors.local.run_replicates reads of a cell of orchestrator.grid.cells."""
 
     cell_id: str
     label: str
@@ -665,7 +665,7 @@ class SweepCell:
 
 @dataclass
 class LocalSweep:
-    """What the test reads of orchestrator.grid.Grid: the cells (one replicate each, in order), the
+    """What the test reads of orchestrator.grid.cells.Grid: the cells (one replicate each, in order), the
     sweep directory whose cells/<id>/config.yaml they run, and the cluster profile's compile cache."""
 
     cells: list[SweepCell]
@@ -677,14 +677,14 @@ class LocalSweep:
 
 
 def test_a_cuda_oom_cell_records_oom_and_the_next_cell_runs(tmp_path: Path) -> None:
-    """A local sweep (cluster=local: orchestrator.local.run_replicates, Hydra's expansion aside) of two
-    cells of GPT-2 124M, eager bf16: the first with a batch whose logits alone (batch x 1024
+    """A local sweep (cluster=local: orchestrator.executors.local.run_replicates, Hydra's expansion
+    aside) of two cells of GPT-2 124M, eager bf16: the first with a batch whose logits alone (batch x 1024
     tokens x 50304 bf16 values) need more than the GPU's whole memory, then the same model at
     nanoGPT's batch of 12. The executor starts the second cell's process while the first runs (it
     imports and makes its CUDA context, then waits for its turn). The first records `oom` with
     CUDA's message; the second gets the device when the first has handed it over and completes
     all its steps on the GPU."""
-    from orchestrator.local import run_replicates
+    from orchestrator.executors.local import run_replicates
     from workloads.contract.sweep_dir import config_path
     from workloads.models.gpt import GPT_SIZES
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.grid import CONF_DIR, GridError, expand, smoke_grid
+from orchestrator.grid.expand import CONF_DIR, GridError, expand, smoke_grid
 from tests.helpers import cli
 from workloads.cell.config import cell_config_from_dict, config_digest
 
@@ -215,7 +215,7 @@ def test_cells_sharing_a_composition_stay_independent() -> None:
 
 
 def test_compositions_sharing_the_cached_defaults_stay_independent() -> None:
-    """`cell_defaults` (orchestrator/config_store.py) is loaded once per expansion and merged
+    """`cell_defaults` (orchestrator/grid/config_store.py) is loaded once per expansion and merged
     first into every composition: a later composition (backend=inductor) must not change an
     earlier one, which a model with a `???` (timm's arch) copies for each of its cells."""
     overrides = ["model=timm", "model.arch=resnet18,resnet50", "backend=eager,inductor"]  # backend fastest

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from tests.helpers import cli, jobs_from
 from tests.slurm.cluster import LocalSlurm
 

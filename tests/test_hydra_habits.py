@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.cli import main
-from orchestrator.grid import expand
+from orchestrator.cli.main import main
+from orchestrator.grid.expand import expand
 from tests.helpers import TINY, cli
 
 #: A site's Slurm profile and a local one, as a user writes them outside the repository.

@@ -203,13 +203,13 @@ def test_an_editable_install_uses_the_checkouts_configs(source: Path, tmp_path: 
     where = run(
         bin_dir / "python",
         "-c",
-        "from orchestrator import package_data as p; print(p.__file__, p.CONF_DIR, p.TEMPLATES_DIR)",
+        "from orchestrator.grid import package_data as p; print(p.__file__, p.CONF_DIR, p.TEMPLATES_DIR)",
         cwd=tmp_path,
         env=env,
     )
     assert where.returncode == 0, where.stderr
     assert where.stdout.split() == [
-        str(source / "orchestrator" / "package_data.py"),
+        str(source / "orchestrator" / "grid" / "package_data.py"),
         str(source / "conf"),
         str(source / "sbatch_templates"),
     ]

@@ -6,8 +6,9 @@ docs/architecture.md draws them.
   analysis does not import the orchestrator.
 - The rooms of workloads: each imports only the rooms beneath it (ROOMS); `contract` none but
   itself, and no torch.
-- The executors (and what runs a cell) import nothing of analysis: the sweep driver above them prints
-  the tables (EXECUTOR_ROOM).
+- The rooms of orchestrator: each imports only the rooms beneath it (ORCHESTRATOR_ROOMS); the
+  executors (and what runs a cell) import nothing of analysis: the sweep driver above them prints
+  the tables.
 - No circles: no module imports, directly or through others, a module that imports it.
 - The tree is as `ruff format` writes it, and `ruff check` finds nothing (pyproject.toml).
 """
@@ -49,15 +50,14 @@ ROOMS["gemm"] = {"contract", "cell", "local", "instruments", "gemm"}
 ROOMS["run"] = ROOMS["train_cell"] | {"gemm", "run"}
 
 
-#: The orchestrator's executors and what runs a cell: they run or submit what they are given, and the
-#: sweep driver above them (orchestrator/sweep/) prints the tables, so none imports analysis.
-EXECUTOR_ROOM = {
-    f"orchestrator.{name}"
-    for name in (
-        "executor", "executors", "local", "cell_process", "status", "slurm", "slurm_plan", "slurm_submit",
-        "slurm_job", "sbatch", "scheduler", "packing", "packed_task",
-    )
-}  # fmt: skip
+#: Room of orchestrator -> the rooms it may import: the command line over the sweep driver over the
+#: executors (and what runs a cell) over the grid and its configuration.
+ORCHESTRATOR_ROOMS = {
+    "grid": {"grid"},
+    "executors": {"grid", "executors"},
+    "sweep": {"grid", "executors", "sweep"},
+    "cli": {"grid", "executors", "sweep", "cli"},
+}
 
 
 def module_files() -> dict[str, Path]:
@@ -159,11 +159,32 @@ def test_packages_and_rooms_import_one_way() -> None:
     assert not problems, "\n".join(problems)
 
 
-def test_no_executor_imports_analysis() -> None:
+def orchestrator_room(module: str) -> str | None:
+    """`orchestrator.executors.slurm.plan` -> `executors`; None outside orchestrator's rooms."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "orchestrator" and len(parts) > 1 else None
+
+
+def test_the_orchestrator_rooms_import_downwards_and_no_executor_imports_analysis() -> None:
     graph = import_graph(sources())
-    assert EXECUTOR_ROOM <= set(graph), "a module of EXECUTOR_ROOM is missing"
-    found = {m: sorted(t for t in graph[m] if t.split(".")[0] == "analysis") for m in sorted(EXECUTOR_ROOM)}
-    assert not {m: t for m, t in found.items() if t}, found
+    modules = [m for m in graph if m.split(".")[0] == "orchestrator" and m != "orchestrator"]
+    assert {orchestrator_room(m) for m in modules} == set(ORCHESTRATOR_ROOMS), "a module outside the rooms"
+    problems = [
+        f"{module} imports {target}: the room {orchestrator_room(module)} may import "
+        f"{sorted(ORCHESTRATOR_ROOMS[orchestrator_room(module)])}"
+        for module in sorted(modules)
+        for target in sorted(graph[module])
+        if orchestrator_room(target)
+        and orchestrator_room(target) not in ORCHESTRATOR_ROOMS[orchestrator_room(module)]
+    ]
+    problems += [
+        f"{module} imports {target}: an executor runs what it is given; the sweep driver prints the tables"
+        for module in sorted(modules)
+        if orchestrator_room(module) == "executors"
+        for target in sorted(graph[module])
+        if target.split(".")[0] == "analysis"
+    ]
+    assert not problems, "\n".join(problems)
 
 
 def test_the_contract_imports_no_torch() -> None:

@@ -1,5 +1,5 @@
 """The private Hydra and submitit APIs that compilebench uses, all wrapped in
-orchestrator/private_apis.py: each still exists with the expected signature and behaviour, and
+orchestrator/grid/private_apis.py: each still exists with the expected signature and behaviour, and
 pyproject.toml pins the versions they were tested with. A failure names the API, the installed
 version and the tested range (an upgrade changed one of them: adapt its wrapper).
 """
@@ -17,8 +17,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 from submitit import SlurmExecutor
 
-from orchestrator import private_apis
-from orchestrator.grid import CONF_DIR, CONFIG_NAME
+from orchestrator.grid import private_apis
+from orchestrator.grid.expand import CONF_DIR, CONFIG_NAME
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ def test_pyproject_pins_the_tested_versions() -> None:
     for distribution in private_apis.TESTED:
         pins = re.findall(rf'"({re.escape(distribution)}\b[^"]*)"', text)
         assert pins == [f"{distribution}{private_apis.tested_range(distribution)}"], (
-            f"pyproject.toml pins {pins}; orchestrator/private_apis.py was tested with "
+            f"pyproject.toml pins {pins}; orchestrator/grid/private_apis.py was tested with "
             f"{distribution}{private_apis.tested_range(distribution)}"
         )
 
@@ -76,7 +76,7 @@ def test_hydra_composition_wrappers(loader) -> None:
         assert cfg.steps == 7 and cfg.extra == 1 and "workers" not in cfg.data
     except Exception as exc:
         pytest.fail(
-            f"Hydra's composition through orchestrator/private_apis.py ({versions('hydra-core')}): "
+            f"Hydra's composition through orchestrator/grid/private_apis.py ({versions('hydra-core')}): "
             f"{type(exc).__name__}: {exc}",
             pytrace=False,
         )

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.grid import expand
-from orchestrator.grid_files import prepare
-from orchestrator.local import run_replicates
+from orchestrator.executors.local import run_replicates
+from orchestrator.grid.expand import expand
+from orchestrator.grid.files import prepare
 from tests.helpers import TINY, cli, slurm_cli, table, wait_until, wait_until_done
 from tests.slurm.cluster import LocalSlurm
 

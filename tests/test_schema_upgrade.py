@@ -22,8 +22,8 @@ import yaml
 
 from analysis.collect import load_sweep
 from analysis.metrics import cell_metrics
-from orchestrator.cli import main
-from orchestrator.status import sweep_status
+from orchestrator.cli.main import main
+from orchestrator.executors.status import sweep_status
 from orchestrator.sweep.tables import status_table
 from workloads.contract.attempts import last_status, missing_repeats, record_killed_attempt
 from workloads.contract.schema import (

@@ -20,12 +20,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.cli import main
-from orchestrator.grid import expand
-from orchestrator.profile import ProfileError, load_profile, resources_for
-from orchestrator.sbatch import job_name
-from orchestrator.scheduler import minutes
-from orchestrator.slurm_plan import check_grid, group_arrays, plan
+from orchestrator.cli.main import main
+from orchestrator.executors.slurm.plan import check_grid, group_arrays, plan
+from orchestrator.executors.slurm.sbatch import job_name
+from orchestrator.executors.slurm.scheduler import minutes
+from orchestrator.grid.expand import expand
+from orchestrator.grid.profile import ProfileError, load_profile, resources_for
 from tests.helpers import BASH, REPO_ROOT, TINY, jobs_from, slurm_cli, wait_until_done
 from tests.slurm.cluster import LocalSlurm
 
@@ -106,7 +106,7 @@ def test_array_task_imports_no_torch() -> None:
     on a busy node that start-up would come on top of the cell's own (which imports torch in its
     subprocess)."""
     code = (
-        "import sys, orchestrator.slurm_job, orchestrator.packed_task; "
+        "import sys, orchestrator.executors.slurm.job, orchestrator.executors.slurm.packed_task; "
         "print(sorted({'torch', 'hydra'} & set(sys.modules)))"
     )
     out = subprocess.run(

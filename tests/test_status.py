@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.packing import place_state, split_place
-from orchestrator.scheduler import expand_job_ids, parse_states
-from orchestrator.status import follow
+from orchestrator.executors.slurm.packing import place_state, split_place
+from orchestrator.executors.slurm.scheduler import expand_job_ids, parse_states
+from orchestrator.executors.status import follow
 from tests.analysis_sweeps import write_cell, write_manifest
 from tests.helpers import TINY, WAIT, as_foreground_job, cli, cli_popen, manifest_jobs, table, wait_until
 from tests.slurm.cluster import LocalSlurm
@@ -59,7 +59,7 @@ def test_job_id_and_state_parsing() -> None:
 def test_a_packed_replicate_has_the_state_of_its_place() -> None:
     """`<task>.<place>`: a running task's place pends until the task gives it the device (task 12_0
     is at place 1), runs while it has it, and is done (`COMPLETED`) once passed; any other task's
-    state is its places' (orchestrator/packing.py)."""
+    state is its places' (orchestrator/executors/slurm/packing.py)."""
     assert split_place("12_4.2") == ("12_4", 2) and split_place("12_4") == ("12_4", None)
     tasks = {"12_0": "RUNNING", "12_1": "RUNNING", "12_2": "PENDING", "13": "CANCELLED"}
     at = {"12_0": 1}.get  # 12_1 has given no turn yet

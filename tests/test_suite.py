@@ -14,8 +14,8 @@ import yaml
 
 from analysis.report import analyze
 from analysis.suite import suite_tables
-from orchestrator.cli import main
-from orchestrator.grid import expand
+from orchestrator.cli.main import main
+from orchestrator.grid.expand import expand
 from tests.analysis_sweeps import write_cell
 from tests.helpers import cli, table
 

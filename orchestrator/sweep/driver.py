@@ -7,7 +7,7 @@ of repeats=auto (orchestrator/sweep/rounds.py), each a plan and a run of the exe
 decides between rounds, so it is refused, the same way for every executor, where the executor's run
 would not wait for them (a Slurm sweep without --wait). Then it prints the closing tables
 (orchestrator/sweep/tables.py) and returns the exit code. The executor only runs or submits what it
-is given and waits if asked (orchestrator/executor.py).
+is given and waits if asked (orchestrator/executors/base.py).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import sys
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from orchestrator.cell_process import SKIPPED, Outcome
-from orchestrator.cells import Cell, Grid
-from orchestrator.executor import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Executor, ExecutorError, Follow
-from orchestrator.grid_files import prepare
-from orchestrator.scheduler import UNANSWERED_LIMIT_S
-from orchestrator.status import CellStatus, all_completed, sweep_status
+from orchestrator.executors.base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Executor, ExecutorError, Follow
+from orchestrator.executors.cell_process import SKIPPED, Outcome
+from orchestrator.executors.slurm.scheduler import UNANSWERED_LIMIT_S
+from orchestrator.executors.status import CellStatus, all_completed, sweep_status
+from orchestrator.grid.cells import Cell, Grid
+from orchestrator.grid.files import prepare
 from orchestrator.sweep.rounds import run_rounds
 from orchestrator.sweep.tables import closing_tables, status_table
 from workloads.contract.vocabulary import COMPLETED, NOT_SUPPORTED, UNKNOWN
@@ -61,9 +61,9 @@ def drive(
         return EXIT_USAGE
     if only is None:
         prepare(grid)
+        where = "" if executor.foreground else f", cluster {grid.cluster.get('name')}"  # else: here
         print(
-            f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} "
-            f"(executor {executor.name}, cluster {grid.cluster.get('name')})",
+            f"sweep: {len(grid.cells)} cell(s) -> {grid.sweep_dir} (executor {executor.name}{where})",
             flush=True,
         )
     outcomes: list[Outcome] = []

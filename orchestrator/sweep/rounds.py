@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TextIO
 
 from analysis.decision import Standing, standings, stop_reasons
-from orchestrator.cells import Cell, Grid
-from orchestrator.grid_files import stopped
+from orchestrator.grid.cells import Cell, Grid
+from orchestrator.grid.files import stopped
 from workloads.contract.attempts import missing_repeats
 from workloads.contract.sweep_dir import cell_dir, write_auto_stop
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from analysis.auto_repeats import auto_repeats_markdown
 from analysis.tables import cells_markdown, render_markdown
-from orchestrator.status import CellStatus, count_states
+from orchestrator.executors.status import CellStatus, count_states
 from workloads.contract.sweep_dir import cell_dir
 from workloads.contract.vocabulary import AUTO_REPEATS, shown_axes
 

@@ -4,11 +4,11 @@ set -u
 export PYTHONPATH=/tmp/site:.
 common="device=cuda steps=5 measure.min_seconds=2 compile.measure=cold_warm"
 s=$(date +%s)
-timeout 240 python -m orchestrator.cli sweep model=gpt size=small,medium backend=eager,inductor $common hydra.sweep.dir=/tmp/coldwarm 2>&1 | grep -E "^\[|completed,"
-timeout 150 python -m orchestrator.cli sweep model=resnet size=small backend=eager,inductor $common hydra.sweep.dir=/tmp/coldwarm 2>&1 | grep -E "^\[|completed,"
+timeout 240 python -m orchestrator.cli.main sweep model=gpt size=small,medium backend=eager,inductor $common hydra.sweep.dir=/tmp/coldwarm 2>&1 | grep -E "^\[|completed,"
+timeout 150 python -m orchestrator.cli.main sweep model=resnet size=small backend=eager,inductor $common hydra.sweep.dir=/tmp/coldwarm 2>&1 | grep -E "^\[|completed,"
 echo "== cold/warm sweeps $(( $(date +%s) - s )) s"
 s=$(date +%s)
-timeout 170 python -m orchestrator.cli sweep model=gpt size=medium backend=inductor backend.regional=true $common hydra.sweep.dir=/tmp/regional 2>&1 | grep -E "^\[|completed,|error"
+timeout 170 python -m orchestrator.cli.main sweep model=gpt size=medium backend=inductor backend.regional=true $common hydra.sweep.dir=/tmp/regional 2>&1 | grep -E "^\[|completed,|error"
 echo "== regional sweep $(( $(date +%s) - s )) s"
 python - <<'PY'
 import glob, pandas as pd

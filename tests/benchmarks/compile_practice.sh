@@ -12,7 +12,7 @@ common="device=cuda steps=10 measure.min_seconds=2"
 sweep() {  # seconds, then the sweep's overrides
     local limit=$1 began=$SECONDS
     shift
-    timeout "$limit" python -m orchestrator.cli sweep $common "$@" 2>&1 | grep -E "completed,|error"
+    timeout "$limit" python -m orchestrator.cli.main sweep $common "$@" 2>&1 | grep -E "completed,|error"
     echo "== $* : $(( SECONDS - began )) s"
 }
 table() {  # sweep directory

@@ -51,8 +51,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.packing import split_place
-from orchestrator.status import sweep_status
+from orchestrator.executors.slurm.packing import split_place
+from orchestrator.executors.status import sweep_status
 from tests.benchmarks.slurm_gpu_sweep import _packed, follow, real_gpus
 from tests.slurm.cluster import LocalSlurm
 from tests.slurm.install import SlurmInstall
@@ -62,7 +62,7 @@ from workloads.contract.sweep_dir import cell_dir, read_files, read_manifest
 from workloads.contract.vocabulary import COMPLETED, QUEUED, STATUSES
 
 MODES = ("unpacked", "packed")
-CLI = [sys.executable, "-m", "orchestrator.cli"]
+CLI = [sys.executable, "-m", "orchestrator.cli.main"]
 HITS = ["fx_graph_cache_hits", "aot_autograd_cache_hits"]
 #: What the study reads of the run rows.
 RUN_COLUMNS = [

@@ -195,7 +195,14 @@ def sweep(name: str, overrides: list[str]) -> float:
     """Run one sweep here; returns its wall seconds (every replicate's process, compile included)."""
     start = time.monotonic()
     code = subprocess.call(
-        [sys.executable, "-m", "orchestrator.cli", "sweep", *overrides, f"hydra.sweep.dir={SWEEPS / name}"]
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli.main",
+            "sweep",
+            *overrides,
+            f"hydra.sweep.dir={SWEEPS / name}",
+        ]
     )
     seconds = time.monotonic() - start
     print(f"== {name}: exit {code}, {seconds:.0f} s on the GPU ({seconds / 60:.2f} GPU-minutes)", flush=True)

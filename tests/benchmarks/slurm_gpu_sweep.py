@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.status import sweep_status
+from orchestrator.executors.status import sweep_status
 from tests.slurm.cluster import LocalSlurm
 from tests.slurm.install import SlurmInstall
 from workloads.contract.vocabulary import QUEUED
@@ -109,12 +109,12 @@ def main() -> int:
     ) as cluster:
         print(cluster.run("sinfo", "-N", "-o", "%N %P %t %G").stdout, flush=True)
         command = (
-            [sys.executable, "-m", "orchestrator.cli", "status", str(args.sweep_dir), "--retry-failed"]
+            [sys.executable, "-m", "orchestrator.cli.main", "status", str(args.sweep_dir), "--retry-failed"]
             if args.retry_failed
             else [
                 sys.executable,
                 "-m",
-                "orchestrator.cli",
+                "orchestrator.cli.main",
                 "sweep",
                 "cluster=test_slurm",
                 f"cluster.gpu_type={gpu_type}",
@@ -135,7 +135,7 @@ def main() -> int:
             )
         follow(cluster, args.sweep_dir, args.timeout)
         status = cluster.run(
-            sys.executable, "-m", "orchestrator.cli", "status", str(args.sweep_dir), check=False
+            sys.executable, "-m", "orchestrator.cli.main", "status", str(args.sweep_dir), check=False
         )
         print(status.stdout, status.stderr)
     print(cell_evidence(args.sweep_dir).to_string(index=False))

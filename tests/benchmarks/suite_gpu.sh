@@ -25,4 +25,4 @@ else
 fi
 python tests/benchmarks/slurm_gpu_sweep.py --prefix .carry/slurm --sweep-dir "/tmp/sweeps/$name" --timeout "$follow" \
     --cpus-per-gpu 16 --out "$OUT" "${how[@]}" || true
-python -m orchestrator.cli analyze "/tmp/sweeps/$name" --no-plots | sed -n '/[Ss]uite/,$p' | head -60
+python -m orchestrator.cli.main analyze "/tmp/sweeps/$name" --no-plots | sed -n '/[Ss]uite/,$p' | head -60

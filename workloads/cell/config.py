@@ -1,7 +1,7 @@
 """Typed configuration of one cell: what `run_cell` needs, and nothing about how it was scheduled.
 
 The dataclasses' defaults are the only ones: the orchestrator registers them with Hydra
-(orchestrator/config_store.py) under conf/'s groups, composes each cell and writes it to
+(orchestrator/grid/config_store.py) under conf/'s groups, composes each cell and writes it to
 `cells/<cell_id>/config.yaml`; `load_cell_config` turns that file (or a plain dict) back into
 dataclasses, rejecting unknown keys so that a typo never silently becomes a default.
 Keys the workload does not use (`cluster`, `hydra`, ...) are allowed at the top level only.

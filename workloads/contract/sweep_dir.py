@@ -251,7 +251,7 @@ def recorded_job_ids(sweep_dir: Path) -> dict[str, str]:
     }
 
 
-# Packed Slurm tasks (orchestrator/packing.py): which of its places a running task is at.
+# Packed Slurm tasks (orchestrator/executors/slurm/packing.py): which of its places a running task is at.
 
 
 def write_task_place(sweep_dir: Path, task_job_id: str, place: int) -> None:

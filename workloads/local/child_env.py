@@ -2,7 +2,7 @@
 with the directory that holds `workloads` on PYTHONPATH, so that it imports even without
 `pip install -e`, and unbuffered output, so that its log grows while it runs.
 
-Two kinds of process start one: the local executor (orchestrator/local.py, also inside a Slurm
+Two kinds of process start one: the local executor (orchestrator/executors/local.py, also inside a Slurm
 task) starts each cell's, and a cell of `compile.measure=cold_warm` starts its cold compile's
 (workloads/instruments/cold_compile.py). This module imports no torch: a Slurm task imports the executor
 without it.

@@ -3,7 +3,7 @@
 Starting a cell's process costs seconds before it touches the GPU — the interpreter, torch,
 the model's library (timm) — and ending one costs about a second more (CUDA's teardown, compile
 workers); a local sweep runs dozens of such processes one after another. The local executor
-(orchestrator/local.py) therefore starts the next replicates' processes while the current one
+(orchestrator/executors/local.py) therefore starts the next replicates' processes while the current one
 runs, and gives the next its turn as soon as the current one has written its results. They take
 turns through files in a directory the executor owns (named by COMPILEBENCH_TURNS, this
 process's turn by COMPILEBENCH_TURN):

@@ -27,18 +27,18 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-import orchestrator.config_store  # noqa: F401 (registers `cell_defaults`, which conf/config.yaml composes)
-from orchestrator.cells import Cell, Grid
-from orchestrator.config_groups import (
+import orchestrator.grid.config_store  # noqa: F401 (registers `cell_defaults`, which conf/config.yaml composes)
+from orchestrator.grid.cells import Cell, Grid
+from orchestrator.grid.config_groups import (
     ConfigDirError,
     group_values,
     refused,
     search_dirs,
     search_path_override,
 )
-from orchestrator.errors import one_line
-from orchestrator.package_data import CONF_DIR
-from orchestrator.private_apis import (
+from orchestrator.grid.errors import one_line
+from orchestrator.grid.package_data import CONF_DIR
+from orchestrator.grid.private_apis import (
     apply_overrides,
     caching_repository,
     compose_groups,

@@ -6,9 +6,9 @@ interface alone and never asks which executor it has. `check` and `plan` check t
 what runs (raising `ExecutorError`, one line, before anything is written), `rows` is the dry-run
 table, `dry_run` writes what a dry run writes, `run` runs or submits the plan's replicates (and
 waits, if asked) and says what it did (`Ran`). The local executor runs the replicates here, one
-after another, and returns when they have run (orchestrator/local.py); the Slurm executor submits
-job arrays (orchestrator/slurm.py). Both start each cell as its own process
-(orchestrator/cell_process.py).
+after another, and returns when they have run (orchestrator/executors/local.py); the Slurm executor submits
+job arrays (orchestrator/executors/slurm/executor.py). Both start each cell as its own process
+(orchestrator/executors/cell_process.py).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 if TYPE_CHECKING:  # cells imports the vocabulary (~180 ms), status pandas: not at the CLI's start
-    from orchestrator.cell_process import Outcome
-    from orchestrator.cells import Cell, Grid
-    from orchestrator.status import CellStatus
+    from orchestrator.executors.cell_process import Outcome
+    from orchestrator.executors.status import CellStatus
+    from orchestrator.grid.cells import Cell, Grid
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

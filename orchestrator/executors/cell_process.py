@@ -4,8 +4,8 @@
 The workload records its own status (workloads/run.py); `CellProcess.finish` is the one place that
 turns a process's end into the attempt's outcome: it trusts run.parquet over the exit code, and
 records a `failed` (or, where the memory cgroup counts a kill, `oom`) attempt for a process killed
-before it could write one. The local executor (orchestrator/local.py) starts these in turn; each
-Slurm task starts its own (orchestrator/slurm_job.py).
+before it could write one. The local executor (orchestrator/executors/local.py) starts these in turn; each
+Slurm task starts its own (orchestrator/executors/slurm/job.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from orchestrator.cells import Cell
+from orchestrator.grid.cells import Cell
 from workloads.contract.attempts import missing_repeats, newest_attempt, record_killed_attempt
 from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, config_path
 from workloads.contract.vocabulary import COMPLETED, FAILED, OOM

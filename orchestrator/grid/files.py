@@ -1,7 +1,7 @@
 """A grid laid out in its sweep directory (each cell's resolved config and the manifest), and read back.
 
 Where the files lie and how they are read and written is workloads/contract/sweep_dir.py; this module
-knows only what a Grid (orchestrator/cells.py) adds: the cells' overrides and the executor.
+knows only what a Grid (orchestrator/grid/cells.py) adds: the cells' overrides and the executor.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cells import Cell, Grid
+from orchestrator.grid.cells import Cell, Grid
 from workloads.contract.attempts import missing_repeats
 from workloads.contract.sweep_dir import (
     SweepDirError,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.cells import Grid
-from orchestrator.executor import Executor, ExecutorError
-from orchestrator.local import LocalExecutor
-from orchestrator.slurm import SlurmExecutor
+from orchestrator.executors.base import Executor, ExecutorError
+from orchestrator.executors.local import LocalExecutor
+from orchestrator.executors.slurm.executor import SlurmExecutor
+from orchestrator.grid.cells import Grid
 
 EXECUTORS: dict[str, type[Executor[Any]]] = {"local": LocalExecutor, "slurm": SlurmExecutor}
 

@@ -1,5 +1,5 @@
-"""Submitting a Slurm plan (orchestrator/slurm.py): one sbatch call (submitit's `map_array`) per job
-array, the manifest rewritten after each.
+"""Submitting a Slurm plan (orchestrator/executors/slurm/executor.py): one sbatch call (submitit's
+`map_array`) per job array, the manifest rewritten after each.
 
 SIGINT or SIGTERM on the login node is acted on only between arrays (an array whose sbatch has
 started is recorded first), so the same command run again submits exactly the cells left over.
@@ -20,17 +20,17 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from orchestrator.errors import one_line
-from orchestrator.executor import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from orchestrator.grid_files import record_grid
-from orchestrator.packing import place_job_id
-from orchestrator.private_apis import SUBMISSION_ERRORS
-from orchestrator.sbatch import make_executor
+from orchestrator.executors.base import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from orchestrator.executors.slurm.packing import place_job_id
+from orchestrator.executors.slurm.sbatch import make_executor
+from orchestrator.grid.errors import one_line
+from orchestrator.grid.files import record_grid
+from orchestrator.grid.private_apis import SUBMISSION_ERRORS
 from workloads.contract.sweep_dir import SBATCH_DIR
 from workloads.instruments.compile_cache import BASE_ENV, INDUCTOR_ENV, TRITON_ENV
 
 if TYPE_CHECKING:
-    from orchestrator.slurm_plan import JobArray, SlurmPlan
+    from orchestrator.executors.slurm.plan import JobArray, SlurmPlan
 
 #: Client settings that must survive the clean environment: they say where the cluster is.
 KEEP_VARIABLES = ("SLURM_CONF",)
@@ -74,8 +74,8 @@ def clean_submission_env() -> Iterator[None]:
 
 def submit_array(plan: SlurmPlan, array: JobArray) -> list[str]:
     """Submit one array (one sbatch call) and return the job id of each of its tasks."""
-    from orchestrator.packed_task import PackedTask, TaskCell
-    from orchestrator.slurm_job import CellJob
+    from orchestrator.executors.slurm.job import CellJob
+    from orchestrator.executors.slurm.packed_task import PackedTask, TaskCell
 
     sweep_dir = Path(plan.grid.sweep_dir)
     try:
@@ -107,7 +107,7 @@ def submit_array(plan: SlurmPlan, array: JobArray) -> list[str]:
 
 def replicate_job_ids(array: JobArray, task_ids: list[str]) -> list[str]:
     """The job id of each replicate of the array, in `array.replicates` order: its task's, or in a
-    packed array its task's with its place (orchestrator/packing.py)."""
+    packed array its task's with its place (orchestrator/executors/slurm/packing.py)."""
     if not array.packed:
         return task_ids
     return [

@@ -1,7 +1,7 @@
 """Slurm executor: the cells of a grid as submitit job arrays, submitted or only planned (--dry-run).
 
-The plan (orchestrator/slurm_plan.py) groups the replicates left to run into job arrays; `run`
-submits them (orchestrator/slurm_submit.py) and returns: job ids go to manifest.parquet (`<array
+The plan (orchestrator/executors/slurm/plan.py) groups the replicates left to run into job arrays; `run`
+submits them (orchestrator/executors/slurm/submit.py) and returns: job ids go to manifest.parquet (`<array
 job>_<task>`, or `<job>` for a lone cell, which submitit submits as a plain job), the submitted
 scripts to `SWEEP_DIR/sbatch/<job>.sh`. With `--wait` it then follows the jobs until none is queued.
 `repeats=auto` is a plan and a wait per round, from the sweep driver (orchestrator/sweep/driver.py).
@@ -14,10 +14,8 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cells import Cell, Grid
-from orchestrator.executor import EXIT_OK, Executor, ExecutorError, Follow, Ran
-from orchestrator.profile import ProfileError
-from orchestrator.slurm_plan import (
+from orchestrator.executors.base import EXIT_OK, Executor, ExecutorError, Follow, Ran
+from orchestrator.executors.slurm.plan import (
     SlurmPlan,
     check_grid,
     describe_packing,
@@ -25,6 +23,8 @@ from orchestrator.slurm_plan import (
     plan,
     write_dry_run,
 )
+from orchestrator.grid.cells import Cell, Grid
+from orchestrator.grid.profile import ProfileError
 from workloads.contract.sweep_dir import SBATCH_DIR
 
 
@@ -64,7 +64,7 @@ class SlurmExecutor(Executor[SlurmPlan]):
         )
 
     def run(self, plan: SlurmPlan, wait: Follow | None = None) -> Ran:
-        from orchestrator.slurm_submit import submit_plan
+        from orchestrator.executors.slurm.submit import submit_plan
 
         grid = plan.grid
         if not plan.arrays and not plan.a_round:
@@ -92,8 +92,8 @@ def follow_sweep(sweep_dir: Path, wait: Follow) -> Ran:
     """--wait: the cells per state at once, then every `poll_s` seconds until none is queued (or
     squeue has not answered for `give_up_s`): their states at the last look. Ctrl-C stops the
     waiting, not the jobs (130)."""
-    from orchestrator.scheduler import UNANSWERED_LIMIT_S, WAIT_INTERVAL_S
-    from orchestrator.status import follow
+    from orchestrator.executors.slurm.scheduler import UNANSWERED_LIMIT_S, WAIT_INTERVAL_S
+    from orchestrator.executors.status import follow
 
     poll_s = WAIT_INTERVAL_S if wait.poll_s is None else wait.poll_s
     give_up_s = UNANSWERED_LIMIT_S if wait.give_up_s is None else wait.give_up_s

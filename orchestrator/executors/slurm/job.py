@@ -1,5 +1,6 @@
-"""What one Slurm array task runs: `CellJob()(sweep_dir, cell_id, repeat)`, called by submitit in the job
-(a task of several cells, `cluster.cells_per_task` > 1, runs orchestrator/packed_task.py instead).
+"""What one Slurm array task runs: `CellJob()(sweep_dir, cell_id, repeat)`, called by submitit in the
+job (a task of several cells, `cluster.cells_per_task` > 1, runs
+orchestrator/executors/slurm/packed_task.py instead).
 
 It runs the cell exactly as the local executor does (`python -m workloads.run CONFIG` in a
 subprocess, stdout/stderr appended to `cells/<id>/logs/stdout.log` and `stderr.log`), and makes the
@@ -29,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cell_process import SKIPPED, Outcome, log_paths, run_cell_process
-from orchestrator.packing import place_job_id
+from orchestrator.executors.cell_process import SKIPPED, Outcome, log_paths, run_cell_process
+from orchestrator.executors.slurm.packing import place_job_id
 from workloads.contract.attempts import missing_repeats, newest_attempt
 from workloads.contract.sweep_dir import LOGS_DIR, cell_dir
 from workloads.instruments.compile_cache import BASE_ENV
@@ -69,7 +70,7 @@ def _link(target: Path, link: Path) -> None:
 
 def record_job(logs: Path, place: int | None = None) -> str:
     """Link the task's submitit logs into `logs` and write the env file; returns the job id (of a
-    packed task's replicate at `place`: `<task>.<place>`, orchestrator/packing.py)."""
+    packed task's replicate at `place`: `<task>.<place>`, orchestrator/executors/slurm/packing.py)."""
     import submitit  # in the job only: the submitting side never needs this module's imports
 
     environment = submitit.JobEnvironment()

@@ -14,7 +14,7 @@ from importlib.metadata import version as distribution_version
 from pathlib import Path
 
 DISTRIBUTION = "compilebench"
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # the `orchestrator` package, above this room
 
 
 def _shipped(name: str) -> Path:

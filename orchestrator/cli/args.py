@@ -1,7 +1,7 @@
 """The arguments of the `compilebench` command line: every command's flags, their help and checks.
 
 `sweep --help` ends with the config groups and their values, read from the config directories
-when asked (orchestrator/config_groups.py); the rest is argparse's.
+when asked (orchestrator/grid/config_groups.py); the rest is argparse's.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchestrator.config_groups import groups_help
-from orchestrator.package_data import version
-from orchestrator.scheduler import UNANSWERED_LIMIT_S, WAIT_INTERVAL_S
+from orchestrator.executors.slurm.scheduler import UNANSWERED_LIMIT_S, WAIT_INTERVAL_S
+from orchestrator.grid.config_groups import groups_help
+from orchestrator.grid.package_data import version
 
 
 class _SweepHelp(argparse.Action):

@@ -2,7 +2,7 @@
 the job id of each one's place in it, and the state of a place while its task is in the queue.
 
 A packed task runs its replicates one after another through the local executor's runner
-(orchestrator/packed_task.py). Each keeps a job id of its own, `<the task's job id>.<place>`:
+(orchestrator/executors/slurm/packed_task.py). Each keeps a job id of its own, `<the task's job id>.<place>`:
 `123_4.2` is the third replicate (place 2) of task 4 of array 123, `125.0` the first of a task
 submitted alone (submitit submits a lone task as a plain job). The manifest records these as any
 job id. While the task runs, it records the place that has the device (`write_task_place`,
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from orchestrator.scheduler import SLURM_STATES
+from orchestrator.executors.slurm.scheduler import SLURM_STATES
 from workloads.contract.vocabulary import RUNNING
 
 T = TypeVar("T")

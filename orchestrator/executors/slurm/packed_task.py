@@ -2,14 +2,14 @@
 replicates)`, called by submitit in the job.
 
 The task runs its replicates one after another exactly as a local sweep runs its own
-(orchestrator/local.py, `run_replicates`): each its own `python -m workloads.run` process, the next
+(orchestrator/executors/local.py, `run_replicates`): each its own `python -m workloads.run` process, the next
 ones started ahead and waiting for their turn, a replicate completed by an earlier attempt of the
 task skipped. All of them use the compile cache the job's script exported (`cluster.compile_cache`:
 per_job, the task's own directory; shared, the sweep's), so a later cell compiles warm from what an
 earlier one compiled. Each cell keeps its own record, as in a task of one: its run rows and logs,
-its job id `<task>.<place>` (orchestrator/packing.py), and `logs/slurm-<task>.<place>.out`/`.err`/
-`.env` beside them. Before each turn the task records the place that gets it (`write_task_place`),
-from which `status` tells each cell's own state while the task runs.
+its job id `<task>.<place>` (orchestrator/executors/slurm/packing.py), and
+`logs/slurm-<task>.<place>.out`/`.err`/`.env` beside them. Before each turn the task records the place
+that gets it (`write_task_place`), from which `status` tells each cell's own state while the task runs.
 
 Faults, each recorded per cell:
 
@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cell_process import CellProcess, Outcome
-from orchestrator.cells import Cell
-from orchestrator.local import run_replicates
-from orchestrator.slurm_job import RECORD_WAIT_S, CellFailed, live_children, record_job
+from orchestrator.executors.cell_process import CellProcess, Outcome
+from orchestrator.executors.local import run_replicates
+from orchestrator.executors.slurm.job import RECORD_WAIT_S, CellFailed, live_children, record_job
+from orchestrator.grid.cells import Cell
 from workloads.contract.attempts import newest_attempt
 from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, write_task_place
 
@@ -45,7 +45,7 @@ from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, write_task_place
 @dataclass(frozen=True)
 class TaskCell:
     """What a task's runner needs of a cell: its id, the label of its progress line, its replicates
-    (orchestrator.grid.Cell would import Hydra and torch into the task)."""
+    (orchestrator.grid.cells.Cell would import the vocabulary, and Hydra came with it, into the task)."""
 
     cell_id: str
     label: str

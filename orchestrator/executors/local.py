@@ -20,7 +20,7 @@ ended: every replicate compiles cold.
 
 A distributed cell (several processes) is not for this executor: it starts one process per
 cell and is no launcher (`LocalExecutor.plan` refuses it). A packed Slurm array task runs its cells
-through the same `run_replicates` (orchestrator/packed_task.py).
+through the same `run_replicates` (orchestrator/executors/slurm/packed_task.py).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from orchestrator.cell_process import SKIPPED, CellProcess, Outcome, start_cell
-from orchestrator.cells import Cell, Grid
-from orchestrator.executor import Executor, ExecutorError, Follow, Ran
+from orchestrator.executors.base import Executor, ExecutorError, Follow, Ran
+from orchestrator.executors.cell_process import SKIPPED, CellProcess, Outcome, start_cell
+from orchestrator.grid.cells import Cell, Grid
 from workloads.cell.config import distributed_section
 from workloads.contract.atomic import atomic_output
 from workloads.contract.attempts import missing_repeats
@@ -232,7 +232,7 @@ class LocalExecutor(Executor[LocalPlan]):
     def run(self, plan: LocalPlan, wait: Follow | None = None) -> Ran:
         """Run the replicates here, with the compile caches `cluster.compile_cache` says; `wait`
         changes nothing: they run in the foreground."""
-        from orchestrator.profile import SlurmProfile  # OmegaConf: not in a packed task's runner
+        from orchestrator.grid.profile import SlurmProfile  # OmegaConf: not in a packed task's runner
 
         cache = plan.grid.cluster.get("compile_cache") or SlurmProfile.compile_cache  # null: the default
         return Ran(outcomes=run_replicates(plan.grid.sweep_dir, plan.todo(), cache))

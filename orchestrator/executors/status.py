@@ -16,9 +16,9 @@ scheduler call has a short timeout, and a `sacct` that is missing or reports acc
 disabled is simply not used: `status` never hangs.
 
 A cell packed with others into one array task (`cluster.cells_per_task`, job id `<task>.<place>`,
-orchestrator/packing.py) has a state of its own while its task runs: pending until the task gives
-its place the device, running while it has it, then its result. A packed cell left without a result
-when its task has ended (or has gone past its place) is `lost`.
+orchestrator/executors/slurm/packing.py) has a state of its own while its task runs: pending until
+the task gives its place the device, running while it has it, then its result. A packed cell left
+without a result when its task has ended (or has gone past its place) is `lost`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from orchestrator.packing import place_state, split_place
-from orchestrator.scheduler import SLURM_STATES, UNANSWERED_LIMIT_S, WAIT_INTERVAL_S, job_states
+from orchestrator.executors.slurm.packing import place_state, split_place
+from orchestrator.executors.slurm.scheduler import (
+    SLURM_STATES,
+    UNANSWERED_LIMIT_S,
+    WAIT_INTERVAL_S,
+    job_states,
+)
 from workloads.contract.attempts import last_status
 from workloads.contract.sweep_dir import (
     STDERR,

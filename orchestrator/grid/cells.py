@@ -1,6 +1,6 @@
 """A sweep's cells: `Cell`, one point of the grid with its resolved config, and `Grid`, all of them
-with the sweep directory and the cluster profile. orchestrator/grid.py expands Hydra overrides into
-a Grid; orchestrator/grid_files.py lays one out in its sweep directory and reads it back, which
+with the sweep directory and the cluster profile. orchestrator/grid/expand.py expands Hydra overrides into
+a Grid; orchestrator/grid/files.py lays one out in its sweep directory and reads it back, which
 needs neither Hydra nor the workloads' configs (a Slurm task, `status --retry-failed`).
 """
 
@@ -71,7 +71,7 @@ class Grid:
         replicate 1, ... so that the backends of a workload alternate (eager, inductor, eager,
         inductor) and a drift of the machine over the sweep does not favour one of them. A
         repeats=auto cell's first only: the rounds after it are decided as they go
-        (orchestrator/auto_repeats.py)."""
+        (orchestrator/sweep/rounds.py)."""
         rounds = max((cell.repeats for cell in self.cells), default=0)
         return [
             (cell, repeat)

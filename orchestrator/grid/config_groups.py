@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.package_data import CONF_DIR
+from orchestrator.grid.package_data import CONF_DIR
 
 #: The file of the root config in CONF_DIR (Hydra's config name + .yaml).
 ROOT_FILE = "config.yaml"

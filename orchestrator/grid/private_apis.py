@@ -1,9 +1,9 @@
 """Every use of a private Hydra or submitit API, each behind one function, in this one place.
 
 compilebench follows Hydra's own multirun path and renders submitit's own sbatch text (see
-orchestrator/grid.py and orchestrator/sbatch.py), and for a few steps of that neither library has
-a public API. Each such step is wrapped here, with what it wraps, why no public API does it, and
-the versions it was tested with (`TESTED`, the same ranges as the pins in pyproject.toml). Each
+orchestrator/grid/expand.py and orchestrator/executors/slurm/sbatch.py), and for a few steps of that
+neither library has a public API. Each such step is wrapped here, with what it wraps, why no public API
+does it, and the versions it was tested with (`TESTED`, the same ranges as the pins in pyproject.toml). Each
 wrapper has a plain test of what it is used for (tests/test_private_apis.py); an upgrade that
 removes one fails at import with a message that names the API, the installed version and the
 tested range — not somewhere deep inside a sweep.
@@ -52,7 +52,7 @@ def _error(distribution: str, api: str, problem: str) -> PrivateApiError:
     return PrivateApiError(
         f"{api} ({distribution} {installed(distribution)}; compilebench is tested with "
         f"{distribution}{tested_range(distribution)}): {problem}. Adapt its wrapper in "
-        f"orchestrator/private_apis.py or install a tested version."
+        f"orchestrator/grid/private_apis.py or install a tested version."
     )
 
 

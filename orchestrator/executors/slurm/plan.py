@@ -1,16 +1,16 @@
 """The Slurm executor's plan: which cells go into which job array, and the dry run's scripts.
 
 Cells that ask for the same resources (partition, GPU type and count, CPUs, memory, time limit;
-see orchestrator/profile.py) share one job array, split so that no array has more than the
+see orchestrator/grid/profile.py) share one job array, split so that no array has more than the
 profile's `max_array_size` tasks and throttled to `array_parallelism` running tasks (`%N`).
-Each task runs `orchestrator.slurm_job.CellJob`, i.e. `python -m workloads.run CONFIG` of
-its cell; with `cluster.cells_per_task=N` (orchestrator/packing.py) each task runs N replicates
-in turn (`orchestrator.packed_task.PackedTask`) and asks for N x `time_min`, which must not be
-more than the partition's time limit (as sinfo says). Cells completed earlier, or whose recorded
-job is still in the queue, are not submitted.
+Each task runs `orchestrator.executors.slurm.job.CellJob`, i.e. `python -m workloads.run CONFIG`
+of its cell; with `cluster.cells_per_task=N` (orchestrator/executors/slurm/packing.py) each task
+runs N replicates in turn (`orchestrator.executors.slurm.packed_task.PackedTask`) and asks for N x
+`time_min`, which must not be more than the partition's time limit (as sinfo says). Cells completed
+earlier, or whose recorded job is still in the queue, are not submitted.
 
 A dry run writes the scripts it would submit to `SWEEP_DIR/sbatch/dryrun-NN.sh`, rendered by the
-same submitit code (orchestrator/sbatch.py), and submits nothing.
+same submitit code (orchestrator/executors/slurm/sbatch.py), and submits nothing.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from orchestrator.cells import Cell, Grid
-from orchestrator.grid_files import stopped
-from orchestrator.packing import pack, place_state
-from orchestrator.profile import ProfileError, Resources, SlurmProfile, cell_resources, load_profile
-from orchestrator.sbatch import script_text, slurm_parameters
-from orchestrator.scheduler import SLURM_STATES, partition_limits, queued_jobs
+from orchestrator.executors.slurm.packing import pack, place_state
+from orchestrator.executors.slurm.sbatch import script_text, slurm_parameters
+from orchestrator.executors.slurm.scheduler import SLURM_STATES, partition_limits, queued_jobs
+from orchestrator.grid.cells import Cell, Grid
+from orchestrator.grid.files import stopped
+from orchestrator.grid.profile import ProfileError, Resources, SlurmProfile, cell_resources, load_profile
 from workloads.cell.support import plan_refusal
 from workloads.contract.attempts import missing_repeats
 from workloads.contract.sweep_dir import SBATCH_DIR, cell_dir, read_task_place, recorded_job_ids

@@ -1,5 +1,5 @@
 """`compilebench` command line: a thin layer over grid expansion, executors and analysis (its
-flags and their help: orchestrator/cli_args.py).
+flags and their help: orchestrator/cli/args.py).
 
     compilebench sweep [OVERRIDES...] [--dry-run]     # cluster=local runs the cells here; a Slurm
                                                       # cluster (cluster=grete) submits job arrays
@@ -42,12 +42,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.cli_args import build_parser
-from orchestrator.executor import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Follow
+from orchestrator.cli.args import build_parser
+from orchestrator.executors.base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Follow
 
 if TYPE_CHECKING:  # cells imports the vocabulary (~180 ms), status pandas: only commands that need them
-    from orchestrator.cells import Grid
-    from orchestrator.status import CellStatus
+    from orchestrator.executors.status import CellStatus
+    from orchestrator.grid.cells import Grid
 
 
 def _error(message: str) -> int:
@@ -86,9 +86,9 @@ def cmd_sweep(
         return _error("--first N (N >= 1) goes with --cfg job: how many cells' configs to print")
     # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.
     from analysis.tables import render_markdown
-    from orchestrator.executor import ExecutorError
-    from orchestrator.executors import executor_for
-    from orchestrator.grid import GridError, expand
+    from orchestrator.executors.base import ExecutorError
+    from orchestrator.executors.choice import executor_for
+    from orchestrator.grid.expand import GridError, expand
     from workloads.contract.sweep_dir import SweepDirError, check_sweep_dir
 
     try:
@@ -130,8 +130,8 @@ def print_configs(grid: Grid, first: int | None) -> int:
 def smoke_of(overrides: Sequence[str], config_dirs: Sequence[Path] = ()) -> Grid:
     """--smoke: the sweep's grid checked as for submission (Slurm: its profile too), then its
     smoke grid, which the local executor runs."""
-    from orchestrator.executors import executor_for
-    from orchestrator.grid import smoke_grid
+    from orchestrator.executors.choice import executor_for
+    from orchestrator.grid.expand import smoke_grid
 
     full, smoke = smoke_grid(overrides, config_dirs)
     executor_for(full).check(full)
@@ -143,7 +143,7 @@ def smoke_of(overrides: Sequence[str], config_dirs: Sequence[Path] = ()) -> Grid
 
 
 def cmd_status(sweep_dir: Path, retry_failed: bool = False, as_json: bool = False) -> int:
-    from orchestrator.status import NotASweep, all_completed, sweep_status, to_json
+    from orchestrator.executors.status import NotASweep, all_completed, sweep_status, to_json
     from orchestrator.sweep.tables import status_table
 
     if as_json and retry_failed:
@@ -161,10 +161,10 @@ def cmd_status(sweep_dir: Path, retry_failed: bool = False, as_json: bool = Fals
 def retry(sweep_dir: Path, rows: Sequence[CellStatus]) -> int:
     """--retry-failed: run again the cells that did not complete and are not queued, through the
     sweep's own executor (Slurm: job arrays, job ids into the manifest; local: here, in turn)."""
-    from orchestrator.executor import ExecutorError
-    from orchestrator.executors import executor_for
-    from orchestrator.grid_files import read_grid
-    from orchestrator.status import RETRY, count_states, to_retry
+    from orchestrator.executors.base import ExecutorError
+    from orchestrator.executors.choice import executor_for
+    from orchestrator.executors.status import RETRY, count_states, to_retry
+    from orchestrator.grid.files import read_grid
     from orchestrator.sweep.driver import drive
     from workloads.contract.sweep_dir import SweepDirError
 

@@ -21,9 +21,9 @@ from typing import Any
 
 from submitit import SlurmExecutor
 
-from orchestrator.package_data import TEMPLATES_DIR
-from orchestrator.private_apis import RenderOnlyExecutor, convert_mem, submission_script_text
-from orchestrator.profile import ProfileError, Resources, SlurmProfile
+from orchestrator.grid.package_data import TEMPLATES_DIR
+from orchestrator.grid.private_apis import RenderOnlyExecutor, convert_mem, submission_script_text
+from orchestrator.grid.profile import ProfileError, Resources, SlurmProfile
 from workloads.contract.sweep_dir import COMPILE_CACHE_DIR, SUBMITIT_DIR
 from workloads.instruments.compile_cache import BASE_ENV
 
@@ -118,7 +118,8 @@ def slurm_parameters(profile: SlurmProfile, resources: Resources, sweep_dir: Pat
         "job_name": job_name(sweep_dir),
         "partition": resources.partition,
         "time": resources.time_min,
-        # --signal=USR2@N: the cell records `timeout` and the job is requeued (orchestrator/slurm_job.py)
+        # --signal=USR2@N: the cell records `timeout` and the job is requeued
+        # (orchestrator/executors/slurm/job.py)
         "signal_delay_s": profile.signal_delay_s,
         "array_parallelism": profile.array_parallelism,
         "setup": [
