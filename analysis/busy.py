@@ -51,14 +51,17 @@ def busy_texts(metrics: pd.DataFrame) -> list[str]:
     return texts
 
 
-def bound_texts(metrics: pd.DataFrame) -> list[str]:
-    """`data-bound`, `launch-bound, host 7.5 µs/op` (the host's µs per tiny op), or ''."""
+def bound_texts(metrics: pd.DataFrame, host_speed: bool = True) -> list[str]:
+    """`data-bound`, `launch-bound, host 7.5 µs/op` (`host_speed`: the host's µs per tiny op), or ''."""
     texts = []
     for data, launch, host in zip(metrics["data_bound"], metrics["launch_bound"], metrics["host_op_us"]):
         if not is_null(data) and bool(data):
             texts.append("data-bound")
         elif not is_null(launch) and bool(launch):
-            texts.append("launch-bound" + ("" if is_null(host) else f", host {fmt_number(host)} µs/op"))
+            texts.append(
+                "launch-bound"
+                + ("" if is_null(host) or not host_speed else f", host {fmt_number(host)} µs/op")
+            )
         else:
             texts.append("")
     return texts

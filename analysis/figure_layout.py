@@ -16,7 +16,6 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocato
 
 from analysis.axes import backend_labels
 from analysis.palette import backend_colors
-from analysis.verdicts import E2E_BASIS
 
 FIGSIZE = (10.0, 6.0)  # inches: the width of every figure, the height of those without rows
 DPI = 100  # PNG pixels per inch
@@ -43,14 +42,6 @@ def rows_height(rows: int) -> float:
 def colors(metrics: pd.DataFrame) -> dict[str, str]:
     """Each backend label's colour (analysis.palette), for the cells of this sweep."""
     return backend_colors(backend_labels(metrics))
-
-
-def decisive_speedup(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
-    """The speedup each cell's verdict rests on, with its 95% interval (columns value, low, high),
-    and whether that is the end-to-end one (data-bound cells, or data-bound eager cells)."""
-    e2e = cells["verdict_basis"] == E2E_BASIS
-    pick = lambda end: cells[f"e2e_speedup{end}"].where(e2e, cells[f"speedup{end}"])  # noqa: E731
-    return pd.DataFrame({"value": pick(""), "low": pick("_low"), "high": pick("_high")}), e2e
 
 
 def shown_rows(count: int) -> tuple[np.ndarray, str]:

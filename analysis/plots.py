@@ -24,7 +24,6 @@ from analysis.figure_layout import (
     FIGSIZE,
     LABEL_SIZE,
     colors,
-    decisive_speedup,
     empty,
     figure,
     log_log,
@@ -37,6 +36,7 @@ from analysis.figure_layout import (
 from analysis.palette import DATA_WAIT, NO_VALUE
 from analysis.render import fmt_break_even, fmt_number, fmt_speedup
 from analysis.scaling import scaling_cells
+from analysis.verdicts import decisive_speedup
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED
 
 FORMATS = ("png", "svg")

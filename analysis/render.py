@@ -25,6 +25,9 @@ class Table:
     data: pd.DataFrame
     text: pd.DataFrame
     note: str = ""
+    compact: Table | None = None
+    """The same table narrowed to fit a terminal (the per-cell table's), printed unless the full one is
+    asked for; its `data` is this table's."""
 
 
 def is_null(value: Any) -> bool:

@@ -113,12 +113,14 @@ def analyze(
     return Analysis(Path(sweep_dir), data, metrics, tables, gemm)
 
 
-def render_tables(analysis: Analysis, fmt: str) -> str:
-    """The tables as one text: Markdown or LaTeX, one after another; CSV and JSON: the per-cell
-    table only (one CSV is one table; report/tables/ has each table as its own CSV)."""
+def render_tables(analysis: Analysis, fmt: str, full: bool = False) -> str:
+    """The tables as one text: Markdown or LaTeX, one after another, the per-cell table compact unless
+    `full`; CSV and JSON: the per-cell table only, every column (one CSV is one table; report/tables/
+    has each table as its own CSV)."""
     if fmt in ONE_TABLE:  # a sweep of GEMM cells only has no per-cell table: its GEMM table then
         return RENDERERS[fmt](next(table for table in analysis.tables if table.name in (SUMMARY, GEMM_TABLE)))
-    return "\n\n".join(RENDERERS[fmt](table) for table in analysis.tables) + "\n"
+    tables = analysis.tables if full else [table.compact or table for table in analysis.tables]
+    return "\n\n".join(RENDERERS[fmt](table) for table in tables) + "\n"
 
 
 TITLE = "compilebench report"

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.axes import axis_text, backend_labels, varying_axes, workload_labels
+from analysis.axes import axis_text, backend_labels, cell_labels, varying_axes, workload_labels
 from analysis.breakeven import BREAK_EVEN_COLUMNS, baseline_step_ms
 from analysis.busy import LAUNCH_BOUND, bound_texts, busy_texts
 from analysis.collect import SweepData, read_cell
@@ -34,7 +34,7 @@ from analysis.render import (
 )
 from analysis.scaling import multi_process, scaling_table
 from analysis.stats import geometric_mean
-from analysis.verdicts import DATA_BOUND, E2E_BASIS, EQUIVALENCE, verdict_reasons
+from analysis.verdicts import DATA_BOUND, E2E_BASIS, EQUIVALENCE, decisive_speedup, verdict_reasons
 from workloads.contract.vocabulary import (
     AXIS,
     BASELINE_BACKEND,
@@ -51,6 +51,10 @@ from workloads.contract.vocabulary import (
 SUMMARY, BREAK_EVEN = "summary", "break_even"
 #: The mark of a paired speedup whose interval is disjoint from the unpaired one's.
 DISAGREES = "≠ unpaired"
+#: The width an error is cut to in the compact per-cell table (the full one has ERROR_WIDTH).
+COMPACT_ERROR_WIDTH = 32
+#: Where the full per-cell table is, below the compact one.
+FULL_TABLE = "Every column: `compilebench analyze SWEEP_DIR --full`, and the report."
 
 
 def ordered_statuses(statuses: Iterable[str]) -> list[str]:
@@ -135,9 +139,7 @@ def summary_table(
         "error": [short_error(e) if s != COMPLETED else "" for s, e in
                   zip(metrics["status"], metrics["error"])],
     })  # fmt: skip
-    margin = (
-        f"within ±{fmt_percent(equivalence)} of 1" if equivalence else "exactly 1 (no margin: --equivalence)"
-    )
+    margin = _margin(equivalence)
     note = (
         "Measured steps only (warm-up excluded). Runs: replicates of the cell (one process each), ± the "
         "coefficient of variation of their median steps, `unstable` where they disagree beyond their own 95% "
@@ -164,7 +166,43 @@ def summary_table(
         "GPU-minutes) after which compiling pays for itself, with the cold compile, and the warm one where "
         f"measured (see the break-even table). {COST_NOTE}"
     )
-    return Table(SUMMARY, "Cells", metrics, text, note)
+    return Table(SUMMARY, "Cells", metrics, text, note, compact=compact_table(metrics, equivalence))
+
+
+def _margin(equivalence: float) -> str:
+    return (
+        f"within ±{fmt_percent(equivalence)} of 1" if equivalence else "exactly 1 (no margin: --equivalence)"
+    )
+
+
+def compact_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE) -> Table:
+    """The per-cell table in eight columns, to fit a terminal: the cell (its workload and backend), its
+    median step, the speedup its verdict rests on (`e2e` where end to end) with its interval, the
+    verdict (the status where the cell did not complete), compile s, break-even steps, the accuracy
+    check's result, and why: data- or launch-bound, or the error of a cell that did not complete. A
+    column no cell has a value in is left out."""
+    speed, e2e = decisive_speedup(metrics)
+    completed = metrics["status"] == COMPLETED
+    verdicts = verdict_texts(metrics, reasons=False).where(completed, metrics["status"])
+    text = pd.DataFrame({
+        "cell": cell_labels(metrics),
+        "median ms": metrics["median_step_ms"].map(fmt_number),
+        "speedup [95% CI]": [fmt_speedup(*v) + (" e2e" if end else "") if not is_null(v[0]) else ""
+                             for v, end in zip(speed.to_numpy(), e2e)],
+        "verdict": verdicts,
+        "compile s": metrics["compile_time_s"].map(fmt_number),
+        "break-even steps": _cold_warm(metrics, "break_even_steps", whole=True),
+        "accuracy": metrics["accuracy"].map(lambda value: "" if is_null(value) else str(value)),
+        "why": [short_error(e, COMPACT_ERROR_WIDTH) if s != COMPLETED else bound for s, e, bound in
+                zip(metrics["status"], metrics["error"], bound_texts(metrics, host_speed=False))],
+    })  # fmt: skip
+    used = [column for column in text.columns if column == "cell" or (text[column] != "").any()]
+    note = (
+        "Verdict from the speedup's 95% interval (e2e: of end-to-end throughput, for data-bound cells): "
+        f"faster or slower where it excludes 1,\nno difference where it lies {_margin(equivalence)}, else "
+        f"undecided. {FULL_TABLE}"
+    )
+    return Table(SUMMARY, "Cells", metrics, text[used], note)
 
 
 def method_texts(metrics: pd.DataFrame) -> list[str]:
@@ -254,11 +292,11 @@ def _runs(status: object, replicates: object, spread: object, unstable: object) 
     return " ".join(parts)
 
 
-def verdict_texts(metrics: pd.DataFrame) -> pd.Series:
+def verdict_texts(metrics: pd.DataFrame, reasons: bool = True) -> pd.Series:
     """Each cell's verdict as the per-cell table shows it: `faster`, `baseline` for the eager cell the
-    others are compared with, and for a verdict on end-to-end throughput why: `undecided — data-bound
-    (94% waiting for data): end-to-end 1.03x [0.62, 1.71]`."""
-    reasons = verdict_reasons(metrics)
+    others are compared with, and (`reasons`) for a verdict on end-to-end throughput why: `undecided —
+    data-bound (94% waiting for data): end-to-end 1.03x [0.62, 1.71]`."""
+    reasons = verdict_reasons(metrics) if reasons else [""] * len(metrics)
     texts = []
     for verdict, reason, cell, baseline in zip(
         metrics["verdict"], reasons, metrics["cell_id"], metrics["baseline_cell_id"]
@@ -338,12 +376,12 @@ def sweep_tables(
 
 
 def cells_markdown(cell_dirs: Iterable[Path]) -> str:
-    """The per-cell table of these cell directories as Markdown: what `compilebench sweep` prints
-    of the cells it ran."""
-    return to_markdown(summarize(read_cell(directory) for directory in cell_dirs))
+    """The compact per-cell table of these cell directories as Markdown, and where the full one is:
+    what `compilebench sweep` prints of the cells it ran."""
+    return f"{to_markdown(summarize(read_cell(directory) for directory in cell_dirs))}\n\n{FULL_TABLE}"
 
 
-def to_markdown(metrics: pd.DataFrame) -> str:
-    """The per-cell table as Markdown (without heading)."""
-    text = summary_table(metrics).text
+def to_markdown(metrics: pd.DataFrame, full: bool = False) -> str:
+    """The per-cell table as Markdown (without heading), compact unless `full`."""
+    text = summary_table(metrics).text if full else compact_table(metrics).text
     return render_markdown(text.to_dict("records"), list(text.columns))

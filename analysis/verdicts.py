@@ -69,3 +69,11 @@ def verdict_reasons(metrics: pd.DataFrame, digits: int = 2) -> pd.Series:
             f"{whose}data-bound ({100 * float(fraction):.0f}% waiting for data): end-to-end {speedup}"
         )
     return pd.Series(reasons, index=metrics.index, dtype=object)
+
+
+def decisive_speedup(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
+    """The speedup each cell's verdict rests on, with its 95% interval (columns value, low, high),
+    and whether that is the end-to-end one (data-bound cells, or data-bound eager cells)."""
+    e2e = cells["verdict_basis"] == E2E_BASIS
+    pick = lambda end: cells[f"e2e_speedup{end}"].where(e2e, cells[f"speedup{end}"])  # noqa: E731
+    return pd.DataFrame({"value": pick(""), "low": pick("_low"), "high": pick("_high")}), e2e

@@ -185,6 +185,7 @@ def cmd_analyze(
     equivalence: float | None = None,
     data_bound: float | None = None,
     launch_bound: float | None = None,
+    full: bool = False,
 ) -> int:
     from analysis.busy import LAUNCH_BOUND
     from analysis.report import analyze, render_tables, write_report
@@ -212,7 +213,7 @@ def cmd_analyze(
             file=sys.stderr,
         )
         return EXIT_FAILED
-    print(render_tables(result, fmt).rstrip("\n"), flush=True)
+    print(render_tables(result, fmt, full).rstrip("\n"), flush=True)
     try:
         index = write_report(result, plots)
     except OSError as exc:
@@ -275,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.equivalence,
         args.data_bound,
         args.launch_bound,
+        args.full,
     )
 
 

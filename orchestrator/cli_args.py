@@ -168,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(json: one record per cell; report/tables/ has every table as CSV)",
     )
     analyze.add_argument(
+        "--full",
+        action="store_true",
+        help="print the per-cell table with every column (default: a compact one that fits a terminal; "
+        "csv, json and the report always have every column)",
+    )
+    analyze.add_argument(
         "--reference",
         choices=("seminar", "fp8_triton"),
         default=None,

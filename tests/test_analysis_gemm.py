@@ -88,7 +88,7 @@ def test_gemm_cells_stay_out_of_the_training_tables(
     write_gemm_sweep(tmp_path, {1: MEASURED[1]})
     write_cell(tmp_path, "gpt-eager", "eager", step_ms=[10.0, 10.0, 10.0])
     write_cell(tmp_path, "gpt-inductor", "inductor", step_ms=[8.0, 8.0, 8.0])
-    code, out, _ = run(capsys, str(tmp_path), "--no-plots")
+    code, out, _ = run(capsys, str(tmp_path), "--no-plots", "--full")
     cells = out.split("### Cells by status")[0]
     assert code == 0 and "gpt-inductor" in cells and "fp8c-1" not in cells and "bf16-1" not in cells
     assert "### GEMMs: µs per GEMM against the roofline" in out

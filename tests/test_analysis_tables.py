@@ -179,7 +179,8 @@ def test_renderings(tmp_path: Path) -> None:
     back = pd.read_csv(io.StringIO(csv(table)))
     assert list(back.columns) == CELL_COLUMNS and len(back) == 3
     assert back.set_index("cell_id").loc["i", "speedup"] == pytest.approx(2.5)
-    assert to_markdown(metrics) in markdown(table)
+    assert to_markdown(metrics, full=True) in markdown(table)
+    assert to_markdown(metrics) in markdown(table.compact)
 
 
 def test_summarize_per_cell_reads_equals_the_sweep_read(tmp_path: Path) -> None:

@@ -156,7 +156,7 @@ def test_a_local_sweep_runs_rounds_until_each_cell_stops(tmp_path: Path) -> None
     for cell_id, row in table(status.stdout).items():
         assert row["state"] == "completed"
         assert row["repeats"] == f"{records[cell_id]['replicates']}, {records[cell_id]['reason']}"
-    analysed = cli(tmp_path, "analyze", str(sweep), "--no-plots")
+    analysed = cli(tmp_path, "analyze", str(sweep), "--no-plots", "--full")
     assert "### repeats=auto: why each cell stopped" in analysed.stdout, analysed.stderr
     # analyze decides with the margin the rounds were decided with, unless told another
     assert {record["equivalence"] for record in records.values()} == {0.9}
