@@ -99,10 +99,10 @@ def standings(sweep_dir: Path, going: Sequence[Cell], every: Sequence[Cell]) -> 
     cell of the sweep (its eager cell may be one that is not going)."""
     import pandas as pd
 
-    from analysis.collect import load_cells
-    from analysis.metrics import cell_metrics
-    from analysis.paired import UNPAIRED
-    from analysis.verdicts import E2E_BASIS
+    from analysis.cells.metrics import cell_metrics
+    from analysis.cells.paired import UNPAIRED
+    from analysis.reading.collect import load_cells
+    from analysis.statistics.verdicts import E2E_BASIS
 
     data = load_cells([cell_dir(sweep_dir, cell.cell_id) for cell in every], warn=None)
     metrics = cell_metrics(data).set_index("cell_id")

@@ -84,7 +84,7 @@ def cmd_sweep(
     if first is not None and (not cfg or first < 1):
         return _error("--first N (N >= 1) goes with --cfg job: how many cells' configs to print")
     # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.
-    from analysis.tables import render_markdown
+    from analysis.rendering.text import render_markdown
     from orchestrator.executor import ExecutorError
     from orchestrator.executors import executor_for
     from orchestrator.grid import GridError, expand
@@ -187,9 +187,9 @@ def cmd_analyze(
     launch_bound: float | None = None,
     full: bool = False,
 ) -> int:
-    from analysis.busy import LAUNCH_BOUND
+    from analysis.cells.busy import LAUNCH_BOUND
     from analysis.report import analyze, render_tables, write_report
-    from analysis.verdicts import DATA_BOUND
+    from analysis.statistics.verdicts import DATA_BOUND
 
     if not sweep_dir.is_dir():
         return _error(f"not a directory: {sweep_dir}")

@@ -238,8 +238,8 @@ class LocalExecutor(Executor[LocalPlan]):
         return f"{len(grid.cells)} cell(s) for {grid.sweep_dir}{repeats}; nothing written or run (--dry-run)"
 
     def run(self, plan: LocalPlan, follow: Follow | None = None) -> int:
-        from analysis.auto_repeats import auto_repeats_markdown
-        from analysis.tables import cells_markdown
+        from analysis.studies.auto_repeats import auto_repeats_markdown
+        from analysis.studies.sweep.table import cells_markdown
         from orchestrator.grid_files import prepare
 
         grid = plan.cells()

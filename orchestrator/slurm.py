@@ -116,7 +116,7 @@ class _Stopped(Exception):
 def run_rounds_on_slurm(grid: Grid, wait: Follow) -> int:
     """repeats=auto on Slurm (orchestrator/auto_repeats.py): each round's replicates submitted as job
     arrays, then followed until none is queued (`--wait`); why each cell stopped at the end."""
-    from analysis.auto_repeats import auto_repeats_markdown
+    from analysis.studies.auto_repeats import auto_repeats_markdown
     from orchestrator.slurm_submit import submit_plan
     from orchestrator.status import all_completed, sweep_status
 

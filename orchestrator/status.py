@@ -183,7 +183,7 @@ def count_states(rows: Sequence[CellStatus]) -> str:
 
 def render(rows: Sequence[CellStatus]) -> str:
     """The status table (Markdown) and a last line counting the cells by state."""
-    from analysis.tables import render_markdown
+    from analysis.rendering.text import render_markdown
 
     shown = shown_axes([row.axes for row in rows])
     auto = ["repeats"] if any(row.repeats == AUTO_REPEATS for row in rows) else []

@@ -1,4 +1,4 @@
-"""`launch-bound` (analysis/busy.py): the GPU's busy share per cell, the median over its completed
+"""`launch-bound` (analysis/cells/busy.py): the GPU's busy share per cell, the median over its completed
 replicates, the label where the GPU idled beyond the threshold (`--launch-bound`) and the cell is not
 data-bound, with the host's speed beside it; and a real CPU cell, which profiles nothing, in the table."""
 
@@ -11,10 +11,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.busy import LAUNCH_BOUND
-from analysis.collect import load_sweep, read_cell
-from analysis.metrics import cell_metrics
-from analysis.tables import cells_markdown, summarize, summary_table, to_markdown
+from analysis.cells.busy import LAUNCH_BOUND
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import load_sweep, read_cell
+from analysis.studies.sweep.table import cells_markdown, summarize, summary_table, to_markdown
 from orchestrator.cli import main
 from tests.analysis_sweeps import write_cell
 from workloads.cell.config import cell_config_from_dict

@@ -12,12 +12,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis.axes import SAME_WORKLOAD
-from analysis.collect import load_sweep
-from analysis.metrics import CELL_COLUMNS, cell_metrics
-from analysis.plots import FIGURES
+from analysis.cells.metrics import CELL_COLUMNS, cell_metrics
+from analysis.reading.axes import SAME_WORKLOAD
+from analysis.reading.collect import load_sweep
 from orchestrator.cli import main
-from tests.analysis_sweeps import write_cell, write_seminar_sweep
+from tests.analysis_sweeps import TRAINING_FIGURES, write_cell, write_seminar_sweep
 from tests.helpers import REPO_ROOT
 
 SWEEP_TITLES = [
@@ -60,7 +59,7 @@ def test_markdown_tables_and_report_page(tmp_path: Path, capsys: pytest.CaptureF
     )
     page = index.read_text()
     links = re.findall(r"\]\(([^)]+)\)", page)
-    assert sum(link.endswith(".png") for link in links) == len(FIGURES)
+    assert sum(link.endswith(".png") for link in links) == len(TRAINING_FIGURES)
     assert sum(link.endswith(".csv") for link in links) == 7  # no scaling table: every cell ran one process
     for link in links:
         assert (index.parent / link).is_file(), link

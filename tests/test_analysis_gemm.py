@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from analysis.gemm_claims import BEYOND_FLOOR, NOT_MEASURED, NOT_REPRODUCED, NOTHING_TO_JUDGE, REPRODUCED
 from analysis.report import analyze
+from analysis.studies.gemm.claims import (
+    BEYOND_FLOOR,
+    NOT_MEASURED,
+    NOT_REPRODUCED,
+    NOTHING_TO_JUDGE,
+    REPRODUCED,
+)
 from orchestrator.cli import main
 from tests.analysis_sweeps import PEAK_GBPS, write_cell, write_gemm_cell, write_seminar_sweep
 

@@ -11,16 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.collect import load_sweep, read_cell
-from analysis.metrics import CELL_COLUMNS, cell_metrics
-from analysis.render import csv, latex, markdown
-from analysis.tables import (
-    geomean_table,
-    status_table,
-    summarize,
-    summary_table,
-    to_markdown,
-)
+from analysis.cells.metrics import CELL_COLUMNS, cell_metrics
+from analysis.reading.collect import load_sweep, read_cell
+from analysis.rendering.text import csv, latex, markdown
+from analysis.studies.sweep.summaries import geomean_table, status_table
+from analysis.studies.sweep.table import summarize, summary_table, to_markdown
 from tests.analysis_sweeps import ITEMS, WARMUP_MS, write_cell
 
 

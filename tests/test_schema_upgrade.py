@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from analysis.collect import load_sweep
-from analysis.metrics import cell_metrics
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import load_sweep
 from orchestrator.cli import main
 from orchestrator.status import render, sweep_status
 from workloads.contract.attempts import last_status, missing_repeats, record_killed_attempt
