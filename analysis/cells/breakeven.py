@@ -26,10 +26,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.reading.collect import COMPILE_COLD, COMPILE_WARM
 from workloads.contract.vocabulary import BASELINE_BACKEND
 
 #: Run columns of the cold and the warm compile time; analysis reads them where run.parquet has them.
-COMPILE_COLD, COMPILE_WARM = "compile_cold_s", "compile_warm_s"
 #: The columns `break_even_columns` adds to the per-cell metrics.
 BREAK_EVEN_COLUMNS = [
     "pays_off",

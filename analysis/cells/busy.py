@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.reading.collect import BUSY_READ
 from analysis.rendering.text import fmt_number, fmt_percent, is_null
 from workloads.contract.vocabulary import COMPLETED
 
@@ -22,17 +23,16 @@ from workloads.contract.vocabulary import COMPLETED
 #: pace. The GPU's own gaps between queued kernels (about a µs each) stay below it while the kernels
 #: last 5 µs or more on average, as a GPU-bound cell's should (tests/benchmarks/busy_share_gpu.py).
 LAUNCH_BOUND = 0.2
-#: The run columns read per replicate, the columns `busy_columns` gives.
-READ = ("gpu_busy_share", "eager_gpu_busy_share", "host_op_us")
-BUSY_COLUMNS = [*READ, "launch_bound"]
+#: The columns `busy_columns` gives.
+BUSY_COLUMNS = [*BUSY_READ, "launch_bound"]
 
 
 def busy_columns(cells: pd.DataFrame, replicates: pd.DataFrame, launch_bound: float) -> pd.DataFrame:
-    """BUSY_COLUMNS of each cell (in `cells`' order, with its `data_bound`): the median of READ over the
+    """BUSY_COLUMNS of each cell (in `cells`' order, with its `data_bound`): the median of BUSY_READ over the
     cell's completed replicates (NaN where none recorded it), and whether it is launch-bound."""
     done = replicates[replicates["status"] == COMPLETED]
-    medians = done.groupby("cell_id")[list(READ)].median().reindex(cells["cell_id"])
-    columns = pd.DataFrame(medians.to_numpy(float), columns=list(READ), index=cells.index)
+    medians = done.groupby("cell_id")[list(BUSY_READ)].median().reindex(cells["cell_id"])
+    columns = pd.DataFrame(medians.to_numpy(float), columns=list(BUSY_READ), index=cells.index)
     idle = 1 - columns["gpu_busy_share"].to_numpy(float)
     completed = (cells["status"] == COMPLETED).to_numpy()
     data_bound = cells["data_bound"].to_numpy(bool)

@@ -20,8 +20,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from analysis.cells.breakeven import COMPILE_COLD, COMPILE_WARM
-from analysis.cells.busy import READ as BUSY_READ
 from workloads.contract.attempts import counting_attempts, replicate_attempts
 from workloads.contract.schema import MANIFEST_SCHEMA, RUN_SCHEMA, STEPS_SCHEMA
 from workloads.contract.sweep_dir import (
@@ -46,6 +44,11 @@ from workloads.contract.vocabulary import (
 )
 
 #: A GEMM cell's own run.parquet columns that analysis/cells/gemm.py reads (its shape and recipe are axes).
+#: The cold and warm compile times of `compile.measure=cold_warm` (analysis/cells/breakeven.py).
+COMPILE_COLD, COMPILE_WARM = "compile_cold_s", "compile_warm_s"
+#: The GPU's busy share of the profiled window, of the cell's steps and of a paired cell's eager side,
+#: and the host's speed (analysis/cells/busy.py).
+BUSY_READ = ("gpu_busy_share", "eager_gpu_busy_share", "host_op_us")
 GEMM_READ = (
     "gemm_bytes",
     "peak_gbps",

@@ -18,9 +18,6 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
-from analysis.reading.axes import backend_labels
-from analysis.rendering.palette import backend_colors
-
 FORMATS = ("png", "svg")  # the files of each figure
 FIGSIZE = (10.0, 6.0)  # inches: the width of every figure, the height of those without rows
 DPI = 100  # PNG pixels per inch
@@ -42,11 +39,6 @@ def figure(title: str, height: float = FIGSIZE[1]) -> tuple[Figure, Axes]:
 def rows_height(rows: int) -> float:
     """Inches of a figure with `rows` rows of cells (at least FIGSIZE's height / 2)."""
     return max(FIGSIZE[1] / 2, FRAME_INCHES + ROW_INCHES * rows)
-
-
-def colors(metrics: pd.DataFrame) -> dict[str, str]:
-    """Each backend label's colour (analysis.rendering.palette), for the cells of this sweep."""
-    return backend_colors(backend_labels(metrics))
 
 
 def shown_rows(count: int) -> tuple[np.ndarray, str]:

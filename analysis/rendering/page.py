@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from analysis.reading.collect import Problem
 from analysis.rendering.text import Table, markdown
 
 #: Cells that read as numbers (`1,399`, `1.15x`, `30.3%`, `-4.0%`) are right-aligned.
@@ -92,7 +91,8 @@ class Page:
     title: str
     sweep_dir: Path
     count_line: str
-    problems: Sequence[Problem]
+    problems: Sequence[tuple[str, Path]]
+    """What went wrong reading the sweep: (message, path) of each problem."""
     tables: Sequence[Table]
     environment: Table
     plots: dict[str, list[Path]]
@@ -120,7 +120,7 @@ def markdown_page(page: Page) -> str:
             continue
         lines += [f"## {heading}", ""]
         if key == "problems":
-            lines += [*(f"- {p.message}: `{p.path}`" for p in page.problems), ""]
+            lines += [*(f"- {message}: `{path}`" for message, path in page.problems), ""]
         elif key == "figures":
             for name, paths in page.plots.items():
                 png, svg = (path.relative_to(page.directory).as_posix() for path in paths)
@@ -145,7 +145,8 @@ def html_page(page: Page) -> str:
             continue
         if key == "problems":
             items = "".join(
-                f"<li>{escape(p.message)}: <code>{escape(str(p.path))}</code></li>" for p in page.problems
+                f"<li>{escape(message)}: <code>{escape(str(path))}</code></li>"
+                for message, path in page.problems
             )
             body.append(f'<h2 id="problems">Problems</h2><ul class="problems">{items}</ul>')
         elif key == "figures":

@@ -11,7 +11,8 @@ from matplotlib.figure import Figure
 
 from analysis.cells.metrics import median_draws
 from analysis.reading.axes import backend_labels, workload_labels
-from analysis.rendering.figure_layout import colors, figure, log_log, whiskers
+from analysis.rendering.figure_layout import figure, log_log, whiskers
+from analysis.rendering.palette import backend_colors
 from analysis.statistics.bootstrap import percentile_interval
 from workloads.contract.vocabulary import COMPLETED
 
@@ -32,7 +33,7 @@ def energy_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         pd.Series(end, index=cells.index) for end in percentile_interval(median_draws(cells, steps))
     )
     jps, j_low, j_high = (cells[f"joules_per_step{end}"] for end in ("", "_low", "_high"))
-    palette, labels = colors(metrics), backend_labels(cells)
+    palette, labels = backend_colors(backend_labels(metrics)), backend_labels(cells)
     for label in sorted(set(labels)):
         mine = (labels == label).to_numpy()
         ax.errorbar(

@@ -14,7 +14,8 @@ from analysis.reading.axes import (
     scaling_cells,
     workload_labels,
 )
-from analysis.rendering.figure_layout import DPI, FIGSIZE, colors, empty, first_workloads, whiskers
+from analysis.rendering.figure_layout import DPI, FIGSIZE, empty, first_workloads, whiskers
+from analysis.rendering.palette import backend_colors
 from workloads.contract.vocabulary import BASELINE_BACKEND
 
 NAME = "scaling"
@@ -37,7 +38,7 @@ def scaling_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         empty(efficiency_ax, "no multi-process cells")
         eager_ax.set_visible(False)
         return fig
-    palette, labels = colors(metrics), backend_labels(cells)
+    palette, labels = backend_colors(backend_labels(metrics)), backend_labels(cells)
     processes = cells["world_size"].astype(float)
     markers = dict(zip(shown, SCALING_MARKERS))
     for (workload, label), series in cells.groupby([workloads, labels], sort=False):

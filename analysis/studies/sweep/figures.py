@@ -26,7 +26,6 @@ from analysis.rendering.figure_layout import (
     DPI,
     FIGSIZE,
     LABEL_SIZE,
-    colors,
     empty,
     figure,
     first_workloads,
@@ -37,7 +36,7 @@ from analysis.rendering.figure_layout import (
     shown_rows,
     whiskers,
 )
-from analysis.rendering.palette import DATA_WAIT, NO_VALUE
+from analysis.rendering.palette import DATA_WAIT, NO_VALUE, backend_colors
 from analysis.rendering.text import fmt_break_even, fmt_number, fmt_speedup
 from analysis.statistics.verdicts import decisive_speedup
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED
@@ -77,7 +76,11 @@ def speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         e2e.loc[order].to_numpy(),
         backend_labels(compiled).loc[order].to_numpy(),
     )
-    y, has, palette = np.arange(len(order)), rows["value"].notna().to_numpy(), colors(metrics)
+    y, has, palette = (
+        np.arange(len(order)),
+        rows["value"].notna().to_numpy(),
+        backend_colors(backend_labels(metrics)),
+    )
     for backend in sorted(set(backends[has])):
         for hollow in (False, True):
             mine = (backends == backend) & has & (e2e == hollow)
@@ -146,7 +149,7 @@ def mfu_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         empty(ax, "no MFU: no peak FLOP/s known for these devices")
         return fig
     mean, std = 100 * cells["mfu_mean"], 100 * cells["mfu_std"].fillna(0)
-    palette = colors(metrics)
+    palette = backend_colors(backend_labels(metrics))
     ax.barh(
         np.arange(len(cells)),
         mean,
@@ -173,7 +176,7 @@ def data_wait_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         return fig
     # A wait is timed on the host inside a step; should it exceed the step, the bar is all wait.
     wait = 100 * cells["data_wait_share"].clip(0, 1)
-    y, palette = np.arange(len(cells)), colors(metrics)
+    y, palette = np.arange(len(cells)), backend_colors(backend_labels(metrics))
     ax.barh(y, 100 - wait, color=[palette[b] for b in backend_labels(cells)])
     ax.barh(y, wait, left=100 - wait, color=DATA_WAIT, hatch="///", edgecolor="0.55", linewidth=0)
     ax.set_xlim(0, 100)
@@ -204,7 +207,7 @@ def step_time_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     if not shown:
         empty(axes[0], "no steps recorded")
-    palette, labels = colors(metrics), backend_labels(metrics)
+    palette, labels = backend_colors(backend_labels(metrics)), backend_labels(metrics)
     drawn = steps[steps["cell_id"].isin(set(metrics["cell_id"][workloads.isin(shown)]))]
     by_cell = dict(tuple(drawn.sort_values("step").groupby("cell_id", sort=False, observed=True)))
     legend = {}
@@ -276,7 +279,7 @@ def compile_speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure
         empty(ax, "no compiled cell with both a compile time and a speedup")
         return fig
     cells, speed, x, warm = cells[usable], speed[usable], x[usable], warm[usable]
-    palette = colors(metrics)
+    palette = backend_colors(backend_labels(metrics))
     for label, group in speed.groupby(backend_labels(cells), sort=True):
         ax.errorbar(
             x[group.index],
