@@ -11,7 +11,7 @@ For each cell completed in both, with measured steps:
     step ratio        B's median step / A's (above 1: B is slower)
     throughput ratio  B's end-to-end items/s / A's (below 1: B is slower)
 
-each with a 95% two-level bootstrap interval (replicates, then steps: analysis/stats.py, as
+each with a 95% two-level bootstrap interval (replicates, then steps: analysis/statistics/bootstrap.py, as
 `analyze`'s speedups; each sweep's cell draws from its own generator). With threshold t:
 
     regression        the step ratio's interval lies above 1 + t (B slower by more than t, at 95%)
@@ -35,11 +35,17 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
-from analysis.axes import axis_rows, axis_text, backend_labels, cell_labels, representatives
-from analysis.collect import REPEAT, SweepData, load_sweep
-from analysis.metrics import RESAMPLES, SEED, cell_metrics
-from analysis.render import fmt_number, fmt_speedup, render_markdown
-from analysis.stats import ReplicateSamples, geometric_mean, hierarchical_means, ratio_interval, stable_hash
+from analysis.cells.metrics import RESAMPLES, SEED, cell_metrics
+from analysis.reading.axes import axis_rows, axis_text, backend_labels, cell_labels, representatives
+from analysis.reading.collect import REPEAT, SweepData, load_sweep
+from analysis.rendering.text import fmt_number, fmt_speedup, render_markdown
+from analysis.statistics.bootstrap import (
+    ReplicateSamples,
+    geometric_mean,
+    hierarchical_means,
+    ratio_interval,
+    stable_hash,
+)
 from workloads.contract.sweep_dir import STDERR
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, HARDWARE, PROCESSES, WORKLOAD, names
 

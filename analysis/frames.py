@@ -17,10 +17,10 @@ from typing import NamedTuple, TextIO
 
 import pandas as pd
 
-from analysis.busy import LAUNCH_BOUND
-from analysis.collect import load_sweep
-from analysis.metrics import cell_metrics
-from analysis.verdicts import DATA_BOUND, EQUIVALENCE
+from analysis.cells.busy import LAUNCH_BOUND
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import load_sweep
+from analysis.statistics.verdicts import DATA_BOUND, EQUIVALENCE
 from workloads.contract.sweep_dir import STDERR
 
 

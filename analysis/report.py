@@ -1,8 +1,9 @@
 """`compilebench analyze`: from a sweep directory to tables (stdout) and a report page.
 
-The report lies in SWEEP_DIR/report/: `index.md` (every table, the problems found, the figures,
-the environment), the same as one self-contained page `index.html` (analysis/html.py),
-`tables/<name>.{md,tex,csv}` and `plots/<name>.{png,svg}`.
+`analyze` reads the sweep once (a `Loaded`: analysis/studies/base.py) and asks every study of the
+one list (analysis/studies/registry.py) for its tables; `write_report` writes SWEEP_DIR/report/:
+`tables/<name>.{md,tex,csv}`, every study's figures as `plots/<name>.{png,svg}`, and the index page
+as `index.md` and `index.html` (analysis/rendering/page.py).
 """
 
 from __future__ import annotations
@@ -12,42 +13,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-import pandas as pd
-
-from analysis.auto_repeats import auto_repeats_table, recorded_equivalence
-from analysis.busy import LAUNCH_BOUND
-from analysis.claims import claims_table
-from analysis.collect import SweepData, load_sweep
-from analysis.energy import energy_tables
-from analysis.environment import environment_table
-from analysis.fp8 import fp8_table
-from analysis.gemm import GEMM_TABLE, gemm_cells, gemm_mask, gemm_table
-from analysis.gemm_claims import claims_table as fp8_triton_claims
-from analysis.html import html_page
-from analysis.metrics import cell_metrics
-from analysis.reasons import reasons_table
-from analysis.render import ONE_TABLE, RENDERERS, Table, csv, latex, markdown
-from analysis.seminar import seminar_tables
-from analysis.suite import suite_name, suite_tables
-from analysis.tables import SUMMARY, ordered_statuses, sweep_tables
-from analysis.verdicts import DATA_BOUND, EQUIVALENCE
+from analysis.cells.busy import LAUNCH_BOUND
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import load_sweep
+from analysis.reading.environment import environment_table
+from analysis.rendering.page import Page, html_page, markdown_page
+from analysis.rendering.text import ONE_TABLE, RENDERERS, Table, csv, latex, markdown
+from analysis.statistics.verdicts import DATA_BOUND, EQUIVALENCE
+from analysis.studies.auto_repeats import recorded_equivalence
+from analysis.studies.base import Loaded, Study
+from analysis.studies.gemm.table import GEMM_TABLE
+from analysis.studies.registry import studies_for
+from analysis.studies.sweep.summaries import ordered_statuses
+from analysis.studies.sweep.table import SUMMARY
 from workloads.contract.sweep_dir import REPORT_DIR, STDERR
 from workloads.contract.vocabulary import NO_RESULT, UNREADABLE
 
 TABLES_DIR = "tables"
 PLOTS_DIR = "plots"
+TITLE = "compilebench report"
 
 
 @dataclass
-class Analysis:
-    """A sweep read and analysed: its data, one metrics row per cell, and its tables."""
+class Analysis(Loaded):
+    """A sweep read and analysed: what every study is given, the studies of its report and their
+    tables."""
 
-    sweep_dir: Path
-    data: SweepData
-    metrics: pd.DataFrame
-    tables: list[Table]
-    gemm: pd.DataFrame = field(default_factory=pd.DataFrame)
-    """The GEMM cells' rows (analysis/gemm.py), empty without any."""
+    studies: list[Study] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
 
     @property
     def has_results(self) -> bool:
@@ -70,76 +63,32 @@ def analyze(
     data_bound: float = DATA_BOUND,
     launch_bound: float = LAUNCH_BOUND,
 ) -> Analysis:
-    """Read the sweep and build its tables: the sweep's own, why graphs broke or recompiled (where
-    any run recorded a reason), the suite tables of a suite (`+suite=...`, analysis/suite.py), the
-    seminar layouts it has cells for, fp8 against bf16 (analysis/fp8.py) where fp8 training cells have
-    a bf16 counterpart, why each cell stopped where repeats=auto ran it (analysis/auto_repeats.py), the
-    GEMM table (analysis/gemm.py) where it has GEMM cells, and with `reference="seminar"` every seminar
-    table beside the published values and the claims, with `reference="fp8_triton"` the FP8 GEMM
-    post's claims judged (analysis/gemm_claims.py).
-    GEMM cells time one matrix multiply, not a training step: the training tables leave them out.
+    """Read the sweep and build every study's tables (analysis/studies/registry.py), with
+    `reference` ("seminar", "fp8_triton") those judging its claims too.
     `equivalence`: the margin of practical equivalence of the verdicts (0: none; None: the margin the
-    sweep's repeats=auto cells were decided with, analysis/auto_repeats.py, else 0); `data_bound`: the
-    share of step time waiting for data above which a cell's verdict rests on end-to-end throughput;
-    `launch_bound`: the GPU's idle share above which a cell is launch-bound."""
-    data = load_sweep(Path(sweep_dir), warn)
+    sweep's repeats=auto cells were decided with, analysis/studies/auto_repeats.py, else 0);
+    `data_bound`: the share of step time waiting for data above which a cell's verdict rests on
+    end-to-end throughput; `launch_bound`: the GPU's idle share above which a cell is launch-bound."""
+    sweep_dir = Path(sweep_dir)
+    data = load_sweep(sweep_dir, warn)
     if equivalence is None:
-        equivalence = recorded_equivalence(Path(sweep_dir), data.cells["cell_id"]) or EQUIVALENCE
+        equivalence = recorded_equivalence(sweep_dir, data.cells["cell_id"]) or EQUIVALENCE
     metrics = cell_metrics(data, equivalence=equivalence, data_bound=data_bound, launch_bound=launch_bound)
-    reasons = reasons_table(data.cells, metrics)
-    suite = suite_name(Path(sweep_dir))
-    training = metrics[~gemm_mask(metrics)]
-    gemm = gemm_cells(data, metrics)
-    fp8 = fp8_table(data, training, equivalence)
-    auto = auto_repeats_table(Path(sweep_dir), metrics)
-    tables = [
-        *(
-            sweep_tables(training, equivalence, data_bound, launch_bound)
-            if gemm.empty or len(training)
-            else []
-        ),
-        *energy_tables(training),
-        *([auto] if auto else []),
-        *([fp8] if fp8 else []),
-        *([reasons] if reasons else []),
-        *(suite_tables(training, data.steps, suite) if suite else []),
-        *seminar_tables(training, with_reference=reference == "seminar"),
-        *([gemm_table(gemm)] if len(gemm) else []),
-    ]
-    if reference == "seminar":
-        tables.append(claims_table(training, margin=equivalence))
-    elif reference == "fp8_triton":
-        tables.append(fp8_triton_claims(gemm))
-    return Analysis(Path(sweep_dir), data, metrics, tables, gemm)
+    analysis = Analysis(
+        sweep_dir, data, metrics, equivalence, data_bound, launch_bound, reference, studies_for(reference)
+    )
+    analysis.tables = [table for study in analysis.studies for table in study.tables(analysis)]
+    return analysis
 
 
-def render_tables(analysis: Analysis, fmt: str) -> str:
-    """The tables as one text: Markdown or LaTeX, one after another; CSV and JSON: the per-cell
-    table only (one CSV is one table; report/tables/ has each table as its own CSV)."""
+def render_tables(analysis: Analysis, fmt: str, full: bool = False) -> str:
+    """The tables as one text: Markdown or LaTeX, one after another, the per-cell table compact unless
+    `full`; CSV and JSON: the per-cell table only, every column (one CSV is one table; report/tables/
+    has each table as its own CSV)."""
     if fmt in ONE_TABLE:  # a sweep of GEMM cells only has no per-cell table: its GEMM table then
         return RENDERERS[fmt](next(table for table in analysis.tables if table.name in (SUMMARY, GEMM_TABLE)))
-    return "\n\n".join(RENDERERS[fmt](table) for table in analysis.tables) + "\n"
-
-
-TITLE = "compilebench report"
-
-
-def _index(analysis: Analysis, environment: Table, plots: dict[str, list[Path]], directory: Path) -> str:
-    lines = [f"# {TITLE}", "", f"Sweep `{analysis.sweep_dir}`: {analysis.count_line()}.", ""]
-    if analysis.data.problems:
-        lines += ["## Problems", "", *(f"- {p.message}: `{p.path}`" for p in analysis.data.problems), ""]
-    lines += ["## Tables", ""]
-    for table in analysis.tables:
-        files = ", ".join(f"[{fmt}]({TABLES_DIR}/{table.name}.{fmt})" for fmt in ("csv", "tex"))
-        lines += [markdown(table), "", f"As {files}.", ""]
-    if plots:
-        lines += ["## Figures", ""]
-        for name, paths in plots.items():
-            png, svg = (path.relative_to(directory).as_posix() for path in paths)
-            lines += [f"![{name}]({png})", "", f"([SVG]({svg}))", ""]
-    if environment.text.size:
-        lines += ["## Environment", "", markdown(environment), ""]
-    return "\n".join(lines)
+    tables = analysis.tables if full else [table.compact or table for table in analysis.tables]
+    return "\n\n".join(RENDERERS[fmt](table) for table in tables) + "\n"
 
 
 def write_report(analysis: Analysis, with_plots: bool = True) -> Path:
@@ -152,21 +101,22 @@ def write_report(analysis: Analysis, with_plots: bool = True) -> Path:
             (directory / TABLES_DIR / f"{table.name}.{suffix}").write_text(render(table).rstrip("\n") + "\n")
     plots = {}
     if with_plots:
-        from analysis.energy_plot import write_energy_plot
-        from analysis.gemm_plot import write_gemm_plot
-        from analysis.plots import write_plots  # matplotlib costs a second to import: only when plotting
+        from analysis.rendering.figure_layout import write_figures  # matplotlib: only when plotting
 
-        training = analysis.metrics[~gemm_mask(analysis.metrics)]
-        if len(training):
-            plots = write_plots(training, analysis.data.steps, directory / PLOTS_DIR)
-            plots.update(write_energy_plot(training, analysis.data.steps, directory / PLOTS_DIR))
-        plots.update(write_gemm_plot(analysis.gemm, directory / PLOTS_DIR))
-    index = directory / "index.md"
-    index.write_text(_index(analysis, environment, plots, directory))
-    summary = f"Sweep {analysis.sweep_dir}: {analysis.count_line()}."
-    (directory / "index.html").write_text(
-        html_page(
-            TITLE, summary, analysis.data.problems, analysis.tables, environment, plots, directory, TABLES_DIR
-        )
+        figures = (figure for study in analysis.studies for figure in study.figures(analysis))
+        plots = write_figures(figures, directory / PLOTS_DIR)
+    page = Page(
+        title=TITLE,
+        sweep_dir=analysis.sweep_dir,
+        count_line=analysis.count_line(),
+        problems=[(problem.message, problem.path) for problem in analysis.data.problems],
+        tables=analysis.tables,
+        environment=environment,
+        plots=plots,
+        directory=directory,
+        tables_dir=TABLES_DIR,
     )
+    index = directory / "index.md"
+    index.write_text(markdown_page(page))
+    (directory / "index.html").write_text(html_page(page))
     return index

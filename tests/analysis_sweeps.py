@@ -13,8 +13,8 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
-from analysis.collect import load_sweep
-from analysis.metrics import cell_metrics
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import load_sweep
 from workloads.cell.recorder import CellRecorder, RankReport
 from workloads.cell.train import StepRecord
 from workloads.contract.attempts import next_attempt
@@ -28,6 +28,8 @@ from workloads.contract.schema import (
 )
 from workloads.contract.sweep_dir import MANIFEST_FILE
 
+#: The figures of a sweep with training cells, in the report's order (report/plots/<name>.png, .svg).
+TRAINING_FIGURES = ["speedup", "step_times", "mfu", "compile_vs_speedup", "data_wait", "scaling"]
 #: Items (tokens or images) per step of every test cell.
 ITEMS = 1000
 #: Warm-up step times: slow on purpose (compilation), so a leak into the statistics shows.

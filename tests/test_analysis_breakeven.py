@@ -1,4 +1,4 @@
-"""After how many steps compiling pays for itself (analysis/breakeven.py): in the per-cell metrics,
+"""After how many steps compiling pays for itself (analysis/cells/breakeven.py): in the per-cell metrics,
 the cell table, the break-even table, the CSV and the report page."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.collect import SweepData, load_sweep
-from analysis.metrics import cell_metrics
-from analysis.tables import break_even_table, summary_table
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import SweepData, load_sweep
+from analysis.studies.sweep.summaries import break_even_table
+from analysis.studies.sweep.table import summary_table
 from orchestrator.cli.main import main
 from tests.analysis_sweeps import write_cell, write_ranks_cell
 

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import io
 import re
+import tarfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-from analysis.metrics import CELL_COLUMNS
-from analysis.plots import FIGURES
+from analysis.cells.metrics import CELL_COLUMNS, cell_metrics
+from analysis.reading.axes import SAME_WORKLOAD
+from analysis.reading.collect import load_sweep
 from orchestrator.cli.main import main
-from tests.analysis_sweeps import write_cell, write_seminar_sweep
+from tests.analysis_sweeps import TRAINING_FIGURES, write_cell, write_seminar_sweep
+from tests.helpers import REPO_ROOT
 
 SWEEP_TITLES = [
     "### Cells",
@@ -56,10 +59,50 @@ def test_markdown_tables_and_report_page(tmp_path: Path, capsys: pytest.CaptureF
     )
     page = index.read_text()
     links = re.findall(r"\]\(([^)]+)\)", page)
-    assert sum(link.endswith(".png") for link in links) == len(FIGURES)
+    assert sum(link.endswith(".png") for link in links) == len(TRAINING_FIGURES)
     assert sum(link.endswith(".csv") for link in links) == 7  # no scaling table: every cell ran one process
     for link in links:
         assert (index.parent / link).is_file(), link
+
+
+#: The compact per-cell table's columns (`analyze` without --full, and what a local sweep prints).
+COMPACT = ["cell", "median ms", "speedup [95% CI]", "verdict", "compile s", "break-even steps", "why"]
+
+
+def cells_table(out: str) -> list[str]:
+    """The lines of the per-cell table in `analyze`'s Markdown."""
+    lines = out.split("### Cells\n\n", 1)[1].splitlines()
+    return lines[: next(i for i, line in enumerate(lines) if not line.startswith("|"))]
+
+
+def columns(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_the_per_cell_table_fits_a_terminal_and_the_full_one_is_a_flag_away(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The H100 seminar_llm sweep (6 cells) as measured, and a failed cell of one of its workloads."""
+    with tarfile.open(REPO_ROOT / "tests/benchmarks/results/h100_2026-11-21/seminar_llm.tar.gz") as tar:
+        tar.extractall(tmp_path, [m for m in tar if m.isfile() and "/submitit/" not in m.name], filter="data")
+    sweep = tmp_path / "seminar_llm"
+    eager = cell_metrics(load_sweep(sweep, warn=None)).query("backend == 'eager'").iloc[0]
+    axes = eager[SAME_WORKLOAD].dropna().to_dict()
+    write_cell(sweep, "failed", "aot_eager", "failed", error="RuntimeError: CUDA out of memory\n...", **axes)
+    code, out, _ = run(capsys, str(sweep), "--no-plots")
+    table = cells_table(out)
+    assert code == 0 and len(table) == 2 + 7 and max(map(len, table)) <= 160
+    assert columns(table[0]) == COMPACT  # no accuracy check ran on these cells: no column for it
+    failed = next(columns(line) for line in table if "aot_eager" in line)
+    assert failed[3] == "failed" and failed[-1] == "RuntimeError: CUDA out of memory"
+    full = cells_table(run(capsys, str(sweep), "--no-plots", "--full")[1])
+    assert {"p5–p95 ms", "GPU busy", "e2e speedup [95% CI]", "error"} <= set(columns(full[0]))
+    assert len(full) == len(table) and max(map(len, full)) > 160
+    page = (sweep / "report" / "index.md").read_text()
+    assert "\n".join(full) in page and "\n".join(table) not in page  # the report keeps every column
+    assert list(pd.read_csv(io.StringIO(run(capsys, str(sweep), "--format", "csv", "--no-plots")[1]))) == (
+        CELL_COLUMNS
+    )
 
 
 def test_reference_seminar_and_latex(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -100,9 +143,9 @@ def test_a_partly_broken_sweep_is_analysed_as_far_as_it_goes(
 def test_the_help_shows_each_default_read_from_its_home(capsys: pytest.CaptureFixture[str]) -> None:
     """`analyze --help` and `compare --help` quote no numbers of their own: each default is the value
     of the analysis constant it names (orchestrator/cli/args.py `default_home`)."""
-    from analysis.busy import LAUNCH_BOUND
+    from analysis.cells.busy import LAUNCH_BOUND
     from analysis.compare import THRESHOLD
-    from analysis.verdicts import DATA_BOUND
+    from analysis.statistics.verdicts import DATA_BOUND
 
     for command, defaults in (("analyze", (DATA_BOUND, LAUNCH_BOUND)), ("compare", (THRESHOLD,))):
         with pytest.raises(SystemExit):

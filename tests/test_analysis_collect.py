@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from analysis.collect import NO_RESULT, UNREADABLE, load_sweep
-from analysis.metrics import cell_metrics
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import NO_RESULT, UNREADABLE, load_sweep
 from tests.analysis_sweeps import write_cell, write_manifest
 from workloads.contract.schema import RUN_SCHEMA, write_parquet_atomic
 

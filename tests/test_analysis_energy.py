@@ -1,8 +1,8 @@
-"""Energy in `compilebench analyze` (analysis/energy.py, analysis/cost.py, analysis/energy_plot.py):
-joules per step, items per joule, the energy ratio and the break-even in joules against hand
-computation, intervals that hold what they should, what each verdict cost, the figure; and sweeps
-without energy columns (older files, CPU cells) analysed and reported as before. Sweeps are written
-through the project's writers (tests/analysis_sweeps.py)."""
+"""Energy in `compilebench analyze` (analysis/cells/energy.py, analysis/cells/cost.py,
+analysis/studies/energy/): joules per step, items per joule, the energy ratio and the break-even in
+joules against hand computation, intervals that hold what they should, what each verdict cost, the
+figure; and sweeps without energy columns (older files, CPU cells) analysed and reported as before.
+Sweeps are written through the project's writers (tests/analysis_sweeps.py)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from analysis.collect import load_sweep
-from analysis.energy_plot import energy_figure
-from analysis.metrics import cell_metrics
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import load_sweep
 from analysis.report import analyze, render_tables, write_report
-from analysis.suite import suite_tables
-from analysis.tables import summary_table
+from analysis.studies.energy.figure import energy_figure
+from analysis.studies.suite import suite_tables
+from analysis.studies.sweep.table import summary_table
 from tests.analysis_sweeps import (
     GPT2,
     metrics_of,

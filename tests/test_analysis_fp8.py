@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.collect import load_sweep
-from analysis.fp8 import FP8_TABLE, fp8_rows
-from analysis.metrics import cell_metrics, median_draws
+from analysis.cells.metrics import cell_metrics, median_draws
+from analysis.reading.collect import load_sweep
 from analysis.report import analyze
-from analysis.stats import ratio_interval
+from analysis.statistics.bootstrap import ratio_interval
+from analysis.studies.fp8 import FP8_TABLE, fp8_rows
 from orchestrator.cli.main import main
 from tests.analysis_sweeps import H100, write_cell, write_gemm_cell, write_replicates, write_seminar_sweep
 

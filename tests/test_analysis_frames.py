@@ -13,7 +13,7 @@ import pytest
 
 import analysis
 from analysis import report
-from analysis.metrics import CELL_COLUMNS
+from analysis.cells.metrics import CELL_COLUMNS
 from orchestrator.cli.main import main
 from tests.analysis_sweeps import WARMUP_MS, write_seminar_sweep
 

@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from analysis.gemm_claims import BEYOND_FLOOR, NOT_MEASURED, NOT_REPRODUCED, NOTHING_TO_JUDGE, REPRODUCED
 from analysis.report import analyze
+from analysis.studies.gemm.claims import (
+    BEYOND_FLOOR,
+    NOT_MEASURED,
+    NOT_REPRODUCED,
+    NOTHING_TO_JUDGE,
+    REPRODUCED,
+)
 from orchestrator.cli.main import main
 from tests.analysis_sweeps import PEAK_GBPS, write_cell, write_gemm_cell, write_seminar_sweep
 
@@ -88,7 +94,7 @@ def test_gemm_cells_stay_out_of_the_training_tables(
     write_gemm_sweep(tmp_path, {1: MEASURED[1]})
     write_cell(tmp_path, "gpt-eager", "eager", step_ms=[10.0, 10.0, 10.0])
     write_cell(tmp_path, "gpt-inductor", "inductor", step_ms=[8.0, 8.0, 8.0])
-    code, out, _ = run(capsys, str(tmp_path), "--no-plots")
+    code, out, _ = run(capsys, str(tmp_path), "--no-plots", "--full")
     cells = out.split("### Cells by status")[0]
     assert code == 0 and "gpt-inductor" in cells and "fp8c-1" not in cells and "bf16-1" not in cells
     assert "### GEMMs: µs per GEMM against the roofline" in out

@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from analysis.plots import FIGURES
 from analysis.report import analyze
 from orchestrator.cli.main import main
-from tests.analysis_sweeps import write_cell, write_seminar_sweep
+from tests.analysis_sweeps import TRAINING_FIGURES, write_cell, write_seminar_sweep
 from tests.browser import Page, open_page
 
 #: Tables of the seminar sweep without --reference: the sweep's three and the seminar's three.
@@ -57,7 +56,7 @@ def test_every_figure_is_decoded_and_painted(report: tuple[Path, Path], page: Pa
         """i.clientWidth, i.clientHeight]};
     })"""
     )
-    assert [image["alt"] for image in images] == list(FIGURES)
+    assert [image["alt"] for image in images] == TRAINING_FIGURES
     shot = Image.open(page.screenshot(tmp_path / "page.png")).convert("L")
     for image in images:
         left, top, width, height = (round(v) for v in image["box"])

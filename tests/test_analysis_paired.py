@@ -1,4 +1,4 @@
-"""The paired speedup (analysis/paired.py, issue 25): a paired cell's speedup is the median of its
+"""The paired speedup (analysis/cells/paired.py, issue 25): a paired cell's speedup is the median of its
 pair ratios (eager block median / compiled block median), median over replicates, with a bootstrap
 over replicates, then pairs; the speedup against the eager cell stays beside it, and every table,
 the claims, the suite, `compare` and the report use the paired one. Sweeps are written through the
@@ -16,14 +16,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.claims import check_claims
-from analysis.collect import load_sweep, read_cell
+from analysis.cells.metrics import cell_metrics
 from analysis.compare import compare
-from analysis.metrics import cell_metrics
-from analysis.render import fmt_speedup
+from analysis.reading.collect import load_sweep, read_cell
+from analysis.rendering.text import fmt_speedup
 from analysis.report import analyze, write_report
-from analysis.suite import suite_tables
-from analysis.tables import DISAGREES, break_even_table, geomean_table, summary_table
+from analysis.studies.seminar.claims import check_claims
+from analysis.studies.suite import suite_tables
+from analysis.studies.sweep.summaries import break_even_table, geomean_table
+from analysis.studies.sweep.table import DISAGREES, summary_table
 from tests.analysis_sweeps import GPT2, metrics_of, write_manifest, write_paired_replicates, write_replicates
 
 

@@ -18,20 +18,20 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from PIL import Image
 
-from analysis.collect import SweepData, load_sweep
-from analysis.figure_layout import DPI, FIGSIZE, MAX_ROWS, rows_height
-from analysis.metrics import cell_metrics
-from analysis.palette import KNOWN
-from analysis.plots import (
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import SweepData, load_sweep
+from analysis.rendering.figure_layout import DPI, FIGSIZE, MAX_ROWS, rows_height
+from analysis.rendering.palette import KNOWN
+from analysis.report import analyze, write_report
+from analysis.studies.sweep.figures import (
     FIGURES,
     compile_speedup_figure,
     data_wait_figure,
     mfu_figure,
     speedup_figure,
     step_time_figure,
-    write_plots,
 )
-from tests.analysis_sweeps import WARMUP_MS, write_cell, write_seminar_sweep
+from tests.analysis_sweeps import TRAINING_FIGURES, WARMUP_MS, write_cell, write_seminar_sweep
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +40,14 @@ def seminar(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepData, pd.Dat
     return data, cell_metrics(data)
 
 
+def report_figures(sweep: Path) -> dict[str, list[Path]]:
+    """The figures `analyze` writes into the sweep's report: {name: [png, svg]}."""
+    plots = write_report(analyze(sweep, warn=None)).parent / "plots"
+    return {png.stem: [png, png.with_suffix(".svg")] for png in sorted(plots.glob("*.png"))}
+
+
 def check_images(paths: dict[str, list[Path]]) -> None:
-    assert set(paths) == set(FIGURES)
+    assert set(paths) == set(TRAINING_FIGURES)
     for name, (png, svg) in paths.items():
         with Image.open(png) as image:
             assert image.format == "PNG" and image.size[0] == round(FIGSIZE[0] * DPI), name
@@ -53,15 +59,13 @@ def check_images(paths: dict[str, list[Path]]) -> None:
         assert float(root.get("height").removesuffix("pt")) == pytest.approx(height / DPI * 72, abs=1), name
 
 
-def test_every_figure_is_written_as_png_and_svg(seminar, tmp_path: Path) -> None:
-    data, metrics = seminar
-    check_images(write_plots(metrics, data.steps, tmp_path / "plots"))
+def test_every_figure_is_written_as_png_and_svg(tmp_path: Path) -> None:
+    check_images(report_figures(write_seminar_sweep(tmp_path)))
 
 
 def test_figures_without_data_are_still_written(tmp_path: Path) -> None:
     write_cell(tmp_path, "f", "inductor", status="failed", error="boom")
-    data = load_sweep(tmp_path, warn=None)
-    check_images(write_plots(cell_metrics(data), data.steps, tmp_path / "report" / "plots"))
+    check_images(report_figures(tmp_path))
 
 
 def tick_texts(ax) -> list[str]:

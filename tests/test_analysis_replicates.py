@@ -14,22 +14,21 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.claims import AGREES, DISAGREES, NO_DIFFERENCE, check_claims, claims_table
-from analysis.collect import load_sweep, read_cell
-from analysis.metrics import RESAMPLES, SEED, cell_metrics
-from analysis.render import markdown
-from analysis.stats import (
+from analysis.cells.metrics import RESAMPLES, SEED, cell_metrics
+from analysis.reading.collect import load_sweep, read_cell
+from analysis.rendering.text import markdown
+from analysis.statistics.bootstrap import (
     EXACT_MEAN_STEPS,
     ReplicateSamples,
     SortedSamples,
-    equivalence_verdict,
     hierarchical_means,
     percentile_interval,
     ratio_interval,
     stable_hash,
 )
-from analysis.tables import summarize, summary_table
-from analysis.verdicts import E2E_BASIS, MEDIAN_BASIS
+from analysis.statistics.verdicts import E2E_BASIS, MEDIAN_BASIS, equivalence_verdict
+from analysis.studies.seminar.claims import AGREES, DISAGREES, NO_DIFFERENCE, check_claims, claims_table
+from analysis.studies.sweep.table import summarize, summary_table
 from orchestrator.cli.main import main
 from tests.analysis_sweeps import (
     GPT2,
@@ -59,7 +58,7 @@ def samples(replicates: list[list[float]]) -> ReplicateSamples:
 
 
 def generator(cell_id: str, *stream: int) -> list[np.random.Generator]:
-    """The generator analysis.metrics seeds for a cell (the median's; stream 2: the mean's)."""
+    """The generator analysis.cells.metrics seeds for a cell (the median's; stream 2: the mean's)."""
     return [np.random.default_rng([SEED, stable_hash(cell_id), *stream])]
 
 

@@ -13,12 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from analysis.collect import load_sweep
-from analysis.metrics import cell_metrics
-from analysis.plots import scaling_figure
-from analysis.render import csv, latex, markdown
-from analysis.scaling import SCALING, scaling_table
-from analysis.tables import sweep_tables
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import load_sweep
+from analysis.rendering.text import csv, latex, markdown
+from analysis.report import analyze
+from analysis.studies.scaling.figure import scaling_figure
+from analysis.studies.scaling.table import SCALING, scaling_table
+from analysis.studies.sweep.table import summary_table
 from orchestrator.cli.main import main
 from tests.analysis_sweeps import write_cell, write_manifest, write_ranks_cell
 from workloads.contract.schema import write_parquet_atomic
@@ -55,8 +56,13 @@ def write_scaling_sweep(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def metrics(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    return cell_metrics(load_sweep(write_scaling_sweep(tmp_path_factory.mktemp("scaling")), warn=None))
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_scaling_sweep(tmp_path_factory.mktemp("scaling"))
+
+
+@pytest.fixture(scope="module")
+def metrics(sweep: Path) -> pd.DataFrame:
+    return cell_metrics(load_sweep(sweep, warn=None))
 
 
 def by_id(metrics: pd.DataFrame) -> dict[str, dict]:
@@ -71,7 +77,7 @@ def test_cells_that_differ_in_processes_are_not_compared_with_each_other(metrics
     assert (rows["e4"]["world_size"], rows["e4"]["nodes"], rows["e4"]["dist_backend"]) == (4, 2, "gloo")
     # The per-cell table orders by processes before backends, and shows them.
     assert list(metrics["cell_id"][:6]) == ["e1", "i1", "e2", "i2", "e4", "b16"]
-    text = markdown(sweep_tables(metrics)[0]).splitlines()
+    text = markdown(summary_table(metrics)).splitlines()
     assert "| procs | nodes |" in text[2] and "| 4     | 2     |" in text[8]
 
 
@@ -95,10 +101,10 @@ def test_scaling_numbers_against_the_one_process_cell(metrics: pd.DataFrame) -> 
     assert rows["f1"]["scaling_speedup"] == 1.0  # its own reference, in a series of one process only
 
 
-def test_scaling_table(metrics: pd.DataFrame) -> None:
+def test_scaling_table(sweep: Path, metrics: pd.DataFrame) -> None:
     table = scaling_table(metrics)
     assert markdown(table).split("\n\n")[:2] == SCALING_TABLE.split("\n\n")
-    assert table.name in [t.name for t in sweep_tables(metrics)]
+    assert table.name in [t.name for t in analyze(sweep, warn=None).tables]
     tex = latex(table)
     assert r"procs/node $\times$ nodes" in tex and r"88.0\% [88.0, 88.0]" in tex
     raw = pd.read_csv(io.StringIO(csv(table))).set_index("cell_id")
@@ -109,8 +115,7 @@ def test_scaling_table(metrics: pd.DataFrame) -> None:
 def test_no_scaling_table_without_multi_process_cells(tmp_path: Path) -> None:
     write_ranks_cell(tmp_path, "e1", "eager", [[110.0] * 3])
     write_ranks_cell(tmp_path, "i1", "inductor", [[88.0] * 3])
-    metrics = cell_metrics(load_sweep(tmp_path, warn=None))
-    assert SCALING not in [table.name for table in sweep_tables(metrics)]
+    assert SCALING not in [table.name for table in analyze(tmp_path, warn=None).tables]
 
 
 def test_the_interval_comes_from_the_steps(tmp_path: Path) -> None:

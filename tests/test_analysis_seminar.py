@@ -11,11 +11,11 @@ import pytest
 import torch
 import yaml
 
-from analysis.claims import AGREES, DISAGREES, INCONCLUSIVE, NO_DATA, check_claims
-from analysis.collect import load_sweep
-from analysis.metrics import cell_metrics
-from analysis.render import markdown
-from analysis.seminar import SEMINAR_MODELS, load_reference, seminar_tables
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import load_sweep
+from analysis.rendering.text import markdown
+from analysis.studies.seminar.claims import AGREES, DISAGREES, INCONCLUSIVE, NO_DATA, check_claims
+from analysis.studies.seminar.tables import SEMINAR_MODELS, load_reference, seminar_tables
 from tests.analysis_sweeps import H100, write_cell, write_seminar_sweep
 from tests.helpers import REPO_ROOT
 from workloads.cell.config import cell_config_from_dict
@@ -64,7 +64,8 @@ def metrics(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.mark.parametrize("name", list(SEMINAR_MODELS))
 def test_seminar_models_are_what_our_presets_build(name: str) -> None:
-    """The mapping in analysis/seminar.py against the workloads' presets and the seminar experiments."""
+    """The mapping in analysis/studies/seminar/tables.py against the workloads' presets and the
+    seminar experiments."""
     model = SEMINAR_MODELS[name]
     with torch.device("meta"):  # structure only: GPT-2's 124M parameters are never allocated
         spec = build_model(cell_config_from_dict({"model": {"name": model.model}, "size": model.size}))

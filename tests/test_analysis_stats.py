@@ -7,16 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.stats import (
+from analysis.statistics.bootstrap import (
     ReplicateSamples,
     SortedSamples,
-    equivalence_verdict,
     geometric_mean,
     group_mean_std,
     group_ratio_of_sums,
     percentile_interval,
     ratio_interval,
 )
+from analysis.statistics.verdicts import equivalence_verdict
 
 #: Group sizes that cover one value, even and odd counts, and an empty group.
 SIZES = [1, 2, 3, 10, 11, 0, 57]

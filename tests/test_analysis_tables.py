@@ -11,16 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.collect import load_sweep, read_cell
-from analysis.metrics import CELL_COLUMNS, cell_metrics
-from analysis.render import csv, latex, markdown
-from analysis.tables import (
-    geomean_table,
-    status_table,
-    summarize,
-    summary_table,
-    to_markdown,
-)
+from analysis.cells.metrics import CELL_COLUMNS, cell_metrics
+from analysis.reading.collect import load_sweep, read_cell
+from analysis.rendering.text import csv, latex, markdown
+from analysis.studies.sweep.summaries import geomean_table, status_table
+from analysis.studies.sweep.table import summarize, summary_table, to_markdown
 from tests.analysis_sweeps import ITEMS, WARMUP_MS, write_cell
 
 
@@ -179,7 +174,8 @@ def test_renderings(tmp_path: Path) -> None:
     back = pd.read_csv(io.StringIO(csv(table)))
     assert list(back.columns) == CELL_COLUMNS and len(back) == 3
     assert back.set_index("cell_id").loc["i", "speedup"] == pytest.approx(2.5)
-    assert to_markdown(metrics) in markdown(table)
+    assert to_markdown(metrics, full=True) in markdown(table)
+    assert to_markdown(metrics) in markdown(table.compact)
 
 
 def test_summarize_per_cell_reads_equals_the_sweep_read(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis.decision import (
+from analysis.statistics.decision import (
     COMPARED_STOPPED,
     FASTER,
     MAX_REACHED,
@@ -25,7 +25,7 @@ from analysis.decision import (
     Standing,
     stop_reasons,
 )
-from analysis.verdicts import verdicts
+from analysis.statistics.verdicts import verdicts
 from orchestrator.grid.expand import GridError, expand
 from orchestrator.grid.files import read_grid
 from tests.helpers import TINY, cli, slurm_cli, table
@@ -200,7 +200,7 @@ def test_a_local_sweep_runs_rounds_until_each_cell_stops(tmp_path: Path) -> None
     for cell_id, row in table(status.stdout).items():
         assert row["state"] == "completed"
         assert row["repeats"] == f"{records[cell_id]['replicates']}, {records[cell_id]['reason']}"
-    analysed = cli(tmp_path, "analyze", str(sweep), "--no-plots")
+    analysed = cli(tmp_path, "analyze", str(sweep), "--no-plots", "--full")
     assert "### repeats=auto: why each cell stopped" in analysed.stdout, analysed.stderr
     # analyze decides with the margin the rounds were decided with, unless told another
     assert {record["equivalence"] for record in records.values()} == {0.9}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from analysis.axes import SAME_WORKLOAD, SCALING_WORKLOAD, backend_labels
+from analysis.reading.axes import SAME_WORKLOAD, SCALING_WORKLOAD, backend_labels
 from tests.helpers import TINY, cli, table
 from workloads.contract.schema import MANIFEST_SCHEMA, RUN_SCHEMA
 from workloads.contract.vocabulary import (

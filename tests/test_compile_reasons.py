@@ -13,9 +13,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from analysis.collect import load_sweep
-from analysis.metrics import cell_metrics
-from analysis.reasons import reasons_table
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import load_sweep
+from analysis.studies.reasons import reasons_table
 from orchestrator.cli.main import main
 from tests.analysis_sweeps import write_cell
 from workloads.cell.catalog import FAMILY_KINDS

@@ -16,7 +16,7 @@ import torch.nn as nn
 from torchao.float8.float8_linear import Float8Linear
 
 from analysis.report import analyze
-from analysis.suite import outcomes
+from analysis.studies.suite import outcomes
 from tests.analysis_sweeps import write_cell
 from tests.helpers import REPO_ROOT, TINY, cli, cli_env, table
 from workloads.cell.config import cell_config_from_dict

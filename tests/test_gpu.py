@@ -843,8 +843,8 @@ def matmul_step(device: torch.device) -> Step:
 
 
 def test_a_launch_bound_step_is_labelled_so_and_a_matmul_bound_one_is_not() -> None:
-    """The two extremes on either side of the label's threshold (analysis/busy.py LAUNCH_BOUND)."""
-    from analysis.busy import LAUNCH_BOUND
+    """The two extremes on either side of the label's threshold (analysis/cells/busy.py LAUNCH_BOUND)."""
+    from analysis.cells.busy import LAUNCH_BOUND
     from workloads.instruments.profiled_window import MIN_STEPS, profiled_window
 
     device = torch.device("cuda")

@@ -271,7 +271,10 @@ def test_cli_sweep_runs_every_cell_and_skips_completed(tmp_path: Path) -> None:
         r"\[1/2\] gpt/tiny/eager/\S+ \(\w+\) \.\.\. failed in [\d.]+ s: .*block_size", first.stdout
     )
     assert re.search(r"\[2/2\] gpt/tiny/eager/\S+ \(\w+\) \.\.\. completed in [\d.]+ s", first.stdout)
-    assert "| completed" in first.stdout and "| failed" in first.stdout  # the summary table follows
+    # the compact per-cell table follows: the completed cell is its workload's baseline
+    table = [line for line in first.stdout.splitlines() if line.startswith("|")]
+    assert "| baseline " in first.stdout and "| failed " in first.stdout and "block_size" in first.stdout
+    assert len(table) == 4 and max(map(len, table)) <= 160 and "analyze SWEEP_DIR --full" in first.stdout
 
     second = cli(tmp_path, *args)
     assert "[2/2] gpt/tiny/eager" in second.stdout and "already completed" in second.stdout

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.environment import environment_table
+from analysis.reading.environment import environment_table
 from tests.analysis_sweeps import write_cell
 from workloads.contract.schema import HOST_LOAD_FIELDS
 from workloads.instruments.host_load import (

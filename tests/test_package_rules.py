@@ -9,6 +9,7 @@ docs/architecture.md draws them.
 - The rooms of orchestrator: each imports only the rooms beneath it (ORCHESTRATOR_ROOMS); the
   executors (and what runs a cell) import nothing of analysis: the sweep driver above them prints
   the tables.
+- The rooms of analysis: each imports only the rooms beneath it (ANALYSIS_ROOMS).
 - No circles: no module imports, directly or through others, a module that imports it.
 - The tree is as `ruff format` writes it, and `ruff check` finds nothing (pyproject.toml).
 """
@@ -238,3 +239,30 @@ def test_the_tree_is_formatted_and_linted_by_ruff() -> None:
         ruff = [sys.executable, "-m", "ruff", *command]
         done = subprocess.run(ruff, cwd=REPO_ROOT, capture_output=True, text=True)
         assert done.returncode == 0, f"ruff {' '.join(command)}:\n{done.stdout}{done.stderr}"
+
+
+#: Room of analysis -> the rooms it may import (itself included): `rendering` (how a result looks) at
+#: the bottom, the sweep read (`reading`) and the `statistics` on it, each cell's numbers (`cells`)
+#: on those, the `studies` on top. The commands' modules (report, compare, frames) may import any.
+ANALYSIS_ROOMS = {
+    "rendering": {"rendering"},
+    "reading": {"rendering", "reading"},
+    "statistics": {"rendering", "statistics"},
+    "cells": {"rendering", "reading", "statistics", "cells"},
+    "studies": {"rendering", "reading", "statistics", "cells", "studies"},
+}
+
+
+def test_the_rooms_of_analysis_import_downwards() -> None:
+    graph = import_graph(sources())
+    room_of = lambda module: module.split(".")[1] if module.count(".") >= 2 else None  # noqa: E731
+    rooms = {room_of(m) for m in graph if m.startswith("analysis.")} - {None}
+    assert rooms == set(ANALYSIS_ROOMS), "a room of analysis is missing from ANALYSIS_ROOMS"
+    problems = [
+        f"{module} imports {target}: {room_of(module)} may import {sorted(ANALYSIS_ROOMS[room_of(module)])}"
+        for module, targets in sorted(graph.items())
+        if module.startswith("analysis.") and room_of(module)
+        for target in sorted(targets)
+        if target.startswith("analysis.") and room_of(target) not in ANALYSIS_ROOMS[room_of(module)]
+    ]
+    assert not problems, "\n".join(problems)

@@ -15,8 +15,8 @@ from itertools import groupby
 import pytest
 import torch
 
-from analysis.collect import read_cell
-from analysis.tables import summarize
+from analysis.reading.collect import read_cell
+from analysis.studies.sweep.table import summarize
 from tests.helpers import reference_stop_reason
 from workloads.cell.backends import CompiledRun
 from workloads.cell.config import ConfigError, MeasureConfig, cell_config_from_dict

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from analysis.environment import environment_table
+from analysis.reading.environment import environment_table
 from tests.analysis_sweeps import write_cell
 from workloads.contract.schema import PROVENANCE_FIELDS
 from workloads.instruments import provenance

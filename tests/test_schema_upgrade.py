@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from analysis.collect import load_sweep
-from analysis.metrics import cell_metrics
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import load_sweep
 from orchestrator.cli.main import main
 from orchestrator.executors.status import sweep_status
 from orchestrator.sweep.tables import status_table

@@ -1,4 +1,4 @@
-"""Suite mode (`+suite=...`, conf/suite/, analysis/suite.py): the timm preset expands to one cell per
+"""Suite mode (`+suite=...`, conf/suite/, analysis/studies/suite.py): the timm preset expands to one cell per
 listed model and backend in one job array, narrowed on the command line, and a suite of one's own
 composes; the suite tables' arithmetic on a hand-made sweep;
 and `+suite=timm_smoke` run for real on the CPU (real timm models, real aot_eager), its failing
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from analysis.report import analyze
-from analysis.suite import suite_tables
+from analysis.studies.suite import suite_tables
 from orchestrator.cli.main import main
 from orchestrator.grid.expand import expand
 from tests.analysis_sweeps import write_cell

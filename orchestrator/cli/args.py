@@ -183,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(json: one record per cell; report/tables/ has every table as CSV)",
     )
     analyze.add_argument(
+        "--full",
+        action="store_true",
+        help="print the per-cell table with every column (default: a compact one that fits a terminal; "
+        "csv, json and the report always have every column)",
+    )
+    analyze.add_argument(
         "--reference",
         choices=("seminar", "fp8_triton"),
         default=None,
@@ -213,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a cell that spends more than this share of its step time waiting for data is "
         "data-bound: its verdicts rest on end-to-end throughput, not the median step",
     )
-    data_bound.default_home = "analysis.verdicts:DATA_BOUND"  # type: ignore[attr-defined]
+    data_bound.default_home = "analysis.statistics.verdicts:DATA_BOUND"  # type: ignore[attr-defined]
     launch_bound = analyze.add_argument(
         "--launch-bound",
         type=_fraction(below_one=False),
@@ -222,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a cell whose GPU idled more than this share of its profiled window (and that is not "
         "data-bound) is labelled launch-bound: the host, not its kernels, sets its pace",
     )
-    launch_bound.default_home = "analysis.busy:LAUNCH_BOUND"  # type: ignore[attr-defined]
+    launch_bound.default_home = "analysis.cells.busy:LAUNCH_BOUND"  # type: ignore[attr-defined]
 
     compare = commands.add_parser(
         "compare",

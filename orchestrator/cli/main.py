@@ -85,7 +85,7 @@ def cmd_sweep(
     if first is not None and (not cfg or first < 1):
         return _error("--first N (N >= 1) goes with --cfg job: how many cells' configs to print")
     # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.
-    from analysis.tables import render_markdown
+    from analysis.rendering.text import render_markdown
     from orchestrator.executors.base import ExecutorError
     from orchestrator.executors.choice import executor_for
     from orchestrator.grid.expand import GridError, expand
@@ -191,10 +191,11 @@ def cmd_analyze(
     equivalence: float | None = None,
     data_bound: float | None = None,
     launch_bound: float | None = None,
+    full: bool = False,
 ) -> int:
-    from analysis.busy import LAUNCH_BOUND
+    from analysis.cells.busy import LAUNCH_BOUND
     from analysis.report import analyze, render_tables, write_report
-    from analysis.verdicts import DATA_BOUND
+    from analysis.statistics.verdicts import DATA_BOUND
 
     if not sweep_dir.is_dir():
         return _error(f"not a directory: {sweep_dir}")
@@ -218,7 +219,7 @@ def cmd_analyze(
             file=sys.stderr,
         )
         return EXIT_FAILED
-    print(render_tables(result, fmt).rstrip("\n"), flush=True)
+    print(render_tables(result, fmt, full).rstrip("\n"), flush=True)
     try:
         index = write_report(result, plots)
     except OSError as exc:
@@ -281,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.equivalence,
         args.data_bound,
         args.launch_bound,
+        args.full,
     )
 
 

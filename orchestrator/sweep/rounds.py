@@ -1,8 +1,8 @@
 """`repeats=auto`: replicates round after round, each cell until its speedup is decided.
 
 A round runs the next replicate of every cell still going, in grid order (the backends of a
-workload alternate, as with `repeats=N`). After it, analysis/decision.py decides which cells stop and
-why (decided faster, slower or no difference exactly where `analyze`'s verdict says so with the
+workload alternate, as with `repeats=N`). After it, analysis/statistics/decision.py decides which
+cells stop and why (decided faster, slower or no difference exactly where `analyze`'s verdict says so with the
 margin `equivalence`; precise enough; `max_repeats` reached; the eager cell kept for its unpaired
 cells).
 
@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from analysis.decision import Standing, standings, stop_reasons
+from analysis.cells.standings import standings
+from analysis.statistics.decision import Standing, stop_reasons
 from orchestrator.grid.cells import Cell, Grid
 from orchestrator.grid.files import stopped
 from workloads.contract.attempts import missing_repeats

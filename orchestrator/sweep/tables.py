@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from analysis.auto_repeats import auto_repeats_markdown
-from analysis.tables import cells_markdown, render_markdown
+from analysis.rendering.text import render_markdown
+from analysis.studies.auto_repeats import auto_repeats_markdown
+from analysis.studies.sweep.table import cells_markdown
 from orchestrator.executors.status import CellStatus, count_states
 from workloads.contract.sweep_dir import cell_dir
 from workloads.contract.vocabulary import AUTO_REPEATS, shown_axes

@@ -6,7 +6,7 @@ one process, docs/measurement.md "Paired measurement") as good a baseline as the
 Each round runs, each in a fresh `python -m workloads.run` process: the eager cell, then each compiled
 backend unpaired and paired (gpt, bf16, the default measuring). It prints per backend the unpaired
 speedup (eager cell's median step / the compiled cell's), and the paired one as `compilebench analyze`
-reads it (analysis/paired.py): the median of the pairs' ratios (eager block median / compiled block
+reads it (analysis/cells/paired.py): the median of the pairs' ratios (eager block median / compiled block
 median) with its 95% bootstrap interval over pairs. (At b758b0b, whose numbers docs/gpu-results.md
 gives, the script drew its own percentile bootstrap over the same ratios, 2000 resamples.)
 """
@@ -22,8 +22,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from analysis.collect import read_cell
-from analysis.metrics import cell_metrics
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import read_cell
 
 
 def run_cell(directory: Path, **config) -> tuple[pd.DataFrame, pd.Series]:
@@ -43,7 +43,7 @@ def run_cell(directory: Path, **config) -> tuple[pd.DataFrame, pd.Series]:
 
 
 def paired_speedup(directory: Path) -> pd.Series:
-    """The paired cell's speedup as `compilebench analyze` reads it (analysis/paired.py): the median of
+    """The paired cell's speedup as `compilebench analyze` reads it (analysis/cells/paired.py): the median of
     its pair ratios with the bootstrap interval over pairs, and how many pairs."""
     (row,) = cell_metrics(read_cell(directory, warn=None)).to_dict("records")
     return pd.Series(row)

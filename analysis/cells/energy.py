@@ -1,0 +1,137 @@
+"""Energy per step of each cell, what compiling saves of it, and after how many steps compiling's
+own energy is paid back.
+
+A cell's run rows give the GPU board's energy of its measured window (NVML; summed over a DDP
+cell's ranks) over the window's steps: `joules_per_step`, one value per replicate. Its J/step is
+the median over its completed replicates, with the two-level bootstrap of analysis/statistics/bootstrap.py
+(replicates, then a replicate's values: here its one value), so its interval covers run-to-run
+spread and needs two runs or more. A paired cell (analysis/cells/paired.py) has its blocks' energies in
+its steps: a block's J/step is its energy over its steps, and its J/step is the median over
+replicates of each replicate's median compiled block, bootstrapped over replicates, then pairs.
+
+The energy ratio is eager J/step over compiled J/step (above 1: compiling saves energy): for a
+paired cell the median of its pairs' ratios (eager block over compiled block, seconds apart in one
+process) with the paired speedup's bootstrap; else the eager cell's J/step over its own, with the
+interval of the two cells' independent draws. Break-even in energy: the compile's energy over the
+joules saved per step (analysis/cells/breakeven.py `steps_to_recoup`), and the eager run's joules over
+those steps (which the compile and the compiled steps then equal).
+
+The tables and the figure of these columns: analysis/studies/energy/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from analysis.cells.breakeven import pays_off, steps_to_recoup
+from analysis.cells.paired import PAIRED, UNPAIRED
+from analysis.reading.collect import REPEAT, SweepData
+from analysis.statistics.bootstrap import (
+    ReplicateSamples,
+    percentile_interval,
+    ratio_interval,
+    subset_cells,
+)
+from workloads.contract.vocabulary import COMPLETED
+
+#: The columns `energy_columns` gives the per-cell metrics.
+ENERGY_COLUMNS = [
+    "joules_per_step", "joules_per_step_low", "joules_per_step_high",
+    "items_per_joule", "items_per_joule_low", "items_per_joule_high", "avg_power_w", "idle_power_w",
+    "energy_ratio", "energy_ratio_low", "energy_ratio_high", "energy_method",
+    "compile_energy_j", "energy_pays_off", "energy_break_even_steps", "energy_break_even_j",
+]  # fmt: skip
+#: The run columns of the GPU's power, the median over a cell's completed replicates in its row.
+POWER = ("avg_power_w", "idle_power_w")
+#: The generator streams of the draws (analysis/cells/metrics.py's use 0-4): runs' J/step, paired blocks'
+#: J/step, paired blocks' ratios.
+_RUNS, _BLOCKS, _RATIOS = (5,), (6,), (7,)
+#: (positions of cells, stream) -> one generator per cell, seeded by the cell's id
+#: (analysis/cells/metrics.py).
+Generators = Callable[[np.ndarray, tuple], list[np.random.Generator]]
+
+
+def _by_replicate(frame: pd.DataFrame, cells: pd.DataFrame, values: np.ndarray) -> ReplicateSamples:
+    """`values` (one per row of `frame`, NaN left out) by replicate of the completed cell of each row."""
+    code = pd.Index(cells["cell_id"]).get_indexer(frame["cell_id"].astype(object))
+    done = (cells["status"] == COMPLETED).to_numpy()
+    keep = (code >= 0) & done[np.maximum(code, 0)]
+    return ReplicateSamples.from_steps(
+        code[keep], frame[REPEAT].to_numpy(np.int64)[keep], values[keep], len(cells)
+    )
+
+
+def _draws(samples: ReplicateSamples, which: np.ndarray, resamples: int, rngs: list) -> np.ndarray:
+    """(len(which), resamples) two-level bootstrap draws of these cells' medians."""
+    return subset_cells(samples, which).hierarchical_medians(resamples, rngs)
+
+
+def _per_step(
+    cells: pd.DataFrame, data: SweepData, paired: np.ndarray, resamples: int, rngs: Generators
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each cell's J/step, its draws (NaN rows without an interval), which cells have it from their
+    blocks, and there the median of their pairs' energy ratios and its draws."""
+    n, pairs = len(cells), data.pairs
+    done = data.replicates[data.replicates["status"] == COMPLETED]
+    runs = _by_replicate(done, cells, done["joules_per_step"].to_numpy(float))
+    blocks = _by_replicate(pairs, cells, pairs["compiled_j_per_step"].to_numpy(float))
+    eager = pairs["eager_j_per_step"].to_numpy(float)
+    ratios = _by_replicate(pairs, cells, eager / pairs["compiled_j_per_step"].to_numpy(float))
+    every_pair = _by_replicate(pairs, cells, np.zeros(len(pairs)))
+    # Paired where every paired replicate's blocks carry energy; else the runs' values speak.
+    from_blocks = paired & (ratios.replicates > 0) & (ratios.replicates == every_pair.replicates)
+    value = np.where(from_blocks, blocks.medians(), runs.medians())
+    draws = np.full((n, resamples), np.nan)
+    ratio_draws = np.full((n, resamples), np.nan)
+    which = np.flatnonzero(from_blocks)
+    if len(which):
+        draws[which] = _draws(blocks, which, resamples, rngs(which, _BLOCKS))
+        ratio_draws[which] = _draws(ratios, which, resamples, rngs(which, _RATIOS))
+    which = np.flatnonzero(~from_blocks & (runs.replicates > 1))  # one run: one value, no interval
+    if len(which):
+        draws[which] = _draws(runs, which, resamples, rngs(which, _RUNS))
+    return value, draws, from_blocks, np.where(from_blocks, ratios.medians(), np.nan), ratio_draws
+
+
+def energy_columns(
+    cells: pd.DataFrame,
+    data: SweepData,
+    paired: np.ndarray,
+    base: np.ndarray,
+    resamples: int,
+    rngs: Generators,
+) -> pd.DataFrame:
+    """ENERGY_COLUMNS of `cells` (the metrics up to the verdicts): `paired` says which cells' speedup
+    is paired, `base` each cell's eager cell (position, -1 for none: itself for the eager cell)."""
+    n = len(cells)
+    jps, draws, from_blocks, paired_ratio, ratio_draws = _per_step(cells, data, paired, resamples, rngs)
+    low, high = percentile_interval(draws)
+    items = cells["items_per_step"].to_numpy(float)
+    has_base = (base >= 0) & ~np.isnan(jps[np.maximum(base, 0)]) & ~np.isnan(jps)
+    itself = has_base & (base == np.arange(n))
+    against = has_base & ~itself & ~from_blocks
+    ratio = np.where(from_blocks, paired_ratio, np.where(has_base, jps[np.maximum(base, 0)] / jps, np.nan))
+    ratio_low, ratio_high = percentile_interval(ratio_draws)
+    ratio_low[itself] = ratio_high[itself] = 1.0
+    which = np.flatnonzero(against)
+    if len(which):
+        ratio_low[which], ratio_high[which] = ratio_interval(draws[base[which]], draws[which])
+    done = data.replicates[data.replicates["status"] == COMPLETED]
+    power = done.groupby("cell_id")[list(POWER)].median().reindex(cells["cell_id"])
+    compile_j = pd.to_numeric(cells["compile_energy_j"], errors="coerce").to_numpy(float)
+    compared = from_blocks | against
+    eager_jps = np.where(compared, jps * ratio, np.nan)
+    steps = steps_to_recoup(compile_j, eager_jps, ratio)
+    columns = {
+        "joules_per_step": jps, "joules_per_step_low": low, "joules_per_step_high": high,
+        "items_per_joule": items / jps, "items_per_joule_low": items / high,
+        "items_per_joule_high": items / low, **{name: power[name].to_numpy(float) for name in POWER},
+        "energy_ratio": ratio, "energy_ratio_low": ratio_low, "energy_ratio_high": ratio_high,
+        "energy_method": np.where(from_blocks, PAIRED, np.where(against, UNPAIRED, None)),
+        "compile_energy_j": compile_j, "energy_pays_off": pays_off(compile_j, eager_jps, ratio, cells.index),
+        "energy_break_even_steps": steps, "energy_break_even_j": steps * eager_jps,
+    }  # fmt: skip
+    return pd.DataFrame(columns, index=cells.index)[ENERGY_COLUMNS]

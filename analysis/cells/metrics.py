@@ -1,0 +1,364 @@
+"""Per-cell metrics of a sweep: one row per cell, numbers over the measured steps of the attempts that
+count (warm-up and compilation never enter them), replicates as one cell, speedups against the eager
+cell of the same workload with two-level bootstrap intervals (a paired cell's against its own eager
+side: analysis/cells/paired.py), verdicts, scaling against the 1-process cell. The method, column by
+column, is in docs/analysis.md ("The tables"); which cells are compared with which, and how they are
+named, is analysis/reading/axes.py's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.cells.breakeven import BREAK_EVEN_COLUMNS, break_even_columns
+from analysis.cells.busy import BUSY_COLUMNS, LAUNCH_BOUND, busy_columns
+from analysis.cells.cost import COST_COLUMNS, cost_columns
+from analysis.cells.energy import ENERGY_COLUMNS, energy_columns
+from analysis.cells.paired import PAIRED_COLUMNS, pair_ratios, paired_cells, use_paired
+from analysis.reading.axes import SAME_WORKLOAD, SCALING_WORKLOAD, reference_positions, sort_cells
+from analysis.reading.collect import REPEAT, SweepData
+from analysis.statistics.bootstrap import (
+    ReplicateSamples,
+    SortedSamples,
+    group_mean_std,
+    group_moments,
+    group_ratio_of_sums,
+    hierarchical_means,
+    median_over_replicates,
+    ratio_interval,
+    stable_hash,
+    subset_cells,
+)
+from analysis.statistics.verdicts import DATA_BOUND, E2E_BASIS, EQUIVALENCE, verdicts
+from workloads.contract.vocabulary import (
+    ACCURACY_ERROR,
+    ACCURACY_FAIL,
+    ACCURACY_PASS,
+    BASELINE_BACKEND,
+    COMPLETED,
+    names,
+)
+
+#: What names a cell in tables and plots, besides its id: every axis.
+AXES = names()
+METRIC_COLUMNS = [
+    "status", "error", "replicates", "measured_steps", "mean_step_ms", "std_step_ms", "median_step_ms",
+    "p5_step_ms", "p95_step_ms", "replicate_spread", "unstable", "items_per_s", "e2e_items_per_s", "mfu_mean",
+    "mfu_std", "e2e_mfu", "speedup", "speedup_low", "speedup_high", *PAIRED_COLUMNS, "e2e_speedup",
+    "e2e_speedup_low", "e2e_speedup_high", "data_bound", *BUSY_COLUMNS, "verdict", "verdict_basis",
+    "baseline_cell_id", "compile_time_s", "compile_cache_hits", *BREAK_EVEN_COLUMNS, "first_step_ms",
+    "peak_mem_bytes", "peak_mem_ratio",
+    "graph_count", "graph_break_count", "recompile_count",
+    "accuracy", "accuracy_rel_diff", "accuracy_noise_floor", "data_wait_share", "items_per_step",
+    "scaling_baseline_cell_id", "scaling_speedup", "scaling_speedup_low", "scaling_speedup_high",
+    "scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high", "ddp_graph_splits",
+    "rank_imbalance", *ENERGY_COLUMNS, *COST_COLUMNS,
+]  # fmt: skip
+CELL_COLUMNS = ["cell_id", *AXES, *METRIC_COLUMNS]
+COUNT_COLUMNS = [
+    "replicates", "measured_steps", "pairs", "compile_cache_hits", "graph_count", "graph_break_count",
+    "recompile_count", "peak_mem_bytes", "batch_size", "grad_accum", "seed", "world_size", "nodes",
+    "items_per_step", "ddp_graph_splits",
+]  # fmt: skip
+#: Our step statistics that the workload's run row summarises too (our name: its column): what a
+#: completed cell whose steps file is missing or unreadable still has.
+RUN_SUMMARY = {
+    "measured_steps": "measured_steps",
+    "mean_step_ms": "mean_step_ms",
+    "std_step_ms": "std_step_ms",
+    "median_step_ms": "median_step_ms",
+    "items_per_s": "items_per_s",
+    "mfu_mean": "mfu",
+    "e2e_items_per_s": "e2e_items_per_s",
+    "e2e_mfu": "e2e_mfu",
+}
+#: Bootstrap resamples of each cell's measured steps, and the seed that, with the cell's id, seeds
+#: its generators: a cell gets the same interval in every analysis, alone or in any sweep.
+RESAMPLES, SEED = 1000, 0
+#: The generators of one cell: the median's draws (speedup and scaling intervals; as before
+#: replicates, so single-run intervals are unchanged), the replicates' own intervals (`unstable`),
+#: the mean's draws (end-to-end intervals), the pair ratios' draws (the paired speedup) and the
+#: replicates' own intervals of those, each its own stream.
+_MEDIAN, _UNSTABLE, _MEAN, _PAIRED, _PAIRED_UNSTABLE = (), (1,), (2,), (3,), (4,)
+#: The least gap between replicates' intervals, relative, that makes a cell `unstable` (or the
+#: equivalence margin, if larger). With thousands of steps a replicate's own interval is ~0.1%
+#: wide: on the H100 every cell's processes differed by more than that (docs/gpu-results.md), which
+#: is what replicates are for; `unstable` is for disagreements that could change a verdict.
+UNSTABLE_TOLERANCE = 0.01
+
+
+def _cell_codes(cell_ids: pd.Series, cells: pd.DataFrame) -> np.ndarray:
+    """Position in `cells` of each id (-1 for ids it lacks)."""
+    return pd.Index(cells["cell_id"]).get_indexer(cell_ids.astype(object)).astype(np.int64)
+
+
+def _pooled(replicas: ReplicateSamples, group: np.ndarray, times: np.ndarray, n: int) -> SortedSamples:
+    """Every cell's steps of all its replicates, sorted (for the percentiles). Where no cell has
+    more than one replicate these are the replicates' own sorted steps: a second sort of a million
+    steps is saved."""
+    if len(replicas.steps.count) and (replicas.replicates <= 1).all():
+        rows = np.minimum(replicas.first, len(replicas.steps.count) - 1)
+        count = np.where(replicas.replicates > 0, replicas.steps.count[rows], 0)
+        return SortedSamples(replicas.steps.values, replicas.steps.start[rows], count)
+    return SortedSamples.from_groups(group, times, n)
+
+
+def _step_stats(cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray) -> ReplicateSamples:
+    """Fill the step statistics of completed cells; returns their measured step times by replicate."""
+    n = len(cells)
+    done = (cells["status"] == COMPLETED).to_numpy()
+    measured = (steps["phase"] == "measure").to_numpy() & (code >= 0)
+    measured[measured] = done[code[measured]]
+    group = code[measured]
+    times = steps["step_time_ms"].to_numpy(float)[measured]
+    replicas = ReplicateSamples.from_steps(group, steps[REPEAT].to_numpy(np.int64)[measured], times, n)
+    samples = _pooled(replicas, group, times, n)
+    count, mean, std = group_mean_std(group, times, n)
+    mfu = steps["mfu"].to_numpy(float)[measured]
+    _, mfu_mean, mfu_std = group_mean_std(group, mfu, n)
+    # MFU x step time is FLOPs per step / peak, the same for every step of a cell: over the span,
+    # MFU is that / the mean step, as end-to-end items/s is items per step / the mean step.
+    _, flops_over_peak, _ = group_mean_std(group, mfu * times, n)
+    replicate_mean, _ = group_moments(replicas.steps)
+    steps_per_ms = median_over_replicates(replicas, 1 / replicate_mean)
+    items = cells["items_per_step"].to_numpy(float)
+    has = count > 0
+    median = replicas.medians()
+    stats = {
+        "measured_steps": count, "mean_step_ms": mean, "std_step_ms": std, "median_step_ms": median,
+        "p5_step_ms": samples.quantile(0.05), "p95_step_ms": samples.quantile(0.95),
+        # At the median step, as the workload's own run row, so the two never disagree.
+        "items_per_s": items / (median / 1e3),
+        "e2e_items_per_s": items * steps_per_ms * 1e3,
+        "mfu_mean": mfu_mean, "mfu_std": mfu_std, "e2e_mfu": flops_over_peak * steps_per_ms,
+        "data_wait_share": group_ratio_of_sums(
+            group, steps["data_time_ms"].to_numpy(float)[measured], times, n
+        ),
+    }  # fmt: skip
+    for column, values in stats.items():
+        fallback = cells[RUN_SUMMARY[column]].to_numpy(float) if column in RUN_SUMMARY else np.nan
+        cells[column] = np.where(done & has, values, np.where(done, fallback, np.nan))
+    counted = (
+        pd.to_numeric(cells["replicates"], errors="coerce").to_numpy(float)
+        if "replicates" in cells
+        else np.ones(n)
+    )
+    cells["replicates"] = np.where(done & has, replicas.replicates, np.where(done, np.fmax(counted, 1), 0))
+    return replicas
+
+
+def _generators(
+    cells: pd.DataFrame, which: np.ndarray, seed: int, stream: tuple = _MEDIAN
+) -> list[np.random.Generator]:
+    """The generators of these cells (positions) for one purpose, seeded by the seed and the cell's id."""
+    return [
+        np.random.default_rng([seed, stable_hash(cell_id), *stream])
+        for cell_id in cells["cell_id"].iloc[which]
+    ]
+
+
+def _stability(
+    cells: pd.DataFrame,
+    replicas: ReplicateSamples,
+    ratios: ReplicateSamples,
+    paired: np.ndarray,
+    resamples: int,
+    seed: int,
+    tolerance: float,
+) -> None:
+    """`replicate_spread` and `unstable` of the cells with two replicates or more: of their median
+    steps, or where paired of their median pair ratios. A paired cell's answer is the ratio, and a
+    host whose speed moves between processes, which moves the steps, is what pairing cancels."""
+    spread, unstable = np.full(len(cells), np.nan), np.zeros(len(cells), bool)
+    for samples, which, stream in ((replicas, ~paired, _UNSTABLE), (ratios, paired, _PAIRED_UNSTABLE)):
+        several = np.flatnonzero(which & (samples.replicates > 1))
+        if len(several):
+            sub = subset_cells(samples, several)
+            unstable[several], spread[several] = sub.unstable(
+                resamples, _generators(cells, several, seed, stream), tolerance=tolerance
+            )
+    cells["replicate_spread"], cells["unstable"] = spread, unstable
+
+
+#: How the accuracy checks of a cell's replicates combine: the worst speaks for the cell.
+_ACCURACY_ORDER = {ACCURACY_PASS: 0, ACCURACY_ERROR: 1, ACCURACY_FAIL: 2}
+
+
+def _accuracy(cells: pd.DataFrame, replicates: pd.DataFrame) -> None:
+    """The accuracy check (workloads/instruments/accuracy.py) of each cell's completed replicates: the
+    worst result (fail_accuracy, then error, then pass) with its differences; null where unchecked."""
+    checked = replicates[(replicates["status"] == COMPLETED) & replicates["accuracy"].notna()]
+    ranked = checked.assign(rank=checked["accuracy"].map(_ACCURACY_ORDER))
+    worst = ranked.sort_values(["rank", "accuracy_rel_diff"]).groupby("cell_id").tail(1).set_index("cell_id")
+    for column in ("accuracy", "accuracy_rel_diff", "accuracy_noise_floor"):
+        cells[column] = cells["cell_id"].map(worst[column])
+
+
+def _against(cells: pd.DataFrame, reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(whether a completed cell has a reference, the reference's position or 0 where it has none)."""
+    has = (reference >= 0) & (cells["status"] == COMPLETED).to_numpy()
+    return has, np.where(has, reference, 0)
+
+
+def median_draws(
+    cells: pd.DataFrame, steps: pd.DataFrame, resamples: int = RESAMPLES, stream: tuple = _MEDIAN
+) -> np.ndarray:
+    """(cells, resamples): two-level bootstrap draws of each completed cell's median step, NaN rows for
+    the others. With the default stream they are the draws behind the tables' speedup intervals (a
+    cell's draws depend only on its own steps and id); another stream draws independently of them."""
+    code = _cell_codes(steps["cell_id"], cells)
+    done = (cells["status"] == COMPLETED).to_numpy()
+    keep = (code >= 0) & (steps["phase"] == "measure").to_numpy()
+    keep[keep] = done[code[keep]]
+    samples = ReplicateSamples.from_steps(
+        code[keep],
+        steps[REPEAT].to_numpy(np.int64)[keep],
+        steps["step_time_ms"].to_numpy(float)[keep],
+        len(cells),
+    )
+    return samples.hierarchical_medians(resamples, _generators(cells, np.arange(len(cells)), SEED, stream))
+
+
+class _Draws:
+    """Bootstrap draws of the cells that intervals need, each cell's from its own generator, so that
+    they are the same whichever interval asks for them, and in any sweep."""
+
+    def __init__(self, cells: pd.DataFrame, replicas: ReplicateSamples, resamples: int, seed: int):
+        self.cells, self.replicas, self.resamples, self.seed = cells, replicas, resamples, seed
+        self._rows: dict[str, dict[int, np.ndarray]] = {"median": {}, "rate": {}}
+
+    def get(self, kind: str, which: np.ndarray) -> np.ndarray:
+        """(len(which), resamples): two-level bootstrap draws of these cells' median step (`median`),
+        or of their median over replicates of steps per ms, end-to-end (`rate`)."""
+        rows = self._rows[kind]
+        missing = np.array(sorted(set(which.tolist()) - set(rows)), dtype=np.int64)
+        if len(missing):
+            sub = subset_cells(self.replicas, missing)
+            if kind == "median":
+                draws = sub.hierarchical_medians(self.resamples, _generators(self.cells, missing, self.seed))
+            else:
+                draws = hierarchical_means(
+                    sub, self.resamples, _generators(self.cells, missing, self.seed, _MEAN), reciprocal=True
+                )
+            rows.update(zip(missing.tolist(), draws))
+        return np.array([rows[i] for i in which.tolist()], dtype=float).reshape(len(which), self.resamples)
+
+
+def _ratio_interval(
+    draws: _Draws, kind: str, base: np.ndarray, has_base: np.ndarray, invert: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """95% interval of (the `kind` statistic of the cell at `base`) / (own) — own / base's where not
+    `invert` — for each cell where `has_base`: exactly 1 against itself, NaN where either has no steps."""
+    n = len(base)
+    low, high = np.full(n, np.nan), np.full(n, np.nan)
+    itself = has_base & (base == np.arange(n))
+    low[itself] = high[itself] = 1.0  # the baseline against itself: exactly 1, no spread
+    counts = draws.replicas.replicates
+    boot = np.flatnonzero(has_base & ~itself & (counts > 0) & (counts[base] > 0))
+    if len(boot):
+        own, reference = draws.get(kind, boot), draws.get(kind, base[boot])
+        low[boot], high[boot] = ratio_interval(reference, own) if invert else ratio_interval(own, reference)
+    return low, high
+
+
+def _comparisons(cells: pd.DataFrame, draws: _Draws, baseline: np.ndarray) -> np.ndarray:
+    """Speedups (median step, end-to-end) with their bootstrap intervals and the peak-memory ratio
+    against the eager baseline; returns each cell's baseline position (-1: none)."""
+    has_base, base = _against(cells, baseline)
+    median = cells["median_step_ms"].to_numpy(float)
+    cells["speedup"] = np.where(has_base, median[base] / median, np.nan)
+    cells["speedup_low"], cells["speedup_high"] = _ratio_interval(draws, "median", base, has_base)
+    # End-to-end: own items/s over the baseline's; the draws are of steps per ms, times items per step.
+    e2e, items = cells["e2e_items_per_s"].to_numpy(float), cells["items_per_step"].to_numpy(float)
+    cells["e2e_speedup"] = np.where(has_base, e2e / e2e[base], np.nan)
+    low, high = _ratio_interval(draws, "rate", base, has_base, invert=False)
+    scale = np.where(base == np.arange(len(base)), 1.0, items / items[base])
+    cells["e2e_speedup_low"], cells["e2e_speedup_high"] = low * scale, high * scale
+    memory = cells["peak_mem_bytes"].to_numpy(float)
+    cells["peak_mem_ratio"] = np.where(has_base, memory / memory[base], np.nan)
+    cells["baseline_cell_id"] = np.where(has_base, cells["cell_id"].to_numpy(object)[base], None)
+    return np.where(has_base, base, -1)
+
+
+def _scaling(cells: pd.DataFrame, draws: _Draws) -> None:
+    """Scaling speedup and efficiency against the 1-process cell, with bootstrap intervals."""
+    one_process = reference_positions(cells, SCALING_WORKLOAD, cells["world_size"] == 1)
+    has_base, base = _against(cells, one_process)
+    throughput = cells["items_per_s"].to_numpy(float)
+    # Throughput ratio = ratio of global items per step x ratio of median steps (the bootstrapped part).
+    items = cells["items_per_step"].to_numpy(float)
+    low, high = _ratio_interval(draws, "median", base, has_base)
+    speedup = {
+        "": np.where(has_base, throughput / throughput[base], np.nan),
+        "_low": low * items / items[base],
+        "_high": high * items / items[base],
+    }
+    for suffix, values in speedup.items():
+        cells[f"scaling_speedup{suffix}"] = values
+        cells[f"scaling_efficiency{suffix}"] = values / cells["world_size"].to_numpy(
+            float
+        )  # the reference: 1
+    cells["scaling_baseline_cell_id"] = np.where(has_base, cells["cell_id"].to_numpy(object)[base], None)
+
+
+def _rank_imbalance(cells: pd.DataFrame) -> np.ndarray:
+    """Slowest rank's median step / fastest rank's - 1 of each completed cell with two ranks or more."""
+    imbalance = np.full(len(cells), np.nan)
+    for i, (status, medians) in enumerate(zip(cells["status"], cells["rank_median_step_ms"])):
+        known = np.asarray(medians if isinstance(medians, (list, np.ndarray)) else [], dtype=float)
+        known = known[~np.isnan(known)]
+        if status == COMPLETED and len(known) > 1:
+            imbalance[i] = known.max() / known.min() - 1
+    return imbalance
+
+
+def cell_metrics(
+    data: SweepData,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    equivalence: float = EQUIVALENCE,
+    data_bound: float = DATA_BOUND,
+    launch_bound: float = LAUNCH_BOUND,
+) -> pd.DataFrame:
+    """One row per cell (CELL_COLUMNS), ordered by `sort_cells`. `equivalence`: the margin of practical
+    equivalence of the verdicts, also the tolerance of `unstable` where above UNSTABLE_TOLERANCE;
+    `data_bound`: the data-wait share above which a cell is data-bound; `launch_bound`: the GPU's idle
+    share above which it is launch-bound (analysis/cells/busy.py)."""
+    if not 0 <= equivalence < 1 or not 0 <= data_bound <= 1 or not 0 <= launch_bound <= 1:
+        raise ValueError(
+            f"equivalence must lie in [0, 1), data_bound and launch_bound in [0, 1], not {equivalence}, "
+            f"{data_bound} and {launch_bound}"
+        )
+    cells = data.cells.reset_index(drop=True).copy()
+    if cells.empty:
+        return pd.DataFrame(columns=CELL_COLUMNS)
+    code = _cell_codes(data.steps["cell_id"], cells)
+    replicas = _step_stats(cells, data.steps, code)
+    pair_code = _cell_codes(data.pairs["cell_id"], cells)
+    done = (cells["status"] == COMPLETED).to_numpy()
+    ratios = pair_ratios(data.pairs, np.where(done[pair_code] & (pair_code >= 0), pair_code, -1), len(cells))
+    paired = paired_cells(ratios, replicas)
+    tolerance = max(equivalence, UNSTABLE_TOLERANCE)
+    _stability(cells, replicas, ratios, paired, resamples, seed, tolerance)
+    draws = _Draws(cells, replicas, resamples, seed)
+    baseline = reference_positions(cells, SAME_WORKLOAD, cells["backend"] == BASELINE_BACKEND)
+    base = _comparisons(cells, draws, baseline)
+    compared = ((base >= 0) & (base != np.arange(len(cells)))) | paired
+    rngs = _generators(cells, np.flatnonzero(paired), seed, _PAIRED)
+    use_paired(cells, ratios, paired, compared, resamples, rngs, tolerance)
+    verdicts(cells, compared, base, data_bound, equivalence)
+    cells[BUSY_COLUMNS] = busy_columns(cells, data.replicates, launch_bound)
+    cells[BREAK_EVEN_COLUMNS] = break_even_columns(cells, cells["verdict_basis"] == E2E_BASIS)
+    energy_rngs = lambda which, stream: _generators(cells, which, seed, stream)  # noqa: E731
+    cells[ENERGY_COLUMNS] = energy_columns(cells, data, paired, base, resamples, energy_rngs)
+    cells[COST_COLUMNS] = cost_columns(cells, data.attempts)
+    _accuracy(cells, data.replicates)
+    _scaling(cells, draws)
+    cells["rank_imbalance"] = _rank_imbalance(cells)
+    # Graphs the compile found in the cache (FX graph or AOTAutograd): its compile time was not a cold one.
+    cells["compile_cache_hits"] = cells[["fx_graph_cache_hits", "aot_autograd_cache_hits"]].sum(
+        axis=1, min_count=1
+    )
+    cells[COUNT_COLUMNS] = cells[COUNT_COLUMNS].apply(pd.to_numeric, errors="coerce").astype("Int64")
+    return sort_cells(cells[CELL_COLUMNS])

@@ -1,0 +1,103 @@
+"""Verdicts: what a cell's speedup interval says against a margin of equivalence, on what interval it
+rests (the median step's, the paired one where measured; end-to-end where the cell or its eager cell
+waits for data), and why in words (`verdict_reasons`). An interval's reading: `equivalence_verdict`;
+the method: docs/analysis.md ("The tables").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.rendering.text import fmt_speedup
+from workloads.contract.vocabulary import COMPLETED
+
+#: Above this share of step time spent waiting for data a cell is data-bound (`--data-bound`).
+DATA_BOUND = 0.10
+#: The margin of practical equivalence of verdicts (`--equivalence`): none by default.
+EQUIVALENCE = 0.0
+#: What a verdict rests on: the median-step speedup's interval, or the end-to-end one.
+MEDIAN_BASIS, E2E_BASIS = "median step", "end-to-end"
+
+
+#: What an interval of a ratio (baseline / compiled) says, see `equivalence_verdict`.
+VERDICTS = ("faster", "slower", "no difference", "undecided")
+
+
+def equivalence_verdict(low: np.ndarray, high: np.ndarray, margin: float = 0.02) -> np.ndarray:
+    """Per speedup interval (low, high), in this order: 'no difference' when it lies within
+    [1 - margin, 1 + margin] (ends included), 'faster' when low > 1, 'slower' when high < 1,
+    'undecided' otherwise; None where an end is NaN.
+
+    This is the interval form of an equivalence test (TOST, Schuirmann 1987; Lakens 2017): the
+    difference is negligible when the interval excludes every change larger than the margin, and
+    it is a difference when the interval excludes 1. Equivalence comes first, so a real but
+    negligible change (e.g. 1.005 to 1.01 at a 2% margin) reads 'no difference'. A 95% interval
+    inside the margin is TOST at 2.5% per side, a little stricter than the usual 90% interval.
+    An interval too wide for either answer is 'undecided': measure more, not "no difference".
+    """
+    low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+    verdict = np.full(low.shape, "undecided", dtype=object)
+    verdict[high < 1] = "slower"
+    verdict[low > 1] = "faster"
+    verdict[(low >= 1 - margin) & (high <= 1 + margin)] = "no difference"
+    verdict[np.isnan(low) | np.isnan(high)] = None
+    return verdict
+
+
+def verdicts(
+    cells: pd.DataFrame, compared: np.ndarray, base: np.ndarray, data_bound: float, equivalence: float
+) -> None:
+    """`data_bound`, and each compared cell's verdict with what it rests on: the end-to-end interval
+    where the cell or its baseline is data-bound, else the speedup's (the paired one where measured).
+    The baseline itself and cells without an interval have none."""
+    share = cells["data_wait_share"].to_numpy(float)
+    bound = (cells["status"] == COMPLETED).to_numpy() & (np.nan_to_num(share, nan=0.0) > data_bound)
+    cells["data_bound"] = bound
+    e2e = compared & (bound | ((base >= 0) & bound[np.maximum(base, 0)]))
+    low = np.where(e2e, cells["e2e_speedup_low"], cells["speedup_low"]).astype(float)
+    high = np.where(e2e, cells["e2e_speedup_high"], cells["speedup_high"]).astype(float)
+    verdict = equivalence_verdict(low, high, equivalence)
+    verdict[~compared] = None
+    cells["verdict"] = verdict
+    cells["verdict_basis"] = np.where(pd.isna(verdict), None, np.where(e2e, E2E_BASIS, MEDIAN_BASIS))
+
+
+def verdict_reasons(metrics: pd.DataFrame, digits: int = 2) -> pd.Series:
+    """Why a verdict rests on end-to-end throughput: `data-bound (94% waiting for data): end-to-end
+    1.03x [0.97, 1.10]` (`eager cell data-bound (...)` where it is the baseline that waits); '' for
+    the others."""
+    share = metrics.drop_duplicates("cell_id").set_index("cell_id")["data_wait_share"]
+    reasons = []
+    for row in metrics[
+        [
+            "verdict_basis",
+            "data_bound",
+            "data_wait_share",
+            "baseline_cell_id",
+            "e2e_speedup",
+            "e2e_speedup_low",
+            "e2e_speedup_high",
+        ]
+    ].to_dict("records"):
+        if row["verdict_basis"] != E2E_BASIS:
+            reasons.append("")
+            continue
+        whose, fraction = (
+            ("", row["data_wait_share"])
+            if row["data_bound"]
+            else ("eager cell ", share.get(row["baseline_cell_id"], np.nan))
+        )
+        speedup = fmt_speedup(row["e2e_speedup"], row["e2e_speedup_low"], row["e2e_speedup_high"], digits)
+        reasons.append(
+            f"{whose}data-bound ({100 * float(fraction):.0f}% waiting for data): end-to-end {speedup}"
+        )
+    return pd.Series(reasons, index=metrics.index, dtype=object)
+
+
+def decisive_speedup(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
+    """The speedup each cell's verdict rests on, with its 95% interval (columns value, low, high),
+    and whether that is the end-to-end one (data-bound cells, or data-bound eager cells)."""
+    e2e = cells["verdict_basis"] == E2E_BASIS
+    pick = lambda end: cells[f"e2e_speedup{end}"].where(e2e, cells[f"speedup{end}"])  # noqa: E731
+    return pd.DataFrame({"value": pick(""), "low": pick("_low"), "high": pick("_high")}), e2e

@@ -1,0 +1,85 @@
+"""`repeats=auto` in the tables: how many replicates each cell ran, and what stopped it.
+
+The stop rule (analysis/decision.py, docs/measurement.md) decides between rounds, the orchestrator
+writes each stopped cell's record into its directory; this reads the records back
+(workloads/contract/sweep_dir.py `read_auto_stop`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.reading.axes import cell_labels
+from analysis.reading.collect import load_cells
+from analysis.rendering.text import Table, markdown
+from analysis.studies.base import Loaded, Study
+from workloads.contract.sweep_dir import cell_dir, read_auto_stop
+
+#: The table's name (its file stem in report/tables/).
+AUTO_REPEATS = "auto_repeats"
+
+
+def auto_repeats_table(sweep_dir: Path, cells: pd.DataFrame) -> Table | None:
+    """The cells of `cells` (the per-cell metrics, or SweepData.cells) that stopped under repeats=auto:
+    their replicates, why they stopped, and the speedup they stopped at (CSV); None where none did."""
+    records = [read_auto_stop(cell_dir(sweep_dir, cell_id)) for cell_id in cells["cell_id"]]
+    stopped = [record is not None for record in records]
+    if not any(stopped):
+        return None
+    found = pd.DataFrame([record for record in records if record is not None])
+    data = pd.DataFrame(
+        {
+            "cell_id": cells["cell_id"][stopped].to_numpy(),
+            "replicates": found["replicates"],
+            "reason": found["reason"],
+            **{
+                f"speedup{end}": found.get(key)
+                for end, key in (("", "speedup"), ("_low", "low"), ("_high", "high"))
+            },
+        }
+    )
+    text = pd.DataFrame(
+        {
+            "cell": cell_labels(cells)[stopped].to_numpy(),
+            "cell_id": data["cell_id"],
+            "runs": data["replicates"].astype(str),
+            "stopped by": data["reason"],
+        }
+    )
+    note = (
+        "repeats=auto ran each cell round after round until its verdict with the margin `equivalence` "
+        "was decided (as the per-cell table's: faster, slower or no difference), its speedup's 95% "
+        "interval was narrower than measure.rel_ci (precise enough) or max_repeats was reached; an eager "
+        "cell ran while an unpaired cell compared with it did."
+    )
+    return Table(AUTO_REPEATS, "repeats=auto: why each cell stopped", data, text, note)
+
+
+def recorded_equivalence(sweep_dir: Path, cell_ids: Sequence[str]) -> float | None:
+    """The margin of equivalence (config key `equivalence`) the stop records of these cells were decided
+    with, where they all name the same one: `analyze`'s margin unless --equivalence says another, so
+    that its verdicts and the stop reasons agree; None without records, or where they differ."""
+    margins = {
+        record.get("equivalence")
+        for record in (read_auto_stop(cell_dir(sweep_dir, cell_id)) for cell_id in cell_ids)
+        if record is not None
+    }
+    return margins.pop() if len(margins) == 1 else None
+
+
+def auto_repeats_markdown(sweep_dir: Path, cell_ids: Sequence[str]) -> str:
+    """The table of these cells as Markdown, under its heading: what a local sweep prints at its end."""
+    cells = load_cells([cell_dir(sweep_dir, cell_id) for cell_id in cell_ids], warn=None).cells
+    table = auto_repeats_table(sweep_dir, cells)
+    return markdown(table) if table else "repeats=auto: no cell has stopped"
+
+
+class AutoRepeats(Study):
+    """Why each cell stopped, where repeats=auto ran it."""
+
+    def tables(self, loaded: Loaded) -> list[Table]:
+        table = auto_repeats_table(loaded.sweep_dir, loaded.metrics)
+        return [table] if table else []

@@ -1,0 +1,1 @@
+"""GEMM cells (`model=gemm`): the table, the figure, and the FP8 GEMM post's claims judged."""

@@ -1,0 +1,78 @@
+"""The GEMM table: one row per shape and implementation, µs per GEMM against the roofline (the rows:
+analysis/cells/gemm.py `gemm_cells`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from analysis.cells.gemm import interval_columns
+from analysis.rendering.text import Table, fmt_number, fmt_percent, fmt_speedup, is_null
+from analysis.studies.base import Loaded, Study
+from workloads.contract.vocabulary import COMPLETED
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+GEMM_TABLE = "gemm"
+
+
+def _with_interval(value: object, low: object, high: object) -> str:
+    """`25.6 [25.4, 25.9]` (µs, or any value with its interval)."""
+    if is_null(value):
+        return ""
+    interval = "" if is_null(low) or is_null(high) else f" [{fmt_number(low)}, {fmt_number(high)}]"
+    return f"{fmt_number(value)}{interval}"
+
+
+def gemm_table(cells: pd.DataFrame) -> Table:
+    """The GEMM cells as a table: one row per (M, N, K, implementation)."""
+    done = cells["status"] == COMPLETED
+    millijoules = cells[interval_columns("joules_per_step")].to_numpy(float) * 1e3
+    text = pd.DataFrame({
+        "M": cells["gemm_m"].map(_whole), "N": cells["gemm_n"].map(_whole), "K": cells["gemm_k"].map(_whole),
+        "implementation": cells["implementation"],
+        "µs [95%]": [_with_interval(*v) if ok else s for v, ok, s in
+                     zip(cells[["us", "us_low", "us_high"]].values, done, cells["status"])],
+        "TFLOP/s": cells["tflops"].map(fmt_number), "GB/s": cells["gbps"].map(fmt_number),
+        "floor µs": cells["gemm_floor_us"].map(fmt_number),
+        "of floor": cells["floor_share"].map(lambda v: fmt_percent(v, 0)),
+        "bound": cells["gemm_bound"].fillna(""), "kernel": cells["gemm_kernel"].fillna(""),
+        "autotune µs": cells["gemm_autotune_us"].map(fmt_number),
+        "measured / autotune": cells["autotune_ratio"].map(fmt_speedup),
+        "vs bf16 cuBLAS": [fmt_speedup(*v) for v in cells[interval_columns("vs_bf16_cublas")].values],
+        "vs fp8 cuBLAS": [fmt_speedup(*v) for v in cells[interval_columns("vs_fp8_cublas")].values],
+        "mJ per GEMM": [_with_interval(*v) for v in millijoules],
+        "W": cells["avg_power_w"].map(fmt_number),
+        "cell": cells["cell_id"],
+    })  # fmt: skip
+    note = (
+        "µs per GEMM: median over the replays (each replay's time / its GEMMs), median over runs, with its "
+        "95% bootstrap interval over runs, then replays. TFLOP/s = 2MNK / µs; GB/s = bytes / µs; floor = "
+        "max(FLOPs / peak FLOP/s, bytes / peak bandwidth), and `of floor` the floor / measured (100%: at the "
+        "roofline). `measured / autotune`: the replay's µs over the autotuner's own timing of its choice "
+        "(above 1: the autotuner ranked it faster than it runs). Speedups: the cuBLAS cell's µs at the same "
+        "shape and GPU / this one's (fp8: of the same recipe), with the interval of the ratio. mJ per GEMM: "
+        "the GPU board's energy over the measured window's GEMMs (NVML's counter), median over runs (its "
+        "interval from two runs on); W: the window's mean power."
+    )
+    return Table(GEMM_TABLE, "GEMMs: µs per GEMM against the roofline", cells, text, note)
+
+
+def _whole(value: object) -> str:
+    return "" if is_null(value) else str(int(value))
+
+
+class Gemm(Study):
+    """The GEMM cells (`model=gemm`): their table and figure, where the sweep has any."""
+
+    def tables(self, loaded: Loaded) -> list[Table]:
+        return [gemm_table(loaded.gemm)] if len(loaded.gemm) else []
+
+    def figures(self, loaded: Loaded) -> Iterator[tuple[str, Figure]]:
+        from analysis.studies.gemm.figure import NAME, gemm_figure  # matplotlib: only when plotting
+
+        if len(loaded.gemm) and (loaded.gemm["status"] == COMPLETED).any():
+            yield NAME, gemm_figure(loaded.gemm)

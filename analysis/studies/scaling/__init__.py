@@ -1,0 +1,1 @@
+"""Scaling over processes (DDP): the table and the figure."""

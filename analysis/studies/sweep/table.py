@@ -1,0 +1,269 @@
+"""The per-cell table: every cell, one row each, with every column (`summary_table`: the report,
+`analyze --full`) or compact, to fit a terminal (`compact_table`: what `analyze` prints by default).
+
+`cells_markdown` is what `compilebench sweep` prints at its end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.cells.busy import LAUNCH_BOUND, bound_texts, busy_texts
+from analysis.cells.cost import NOTE as COST_NOTE
+from analysis.cells.cost import cost_texts
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.axes import axis_text, backend_labels, cell_labels, varying_axes
+from analysis.reading.collect import SweepData, read_cell
+from analysis.rendering.text import (
+    Table,
+    fmt_accuracy,
+    fmt_break_even,
+    fmt_count,
+    fmt_number,
+    fmt_percent,
+    fmt_speedup,
+    is_null,
+    render_markdown,
+)
+from analysis.statistics.verdicts import DATA_BOUND, EQUIVALENCE, decisive_speedup, verdict_reasons
+from workloads.contract.vocabulary import (
+    AXIS,
+    COMPLETED,
+    HARDWARE,
+    PROCESSES,
+    WORKLOAD,
+    names,
+    short_error,
+)
+
+#: Name of the per-cell table (its file stem in report/tables/).
+SUMMARY = "summary"
+#: The mark of a paired speedup whose interval is disjoint from the unpaired one's.
+DISAGREES = "≠ unpaired"
+#: The width an error is cut to in the compact per-cell table (the full one has ERROR_WIDTH).
+COMPACT_ERROR_WIDTH = 32
+#: Where the full per-cell table is, below the compact one.
+FULL_TABLE = "Every column: `compilebench analyze SWEEP_DIR --full`, and the report."
+
+
+def summarize(parts: Iterable[SweepData]) -> pd.DataFrame:
+    """Per-cell metrics (analysis.cells.metrics.CELL_COLUMNS) of these cells, e.g. `read_cell` of each."""
+    return cell_metrics(SweepData.concat(parts))
+
+
+def _gib(value: object) -> str:
+    return "" if is_null(value) else f"{float(value) / 2**30:.2f}"
+
+
+def _range(low: object, high: object) -> str:
+    return "" if is_null(low) else f"{fmt_number(low)}–{fmt_number(high)}"
+
+
+#: The axes the per-cell table always has a column for (treatments are in the backend label).
+_NAMED = ("model", "arch", "size", "precision", "batch_size", "world_size", "nodes")
+
+
+def summary_table(
+    metrics: pd.DataFrame,
+    equivalence: float = EQUIVALENCE,
+    data_bound: float = DATA_BOUND,
+    launch_bound: float = LAUNCH_BOUND,
+) -> Table:
+    """Every cell, one row each; failed, not_compiled and result-less cells marked by status. Besides
+    the columns below, every other axis whose value differs between the cells (seed, data, GPU, ...).
+    `equivalence`, `data_bound` and `launch_bound` are what the metrics were computed with (for the
+    note)."""
+    others = [
+        axis for axis in varying_axes(metrics, names(WORKLOAD, HARDWARE, PROCESSES)) if axis not in _NAMED
+    ]
+    text = pd.DataFrame({
+        "cell": metrics["cell_id"],
+        "model": metrics["model"].fillna(""),
+        "arch": metrics["arch"].fillna(""),
+        "size": metrics["size"].fillna(""),
+        "backend": backend_labels(metrics),
+        "precision": metrics["precision"].fillna(""),
+        "batch": metrics["batch_size"].map(fmt_count),
+        "procs": metrics["world_size"].map(fmt_count),
+        "nodes": metrics["nodes"].map(fmt_count),
+        **{AXIS[axis].header: metrics[axis].map(axis_text) for axis in others},
+        "status": metrics["status"],
+        "runs": [_runs(*v) for v in zip(metrics["status"], metrics["replicates"], metrics["replicate_spread"],
+                                        metrics["unstable"])],
+        "steps": metrics["measured_steps"].map(fmt_count),
+        "median ms": metrics["median_step_ms"].map(fmt_number),
+        "mean ms": metrics["mean_step_ms"].map(fmt_number),
+        "std ms": metrics["std_step_ms"].map(fmt_number),
+        "p5–p95 ms": [_range(lo, hi) for lo, hi in zip(metrics["p5_step_ms"], metrics["p95_step_ms"])],
+        "items/s": metrics["items_per_s"].map(fmt_number),
+        "e2e items/s": metrics["e2e_items_per_s"].map(fmt_number),
+        "MFU": [_mean_std_percent(m, s) for m, s in zip(metrics["mfu_mean"], metrics["mfu_std"])],
+        "speedup [95% CI]": [fmt_speedup(*v) for v in
+                             zip(metrics["speedup"], metrics["speedup_low"], metrics["speedup_high"])],
+        "vs eager": method_texts(metrics),
+        "e2e speedup [95% CI]": [fmt_speedup(*v) for v in
+                                 zip(metrics["e2e_speedup"], metrics["e2e_speedup_low"],
+                                     metrics["e2e_speedup_high"])],
+        "verdict": verdict_texts(metrics),
+        **cost_texts(metrics),
+        "compile s": metrics["compile_time_s"].map(fmt_number),
+        "break-even steps": _cold_warm(metrics, "break_even_steps", whole=True),
+        "break-even GPU-min": _cold_warm(metrics, "break_even_gpu_min"),
+        "peak GiB": metrics["peak_mem_bytes"].map(_gib),
+        "mem vs eager": metrics["peak_mem_ratio"].map(fmt_number),
+        "graphs": metrics["graph_count"].map(fmt_count),
+        "breaks": metrics["graph_break_count"].map(fmt_count),
+        "recompiles": metrics["recompile_count"].map(fmt_count),
+        "accuracy": [fmt_accuracy(*v) for v in zip(metrics["accuracy"], metrics["accuracy_rel_diff"],
+                                                     metrics["accuracy_noise_floor"])],
+        "data wait": metrics["data_wait_share"].map(fmt_percent),
+        "GPU busy": busy_texts(metrics),
+        "bound": bound_texts(metrics),
+        "error": [short_error(e) if s != COMPLETED else "" for s, e in
+                  zip(metrics["status"], metrics["error"])],
+    })  # fmt: skip
+    margin = _margin(equivalence)
+    note = (
+        "Measured steps only (warm-up excluded). Runs: replicates of the cell (one process each), ± the "
+        "coefficient of variation of their median steps, `unstable` where they disagree beyond their own 95% "
+        "intervals by more than 1%. Median ms: median of the runs' median steps; mean, std, p5–p95, MFU "
+        "and data wait over the steps of all runs. Items/s at the median step; e2e items/s over the "
+        "measured span (items / the sum "
+        "of step times, waits for data included: at the mean step), median over runs. Speedup, `vs eager` "
+        "saying which: paired, the median of the cell's pair ratios (eager block / compiled block, measured "
+        "alternately in one process), median over runs, 95% bootstrap interval over runs, then pairs (its "
+        "runs' spread and `unstable` are of the ratios); unpaired, eager median step / own median step, "
+        f"against the eager cell of the same workload; `paired {DISAGREES} 0.96x [0.95, 0.97]`: the "
+        "unpaired speedup, whose interval is disjoint from the paired one. E2e speedup: own e2e items/s / "
+        "the eager cell's; 95% bootstrap "
+        "intervals over runs, then steps (with one run, over its steps only: run-to-run noise not covered). "
+        f"Verdict from the speedup's interval: faster or slower where it excludes 1, no difference where it "
+        f"lies {margin}, else undecided; from the e2e interval for data-bound cells (more than "
+        f"{fmt_percent(data_bound, digits=0)} of step time waiting for data) and against data-bound eager "
+        "cells. Accuracy: a few training steps compiled against eager on the same batches and state, dropout "
+        "off: pass or fail_accuracy (the largest relative loss difference; eager against itself). Data wait: "
+        "share of step time spent waiting for batches. GPU busy: share of a short profiled window after "
+        "measuring that the GPU worked (median over runs; a paired cell's eager side in parentheses); "
+        f"launch-bound where it idled more than {fmt_percent(launch_bound, digits=0)} of it and the cell "
+        "is not data-bound, with the host's µs per tiny op before measuring. Break-even: steps (and "
+        "GPU-minutes) after which compiling pays for itself, with the cold compile, and the warm one where "
+        f"measured (see the break-even table). {COST_NOTE}"
+    )
+    return Table(SUMMARY, "Cells", metrics, text, note, compact=compact_table(metrics, equivalence))
+
+
+def _margin(equivalence: float) -> str:
+    return (
+        f"within ±{fmt_percent(equivalence)} of 1" if equivalence else "exactly 1 (no margin: --equivalence)"
+    )
+
+
+def compact_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE) -> Table:
+    """The per-cell table in eight columns, to fit a terminal: the cell (its workload and backend), its
+    median step, the speedup its verdict rests on (`e2e` where end to end) with its interval, the
+    verdict (the status where the cell did not complete), compile s, break-even steps, the accuracy
+    check's result, and why: data- or launch-bound, or the error of a cell that did not complete. A
+    column no cell has a value in is left out."""
+    speed, e2e = decisive_speedup(metrics)
+    completed = metrics["status"] == COMPLETED
+    verdicts = verdict_texts(metrics, reasons=False).where(completed, metrics["status"])
+    text = pd.DataFrame({
+        "cell": cell_labels(metrics),
+        "median ms": metrics["median_step_ms"].map(fmt_number),
+        "speedup [95% CI]": [fmt_speedup(*v) + (" e2e" if end else "") if not is_null(v[0]) else ""
+                             for v, end in zip(speed.to_numpy(), e2e)],
+        "verdict": verdicts,
+        "compile s": metrics["compile_time_s"].map(fmt_number),
+        "break-even steps": _cold_warm(metrics, "break_even_steps", whole=True),
+        "accuracy": metrics["accuracy"].map(lambda value: "" if is_null(value) else str(value)),
+        "why": [short_error(e, COMPACT_ERROR_WIDTH) if s != COMPLETED else bound for s, e, bound in
+                zip(metrics["status"], metrics["error"], bound_texts(metrics, host_speed=False))],
+    })  # fmt: skip
+    used = [column for column in text.columns if column == "cell" or (text[column] != "").any()]
+    note = (
+        "Verdict from the speedup's 95% interval (e2e: of end-to-end throughput, for data-bound cells): "
+        f"faster or slower where it excludes 1,\nno difference where it lies {_margin(equivalence)}, else "
+        f"undecided. {FULL_TABLE}"
+    )
+    return Table(SUMMARY, "Cells", metrics, text[used], note)
+
+
+def method_texts(metrics: pd.DataFrame) -> list[str]:
+    """What each speedup is against: `paired`, `unpaired`, and where the two disagree `paired ≠
+    unpaired 1.10x [1.05, 1.15]`; '' without a speedup method (the eager cell itself)."""
+    texts = []
+    for method, disagrees, *unpaired in zip(
+        metrics["speedup_method"],
+        metrics["paired_disagrees"],
+        metrics["unpaired_speedup"],
+        metrics["unpaired_speedup_low"],
+        metrics["unpaired_speedup_high"],
+    ):
+        text = "" if is_null(method) else str(method)
+        texts.append(
+            f"{text} {DISAGREES} {fmt_speedup(*unpaired)}" if not is_null(disagrees) and disagrees else text
+        )
+    return texts
+
+
+def _cold_warm(metrics: pd.DataFrame, column: str, whole: bool = False) -> list[str]:
+    """`1,750`, `never`, or `1,750 (warm 120)` where the warm compile was measured too."""
+    texts = []
+    for pays_off, cold, warm in zip(metrics["pays_off"], metrics[column], metrics[f"{column}_warm"]):
+        text = fmt_break_even(cold, pays_off, whole)
+        texts.append(
+            f"{text} (warm {fmt_break_even(warm, pays_off, whole)})"
+            if pays_off is True and not is_null(warm)
+            else text
+        )
+    return texts
+
+
+def _runs(status: object, replicates: object, spread: object, unstable: object) -> str:
+    """`1`, `3 ±4.1%`, `3 ±4.1% unstable`: a completed cell's replicates, their spread, whether they
+    disagree."""
+    if status != COMPLETED or is_null(replicates):
+        return ""
+    parts = [fmt_count(replicates)]
+    if not is_null(spread):
+        parts.append(f"±{fmt_percent(spread)}")
+    if not is_null(unstable) and bool(unstable):
+        parts.append("unstable")
+    return " ".join(parts)
+
+
+def verdict_texts(metrics: pd.DataFrame, reasons: bool = True) -> pd.Series:
+    """Each cell's verdict as the per-cell table shows it: `faster`, `baseline` for the eager cell the
+    others are compared with, and (`reasons`) for a verdict on end-to-end throughput why: `undecided —
+    data-bound (94% waiting for data): end-to-end 1.03x [0.62, 1.71]`."""
+    reasons = verdict_reasons(metrics) if reasons else [""] * len(metrics)
+    texts = []
+    for verdict, reason, cell, baseline in zip(
+        metrics["verdict"], reasons, metrics["cell_id"], metrics["baseline_cell_id"]
+    ):
+        if is_null(verdict):
+            texts.append("baseline" if cell == baseline else "")
+        else:
+            texts.append(f"{verdict} — {reason}" if reason else str(verdict))
+    return pd.Series(texts, index=metrics.index, dtype=object)
+
+
+def _mean_std_percent(mean: object, std: object) -> str:
+    if is_null(mean):
+        return ""
+    return fmt_percent(mean) if is_null(std) else f"{fmt_percent(mean)} ± {fmt_percent(std)}"
+
+
+def cells_markdown(cell_dirs: Iterable[Path]) -> str:
+    """The compact per-cell table of these cell directories as Markdown, and where the full one is:
+    what `compilebench sweep` prints of the cells it ran."""
+    return f"{to_markdown(summarize(read_cell(directory) for directory in cell_dirs))}\n\n{FULL_TABLE}"
+
+
+def to_markdown(metrics: pd.DataFrame, full: bool = False) -> str:
+    """The per-cell table as Markdown (without heading), compact unless `full`."""
+    text = summary_table(metrics).text if full else compact_table(metrics).text
+    return render_markdown(text.to_dict("records"), list(text.columns))
