@@ -9,9 +9,9 @@ where data-bound) and `stop_reasons` decides, in this order:
 - a cell with a speedup stops once `equivalence_verdict` (analysis/statistics/verdicts.py) of that
   interval, with the cell's margin (config key `equivalence`), is decided: `decided: faster`,
   `decided: slower` or `decided: no difference`, exactly where the per-cell table says faster,
-  slower or no difference with that margin; else once its half-width is at most `measure.rel_ci` x the speedup (`precise
-  enough`), or at `max_repeats` replicates (`max_repeats reached`); never before MIN_REPLICATES,
-  since one run's interval cannot see how runs differ;
+  slower or no difference with that margin; else once its half-width is at most `measure.rel_ci` x
+  the speedup (`precise enough`), or at `max_repeats` replicates (`max_repeats reached`); never
+  before MIN_REPLICATES, since one run's interval cannot see how runs differ;
 - a cell without one (the eager cell) goes on while a cell compared with it, unpaired, goes on (a
   paired cell measures its own eager side), else stops: `its compared cells stopped`, or `no
   speedup to decide` where no cell is compared with it.
