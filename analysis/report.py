@@ -8,7 +8,6 @@ as `index.md` and `index.html` (analysis/rendering/page.py).
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -24,10 +23,9 @@ from analysis.studies.auto_repeats import recorded_equivalence
 from analysis.studies.base import Loaded, Study
 from analysis.studies.gemm.table import GEMM_TABLE
 from analysis.studies.registry import studies_for
-from analysis.studies.sweep.summaries import ordered_statuses
 from analysis.studies.sweep.table import SUMMARY
 from workloads.contract.sweep_dir import REPORT_DIR, STDERR
-from workloads.contract.vocabulary import NO_RESULT, UNREADABLE
+from workloads.contract.vocabulary import NO_RESULT, UNREADABLE, count_states
 
 TABLES_DIR = "tables"
 PLOTS_DIR = "plots"
@@ -49,10 +47,7 @@ class Analysis(Loaded):
 
     def count_line(self) -> str:
         """`12 cells: 9 completed, 2 failed, 1 no_result`."""
-        counts = Counter(self.metrics["status"])
-        return f"{len(self.metrics)} cells: " + ", ".join(
-            f"{counts[s]} {s}" for s in ordered_statuses(counts)
-        )
+        return f"{len(self.metrics)} cells: {count_states(self.metrics['status'])}"
 
 
 def analyze(

@@ -163,10 +163,11 @@ def retry(sweep_dir: Path, rows: Sequence[CellStatus]) -> int:
     sweep's own executor (Slurm: job arrays, job ids into the manifest; local: here, in turn)."""
     from orchestrator.executors.base import ExecutorError
     from orchestrator.executors.choice import executor_for
-    from orchestrator.executors.status import RETRY, count_states, to_retry
+    from orchestrator.executors.status import RETRY, to_retry
     from orchestrator.grid.files import read_grid
     from orchestrator.sweep.driver import drive
     from workloads.contract.sweep_dir import SweepDirError
+    from workloads.contract.vocabulary import count_states
 
     todo = to_retry(rows)
     if not todo:
@@ -179,7 +180,7 @@ def retry(sweep_dir: Path, rows: Sequence[CellStatus]) -> int:
         the_plan = executor.plan(grid, only=only)
     except (SweepDirError, ExecutorError) as exc:
         return _error(str(exc))
-    print(f"\nretrying {len(todo)} cell(s): {count_states(todo)}", flush=True)
+    print(f"\nretrying {len(todo)} cell(s): {count_states(row.state for row in todo)}", flush=True)
     return drive(executor, the_plan, grid, only=only)
 
 

@@ -53,7 +53,6 @@ from workloads.contract.sweep_dir import (
 )
 from workloads.contract.vocabulary import (
     AUTO_REPEATS,
-    CELL_STATES,
     COMPLETED,
     LOST,
     NOT_RUN,
@@ -65,6 +64,7 @@ from workloads.contract.vocabulary import (
     UNKNOWN,
     axes_from_config,
     config_value,
+    count_states,
     short_error,
 )
 
@@ -175,16 +175,6 @@ def _job_state(job_ids: Sequence[str], states: dict[str, str]) -> tuple[str | No
     return by_cell_state.get(RUNNING) or by_cell_state.get(PENDING) or (known[-1] if known else (None, None))
 
 
-def count_states(rows: Sequence[CellStatus]) -> str:
-    """The cells counted by state, e.g. `3 completed, 1 running, 4 pending` ('none' for no cells)."""
-    counts = Counter(row.state for row in rows)
-
-    def rank(state: str) -> tuple[int, str]:
-        return (CELL_STATES.index(state) if state in CELL_STATES else len(CELL_STATES), state)
-
-    return ", ".join(f"{counts[state]} {state}" for state in sorted(counts, key=rank)) or "none"
-
-
 def to_json(sweep_dir: Path, rows: Sequence[CellStatus]) -> str:
     """`status --json`: the sweep, its cells counted by state, and per cell its id, axes, state,
     attempts, replicates (`auto`, with its stop record once it stopped), job ids (one per replicate
@@ -254,7 +244,7 @@ def follow(
     while True:
         rows = sweep_status(sweep_dir)
         now = time.monotonic()
-        line = f"[{_elapsed(now - start)}] {count_states(rows)}"
+        line = f"[{_elapsed(now - start)}] {count_states(row.state for row in rows)}"
         print(f"\r{line}\x1b[K" if tty else line, end="" if tty else "\n", file=out, flush=True)
         states = {row.state for row in rows}
         if UNKNOWN not in states:

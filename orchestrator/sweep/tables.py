@@ -11,9 +11,9 @@ from pathlib import Path
 from analysis.rendering.text import render_markdown
 from analysis.studies.auto_repeats import auto_repeats_markdown
 from analysis.studies.sweep.table import cells_markdown
-from orchestrator.executors.status import CellStatus, count_states
+from orchestrator.executors.status import CellStatus
 from workloads.contract.sweep_dir import cell_dir
-from workloads.contract.vocabulary import AUTO_REPEATS, shown_axes
+from workloads.contract.vocabulary import AUTO_REPEATS, count_states, shown_axes
 
 
 def status_table(rows: Sequence[CellStatus]) -> str:
@@ -35,7 +35,7 @@ def status_table(rows: Sequence[CellStatus]) -> str:
         ],
         ["cell_id", *shown, "job_id", "state", "attempts", *auto, "error"],
     )
-    return f"{table}\n\n{len(rows)} cell(s): {count_states(rows)}"
+    return f"{table}\n\n{len(rows)} cell(s): {count_states(row.state for row in rows)}"
 
 
 def _repeats(row: CellStatus) -> str:

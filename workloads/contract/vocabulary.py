@@ -225,6 +225,21 @@ CELL_STATES = (COMPLETED, *QUEUED, *STATUSES[1:], LOST, UNKNOWN, NOT_RUN, NO_RES
 ERROR_WIDTH = 60
 
 
+def ordered_states(states: Iterable[str]) -> list[str]:
+    """The distinct states in CELL_STATES's order, unknown ones after them by name."""
+    distinct = set(states)
+    return [s for s in CELL_STATES if s in distinct] + sorted(distinct - set(CELL_STATES))
+
+
+def count_states(states: Iterable[str]) -> str:
+    """The states counted in that order, e.g. `3 completed, 1 running, 4 pending` ('none' for none):
+    the count line of `status`, `--wait`, `--retry-failed` and `analyze`."""
+    counts: dict[str, int] = {}
+    for state in states:
+        counts[state] = counts.get(state, 0) + 1
+    return ", ".join(f"{counts[state]} {state}" for state in ordered_states(counts)) or "none"
+
+
 def short_error(error: Any, width: int = ERROR_WIDTH) -> str:
     """The first non-empty line of an error, cut to `width` characters ('' for no error)."""
     line = (

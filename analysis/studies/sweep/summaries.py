@@ -5,7 +5,7 @@ speedups, the break-even of compiling; and the study that gives every sweep thes
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,7 +18,7 @@ from analysis.statistics.bootstrap import geometric_mean
 from analysis.statistics.verdicts import E2E_BASIS
 from analysis.studies.base import Loaded, Study
 from analysis.studies.sweep.table import summary_table
-from workloads.contract.vocabulary import BASELINE_BACKEND, CELL_STATES
+from workloads.contract.vocabulary import BASELINE_BACKEND, ordered_states
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -27,16 +27,10 @@ if TYPE_CHECKING:
 BREAK_EVEN = "break_even"
 
 
-def ordered_statuses(statuses: Iterable[str]) -> list[str]:
-    """The distinct statuses in the vocabulary's order (CELL_STATES), unknown ones after them by name."""
-    distinct = set(statuses)
-    return [s for s in CELL_STATES if s in distinct] + sorted(distinct - set(CELL_STATES))
-
-
 def status_table(metrics: pd.DataFrame) -> Table:
     """Cells counted by status, per backend and in all."""
     counts = pd.crosstab(backend_labels(metrics), metrics["status"])
-    counts = counts[ordered_statuses(counts.columns)]
+    counts = counts[ordered_states(counts.columns)]
     counts = pd.concat([counts, counts.sum().to_frame("all").T])  # (.loc["all"] fails on pandas 2 when empty)
     counts["cells"] = counts.sum(axis=1)
     data = counts.rename_axis(index="backend", columns=None).reset_index()
