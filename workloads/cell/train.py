@@ -24,9 +24,10 @@ from workloads.cell.backends import CompiledRun
 from workloads.cell.config import MeasureConfig
 from workloads.cell.precision import Precision
 from workloads.cell.stop_rule import Stopping
-from workloads.custom_model import Batch
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+#: (inputs, targets) of one step, as every data source and custom model gives them.
+Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass
