@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from workloads.custom_model import CustomModel
+from workloads.models.custom import CustomModel
 
 #: Not a callable: `model.target=tests.custom_targets:NOT_CALLABLE`.
 NOT_CALLABLE = 42

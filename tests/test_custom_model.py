@@ -141,7 +141,7 @@ def test_smoke_runs_what_the_submitting_side_cannot_check(tmp_path: Path) -> Non
     assert len(lines) == 2 and all(" ... failed in " in line for line in lines), out
     assert (
         "ConfigError: model.target=tests.custom_targets:returns_dict returned a dict, not a "
-        "workloads.custom_model.CustomModel"
+        "workloads.models.custom.CustomModel"
     ) in lines[0]
     assert "RuntimeError: shape mismatch in my loss" in lines[1]
     assert "Traceback" not in out + err  # the tracebacks are in the cells' logs only

@@ -29,6 +29,7 @@ from workloads.contract.schema import ENERGY_FIELDS
 from workloads.gemm import cell as gemm_cell
 from workloads.gemm.timing import GEMMS_PER_REPLAY
 from workloads.instruments import energy, gpu_energy, nvml
+from workloads.instruments.base import Instruments
 from workloads.instruments.energy import (
     Block,
     Readings,
@@ -341,7 +342,9 @@ def cell_with_a_board(tiny_config, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(
         train_cell,
         "instruments_for",
-        lambda cfg, ranks, repeat: [*real(cfg, ranks, repeat), GpuEnergy(torch.device("cpu"))],
+        lambda cfg, ranks, repeat: Instruments(
+            [*real(cfg, ranks, repeat).members, GpuEnergy(torch.device("cpu"))]
+        ),
     )
     status = run_cell(cell_config_from_dict(tiny_config("gpt", **values)), tmp_path)
     (run,) = pq.read_table(tmp_path / "run.parquet").to_pylist()

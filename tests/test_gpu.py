@@ -435,7 +435,7 @@ import sys
 import torch
 import workloads.run as run
 import workloads.train_cell as train_cell
-from workloads.instruments.base import Instrument
+from workloads.instruments.base import Instrument, Instruments
 
 out, argv = sys.argv[1], sys.argv[2:]
 seen = {}
@@ -460,7 +460,9 @@ class RankObserver(Instrument):
         seen["final"] = flat(self.cell)
         return {}
 
-train_cell.instruments_for = lambda *args, **kwargs: [*instruments_for(*args, **kwargs), RankObserver()]
+train_cell.instruments_for = lambda *args, **kwargs: Instruments(
+    [*instruments_for(*args, **kwargs).members, RankObserver()]
+)
 code = run.main(argv)
 torch.save(seen, out)
 sys.exit(code)

@@ -1,5 +1,5 @@
 """The seam between a cell's loop and its instruments (workloads/instruments/base.py, registry.py,
-workloads/train_cell.py): an instrument that does not apply to a cell is a no-op object, and the
+workloads/run.py `attempt`): an instrument that does not apply to a cell is a no-op object, and the
 loop of a real tiny CPU cell calls every instrument's moments in the list's order and merges the
 columns each returns into the run row, also when the loop fails."""
 
@@ -17,7 +17,7 @@ from workloads.cell.distributed import Ranks
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import PreparedCell
 from workloads.instruments.accuracy import AccuracyCheck
-from workloads.instruments.base import Instrument
+from workloads.instruments.base import Instrument, Instruments
 from workloads.instruments.cold_compile import ColdCompile
 from workloads.instruments.compile_workers import CompileWorkersIdle
 from workloads.instruments.dynamo_records import CompileCounters, DdpSplits, NoDdpSplits
@@ -35,7 +35,7 @@ def test_an_instrument_that_does_not_apply_is_a_no_op_object(
     DDP splits, no profiled window, no accuracy check, each the base class's no-op (or a counter of
     none); where they apply, the real ones."""
     monkeypatch.delenv(turns.DIR_ENV, raising=False)
-    alone = instruments_for(cell_config_from_dict(tiny_config("gpt")), Ranks())
+    alone = instruments_for(cell_config_from_dict(tiny_config("gpt")), Ranks()).members
     assert [type(instrument) for instrument in alone] == [
         Instrument,
         Instrument,
@@ -58,13 +58,15 @@ def test_an_instrument_that_does_not_apply_is_a_no_op_object(
     monkeypatch.setenv(turns.DIR_ENV, str(tmp_path))
     monkeypatch.setenv(turns.INDEX_ENV, "0")
     cold_warm = cell_config_from_dict(tiny_config("gpt", "inductor", compile={"measure": "cold_warm"}))
-    applied = instruments_for(cold_warm, Ranks(0, 2, 0, "gloo"))
+    applied = instruments_for(cold_warm, Ranks(0, 2, 0, "gloo")).members
     assert [type(instrument) for instrument in applied][:2] == [ColdCompile, WaitForQuiet]
     assert type(applied[6]) is DdpSplits and applied[7].ddp_splits is applied[6]
     assert type(applied[-1]) is Instrument  # ranks would each check alone: no accuracy check
-    one_process = instruments_for(cold_warm, Ranks())
+    one_process = instruments_for(cold_warm, Ranks()).members
     assert type(one_process[-1]) is AccuracyCheck
-    assert type(instruments_for(cold_warm, Ranks(), repeat=1)[-1]) is Instrument  # checked once, in the first
+    assert (
+        type(instruments_for(cold_warm, Ranks(), repeat=1).members[-1]) is Instrument
+    )  # checked once, in the first
 
 
 class Observer(Instrument):
@@ -110,7 +112,9 @@ def observed_cell(
     first, last = Observer("first", log), Observer("last", log, fail_before_measuring=fail)
     real = train_cell.instruments_for
     monkeypatch.setattr(
-        train_cell, "instruments_for", lambda cfg, ranks, repeat: [first, *real(cfg, ranks, repeat), last]
+        train_cell,
+        "instruments_for",
+        lambda cfg, ranks, repeat: Instruments([first, *real(cfg, ranks, repeat).members, last]),
     )
     status = run_cell(cell_config_from_dict(tiny_config("gpt", steps=3, warmup_steps=2)), tmp_path)
     (row,) = pq.read_table(tmp_path / "run.parquet").to_pylist()

@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import workloads.cell.step_timer as step_timer
 import workloads.cell.stop_rule as stop_rule
-import workloads.cell.train as train
 from tests.helpers import reference_stop_reason
 from workloads.cell import distributed
 from workloads.cell.config import CellConfig, ConfigError, MeasureConfig, cell_config_from_dict, config_digest
@@ -208,7 +208,8 @@ def test_plan_extrapolates_the_interval_as_one_over_root_n() -> None:
 
 
 class FakeClock:
-    """Stands in for `time` in workloads.cell.train: perf_counter advances only when a step says so."""
+    """Stands in for `time` in workloads.cell.step_timer (the CPU's timer): perf_counter advances
+    only when a step says so."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -238,7 +239,7 @@ def run_fake(
     gather: Callable[[Any], list[Any]] | None = None,
 ) -> tuple[list[StepRecord], str]:
     clock = FakeClock()
-    monkeypatch.setattr(train, "time", clock)
+    monkeypatch.setattr(step_timer, "time", clock)
     records: list[StepRecord] = []
     reason = run_steps(
         fake_steps(clock, seconds), warmup, steps, torch.device("cpu"), records.append, m, gather
@@ -354,7 +355,7 @@ def test_the_pause_before_measuring_comes_before_the_last_warmup_step_and_is_no_
     so a warmed-up step separates it from the measured ones, and its seconds count in no step
     (on the fake clock: each step takes 1 ms, the pause 1,000 s)."""
     clock = FakeClock()
-    monkeypatch.setattr(train, "time", clock)
+    monkeypatch.setattr(step_timer, "time", clock)
     calls: list[str] = []
 
     def step() -> tuple[torch.Tensor, float]:
@@ -383,7 +384,7 @@ def _agreeing_rank(rank: int, store_path: str, out_path: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     try:
         clock = FakeClock()
-        train.time = clock  # this process's own module: rank 1's steps take twice as long
+        step_timer.time = clock  # this process's own module: rank 1's steps take twice as long
         records: list[StepRecord] = []
         ranks = distributed.Ranks(rank, 2, rank, "gloo")
         gather = lambda value: distributed.gather(ranks, value)  # noqa: E731

@@ -26,25 +26,16 @@ from tests.helpers import REPO_ROOT
 PACKAGES = ("orchestrator", "analysis", "workloads")
 #: Room of workloads -> the rooms it may import (itself included). `run` is the cell's entry point
 #: (`python -m workloads.run`), `train_cell` builds a cell and runs its loop with its instruments
-#: (all the rooms beneath it), `custom_model` the users' interface for their own models.
+#: (all the rooms beneath it). The users' interface for their own models (`CustomModel`) is a model
+#: (`models.custom`), so `data` sits above `models`: a custom model's batches are its own.
 ROOMS = {
     "contract": {"contract"},
     "local": {"contract", "local"},
-    "cell": {"contract", "cell", "custom_model"},
-    "custom_model": {"contract", "cell", "custom_model"},
-    "models": {"contract", "cell", "custom_model", "models"},
-    "data": {"contract", "cell", "custom_model", "data"},
+    "cell": {"contract", "cell"},
+    "models": {"contract", "cell", "models"},
+    "data": {"contract", "cell", "models", "data"},
     "instruments": {"contract", "cell", "local", "instruments"},
-    "train_cell": {
-        "contract",
-        "cell",
-        "custom_model",
-        "models",
-        "data",
-        "instruments",
-        "local",
-        "train_cell",
-    },
+    "train_cell": {"contract", "cell", "models", "data", "instruments", "local", "train_cell"},
 }
 #: `gemm` is the GEMM cell (model=gemm), train_cell's counterpart: the cell's parts, the instruments.
 ROOMS["gemm"] = {"contract", "cell", "local", "instruments", "gemm"}

@@ -1,11 +1,12 @@
 """Run one cell: `python -m workloads.run CONFIG.yaml [--cell-dir DIR]`, or `run_cell(cfg, dir)`.
 
-The attempt's lifecycle around `workloads.train_cell.train_cell` (or, for model=gemm,
-`workloads.gemm.cell.gemm_cell`), which builds the cell, runs its warm-up and measured steps with
-its instruments and fills the run row: this module joins the
-cell's process group, turns signals and failures into a status and writes `steps.parquet` and
-`run.parquet` into the cell directory. A distributed cell runs this in each of its processes
-(workloads/cell/distributed.py): every rank trains and measures, and rank 0 gathers the ranks'
+The one lifecycle of an attempt, for every cell: `run_cell` opens the run row, joins the cell's
+process group, turns signals and failures into a status and writes `steps.parquet` and
+`run.parquet` into the cell directory; `attempt` builds the cell, runs its warm-up and measured
+steps and summarises them, with its instruments at their moments. What it builds and steps is the
+one parameter (`MeasuredCell`): a training cell (`workloads.train_cell.TrainingCell`) or, for
+model=gemm, a GEMM (`workloads.gemm.cell.GemmCell`). A distributed cell runs this in each of its
+processes (workloads/cell/distributed.py): every rank trains and measures, and rank 0 gathers the ranks'
 steps and alone writes the files (workloads/cell/recorder.py).
 Whatever happens after the config is read — an exception, CUDA OOM, a compile error, SIGTERM
 (`cancelled`), SIGUSR2 ahead of the time limit (`timeout`), a device that cannot run the cell
@@ -26,7 +27,7 @@ import traceback
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 #: Signals that reach `python -m workloads.run` while it still imports torch (seconds): remembered
 #: here and raised by run_cell once it can record them, so that a scancel (TERM) or the time
@@ -44,6 +45,7 @@ if __name__ == "__main__":
 import torch  # noqa: E402  (after the early handlers: this import takes seconds)
 
 from workloads.cell import distributed
+from workloads.cell.backends import compiled_status
 from workloads.cell.catalog import FAMILY_LIBRARIES, GEMM_FAMILY, check_cell
 from workloads.cell.config import (
     CellConfig,
@@ -53,7 +55,7 @@ from workloads.cell.config import (
     load_cell_config,
 )
 from workloads.cell.distributed import LaunchError, Ranks
-from workloads.cell.recorder import CellRecorder
+from workloads.cell.recorder import CellRecorder, RankReport
 from workloads.cell.support import NotSupported
 from workloads.contract.attempts import next_attempt
 from workloads.contract.vocabulary import (
@@ -65,12 +67,13 @@ from workloads.contract.vocabulary import (
     TIMEOUT,
     axes_from_config,
 )
-from workloads.gemm.cell import gemm_cell
+from workloads.gemm.cell import GemmCell
 from workloads.instruments import cold_compile
+from workloads.instruments.base import Instrument
 from workloads.instruments.compile_workers import start_compile_workers, wait_until_idle
 from workloads.instruments.environment import resolve_device
 from workloads.local import turns
-from workloads.train_cell import prepare_cell, train_cell
+from workloads.train_cell import TrainingCell, prepare_cell
 
 
 class CellInterrupted(BaseException):
@@ -125,6 +128,49 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+class MeasuredCell(Protocol):
+    """What an attempt builds and steps, made from (cfg, rec, ranks) with its instruments:
+    `workloads.train_cell.TrainingCell` or `workloads.gemm.cell.GemmCell`."""
+
+    cfg: CellConfig
+    instruments: Instrument
+
+    def build(self) -> object:
+        """Build the cell (the run row learns what it is); what the instruments' `before_loop` gets."""
+
+    def measure(self) -> None:
+        """Warm up and measure; the loop's columns in the run row."""
+
+    def peak_memory(self) -> int | None:
+        """This rank's peak memory (bytes), at the loop's end."""
+
+    def summarise(self, reports: list[RankReport]) -> None:
+        """Summarise the ranks' steps into the run row (its columns from the summary with it)."""
+
+
+def attempt(cell: MeasuredCell, rec: CellRecorder, ranks: Ranks) -> str:
+    """Everything between a valid config (and a joined process group) and the final status: the
+    cell built and measured, the ranks' steps gathered and summarised into the run row, and the
+    instruments' moments around it (workloads/instruments/base.py). Returns `completed`, or
+    `not_compiled` where a backend compiled nothing."""
+    instruments = cell.instruments
+    instruments.before_build()
+    instruments.before_loop(cell.build())
+    finished = False
+    try:
+        cell.measure()
+        finished = True
+    finally:
+        rec.run.update(instruments.after_loop())
+        own = rec.report(ranks.rank, cell.peak_memory())
+        # Gathering is a collective: only once this rank's loop finished, else rank 0 keeps
+        # its own steps (a rank that died would never join, and the gather would wait forever).
+        cell.summarise(distributed.gather(ranks, own) if finished else [own])
+        rec.run.update(instruments.after_summary(rec))
+    rec.run.update(instruments.after_finished())
+    return compiled_status(cell.cfg.backend, rec.run)
+
+
 def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
     """Run one attempt of replicate `repeat` of a cell in this process and return its status;
     rank 0 (the process of a single-process cell) writes the Parquet files into `cell_dir`."""
@@ -152,7 +198,8 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
         rec.run["dist_backend"] = ranks.backend
         # cold_warm: both compiles in a fresh cache directory of the attempt's own, not the sweep's.
         with cold_compile.private_caches(cfg):
-            status = (gemm_cell if cfg.model.name == GEMM_FAMILY else train_cell)(cfg, rec, ranks)
+            cell = (GemmCell if cfg.model.name == GEMM_FAMILY else TrainingCell)(cfg, rec, ranks)
+            status = attempt(cell, rec, ranks)
         finished = True  # every rank took part in the gather after its loop: all are here
     except (CellInterrupted, Exception) as err:  # a failed cell is a result to record, whatever the cause
         if signalled := interruption(err):

@@ -1,12 +1,12 @@
-"""Build one cell from its config and train it once, with its instruments at their moments.
+"""Build one training cell from its config and train it once: `TrainingCell`, what the attempt
+(workloads/run.py `attempt`) builds and steps for every model but the GEMM.
 
 `prepare_cell` builds data, model, optimizer and precision by keyword, counts a step's FLOPs and
-applies the backend (DDP inside it where the cell has several ranks). `train_cell` is the one loop
-of an attempt: the instruments' moments (workloads/instruments/base.py, their list:
-workloads/instruments/registry.py) around the build and one `run_steps` call, then the ranks'
-steps gathered and summarised into the run row, and the columns each instrument adds; it returns
-the status (`completed`, or `not_compiled` where a backend compiled nothing). workloads/run.py
-runs it inside the attempt's lifecycle (signals, failures, the files).
+applies the backend (DDP inside it where the cell has several ranks). `TrainingCell` brings its
+instruments (workloads/instruments/registry.py `instruments_for`), builds it with `prepare_cell`,
+runs its one measured loop (paired where it can be: workloads/cell/paired.py) and summarises the
+ranks' steps; the attempt calls the instruments' moments around it, gathers the ranks' steps and
+turns failures into a status.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from workloads.cell.catalog import check_cell
 from workloads.cell.config import CellConfig
 from workloads.cell.distributed import Ranks
 from workloads.cell.precision import PRECISIONS
-from workloads.cell.recorder import CellRecorder
+from workloads.cell.recorder import CellRecorder, RankReport
 from workloads.cell.train import OptimizerUpdate, PreparedCell, StepRecord, TrainedModel, TrainStep
 from workloads.contract.vocabulary import BASELINE_BACKEND
 from workloads.data import BatchShape, load_token_source, make_batches
@@ -116,12 +116,6 @@ def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> 
     return PreparedCell(step, device, compiled)
 
 
-def _peak_memory_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def _announcing(rec: CellRecorder, warmup_steps: int) -> Callable[[StepRecord], None]:
     """`rec.on_step`, which also says in the log when the first measured step has ended: start-up
     and compilation are behind the cell then (a user following the log sees it; tests wait for it
@@ -142,54 +136,50 @@ def _announcing(rec: CellRecorder, warmup_steps: int) -> Callable[[StepRecord], 
     return on_step
 
 
-def train_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
-    """Everything between a valid config (and a joined process group) and the final status."""
-    instruments = instruments_for(cfg, ranks, rec.run.get("repeat", 0))
-    for instrument in instruments:
-        instrument.before_build()
-    cell = prepare_cell(cfg, rec, ranks)
-    for instrument in instruments:
-        instrument.before_loop(cell)
+class TrainingCell:
+    """What a training cell's attempt (workloads/run.py `attempt`) builds and steps: the cell of
+    `prepare_cell`, trained by its measured loop (paired where it can be), with the instruments of
+    `instruments_for`."""
 
-    def before_measuring() -> None:
-        for instrument in instruments:
-            instrument.before_measuring()
+    def __init__(self, cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> None:
+        self.cfg, self.rec, self.ranks = cfg, rec, ranks
+        self.instruments = instruments_for(cfg, ranks, rec.run.get("repeat", 0))
+        self.cell: PreparedCell | None = None
 
-    def after_block(side: str, steps: int) -> None:
-        for instrument in instruments:
-            instrument.after_block(side, steps)
+    def build(self) -> PreparedCell:
+        self.cell = prepare_cell(self.cfg, self.rec, self.ranks)
+        return self.cell
 
-    # One process applies the stop rule step by step; ranks agree on a count (train.run_steps).
-    gather = (lambda value: distributed.gather(ranks, value)) if ranks.world_size > 1 else None
-    loop = paired.measuring_loop(
-        cfg,
-        cell,
-        ranks.world_size,
-        on_step=_announcing(rec, cfg.warmup_steps),
-        before_measuring=before_measuring,
-        after_block=after_block,
-        gather=gather,
-    )
-    rec.run.update(paired=loop.fallback is None, paired_fallback=loop.fallback)  # also where the loop fails
-    finished = False
-    try:
+    def measure(self) -> None:
+        """Warm up and measure; the loop's columns in the run row, `paired` also where it fails."""
+        cfg, rec, ranks, cell = self.cfg, self.rec, self.ranks, self.cell
+        assert cell is not None, "build() first"
+        # One process applies the stop rule step by step; ranks agree on a count (train.run_steps).
+        gather = (lambda value: distributed.gather(ranks, value)) if ranks.world_size > 1 else None
+        loop = paired.measuring_loop(
+            cfg,
+            cell,
+            ranks.world_size,
+            on_step=_announcing(rec, cfg.warmup_steps),
+            before_measuring=self.instruments.before_measuring,
+            after_block=self.instruments.after_block,
+            gather=gather,
+        )
+        rec.run.update(paired=loop.fallback is None, paired_fallback=loop.fallback)
         outcome = loop.run(warmup_steps=cfg.warmup_steps, steps=cfg.steps, measure=cfg.measure)
         rec.run.update(
             stop_reason=outcome.stop_reason,
             paired=outcome.fallback is None,
             paired_fallback=outcome.fallback,
         )
-        finished = True
-    finally:
-        for instrument in instruments:
-            rec.run.update(instrument.after_loop())
-        own = rec.report(ranks.rank, _peak_memory_bytes(cell.device))
-        # Gathering is a collective: only once this rank's loop finished, else rank 0 keeps
-        # its own steps (a rank that died would never join, and the gather would wait forever).
-        reports = distributed.gather(ranks, own) if finished else [own]
-        rec.summarise(reports, cfg.backend.name != BASELINE_BACKEND, cell.compiled.setup_time_s)
-        for instrument in instruments:
-            rec.run.update(instrument.after_summary(rec))
-    for instrument in instruments:
-        rec.run.update(instrument.after_finished())
-    return backends.compiled_status(cfg.backend, rec.run)
+
+    def peak_memory(self) -> int:
+        assert self.cell is not None, "build() first"
+        if self.cell.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.cell.device)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def summarise(self, reports: list[RankReport]) -> None:
+        assert self.cell is not None, "build() first"
+        compiles = self.cfg.backend.name != BASELINE_BACKEND
+        self.rec.summarise(reports, compiles, self.cell.compiled.setup_time_s)

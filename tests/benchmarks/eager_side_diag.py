@@ -19,8 +19,8 @@ import statistics
 import torch
 
 from workloads.cell.config import cell_config_from_dict
-from workloads.cell.paired import _cuda_block
 from workloads.cell.recorder import CellRecorder
+from workloads.cell.step_timer import CudaTimer
 from workloads.cell.train import TrainStep
 from workloads.train_cell import prepare_cell
 
@@ -54,21 +54,21 @@ def main() -> None:
     def forced(train_step: TrainStep):
         def block(k: int):
             with torch.compiler.set_stance("force_eager"):
-                return _cuda_block(train_step, k)
+                return CudaTimer().block(train_step, k)
 
         return block
 
     if args.backend == "eager":
-        kinds = {"eager": lambda k: _cuda_block(original, k)}
+        kinds = {"eager": lambda k: CudaTimer().block(original, k)}
     else:
-        kinds = {"compiled": lambda k: _cuda_block(step, k), "force_eager": forced(step)}
+        kinds = {"compiled": lambda k: CudaTimer().block(step, k), "force_eager": forced(step)}
         if args.all:
             kinds |= {
-                "original": lambda k: _cuda_block(original, k),
+                "original": lambda k: CudaTimer().block(original, k),
                 "force_eager+original": forced(original),
             }
     for _ in range(5):
-        _cuda_block(step, 1)  # the compile
+        CudaTimer().block(step, 1)  # the compile
     for block in kinds.values():
         block(10)
     medians: dict[str, list[float]] = {name: [] for name in kinds}

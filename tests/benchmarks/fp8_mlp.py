@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from workloads.custom_model import CustomModel
+from workloads.models.custom import CustomModel
 
 WIDTH, HIDDEN = 4096, 16384
 #: Rows per batch: each layer's matmul is ROWS x 4096 x 16384, compute-bound on an H100 in bf16 and fp8.

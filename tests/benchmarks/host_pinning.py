@@ -25,8 +25,8 @@ import statistics
 import torch
 
 from workloads.cell.config import cell_config_from_dict
-from workloads.cell.paired import _cuda_block
 from workloads.cell.recorder import CellRecorder
+from workloads.cell.step_timer import CudaTimer
 from workloads.instruments.host_load import op_overhead_us
 from workloads.train_cell import prepare_cell
 
@@ -71,11 +71,11 @@ def main() -> None:
     cpu = max(os.sched_getaffinity(0) - {0})
 
     def compiled(k: int):
-        return _cuda_block(step, k)
+        return CudaTimer().block(step, k)
 
     def eager(k: int):
         with torch.compiler.set_stance("force_eager"):
-            return _cuda_block(step, k)
+            return CudaTimer().block(step, k)
 
     for _ in range(3):
         compiled(1)  # the compile

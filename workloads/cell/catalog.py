@@ -10,12 +10,15 @@ checks that they cover exactly the names here.
 from __future__ import annotations
 
 import functools
+import importlib
 import re
+from collections.abc import Callable
+from typing import Any
 
 from workloads.cell.config import BackendConfig, CellConfig, ConfigError
 from workloads.cell.fp8 import missing_extra
 from workloads.cell.support import plan_refusal
-from workloads.contract.vocabulary import BASELINE_BACKEND
+from workloads.contract.vocabulary import BASELINE_BACKEND, short_error
 
 #: The size presets of every model family.
 SIZES = ("tiny", "small", "medium", "large", "xl")
@@ -164,6 +167,45 @@ def check_cell(cfg: CellConfig, submitting: bool = False) -> None:
     ):
         raise ConfigError(problem)  # in the cell's own process: not_supported, or the import's error
     if submitting and kind == "custom":
-        from workloads.custom_model import check_target  # the user's module imports torch anyway
-
         check_target(cfg.model.target)
+
+
+# model=custom's target (workloads/models/custom.py) is imported here, torch-free as the rest: the
+# grid check imports it before any cell is written, the cell's process to call it.
+
+
+def _attribute(target: str) -> tuple[str, str]:
+    """(module, attribute path) of `pkg.mod:build` or, as Hydra's `_target_`, `pkg.mod.build`."""
+    module, colon, name = target.partition(":")
+    if not colon:
+        module, _, name = target.rpartition(".")
+    if not module or not name:
+        raise ConfigError(f"model.target={target}: expected package.module:function")
+    return module, name
+
+
+@functools.cache
+def load_target(target: str) -> Callable[..., Any]:
+    """The callable `model.target` names; ConfigError (one line) if it cannot be imported or called."""
+    module_name, name = _attribute(target)
+    try:
+        found: Any = importlib.import_module(module_name)
+    except Exception as err:  # the user's module may raise anything while it imports
+        raise ConfigError(
+            f"model.target={target}: cannot import {module_name} "
+            f"({type(err).__name__}: {short_error(str(err), 200)}); is its package on PYTHONPATH?"
+        ) from None
+    for part in name.split("."):
+        if not hasattr(found, part):
+            raise ConfigError(f"model.target={target}: {module_name} has no attribute {name!r}")
+        found = getattr(found, part)
+    if not callable(found):
+        raise ConfigError(f"model.target={target}: {name} is not callable (type {type(found).__name__})")
+    return found
+
+
+def check_target(target: str | None) -> None:
+    """The submitting side's check of `model=custom`: a target given, importable and callable."""
+    if not target:
+        raise ConfigError("model=custom needs model.target=package.module:function (docs/custom-models.md)")
+    load_target(target)

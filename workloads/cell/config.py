@@ -50,7 +50,7 @@ class ModelConfig:
     """Model family from `workloads.models.MODEL_FAMILIES`: `gpt`, `resnet`, `timm`, `custom`; or `gemm`,
     one matrix multiply timed instead of a training step (docs/gemm.md)."""
     target: str | None = None
-    """model=custom: the user's builder, `package.module:function` (workloads/custom_model.py)."""
+    """model=custom: the user's builder, `package.module:function` (workloads/models/custom.py)."""
     arch: str | None = None
     """timm model name (e.g. `convnext_tiny`), or model=gpt's `gpt-<layers>x<heads>x<width>` (the size
     preset gives context and batch); null = the size's default architecture."""

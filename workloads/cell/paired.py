@@ -16,7 +16,6 @@ import gc
 import math
 import random
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,13 +24,10 @@ import torch
 
 from workloads.cell.backends import CompiledRun
 from workloads.cell.config import CellConfig, MeasureConfig
+from workloads.cell.step_timer import BlockTimes, Step, step_timer
 from workloads.cell.stop_rule import StopRule
 from workloads.cell.train import PreparedCell, StepRecord, run_steps
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPILED_SIDE, EAGER_SIDE
-
-Step = Callable[[], tuple[torch.Tensor, float]]
-#: (step time ms, data wait ms, loss) of each step of a block.
-BlockTimes = list[tuple[float, float, float]]
 
 
 def unpaired_reason(cfg: CellConfig, compiled: CompiledRun, world_size: int) -> str | None:
@@ -45,35 +41,6 @@ def unpaired_reason(cfg: CellConfig, compiled: CompiledRun, world_size: int) -> 
     if not cfg.measure.paired:
         return "measure.paired is false"
     return None
-
-
-def _cpu_block(step: Step, k: int) -> BlockTimes:
-    """CPU ops complete before they return: the host clock is the device clock."""
-    times = []
-    start = time.perf_counter()
-    for _ in range(k):
-        loss, data_s = step()
-        end = time.perf_counter()
-        times.append(((end - start) * 1e3, data_s * 1e3, loss.item()))
-        start = end
-    return times
-
-
-def _cuda_block(step: Step, k: int) -> BlockTimes:
-    """CUDA events at each step boundary, one synchronize at the block's end: the host runs ahead
-    of the device inside the block. The first step carries the launch latency after the previous
-    block's sync; a block's median is robust to it, and both sides get it alike."""
-    marks = [torch.cuda.Event(enable_timing=True) for _ in range(k + 1)]
-    marks[0].record()
-    losses, waits = [], []
-    for i in range(k):
-        loss, data_s = step()
-        losses.append(loss.detach().float())
-        waits.append(data_s)
-        marks[i + 1].record()
-    marks[-1].synchronize()
-    values = torch.stack(losses).tolist() if losses else []
-    return [(marks[i].elapsed_time(marks[i + 1]), waits[i] * 1e3, values[i]) for i in range(k)]
 
 
 @dataclass
@@ -153,7 +120,10 @@ class PairedLoop:
         self.step, self.on_step, self.before_measuring = hooks.step, hooks.on_step, hooks.before_measuring
         self.after_block = hooks.after_block
         self.device = hooks.device
-        self.block = _cuda_block if self.device.type == "cuda" else _cpu_block
+        # CUDA events at each step boundary, one synchronize at a block's end: the host runs ahead of
+        # the device inside the block. The first step carries the launch latency after the previous
+        # block's sync; a block's median is robust to it, and both sides get it alike.
+        self.timer = step_timer(self.device)
         self.order = random.Random(seed)
         self.index = 0
         """The next step's number."""
@@ -171,7 +141,7 @@ class PairedLoop:
     def _paired(self, warmup_steps: int, steps: int, measure: MeasureConfig) -> str:
         last_ms = 0.0
         for _ in range(warmup_steps):  # one step a block: a failure keeps the steps before it
-            ((last_ms, _, _),) = self._report(self.block(self.step, 1), "warmup", COMPILED_SIDE, None)
+            ((last_ms, _, _),) = self._report(self.timer.block(self.step, 1), "warmup", COMPILED_SIDE, None)
         k = max(measure.block_steps, math.ceil(measure.block_seconds * 1e3 / last_ms) if last_ms > 0 else 1)
         self._report(self._eager(k - 1), "warmup", EAGER_SIDE, None)
         self._before_measuring()  # before the last warm-up step, as in the unpaired loop
@@ -185,7 +155,7 @@ class PairedLoop:
             self.order.shuffle(sides)
             medians, seconds = {}, 0.0
             for side in sides:
-                times = self._eager(k) if side == EAGER_SIDE else self.block(self.step, k)
+                times = self._eager(k) if side == EAGER_SIDE else self.timer.block(self.step, k)
                 self._report(self._ended(side, times), "measure", side, pair)
                 medians[side] = statistics.median(ms for ms, _, _ in times)
                 seconds += sum(ms for ms, _, _ in times) / 1e3
@@ -197,7 +167,7 @@ class PairedLoop:
     def _eager(self, k: int) -> BlockTimes:
         try:
             with torch.compiler.set_stance("force_eager"):
-                return self.block(self.step, k)
+                return self.timer.block(self.step, k)
         except torch.OutOfMemoryError as error:
             raise _EagerOutOfMemory(
                 f"the eager side ran out of memory ({str(error).splitlines()[0]}); measured unpaired"

@@ -2,9 +2,9 @@
 
 One optimizer step = `grad_accum` micro-steps of (next batch, forward under autocast,
 backward), then optional clipping, the optimizer step and zero_grad — nanoGPT's loop. The
-measured loop marks every step boundary on the device (CUDA events; on the CPU, whose ops
-are synchronous, the host clock), so a step's time is the time its work took on the device,
-and it times the host's waits for batches separately.
+measured loop marks every step boundary on the device (workloads/cell/step_timer.py: CUDA
+events; on the CPU, whose ops are synchronous, the host clock), so a step's time is the time its
+work took on the device, and it times the host's waits for batches separately.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ import torch.nn as nn
 from workloads.cell.backends import CompiledRun
 from workloads.cell.config import MeasureConfig
 from workloads.cell.precision import Precision
+from workloads.cell.step_timer import Step, StepTimer, Timed, step_timer
 from workloads.cell.stop_rule import Stopping
-from workloads.custom_model import Batch
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+#: (inputs, targets) of one step, as every data source and custom model gives them.
+Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass
@@ -70,7 +72,8 @@ class OptimizerUpdate:
 
 
 class TrainStep:
-    """A callable that runs one optimizer step and returns (mean loss tensor, seconds waiting for data)."""
+    """A callable that runs one optimizer step and returns (mean loss tensor, seconds waiting for data):
+    a `step_timer.Step`."""
 
     def __init__(
         self,
@@ -144,7 +147,7 @@ def synchronize(device: torch.device) -> None:
 
 
 def run_steps(
-    step: Callable[[], tuple[torch.Tensor, float]],
+    step: Step,
     warmup_steps: int,
     steps: int,
     device: torch.device,
@@ -169,10 +172,7 @@ def run_steps(
         measure = MeasureConfig(min_seconds=0.0, max_steps=steps, max_seconds=None)
     stopping = Stopping(warmup_steps, steps, measure, gather)
     pause = _Pause(before_measuring, max(0, warmup_steps - 1))
-    if device.type == "cuda":
-        _run_steps_cuda(step, warmup_steps, stopping, on_step, pause)
-    else:
-        _run_steps_cpu(step, warmup_steps, stopping, on_step, pause)
+    _run_timed(step_timer(device, HOST_LEAD_STEPS), step, warmup_steps, stopping, on_step, pause)
     assert stopping.reason is not None
     return stopping.reason
 
@@ -192,29 +192,7 @@ class _Pause:
         return True
 
 
-def _run_steps_cpu(
-    step: Callable[[], tuple[torch.Tensor, float]],
-    warmup_steps: int,
-    stopping: Stopping,
-    on_step: Callable[[StepRecord], None],
-    pause: _Pause,
-) -> None:
-    """CPU ops complete before they return: the host clock is the device clock."""
-    i = 0
-    start = time.perf_counter()
-    while i < stopping.limit:
-        if pause.due(i):
-            start = time.perf_counter()  # the pause is no step's time
-        loss, data_s = step()
-        end = time.perf_counter()
-        rec = StepRecord(i, _phase(i, warmup_steps), (end - start) * 1e3, data_s * 1e3, loss.item())
-        start, i = end, i + 1
-        on_step(rec)
-        if rec.phase == "measure":
-            stopping.measured(rec.step_time_ms, i)
-
-
-#: How many queued steps the host may run ahead of the device while measuring (see below).
+#: How many queued steps the host may run ahead of the device while measuring on a GPU (see below).
 HOST_LEAD_STEPS = 3
 
 
@@ -222,56 +200,46 @@ def _phase(i: int, warmup_steps: int) -> str:
     return "warmup" if i < warmup_steps else "measure"
 
 
-def _run_steps_cuda(
-    step: Callable[[], tuple[torch.Tensor, float]],
+def _run_timed(
+    timer: StepTimer,
+    step: Step,
     warmup_steps: int,
     stopping: Stopping,
     on_step: Callable[[StepRecord], None],
     pause: _Pause,
 ) -> None:
-    """Step boundaries are CUDA events recorded in the stream; a step's time is the device
-    time between its two boundary events (GPU idle time waiting for the host included).
+    """Queue steps, reporting each once it has ended on the device, `timer.lead` steps behind the
+    last queued (on the CPU none: each is reported as it returns).
 
     Waiting for each step to finish before launching the next would leave the GPU idle while
     the host launches the next step's first kernels (measured: +6 to +13% per step on an H100
     for CUDA-graph and inductor cells; with the host one step ahead still +2 to +3%, host
     jitter then stalls the GPU). So the host runs HOST_LEAD_STEPS steps ahead: it waits for
-    the end event of step i only after queueing step i+HOST_LEAD_STEPS, and the loss reaches
-    the host through a pinned buffer copied in stream order, never through a synchronising
-    `.item()`. The stop rule sees steps once reported; so that the steps in flight do not run past
-    it (3 x 1.4 s for GPT-2), the host stops launching once they would meet it at the mean step
-    so far (`Stopping.in_flight_suffice`). Steps launched past the rule are reported and kept.
+    the end of step i only after queueing step i+HOST_LEAD_STEPS, and reads its loss without
+    a synchronising `.item()` (step_timer.CudaTimer). The stop rule sees steps once reported; so
+    that the steps in flight do not run past it (3 x 1.4 s for GPT-2), the host stops launching
+    once they would meet it at the mean step so far (`Stopping.in_flight_suffice`). Steps launched
+    past the rule are reported and kept.
     """
-    # A ring of loss slots: step i's slot is reused by step i + len(losses), launched only after
-    # step i was reported (at most HOST_LEAD_STEPS + 1 steps are pending at a time).
-    losses = torch.empty(HOST_LEAD_STEPS + 2, dtype=torch.float32, pin_memory=True)
-    pending: deque[tuple[int, torch.cuda.Event, torch.cuda.Event, float]] = deque()
+    pending: deque[tuple[int, Timed]] = deque()
 
-    def report(i: int, start: torch.cuda.Event, end: torch.cuda.Event, data_s: float) -> StepRecord:
-        end.synchronize()
-        rec = StepRecord(
-            i, _phase(i, warmup_steps), start.elapsed_time(end), data_s * 1e3, losses[i % len(losses)].item()
-        )
+    def report(i: int, timed: Timed) -> StepRecord:
+        step_ms, data_ms, loss = timer.read(timed)
+        rec = StepRecord(i, _phase(i, warmup_steps), step_ms, data_ms, loss)
         on_step(rec)
         return rec
 
-    torch.cuda.synchronize()
-    previous = torch.cuda.Event(enable_timing=True)
-    previous.record()
+    timer.settle()
+    timer.begin()
     launched = 0
     try:
         while True:
             if launched < stopping.limit and not stopping.in_flight_suffice(launched):
                 if pause.due(launched):  # the next step starts after the pause, not before it
-                    previous = torch.cuda.Event(enable_timing=True)
-                    previous.record()
-                loss, data_s = step()
-                losses[launched % len(losses)].copy_(loss.detach().float(), non_blocking=True)
-                end = torch.cuda.Event(enable_timing=True)
-                end.record()
-                pending.append((launched, previous, end, data_s))
-                previous, launched = end, launched + 1
-                if len(pending) <= HOST_LEAD_STEPS:
+                    timer.begin()
+                pending.append((launched, timer.queue(step)))
+                launched += 1
+                if len(pending) <= timer.lead:
                     continue
             if not pending:
                 break

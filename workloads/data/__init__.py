@@ -3,7 +3,7 @@
 Which sources fit which model kind:
     tokens: synthetic, text (char-level file), bin (uint16 memmap)
     images: synthetic, imagefolder
-    custom: synthetic, custom (the model's own reader of data.path; workloads/custom_model.py)
+    custom: synthetic, custom (the model's own reader of data.path; workloads/models/custom.py)
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import torch
 
 from workloads.cell.config import CellConfig
 from workloads.cell.distributed import Ranks
-from workloads.custom_model import CustomModel, custom_batches
 from workloads.data.images import imagefolder_batches, synthetic_image_batches
 from workloads.data.tokens import (
     Batch,
@@ -25,6 +24,7 @@ from workloads.data.tokens import (
     stream_batches,
     synthetic_token_batches,
 )
+from workloads.models.custom import CustomModel, custom_batches
 
 
 def _data_generator(cfg: CellConfig, rank: int) -> torch.Generator:

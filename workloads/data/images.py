@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from workloads.custom_model import Batch
+from workloads.cell.train import Batch
 
 
 def _to_memory_format(batches: Iterator[Batch], channels_last: bool) -> Iterator[Batch]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workloads.custom_model import Batch
+from workloads.cell.train import Batch
 
 
 def encode_text_file(path: str | Path) -> tuple[np.ndarray, int]:

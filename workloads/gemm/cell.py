@@ -1,32 +1,32 @@
-"""`gemm_cell`: a GEMM cell's attempt, the counterpart of workloads/train_cell.py's `train_cell`.
+"""`GemmCell`: what a GEMM cell's attempt builds and steps, the counterpart of workloads/train_cell.py's
+`TrainingCell`.
 
 Builds the operands and the GEMM (workloads/gemm/kernels.py), runs the measured loop of training
 cells over CUDA-graph replays of it (workloads/gemm/timing.py), and fills the run row: the summary
 of CellRecorder (a step is one GEMM: one item, 2·M·N·K FLOPs), the environment of a training cell,
 the columns of the instruments it shares with one (`gemm_instruments`: provenance, the GPU's
 energy per GEMM), and the gemm_* columns (workloads/gemm/shapes.py; docs/gemm.md). workloads/run.py
-runs it inside the attempt's lifecycle; fp8 where the device has no fp8 tensor cores raises
-NotSupported, recorded as `not_supported`.
+runs it in the one attempt of every cell (`attempt`); fp8 where the device has no fp8 tensor cores
+raises NotSupported, recorded as `not_supported`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from workloads.cell.backends import compiled_status
 from workloads.cell.catalog import check_cell
 from workloads.cell.config import CellConfig
 from workloads.cell.distributed import Ranks
 from workloads.cell.precision import PRECISIONS
-from workloads.cell.recorder import CellRecorder
+from workloads.cell.recorder import CellRecorder, RankReport
 from workloads.cell.support import require_fp8
 from workloads.cell.train import run_steps
-from workloads.gemm.kernels import build_gemm, make_operands
+from workloads.gemm.kernels import Gemm, build_gemm, make_operands
 from workloads.gemm.private_torch import AutotuneChoices
 from workloads.gemm.shapes import gemm_columns, gemm_flops, resolve_shape
 from workloads.gemm.timing import GEMMS_PER_REPLAY, GemmSteps, per_gemm
 from workloads.instruments import dynamo_records
-from workloads.instruments.base import Instrument
+from workloads.instruments.base import Instruments
 from workloads.instruments.environment import open_run_row, peak_gbps, peak_tflops, resolve_device
 from workloads.instruments.gpu_energy import GpuEnergy
 from workloads.instruments.provenance import Provenance
@@ -39,89 +39,99 @@ EAGER_KERNELS = {"cuda": "cublas", "cpu": "aten"}
 NOT_PAIRED = "a GEMM cell times one kernel per cell: its eager (cuBLAS) baseline is a cell of its own"
 
 
-def gemm_instruments(cfg: CellConfig, ranks: Ranks) -> list[Instrument]:
+def gemm_instruments(cfg: CellConfig, ranks: Ranks) -> Instruments:
     """A GEMM cell's instruments, in the order of a training cell's (workloads/instruments/registry.py):
     the waits for quiet, the GPU's energy (a step row is one GEMM of a replay of GEMMS_PER_REPLAY),
     provenance. They read no more of the built cell than its device (GemmSteps has one)."""
-    return [
-        WaitForQuiet.for_process(),
-        GpuEnergy.for_cell(cfg, ranks, steps_per_row=GEMMS_PER_REPLAY),
-        Provenance(),
-    ]
-
-
-def gemm_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> str:
-    """Everything between a valid config and the final status (`ranks`: one process; check_cell
-    refuses more)."""
-    check_cell(cfg)
-    instruments = gemm_instruments(cfg, ranks)
-    device = resolve_device(cfg.device)
-    if cfg.precision.name == "fp8":
-        require_fp8(device)
-    open_run_row(rec.run, device)
-
-    shape = resolve_shape(cfg.size, cfg.model.m, cfg.model.n, cfg.model.k)
-    gpu_name = rec.run.get("gpu_name")
-    rec.items_per_step, rec.flops_per_step = 1, gemm_flops(shape)
-    rec.peak = cfg.peak_tflops or peak_tflops(gpu_name, PRECISIONS[cfg.precision.name].peak_key)
-    rec.run.update(
-        gemm_m=shape.m,
-        gemm_n=shape.n,
-        gemm_k=shape.k,
-        items_per_step=1,
-        flops_per_step=rec.flops_per_step,
-        peak_tflops=rec.peak,
-        gemms_per_replay=GEMMS_PER_REPLAY,
-        paired=False,
-        paired_fallback=NOT_PAIRED,
+    return Instruments(
+        [
+            WaitForQuiet.for_process(),
+            GpuEnergy.for_cell(cfg, ranks, steps_per_row=GEMMS_PER_REPLAY),
+            Provenance(),
+        ]
     )
 
-    for instrument in instruments:
-        instrument.before_build()
-    dynamo_records.reset_compile_stats()
-    operands = make_operands(shape, cfg.precision.name, cfg.precision.recipe, device, cfg.seed)
-    gemm = build_gemm(cfg.backend, cfg.precision.name, operands)
-    steps = GemmSteps(gemm, device)
-    for instrument in instruments:
-        instrument.before_loop(steps)
 
-    def before_measuring() -> None:
-        for instrument in instruments:
-            instrument.before_measuring()
+class GemmCell:
+    """What a GEMM cell's attempt (workloads/run.py `attempt`) builds and steps: the GEMM of the
+    cell's shape, timed by the measured loop over CUDA-graph replays (`ranks`: one process;
+    check_cell refuses more). Its run row is opened when it is made, before the instruments'
+    first moment."""
 
-    autotuner = AutotuneChoices()
-    try:
-        with autotuner.listening():
-            rec.run["stop_reason"] = run_steps(
-                steps,
+    def __init__(self, cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> None:
+        check_cell(cfg)
+        self.cfg, self.rec, self.ranks = cfg, rec, ranks
+        self.instruments = gemm_instruments(cfg, ranks)
+        self.device = device = resolve_device(cfg.device)
+        if cfg.precision.name == "fp8":
+            require_fp8(device)
+        open_run_row(rec.run, device)
+
+        self.shape = shape = resolve_shape(cfg.size, cfg.model.m, cfg.model.n, cfg.model.k)
+        rec.items_per_step, rec.flops_per_step = 1, gemm_flops(shape)
+        rec.peak = cfg.peak_tflops or peak_tflops(
+            rec.run.get("gpu_name"), PRECISIONS[cfg.precision.name].peak_key
+        )
+        rec.run.update(
+            gemm_m=shape.m,
+            gemm_n=shape.n,
+            gemm_k=shape.k,
+            items_per_step=1,
+            flops_per_step=rec.flops_per_step,
+            peak_tflops=rec.peak,
+            gemms_per_replay=GEMMS_PER_REPLAY,
+            paired=False,
+            paired_fallback=NOT_PAIRED,
+        )
+        self.gemm: Gemm | None = None
+        self.steps: GemmSteps | None = None
+        self.autotuner = AutotuneChoices()
+
+    def build(self) -> GemmSteps:
+        cfg = self.cfg
+        dynamo_records.reset_compile_stats()
+        operands = make_operands(self.shape, cfg.precision.name, cfg.precision.recipe, self.device, cfg.seed)
+        self.gemm = build_gemm(cfg.backend, cfg.precision.name, operands)
+        self.steps = GemmSteps(self.gemm, self.device)
+        return self.steps
+
+    def measure(self) -> None:
+        cfg = self.cfg
+        assert self.steps is not None, "build() first"
+        with self.autotuner.listening():
+            self.rec.run["stop_reason"] = run_steps(
+                self.steps,
                 cfg.warmup_steps,
                 cfg.steps,
-                device,
-                on_step=per_gemm(rec.on_step),
+                self.device,
+                on_step=per_gemm(self.rec.on_step),
                 measure=cfg.measure,
-                before_measuring=before_measuring,
+                before_measuring=self.instruments.before_measuring,
             )
-    finally:
-        for instrument in instruments:
-            rec.run.update(instrument.after_loop())
-        memory = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-        rec.summarise([rec.report(ranks.rank, memory)], gemm.compiled, 0.0)
-        for instrument in instruments:
-            rec.run.update(instrument.after_summary(rec))
-        chosen = autotuner.last
+
+    def peak_memory(self) -> int | None:
+        return torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
+
+    def summarise(self, reports: list[RankReport]) -> None:
+        """The summary of CellRecorder, and the gemm_* columns from it."""
+        cfg, rec, gemm = self.cfg, self.rec, self.gemm
+        assert gemm is not None, "build() first"
+        rec.summarise(reports, gemm.compiled, 0.0)
+        chosen = self.autotuner.last
         rec.run.update(
             gemm_columns(
-                shape,
+                self.shape,
                 cfg.precision.name,
                 cfg.precision.recipe,
                 rec.run.get("median_step_ms"),
                 rec.peak,
-                peak_gbps(gpu_name),
+                peak_gbps(rec.run.get("gpu_name")),
             ),
             # Eager is torch.mm / torch._scaled_mm: cuBLAS(Lt) on CUDA, oneDNN or ATen's own on the CPU.
-            gemm_kernel=(chosen.kernel if chosen else None) if gemm.compiled else EAGER_KERNELS[device.type],
+            gemm_kernel=(chosen.kernel if chosen else None)
+            if gemm.compiled
+            else EAGER_KERNELS[self.device.type],
             gemm_autotune_us=chosen.us if chosen and gemm.compiled else None,
         )
         if gemm.compiled:
             rec.run.update(dynamo_records.compile_stats().columns())
-    return compiled_status(cfg.backend, rec.run)

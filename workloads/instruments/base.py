@@ -1,8 +1,8 @@
 """The seam between a cell's measured loop and what observes it: an `Instrument` and its moments.
 
-The loop (workloads/train_cell.py) builds the cell, runs its steps once and records its rows, and
-calls every instrument of the cell, in the order of `workloads.instruments.registry.INSTRUMENTS`,
-at each named moment:
+The attempt (workloads/run.py `attempt`) builds the cell, runs its steps once and records its rows,
+and calls the cell's instruments, one `Instruments` (its list: workloads/instruments/registry.py
+`instruments_for`, or a GEMM cell's), at each named moment; the list calls each member in order:
 
     before_build()        before the cell is built (the cold compile's process of its own)
     before_loop(cell)     the cell is built, compiled lazily; its first step comes next
@@ -26,6 +26,7 @@ registered in that one list. Imports no torch (provenance and the host's load im
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -59,3 +60,43 @@ class Instrument:
     def after_finished(self) -> dict[str, Any]:
         """The loop finished and is summarised: more steps on the warm cell may run: run-row columns."""
         return {}
+
+
+class Instruments(Instrument):
+    """A list of instruments that is itself one: each moment calls every member in the list's order,
+    and the columns they return are merged in that order (a later member's value wins)."""
+
+    def __init__(self, members: Iterable[Instrument]) -> None:
+        self.members = list(members)
+
+    def before_build(self) -> None:
+        for member in self.members:
+            member.before_build()
+
+    def before_loop(self, cell: PreparedCell) -> None:
+        for member in self.members:
+            member.before_loop(cell)
+
+    def before_measuring(self) -> None:
+        for member in self.members:
+            member.before_measuring()
+
+    def after_block(self, side: str, steps: int) -> None:
+        for member in self.members:
+            member.after_block(side, steps)
+
+    def after_loop(self) -> dict[str, Any]:
+        return _merged(member.after_loop() for member in self.members)
+
+    def after_summary(self, rec: CellRecorder) -> dict[str, Any]:
+        return _merged(member.after_summary(rec) for member in self.members)
+
+    def after_finished(self) -> dict[str, Any]:
+        return _merged(member.after_finished() for member in self.members)
+
+
+def _merged(columns: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for some in columns:
+        merged.update(some)
+    return merged

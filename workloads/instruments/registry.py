@@ -1,4 +1,4 @@
-"""The instruments of a cell, in one list: `instruments_for(cfg, ranks)`.
+"""The instruments of a training cell, in one list that is itself an instrument: `instruments_for`.
 
 Their order is the order of every moment (workloads/instruments/base.py), and it matters where two
 share one: before measuring, the waits for quiet (other replicates, then the cell's own compile
@@ -19,7 +19,7 @@ import sys
 from workloads.cell.config import CellConfig
 from workloads.cell.distributed import Ranks
 from workloads.instruments.accuracy import AccuracyCheck
-from workloads.instruments.base import Instrument
+from workloads.instruments.base import Instrument, Instruments
 from workloads.instruments.cold_compile import ColdCompile
 from workloads.instruments.compile_workers import CompileWorkersIdle
 from workloads.instruments.dynamo_records import CompileCounters, DdpSplits
@@ -49,19 +49,21 @@ class WaitForQuiet(Instrument):
             )
 
 
-def instruments_for(cfg: CellConfig, ranks: Ranks, repeat: int = 0) -> list[Instrument]:
+def instruments_for(cfg: CellConfig, ranks: Ranks, repeat: int = 0) -> Instruments:
     """The instruments of one attempt of replicate `repeat` of `cfg` on this rank, each built for it (a
     no-op where it does not apply)."""
     ddp_splits = DdpSplits.for_ranks(ranks.world_size)
-    return [
-        ColdCompile.for_cell(cfg),
-        WaitForQuiet.for_process(),
-        CompileWorkersIdle(),
-        HostLoad(),
-        GpuEnergy.for_cell(cfg, ranks),
-        Provenance(),
-        ddp_splits,
-        CompileCounters(backend=cfg.backend, ddp_splits=ddp_splits),
-        GpuBusy.for_cell(cfg, ranks.world_size),
-        AccuracyCheck.for_cell(cfg, ranks.world_size, repeat),
-    ]
+    return Instruments(
+        [
+            ColdCompile.for_cell(cfg),
+            WaitForQuiet.for_process(),
+            CompileWorkersIdle(),
+            HostLoad(),
+            GpuEnergy.for_cell(cfg, ranks),
+            Provenance(),
+            ddp_splits,
+            CompileCounters(backend=cfg.backend, ddp_splits=ddp_splits),
+            GpuBusy.for_cell(cfg, ranks.world_size),
+            AccuracyCheck.for_cell(cfg, ranks.world_size, repeat),
+        ]
+    )

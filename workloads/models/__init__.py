@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from workloads.cell.catalog import SIZES, check_model, gpt_arch
 from workloads.cell.config import CellConfig, ConfigError
-from workloads.custom_model import CustomModel, build_custom_model
+from workloads.models.custom import CustomModel, build_custom_model
 from workloads.models.gpt import GPT, GPT_SIZES
 from workloads.models.vision import NUM_CLASSES, VISION_SIZES, create_timm_model
 
@@ -151,7 +151,7 @@ def build_timm(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
 
 
 def build_custom(cfg: CellConfig, vocab_size: int | None = None) -> ModelSpec:
-    """The user's own model (`model.target`, workloads/custom_model.py), trained as it says."""
+    """The user's own model (`model.target`, workloads/models/custom.py), trained as it says."""
     target = str(cfg.model.target)
     built = build_custom_model(target, cfg.size)
     return ModelSpec(

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from workloads.custom_model import CustomModel
+from workloads.models.custom import CustomModel
 
 #: Channels of the two convolutions at each size preset (tiny is what `sweep --smoke` asks for).
 WIDTHS = {"tiny": 8, "small": 32, "medium": 64, "large": 128, "xl": 256}

@@ -6,28 +6,24 @@ returns a `CustomModel`: everything a cell needs to train it. docs/custom-models
 an example (examples/my_model/).
 
 What goes wrong with a target is said in one line: the submitting process imports it and checks
-that it is callable before any cell is written (`check_target`, in the grid check); what the call
+that it is callable before any cell is written (`check_target` in workloads/cell/catalog.py, the grid
+check, torch-free as the rest of it); what the call
 returns is checked in the cell (`build_custom_model`), where a wrong return value or a first step
 that raises is recorded as the cell's `failed` status with the message.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
 import numbers
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn as nn
 
+from workloads.cell.catalog import load_target
 from workloads.cell.config import ConfigError
-from workloads.contract.vocabulary import short_error
-
-#: (inputs, targets) of one step, as every data source and custom model gives them.
-Batch = tuple[torch.Tensor, torch.Tensor]
+from workloads.cell.train import Batch
 
 
 @dataclass
@@ -61,43 +57,6 @@ class CustomModel:
     (inputs, targets) batches on the CPU; None: the model trains on synthetic data only."""
 
 
-def _attribute(target: str) -> tuple[str, str]:
-    """(module, attribute path) of `pkg.mod:build` or, as Hydra's `_target_`, `pkg.mod.build`."""
-    module, colon, name = target.partition(":")
-    if not colon:
-        module, _, name = target.rpartition(".")
-    if not module or not name:
-        raise ConfigError(f"model.target={target}: expected package.module:function")
-    return module, name
-
-
-@functools.cache
-def load_target(target: str) -> Callable[..., Any]:
-    """The callable `model.target` names; ConfigError (one line) if it cannot be imported or called."""
-    module_name, name = _attribute(target)
-    try:
-        found: Any = importlib.import_module(module_name)
-    except Exception as err:  # the user's module may raise anything while it imports
-        raise ConfigError(
-            f"model.target={target}: cannot import {module_name} "
-            f"({type(err).__name__}: {short_error(str(err), 200)}); is its package on PYTHONPATH?"
-        ) from None
-    for part in name.split("."):
-        if not hasattr(found, part):
-            raise ConfigError(f"model.target={target}: {module_name} has no attribute {name!r}")
-        found = getattr(found, part)
-    if not callable(found):
-        raise ConfigError(f"model.target={target}: {name} is not callable (type {type(found).__name__})")
-    return found
-
-
-def check_target(target: str | None) -> None:
-    """The submitting side's check of `model=custom`: a target given, importable and callable."""
-    if not target:
-        raise ConfigError("model=custom needs model.target=package.module:function (docs/custom-models.md)")
-    load_target(target)
-
-
 def build_custom_model(target: str, size: str) -> CustomModel:
     """Call the target as `build(size)` and check what it returned; ConfigError (one line) if it is
     not a CustomModel with usable fields."""
@@ -106,7 +65,7 @@ def build_custom_model(target: str, size: str) -> CustomModel:
     if not isinstance(built, CustomModel):
         raise ConfigError(
             f"model.target={target} returned a {type(built).__name__}, not a "
-            "workloads.custom_model.CustomModel"
+            "workloads.models.custom.CustomModel"
         )
     if not isinstance(built.module, nn.Module):
         raise ConfigError(
