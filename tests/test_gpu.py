@@ -1109,6 +1109,7 @@ def test_a_gpt2_cell_measures_its_gpus_energy(
     one, both sides of a paired cell) and little more; and the counter agrees with NVML's power
     readings integrated over the same window."""
     import workloads.train_cell as train_cell
+    from workloads.instruments.base import Instruments
     from workloads.instruments.energy import window_start
     from workloads.instruments.gpu_energy import GpuEnergy
     from workloads.run import run_cell
@@ -1117,9 +1118,9 @@ def test_a_gpt2_cell_measures_its_gpus_energy(
     real = train_cell.instruments_for
 
     def with_samples(cfg, ranks, repeat):
-        instruments = real(cfg, ranks, repeat)
+        instruments = real(cfg, ranks, repeat).members
         at = next(i for i, instrument in enumerate(instruments) if isinstance(instrument, GpuEnergy))
-        return [*instruments[: at + 1], samples, *instruments[at + 1 :]]
+        return Instruments([*instruments[: at + 1], samples, *instruments[at + 1 :]])
 
     monkeypatch.setattr(train_cell, "instruments_for", with_samples)
     config = gpu_config(
