@@ -1,6 +1,6 @@
 """`repeats=auto` in the tables: how many replicates each cell ran, and what stopped it.
 
-The stop rule (analysis/decision.py, docs/measurement.md) decides between rounds, the orchestrator
+The stop rule (analysis/statistics/decision.py, docs/measurement.md) decides between rounds, the orchestrator
 writes each stopped cell's record into its directory; this reads the records back
 (workloads/contract/sweep_dir.py `read_auto_stop`).
 """

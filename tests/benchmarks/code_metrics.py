@@ -1,7 +1,10 @@
 """Size and shape of the code at a commit: lines per package, the largest module, the widest fan-out
-(project modules one module imports) and the docstring+comment lines per code line.
+(project modules one module imports) and the docstring+comment lines per code line; with --rooms, a
+Markdown table of each package's rooms per commit (folders, the most modules in one folder, modules
+over 350 lines, import arrows between its modules, and the executors' imports of `analysis`).
 
-    python tests/benchmarks/code_metrics.py [COMMIT ...]    # default: the working tree
+    python tests/benchmarks/code_metrics.py [COMMIT ...]            # default: the working tree
+    python tests/benchmarks/code_metrics.py --rooms BEFORE AFTER    # the table of docs/architecture.md
 
 A commit is read with `git show`, nothing is checked out. Lines are physical lines; "code" lines are
 those that are neither blank, nor comment, nor docstring.
@@ -87,6 +90,81 @@ def report(commit: str | None) -> str:
     )
 
 
+def module_name(path: str) -> str:
+    """`analysis/cells/metrics.py` -> `analysis.cells.metrics` (a package by its __init__)."""
+    parts = path.removesuffix(".py").split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(text: str, known: set[str]) -> set[str]:
+    """The project modules of `known` that a module imports (the longest known prefix of each name)."""
+    found = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            hit = next(
+                (".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in known), None
+            )
+            if hit:
+                found.add(hit)
+    return found
+
+
+def rooms(commit: str | None) -> dict[str, dict[str, int]]:
+    """Per package: modules, folders, the most modules in one folder, modules over 350 lines and the
+    import arrows between its own modules; for orchestrator also its executors' imports of analysis
+    (the modules that run or submit cells: today's orchestrator/executors/, before it the flat
+    executor, local, slurm* and packed-task modules)."""
+    files = sources(commit)
+    known = {module_name(p) for p in files}
+    graph = {module_name(p): imports_of(t, known) - {module_name(p)} for p, t in files.items()}
+    executor_stems = ("executor", "executors", "local", "slurm", "slurm_plan", "slurm_submit", "slurm_job")
+    executors = {
+        m
+        for m in graph
+        if m.startswith("orchestrator.executors") or m.split(".")[-1] in executor_stems + ("packed_task",)
+    }
+    table: dict[str, dict[str, int]] = {}
+    for pkg in PACKAGES:
+        paths = [p for p in files if p.startswith(pkg + "/") and not p.endswith("__init__.py")]
+        folders: dict[str, int] = {}
+        for p in paths:
+            folders[p.rsplit("/", 1)[0]] = folders.get(p.rsplit("/", 1)[0], 0) + 1
+        mods = {module_name(p) for p in files if p.startswith(pkg + "/")}
+        table[pkg] = {
+            "modules": len(paths),
+            "folders": len(folders),
+            "most modules in one folder": max(folders.values()),
+            "modules over 350 lines": sum(len(files[p].splitlines()) > 350 for p in paths),
+            "import arrows between its modules": sum(len(graph[m] & mods) for m in mods),
+        }
+    table["orchestrator"]["executor modules importing analysis"] = sum(
+        any(t.startswith("analysis") for t in graph[m]) for m in executors
+    )
+    return table
+
+
+def rooms_markdown(commits: list[str | None]) -> str:
+    """The rooms of each commit side by side, one row per package and measure."""
+    found = [rooms(c) for c in commits]
+    head = "| | " + " | ".join(c or "working tree" for c in commits) + " |"
+    lines = [head, "|---" * (len(commits) + 1) + "|"]
+    for pkg in PACKAGES:
+        for key in found[-1][pkg]:
+            lines.append(f"| {pkg}: {key} | " + " | ".join(str(f[pkg].get(key, "")) for f in found) + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    for commit in sys.argv[1:] or [None]:
-        print(report(commit))
+    args = sys.argv[1:]
+    if args[:1] == ["--rooms"]:
+        print(rooms_markdown(args[1:] or [None]))
+    else:
+        for commit in args or [None]:
+            print(report(commit))

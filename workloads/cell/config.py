@@ -234,7 +234,7 @@ class CellConfig:
     equivalence: float = field(default=0.0, metadata=SWEEP_SETTING)
     """repeats=auto: the margin of practical equivalence (as `analyze --equivalence`): a cell stops once
     the verdict `analyze` prints with this margin is decided (faster, slower or no difference;
-    analysis/decision.py)."""
+    analysis/statistics/decision.py)."""
 
     @property
     def most_repeats(self) -> int:

@@ -186,7 +186,7 @@ def backend_label(values: Mapping[str, Any]) -> str:
 #: of the same workload.
 BASELINE_BACKEND = "eager"
 #: `repeats=auto`: a cell runs replicates round after round until its speedup is decided, precise enough
-#: or `max_repeats` is reached (analysis/decision.py).
+#: or `max_repeats` is reached (analysis/statistics/decision.py).
 AUTO_REPEATS = "auto"
 #: The two sides of a paired cell's steps (steps.parquet `side`): its compiled steps, and its own
 #: eager baseline measured in the same process (workloads/cell/paired.py); null in unpaired cells.
