@@ -92,6 +92,7 @@ def test_the_per_cell_table_fits_a_terminal_and_the_full_one_is_a_flag_away(
     code, out, _ = run(capsys, str(sweep), "--no-plots")
     table = cells_table(out)
     assert code == 0 and len(table) == 2 + 7 and max(map(len, table)) <= 160
+    assert max(map(len, out.splitlines())) <= 160  # every table and note (notes wrapped at 110)
     assert columns(table[0]) == COMPACT  # no accuracy check ran on these cells: no column for it
     failed = next(columns(line) for line in table if "aot_eager" in line)
     assert failed[3] == "failed" and failed[-1] == "RuntimeError: CUDA out of memory"

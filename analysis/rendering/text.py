@@ -8,6 +8,7 @@ the same shape: a "μ ± σ" cell of `text` is two columns of `data`.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -118,11 +119,33 @@ def render_markdown(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -
     return "\n".join([line(columns), line(["-" * w for w in widths]), *map(line, cells)])
 
 
+#: Width of a note's lines under a Markdown table: notes run to 600 characters, one line each
+#: wrapped mid-word by a terminal; Markdown joins the wrapped lines again.
+NOTE_WIDTH = 110
+
+
+def wrap_note(note: str) -> str:
+    """Each line of a note wrapped at NOTE_WIDTH (a list item's continuation indented), words kept whole."""
+    return "\n".join(
+        textwrap.fill(
+            line,
+            NOTE_WIDTH,
+            subsequent_indent="  " if line.startswith("- ") else "",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        if len(line) > NOTE_WIDTH
+        else line
+        for line in note.splitlines()
+    )
+
+
 def markdown(table: Table) -> str:
     """The table under a `###` heading, its note below."""
     columns = list(table.text.columns)  # none: a table that only says why it is empty (its note)
     body = render_markdown(table.text.to_dict("records"), columns) if columns else ""
-    return "\n\n".join(part for part in (f"### {table.title}", body, table.note) if part)
+    note = wrap_note(table.note) if table.note else ""
+    return "\n\n".join(part for part in (f"### {table.title}", body, note) if part)
 
 
 #: Characters that LaTeX treats specially, and text symbols outside plain LaTeX's fonts.
