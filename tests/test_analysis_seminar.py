@@ -31,7 +31,8 @@ TABLE1_WITH_REFERENCE = """\
 | Compiled (Inductor backend)                | 2610.000     | 10.000 | 2640.227         | 5.773            | -1.1%       | 20.000                  | 1.000              | 12.191                       | 1.556                        | +64.1%                  |
 | Compiled (Inductor backend) [max-autotune] | not in sweep |        |                  |                  |             | 13.000                  | 1.000              |                              |                              |                         |
 
-Ours: NVIDIA H100 80GB HBM3; data: synthetic. Published: A100-80GB (change = ours / published - 1). Cudagraphs: the published row measured eager: the report's code never used torch.compile's result."""  # noqa: E501
+Ours: NVIDIA H100 80GB HBM3; data: synthetic. Published: A100-80GB (change = ours / published - 1).
+Cudagraphs: the published row measured eager: the report's code never used torch.compile's result."""  # noqa: E501
 
 TABLE2_WITHOUT_REFERENCE = """\
 ### Table 2: MFU (%), μ and σ over measured steps
