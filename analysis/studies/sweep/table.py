@@ -45,6 +45,13 @@ SUMMARY = "summary"
 DISAGREES = "≠ unpaired"
 #: The width an error is cut to in the compact per-cell table (the full one has ERROR_WIDTH).
 COMPACT_ERROR_WIDTH = 32
+#: What the memory columns are (workloads/cell/paired.py `SidePeaks`).
+PEAK_NOTE = (
+    "Peak GiB: the most device memory allocated, compile and warm-up included (on the CPU the process's "
+    "peak resident memory); a paired cell's over its compiled blocks, and its mem vs eager against its "
+    "eager blocks' peak, else against the eager cell's (none for a paired cell whose one peak covers "
+    "both sides: the CPU, older sweeps)."
+)
 #: Where the full per-cell table is, below the compact one.
 FULL_TABLE = "Every column: `compilebench analyze SWEEP_DIR --full`, and the report."
 
@@ -150,7 +157,7 @@ def summary_table(
         f"launch-bound where it idled more than {fmt_percent(launch_bound, digits=0)} of it and the cell "
         "is not data-bound, with the host's µs per tiny op before measuring. Break-even: steps (and "
         "GPU-minutes) after which compiling pays for itself, with the cold compile, and the warm one where "
-        f"measured (see the break-even table). {COST_NOTE}"
+        f"measured (see the break-even table). {PEAK_NOTE} {COST_NOTE}"
     )
     return Table(SUMMARY, "Cells", metrics, text, note, compact=compact_table(metrics, equivalence))
 
