@@ -16,6 +16,7 @@ import random
 import statistics
 import subprocess
 import sys
+import weakref
 from itertools import groupby, islice
 from pathlib import Path
 
@@ -221,6 +222,34 @@ def test_an_eager_side_out_of_memory_goes_on_unpaired(after: int, where: str) ->
     # one compiled warm-up step again, then the ordinary loop's `steps` measured ones
     assert [r.phase for r in unpaired] == ["warmup"] + ["measure"] * 4
     assert records[-5:] == unpaired
+
+
+def test_the_failed_eager_steps_tensors_are_let_go_before_the_cell_goes_on() -> None:
+    """The tensors of the eager step that ran out of memory, held by the error's frames, are freed
+    before the compiled steps go on unpaired: on CUDA they would take memory the compiled side has
+    to fit in, and count in its peak."""
+    eager_tensors: list[weakref.ref] = []
+
+    @torch.compile(backend="aot_eager")
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling():
+            activation = x * 3
+            eager_tensors.append(weakref.ref(activation))
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return (x * 2).sum()
+
+    alive_at_step: list[bool] = []
+
+    def step() -> tuple[torch.Tensor, float]:
+        alive_at_step.append(any(ref() is not None for ref in eager_tensors))
+        return forward(torch.ones(4)), 0.0
+
+    hooks = LoopHooks(step, torch.device("cpu"), lambda record: None, lambda: None, lambda side, steps: None)
+    measure = MeasureConfig(min_seconds=0.0, block_steps=2, block_seconds=0.0)
+    outcome = PairedLoop(hooks, seed=0, replicate=0).run(warmup_steps=1, steps=4, measure=measure)
+    assert outcome.fallback is not None and len(eager_tensors) == 1
+    # the compiled warm-up step, the failed eager one, then one more warm-up step and 4 measured ones
+    assert alive_at_step == [False] * 7
 
 
 @pytest.mark.parametrize("seed", [0, 1337, 2**31 - 1])

@@ -196,7 +196,10 @@ class PairedLoop:
         try:
             return PairedOutcome(self._paired(warmup_steps, steps, measure))
         except _EagerOutOfMemory as error:
-            return PairedOutcome(self._unpaired(steps, measure), fallback=str(error))
+            fallback = str(error)
+        # Out of the except clause: the error's chain, whose frames hold the failed eager step's
+        # tensors, is let go before the compiled steps go on (and before their peak restarts).
+        return PairedOutcome(self._unpaired(steps, measure), fallback=fallback)
 
     def _paired(self, warmup_steps: int, steps: int, measure: MeasureConfig) -> str:
         last_ms = 0.0
