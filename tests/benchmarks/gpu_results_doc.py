@@ -20,6 +20,8 @@ KIND:
 - `table name=NAME [reference=REF] [columns="a;b"] [where=COLUMN]`: the analysis' table NAME
   (report/tables/NAME.md), the rows of every sweep named one after another, the columns given (default:
   all), the rows with COLUMN not empty (default: all).
+- `across LABEL@SWEEP ... [unpaired=1]`: each compiled cell's speedup in several sweeps of the same cells,
+  a column per LABEL (its sweeps read together), the centres' distance where there are two.
 - `energy`: per compiled cell with an eager baseline, its and the eager cell's J/step, the speedup, the
   energy ratio, compile kJ, break-even, how repeats=auto stopped, and what its verdict cost.
 `--verdicts [SWEEP ...]` (default: every sweep of every pack) prints each cell's verdict, so that two
@@ -182,7 +184,47 @@ def energy(packs: Packs, sweeps: list[str]) -> str:
     return render_markdown(rows, list(rows[0])) + "\n"
 
 
-KINDS = {"provenance": provenance, "table": table, "energy": energy}
+def _ratio(cell: pd.Series, prefix: str) -> str:
+    """`1.330x [1.293, 1.398]` of the metrics' `prefix`, `prefix`_low and _high ('' where none)."""
+    if pd.isna(cell[prefix]):
+        return ""
+    return f"{cell[prefix]:.3f}x [{cell[f'{prefix}_low']:.3f}, {cell[f'{prefix}_high']:.3f}]"
+
+
+def across(packs: Packs, runs: list[str], unpaired: str = "") -> str:
+    """Each compiled cell's speedup in several sweeps of the same cells, `LABEL@SWEEP` each (sweeps
+    with one label are read together): a column per label, the centres' distance where there are
+    two labels (larger over smaller, - 1), and with `unpaired=1` the speedups against the separate
+    eager cell too."""
+    labels: dict[str, list[str]] = {}
+    for run in runs:
+        label, _, sweep = run.partition("@")
+        labels.setdefault(label, []).append(sweep)
+    rows: dict[str, dict[str, str]] = {}
+    centres: dict[str, dict[str, float]] = {}
+    for label, sweeps in labels.items():
+        for sweep in sweeps:
+            for _, cell in packs.analysis(sweep).training.iterrows():
+                if cell["backend"] == "eager" or pd.isna(cell["speedup"]):
+                    continue
+                name = f"{cell['arch']} {cell['size']} b{cell['batch_size']} · {cell['backend']}"
+                row = rows.setdefault(name, {"cell": name})
+                row[f"{label} [95% CI]"] = _ratio(cell, "speedup")
+                centres.setdefault(name, {})[label] = cell["speedup"]
+                if unpaired:
+                    row[f"{label} unpaired [95% CI]"] = _ratio(cell, "unpaired_speedup")
+    columns = ["cell", *(f"{label} [95% CI]" for label in labels)]
+    if len(labels) == 2:
+        columns.append("centres apart")
+        for name, row in rows.items():
+            both = list(centres[name].values())
+            row["centres apart"] = f"{max(both) / min(both) - 1:.1%}" if len(both) == 2 else ""
+    if unpaired:
+        columns += [f"{label} unpaired [95% CI]" for label in labels]
+    return render_markdown(list(rows.values()), columns) + "\n"
+
+
+KINDS = {"provenance": provenance, "table": table, "energy": energy, "across": across}
 
 
 def derive(spec: str, packs: Packs) -> str:
