@@ -57,7 +57,10 @@ from workloads.contract.sweep_dir import CELLS_DIR, MANIFEST_FILE, RUN_FILE  # n
 DOC = REPO_ROOT / "docs" / "gpu-results.md"
 RESULTS = REPO_ROOT / "tests" / "benchmarks" / "results"
 HINT = "run python tests/benchmarks/gpu_results_doc.py --write"
-BLOCK = re.compile(r"(<!-- derived: (?P<spec>.+?) -->\n)(?P<body>.*?)(<!-- /derived -->)", re.DOTALL)
+#: A marker on a line of its own, what follows it, its end on a line of its own.
+BLOCK = re.compile(
+    r"^(<!-- derived: (?P<spec>[^\n]+?) -->\n)(?P<body>.*?)^(<!-- /derived -->)$", re.DOTALL | re.MULTILINE
+)
 #: How `git describe --dirty` (workloads/instruments/environment.py) marks a tree with uncommitted changes.
 DIRTY = "-dirty"
 #: The run-row columns a pack's provenance line reads (older rows lack `git_sha`).
