@@ -22,6 +22,7 @@ KIND:
   all), the rows with COLUMN not empty (default: all).
 - `across LABEL@SWEEP ... [unpaired=1]`: each compiled cell's speedup in several sweeps of the same cells,
   a column per LABEL (its sweeps read together), the centres' distance where there are two.
+- `compare A B`: `compilebench compare A B`'s tables and lines.
 - `energy`: per compiled cell with an eager baseline, its and the eager cell's J/step, the speedup, the
   energy ratio, compile kJ, break-even, how repeats=auto stopped, and what its verdict cost.
 `--verdicts [SWEEP ...]` (default: every sweep of every pack) prints each cell's verdict, so that two
@@ -49,6 +50,7 @@ import pyarrow.parquet as pq
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))  # run as a script from anywhere, as the other benchmarks
 
+from analysis.compare import compare, to_markdown  # noqa: E402
 from analysis.rendering.text import fmt_number, render_markdown  # noqa: E402
 from analysis.report import Analysis, analyze  # noqa: E402
 from analysis.studies.sweep.table import SUMMARY  # noqa: E402
@@ -233,7 +235,15 @@ def across(packs: Packs, runs: list[str], unpaired: str = "") -> str:
     return render_markdown(list(rows.values()), columns) + "\n"
 
 
-KINDS = {"provenance": provenance, "table": table, "energy": energy, "across": across}
+def compared(packs: Packs, sweeps: list[str]) -> str:
+    """`compilebench compare A B` of two sweeps (analysis/compare.py), the packs named as A and B."""
+    a, b = sweeps
+    comparison = compare(packs.sweep_dir(a), packs.sweep_dir(b), warn=None)
+    text = to_markdown(comparison, Path(a), Path(b))
+    return text.split("\n", 2)[2] + "\n"  # without its heading: the doc has its own
+
+
+KINDS = {"provenance": provenance, "table": table, "energy": energy, "across": across, "compare": compared}
 
 
 def derive(spec: str, packs: Packs) -> str:
