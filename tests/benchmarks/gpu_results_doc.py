@@ -20,8 +20,9 @@ KIND:
 - `table name=NAME [reference=REF] [columns="a;b"] [where=COLUMN]`: the analysis' table NAME
   (report/tables/NAME.md), the rows of every sweep named one after another, the columns given (default:
   all), the rows with COLUMN not empty (default: all).
-- `across LABEL@SWEEP ... [unpaired=1]`: each compiled cell's speedup in several sweeps of the same cells,
-  a column per LABEL (its sweeps read together), the centres' distance where there are two.
+- `across LABEL@SWEEP ... [unpaired=1] [rows_of=LABEL] [geomean=1]`: each compiled cell's speedup in
+  several sweeps of the same cells, a column per LABEL (its sweeps read together), the centres'
+  distance where there are two.
 - `compare A B`: `compilebench compare A B`'s tables and lines.
 - `energy`: per compiled cell with an eager baseline, its and the eager cell's J/step, the speedup, the
   energy ratio, compile kJ, break-even, how repeats=auto stopped, and what its verdict cost.
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import os
 import re
 import shlex
@@ -202,11 +204,12 @@ def _ratio(cell: pd.Series, prefix: str) -> str:
     return f"{cell[prefix]:.3f}x [{cell[f'{prefix}_low']:.3f}, {cell[f'{prefix}_high']:.3f}]"
 
 
-def across(packs: Packs, runs: list[str], unpaired: str = "") -> str:
+def across(packs: Packs, runs: list[str], unpaired: str = "", rows_of: str = "", geomean: str = "") -> str:
     """Each compiled cell's speedup in several sweeps of the same cells, `LABEL@SWEEP` each (sweeps
     with one label are read together): a column per label, the centres' distance where there are
-    two labels (larger over smaller, - 1), and with `unpaired=1` the speedups against the separate
-    eager cell too."""
+    two labels (larger over smaller, - 1), with `unpaired=1` the speedups against the separate
+    eager cell too, with `rows_of=LABEL` only the cells that LABEL's sweeps have, with `geomean=1` a
+    last row: each column's geometric mean over the cells it has."""
     labels: dict[str, list[str]] = {}
     for run in runs:
         label, _, sweep = run.partition("@")
@@ -224,7 +227,16 @@ def across(packs: Packs, runs: list[str], unpaired: str = "") -> str:
                 centres.setdefault(name, {})[label] = cell["speedup"]
                 if unpaired:
                     row[f"{label} unpaired [95% CI]"] = _ratio(cell, "unpaired_speedup")
+    if rows_of:
+        rows = {name: row for name, row in rows.items() if rows_of in centres[name]}
     columns = ["cell", *(f"{label} [95% CI]" for label in labels)]
+    if geomean:
+        means = {}
+        for label in labels:
+            values = [centres[name][label] for name in rows if label in centres[name]]
+            means[f"{label} [95% CI]"] = (
+                f"{math.exp(sum(map(math.log, values)) / len(values)):.3f}x ({len(values)})"
+            )
     if len(labels) == 2:
         columns.append("centres apart")
         for name, row in rows.items():
@@ -232,7 +244,8 @@ def across(packs: Packs, runs: list[str], unpaired: str = "") -> str:
             row["centres apart"] = f"{max(both) / min(both) - 1:.1%}" if len(both) == 2 else ""
     if unpaired:
         columns += [f"{label} unpaired [95% CI]" for label in labels]
-    return render_markdown(list(rows.values()), columns) + "\n"
+    table = list(rows.values()) + ([{"cell": "geometric mean (cells)", **means}] if geomean else [])
+    return render_markdown(table, columns) + "\n"
 
 
 def compared(packs: Packs, sweeps: list[str]) -> str:
