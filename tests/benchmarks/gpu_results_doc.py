@@ -23,6 +23,7 @@ KIND:
 - `across LABEL@SWEEP ... [unpaired=1] [rows_of=LABEL] [geomean=1]`: each compiled cell's speedup in
   several sweeps of the same cells, a column per LABEL (its sweeps read together), the centres'
   distance where there are two.
+- `span`: per sweep, its attempts' first start to last end, and the sum.
 - `compare A B`: `compilebench compare A B`'s tables and lines.
 - `energy`: per compiled cell with an eager baseline, its and the eager cell's J/step, the speedup, the
   energy ratio, compile kJ, break-even, how repeats=auto stopped, and what its verdict cost.
@@ -248,6 +249,19 @@ def across(packs: Packs, runs: list[str], unpaired: str = "", rows_of: str = "",
     return render_markdown(table, columns) + "\n"
 
 
+def span(packs: Packs, sweeps: list[str]) -> str:
+    """Per sweep, its attempts' first start to last end (the GPU's wall time, compiles included),
+    and the sum over the sweeps."""
+    rows, total = [], 0.0
+    for sweep in sweeps:
+        attempts = packs.analysis(sweep).data.attempts
+        seconds = (attempts["finished_at"].max() - attempts["started_at"].min()).total_seconds()
+        total += seconds
+        rows.append({"sweep": f"`{sweep}`", "first start to last end": f"{seconds:.0f} s"})
+    rows.append({"sweep": "all", "first start to last end": f"{total / 60:.1f} min"})
+    return render_markdown(rows, list(rows[0])) + "\n"
+
+
 def compared(packs: Packs, sweeps: list[str]) -> str:
     """`compilebench compare A B` of two sweeps (analysis/compare.py), the packs named as A and B."""
     a, b = sweeps
@@ -256,7 +270,14 @@ def compared(packs: Packs, sweeps: list[str]) -> str:
     return text.split("\n", 2)[2] + "\n"  # without its heading: the doc has its own
 
 
-KINDS = {"provenance": provenance, "table": table, "energy": energy, "across": across, "compare": compared}
+KINDS = {
+    "provenance": provenance,
+    "table": table,
+    "energy": energy,
+    "across": across,
+    "compare": compared,
+    "span": span,
+}
 
 
 def derive(spec: str, packs: Packs) -> str:
