@@ -267,15 +267,29 @@ def test_cuda_loop_stops_from_the_reported_steps() -> None:
 
 
 def test_cuda_loop_does_not_run_slow_steps_past_the_rule() -> None:
+    """With steps slow enough to see, the host stops launching once the steps in flight will meet
+    the rule at the mean step so far (`Stopping.in_flight_suffice`): the loop measures exactly the
+    steps the time rule asked for, where a host that only read the rule would have queued
+    HOST_LEAD_STEPS more. `min_seconds` lies half a step past a whole number of steps (the step
+    timed first), so that no rounding of the mean can move the count."""
     device = torch.device("cuda")
 
     def step() -> tuple[torch.Tensor, float]:
-        torch.cuda._sleep(60_000_000)  # tens of milliseconds of GPU time
+        torch.cuda._sleep(60_000_000)  # tens of milliseconds of GPU time, the same every step
         return torch.zeros((), device=device), 0.0
 
+    probe: list[StepRecord] = []
+    run_steps(step, 1, 3, device, probe.append, exactly(3))
+    step_s = statistics.median(r.step_time_ms for r in measured(probe)) / 1e3
+    ruled_steps = 8  # more than the 1 + HOST_LEAD_STEPS steps queued before the rule sees any
+    rule = MeasureConfig(min_seconds=(ruled_steps - 0.5) * step_s, max_steps=None, max_seconds=None)
     records: list[StepRecord] = []
-    assert run_steps(step, 2, 5, device, records.append, exactly(5)) == "steps"
-    assert len(measured(records)) == 5  # not 5 + HOST_LEAD_STEPS
+    reason = run_steps(step, 2, 1, device, records.append, rule)
+    times = [r.step_time_ms / 1e3 for r in measured(records)]
+    ruled = next(n for n in range(1, len(times) + 1) if math.fsum(times[:n]) >= rule.min_seconds)
+    assert reason == "min_seconds", reason
+    assert ruled > 1 + HOST_LEAD_STEPS  # else the host's lead alone could not have run past it
+    assert len(times) == ruled, (ruled, len(times), step_s)
 
 
 # --- 2. gradient accumulation under CUDA-graph replay equals eager ------------------------------
