@@ -15,7 +15,10 @@ import torch
 import torch.nn as nn
 from torch._dynamo import lookup_backend, register_backend
 
-from analysis.rendering.text import fmt_accuracy
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import load_sweep
+from analysis.studies.sweep.table import summary_table
+from tests.analysis_sweeps import write_cell
 from workloads.cell.catalog import dynamo_backend_names
 from workloads.cell.config import cell_config_from_dict
 from workloads.cell.precision import PRECISIONS
@@ -258,12 +261,27 @@ def test_a_tensor_passes_within_the_tolerance_or_a_multiple_of_eagers_own_error(
     assert without_fp64["w.grad"].limit == 1e-3 and without_fp64["b.grad"].limit == 6e-3
 
 
-def test_the_table_names_the_worst_tensor_of_a_failed_check() -> None:
-    failed = fmt_accuracy(ACCURACY_FAIL, 1.0, 2e-7, "transformer.h.1.mlp.c_fc.weight.grad", 1e-3)
-    assert failed == "fail_accuracy (transformer.h.1.mlp.c_fc.weight.grad 1.00 > 0.001; eager 2e-07)"
-    assert fmt_accuracy(ACCURACY_PASS, 2.3e-7, 0.0, "loss", 1e-3) == "pass (2.3e-07; eager 0)"
-    assert (
-        fmt_accuracy(ACCURACY_PASS, 2.3e-7, 0.0, "loss", 1e-3, full=True)
-        == "pass (loss 2.3e-07 ≤ 0.001; eager 0)"
+def test_the_tables_name_the_worst_tensor_of_a_failed_check(tmp_path: Path) -> None:
+    """The compact table names the tensor on a fail, the full one (`analyze --full`) always, with its
+    error and limit; a cell of a sweep before the per-tensor check shows its loss difference alone."""
+    grad = "transformer.h.1.mlp.c_fc.weight.grad"
+    write_cell(tmp_path, "e", "eager", step_ms=[10.0])
+    for cell, result, worst, diff in [("ok", "pass", "loss", 2.3e-7), ("bad", "fail_accuracy", grad, 1.0)]:
+        write_cell(
+            tmp_path, cell, "inductor" if cell == "ok" else "aot_eager", step_ms=[8.0], accuracy=result,
+            accuracy_worst_tensor=worst, accuracy_rel_diff=diff, accuracy_noise_floor=2e-7,
+            accuracy_tolerance=1e-3, accuracy_reference="fp64",
+        )  # fmt: skip
+    write_cell(tmp_path, "old", "cudagraphs", step_ms=[8.0], accuracy="fail_accuracy", accuracy_rel_diff=0.5,
+               accuracy_noise_floor=0.0)  # fmt: skip
+    table = summary_table(cell_metrics(load_sweep(tmp_path)))
+    full = dict(zip(table.data["cell_id"], table.text["accuracy"]))
+    compact = dict(zip(table.data["cell_id"], table.compact.text["accuracy"]))
+    assert full["bad"] == f"fail_accuracy ({grad} 1.00 > 0.001; eager 2e-07)"
+    assert full["ok"] == "pass (loss 2.3e-07 ≤ 0.001; eager 2e-07)"
+    assert full["old"] == "fail_accuracy (0.5; eager 0)" and full["e"] == ""
+    assert (compact["bad"], compact["ok"], compact["old"]) == (
+        f"fail_accuracy ({grad})",
+        "pass",
+        "fail_accuracy",
     )
-    assert fmt_accuracy(ACCURACY_FAIL, 0.5, 0.0, None, None) == "fail_accuracy (0.5; eager 0)"  # older sweeps
