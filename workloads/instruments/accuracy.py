@@ -7,10 +7,11 @@ Runs (workloads/instruments/accuracy_runs.py records them): an fp64 copy of the 
 where it fits on the device (the reference), eager twice (under `torch.compiler.set_stance(
 "force_eager")`), then compiled; the same inputs, starting state and RNG seed for each. Each run
 records its CHECK_STEPS losses, its first step's gradients and its parameters and buffers after the
-last step. A tensor's error is its relative L2 distance from the reference's (fp64, else eager's
-first run); it passes when that is at most max(the precision's tolerance, multiplier x eager's
-own error), eager's own being the larger of eager's distance from fp64 and its rerun's from itself
-(nondeterministic kernels). The tolerance is the harness's for training
+last step. A tensor's error against the reference (fp64, else eager's first run) is the losses'
+relative L2 distance and every other tensor's 1 - cos (accuracy_runs.by_direction); it passes when
+that is at most max(the precision's tolerance, multiplier x eager's own error), eager's own being
+the larger of eager's error against fp64 and its rerun's against itself (nondeterministic
+kernels). The tolerance is the harness's for training
 (`Precision.accuracy_tolerance`: 1e-3 in fp32 and TF32, 1e-2 under bf16 or fp16 autocast), the
 multiplier `same`'s (2, 3 in half precision). `fail_accuracy` where any tensor fails; the row names
 the worst tensor (the largest error against its limit), its error, eager's and the limit.
