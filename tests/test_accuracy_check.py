@@ -199,8 +199,8 @@ def test_a_gradient_bug_of_the_compiled_side_fails_and_names_the_gradient(
 def test_where_the_fp64_copy_does_not_fit_eager_is_the_reference(
     tiny_config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An out-of-memory error while the fp64 copy is made leaves eager's first run as the reference;
-    a gradient bug still fails against it."""
+    """An out-of-memory error while the fp64 copy is made (a cell that fills its GPU) leaves eager's
+    first run as the reference; a gradient bug still fails against it."""
 
     def out_of_memory(*args: object) -> None:
         raise torch.OutOfMemoryError("CUDA out of memory (as a cell that fills its GPU meets it)")

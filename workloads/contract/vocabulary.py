@@ -195,7 +195,7 @@ COMPILED_SIDE, EAGER_SIDE = "compiled", "eager"
 #: tensor within its limit, one beyond it, or the check itself failed; null: not checked.
 ACCURACY_PASS, ACCURACY_FAIL, ACCURACY_ERROR = "pass", "fail_accuracy", "error"
 #: What the check measured errors against (run.parquet `accuracy_reference`): an fp64 copy of the
-#: model, or eager's own run where that did not fit the device (or fp8, whose layers are not fp64's).
+#: model, or eager's own run where that could not be made or run (out of memory) and for fp8.
 ACCURACY_FP64, ACCURACY_EAGER = "fp64", "eager"
 
 

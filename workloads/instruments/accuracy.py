@@ -237,13 +237,15 @@ class AccuracyCheck(Instrument):
             return record_run(step, trained_module(step), CHECK_STEPS)
 
     def _fp64_run(self, step: TrainStep, batches: list[Any]) -> Record | None:
-        """The fp64 reference run from the state as it is now; None where it does not fit the device."""
+        """The fp64 reference run from the state as it is now; None where it cannot be made or run: it
+        does not fit the device, or a custom model's own code mixes in other dtypes (as the harness,
+        which then judges against eager alone)."""
         torch.manual_seed(self.seed)
         try:
             reference = fp64_step(step, trained_module(step), batches)
             with torch.compiler.set_stance("force_eager"):
                 return record_run(reference, reference.model.module, CHECK_STEPS)
-        except torch.OutOfMemoryError:
+        except Exception:  # the check goes on against eager: accuracy_reference says so
             return None
         finally:
             reference = None  # its weights and optimizer state leave the device before the next runs
