@@ -988,6 +988,27 @@ def test_compiled_cells_pass_the_accuracy_check(backend: dict, tmp_path: Path) -
     assert run["accuracy_noise_floor"] < PRECISIONS["bf16"].accuracy_tolerance
 
 
+def test_a_gpt2_bf16_inductor_cell_passes_the_accuracy_check_tensor_by_tensor(tmp_path: Path) -> None:
+    """GPT-2 124M in bf16 under inductor: every loss, gradient and updated parameter within its limit
+    against an fp64 copy of the model (it fits beside the cell), the worst tensor named with its limit:
+    bf16's tolerance or 3x eager's own error against fp64."""
+    from workloads.run import run_cell
+
+    config = gpu_config(size="small", precision={"name": "bf16"}, backend={"name": "inductor"}, steps=3)
+    status = run_cell(cell_config_from_dict(config), tmp_path / "cell")
+    run = pq.read_table(tmp_path / "cell" / "run.parquet").to_pylist()[-1]
+    print(
+        f"gpt small bf16 inductor: {run['accuracy']}, worst {run['accuracy_worst_tensor']} "
+        f"{run['accuracy_rel_diff']:.3g} (limit {run['accuracy_tolerance']:.3g}, eager's own "
+        f"{run['accuracy_noise_floor']:.3g}) against {run['accuracy_reference']}, {run['accuracy_s']:.1f} s"
+    )
+    assert status == "completed", run["error"]
+    assert run["accuracy"] == "pass", (run["accuracy_worst_tensor"], run["accuracy_error"])
+    assert run["accuracy_reference"] == "fp64" and run["accuracy_worst_tensor"]
+    limit = max(PRECISIONS["bf16"].accuracy_tolerance, 3 * run["accuracy_noise_floor"])
+    assert run["accuracy_tolerance"] == limit and 0 < run["accuracy_rel_diff"] <= limit
+
+
 # --- precision=fp8: torchao's float8 training (workloads/cell/fp8.py) -----------------------------
 
 needs_fp8 = pytest.mark.skipif(

@@ -40,6 +40,11 @@ from workloads.contract.vocabulary import (
     names,
 )
 
+#: The accuracy check's result, its worst tensor's error and eager's own, the tensor and its limit (the
+#: last two null in sweeps before the per-tensor check), as `fmt_accuracy` takes them.
+ACCURACY_COLUMNS = (
+    "accuracy", "accuracy_rel_diff", "accuracy_noise_floor", "accuracy_worst_tensor", "accuracy_tolerance"
+)  # fmt: skip
 #: What names a cell in tables and plots, besides its id: every axis.
 AXES = names()
 METRIC_COLUMNS = [
@@ -50,7 +55,7 @@ METRIC_COLUMNS = [
     "baseline_cell_id", "compile_time_s", "compile_cache_hits", *BREAK_EVEN_COLUMNS, "first_step_ms",
     "peak_mem_bytes", "peak_mem_ratio",
     "graph_count", "graph_break_count", "recompile_count",
-    "accuracy", "accuracy_rel_diff", "accuracy_noise_floor", "data_wait_share", "items_per_step",
+    *ACCURACY_COLUMNS, "data_wait_share", "items_per_step",
     "scaling_baseline_cell_id", "scaling_speedup", "scaling_speedup_low", "scaling_speedup_high",
     "scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high", "ddp_graph_splits",
     "rank_imbalance", *ENERGY_COLUMNS, *COST_COLUMNS,
@@ -191,7 +196,7 @@ def _accuracy(cells: pd.DataFrame, replicates: pd.DataFrame) -> None:
     checked = replicates[(replicates["status"] == COMPLETED) & replicates["accuracy"].notna()]
     ranked = checked.assign(rank=checked["accuracy"].map(_ACCURACY_ORDER))
     worst = ranked.sort_values(["rank", "accuracy_rel_diff"]).groupby("cell_id").tail(1).set_index("cell_id")
-    for column in ("accuracy", "accuracy_rel_diff", "accuracy_noise_floor"):
+    for column in ACCURACY_COLUMNS:
         cells[column] = cells["cell_id"].map(worst[column])
 
 

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workloads.contract.vocabulary import ACCURACY_FAIL
+
 
 @dataclass
 class Table:
@@ -51,12 +53,19 @@ def fmt_percent(fraction: Any, digits: int = 1) -> str:
     return "" if is_null(fraction) else f"{100 * float(fraction):.{digits}f}%"
 
 
-def fmt_accuracy(result: Any, diff: Any, floor: Any) -> str:
-    """`pass (2.3e-07; eager 0)`: an accuracy check's result, the compiled losses' largest relative
-    difference from eager's and eager's from itself; the result alone where the check failed to run."""
+def fmt_accuracy(
+    result: Any, diff: Any, floor: Any, worst: Any = None, limit: Any = None, full: bool = False
+) -> str:
+    """`pass (2.3e-07; eager 0)`: an accuracy check's result, its worst tensor's error and eager's own;
+    on a fail (and with `full`) the tensor and its limit, `fail_accuracy (h.1.ln_1.weight.grad 1.00 >
+    0.001; eager 2e-07)`; the result alone where the check failed to run. Sweeps before the per-tensor
+    check have no tensor: their difference is the losses'."""
     if is_null(result) or is_null(diff):
         return "" if is_null(result) else str(result)
-    return f"{result} ({fmt_number(diff)}; eager {fmt_number(floor)})"
+    if is_null(worst) or not (full or result == ACCURACY_FAIL):
+        return f"{result} ({fmt_number(diff)}; eager {fmt_number(floor)})"
+    relation = "≤" if float(diff) <= float(limit) else ">"
+    return f"{result} ({worst} {fmt_number(diff)} {relation} {fmt_number(limit)}; eager {fmt_number(floor)})"
 
 
 def fmt_count(value: Any) -> str:

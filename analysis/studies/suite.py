@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.cells.metrics import ACCURACY_COLUMNS
 from analysis.reading.axes import axis_text, backend_labels
 from analysis.rendering.text import Table, fmt_accuracy, fmt_number, fmt_percent, fmt_speedup, is_null
 from analysis.statistics.bootstrap import geometric_mean
@@ -114,7 +115,7 @@ def _accuracy_outcome(cell: pd.Series, early_diff: float) -> tuple[str, str]:
             return FAILS_ACCURACY, f"{why} (no accuracy check)"
         return PASSED, ""
     if cell["accuracy"] == vocabulary.ACCURACY_FAIL:
-        result = fmt_accuracy(cell["accuracy"], cell["accuracy_rel_diff"], cell["accuracy_noise_floor"])
+        result = fmt_accuracy(*(cell[column] for column in ACCURACY_COLUMNS))
         return FAILS_ACCURACY, f"accuracy check: {result}"
     return PASSED, ""
 

@@ -204,9 +204,14 @@ RUN_SCHEMA = pa.schema(
         ("peak_mem_bytes", pa.int64()),  # the largest of the ranks'; CUDA: a paired cell's compiled side's
         ("eager_peak_mem_bytes", pa.int64()),  # a paired cell's eager side's, CUDA; null: unpaired, CPU
         ("accuracy", pa.string()),  # compiled cells' accuracy check: pass | fail_accuracy | error; null: none
-        ("accuracy_rel_diff", pa.float64()),  # largest relative loss difference, compiled vs eager
-        ("accuracy_noise_floor", pa.float64()),  # ... eager vs eager on the same batches and state
-        ("accuracy_tolerance", pa.float64()),  # the largest rel diff that passes (tolerance or noise floor)
+        (
+            "accuracy_worst_tensor",
+            pa.string(),
+        ),  # the tensor nearest its limit, e.g. `h.1.mlp.c_fc.weight.grad`
+        ("accuracy_rel_diff", pa.float64()),  # its relative L2 error, compiled vs the reference
+        ("accuracy_noise_floor", pa.float64()),  # ... eager's own (vs fp64, or its rerun vs itself)
+        ("accuracy_tolerance", pa.float64()),  # its limit: max(tolerance, multiplier x noise floor)
+        ("accuracy_reference", pa.string()),  # fp64 | eager: what errors were measured against
         ("accuracy_s", pa.float64()),  # seconds the check took (after measuring: in no other column)
         ("accuracy_error", pa.string()),  # why the check itself failed, where accuracy is error
         ("ddp_graph_splits", pa.int64()),  # extra graphs from DDPOptimizer's cuts at gradient buckets

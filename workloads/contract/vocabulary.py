@@ -191,9 +191,12 @@ AUTO_REPEATS = "auto"
 #: The two sides of a paired cell's steps (steps.parquet `side`): its compiled steps, and its own
 #: eager baseline measured in the same process (workloads/cell/paired.py); null in unpaired cells.
 COMPILED_SIDE, EAGER_SIDE = "compiled", "eager"
-#: A compiled cell's accuracy check (run.parquet `accuracy`, workloads/instruments/accuracy.py): its
-#: losses within the limit of eager's, beyond it, or the check itself failed; null: not checked.
+#: A compiled cell's accuracy check (run.parquet `accuracy`, workloads/instruments/accuracy.py): every
+#: tensor within its limit, one beyond it, or the check itself failed; null: not checked.
 ACCURACY_PASS, ACCURACY_FAIL, ACCURACY_ERROR = "pass", "fail_accuracy", "error"
+#: What the check measured errors against (run.parquet `accuracy_reference`): an fp64 copy of the
+#: model, or eager's own run where that could not be made or run (out of memory) and for fp8.
+ACCURACY_FP64, ACCURACY_EAGER = "fp64", "eager"
 
 
 # States. An attempt of a cell ends in one of STATUSES (run.parquet's `status`); `not_compiled`:

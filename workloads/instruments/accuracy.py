@@ -1,20 +1,20 @@
 """The accuracy check: after measuring, a compiled cell trains a few steps compiled against eager on
-the same batches, weights and optimizer state, with eager against eager as the noise floor.
+the same batches, weights and optimizer state, and each tensor of the step is judged against eager's
+own error, as PyTorch's harness does (benchmarks/dynamo/common.py `check_accuracy`, torch/_dynamo/
+utils.py `same`).
 
-As PyTorch's harness (benchmarks/dynamo/common.py `check_accuracy`): the same inputs and starting
-state for every run, two eager runs (under `torch.compiler.set_stance("force_eager")`) that must
-agree before a compiled run is judged, the RNG reseeded before each; `pass` or `fail_accuracy`. The
-loss of each of CHECK_STEPS full training steps (forward, backward, optimizer step) is compared:
-the first shows the forward, the later ones the updates that the gradients made.
-
-The pass rule: the compiled losses' largest relative difference from eager's may be at most
-max(the precision's tolerance, multiplier x the noise floor). The tolerance is the harness's for
-training (`Precision.accuracy_tolerance`: 1e-3 in fp32 and TF32, 1e-2 under bf16 or fp16 autocast);
-the multiplier its allowance for a result's error against eager's own (torch/_dynamo/utils.py
-`same`: 2, 3 in half precision). Where eager is not deterministic (CUDA's atomic adds in some
-backward kernels), the floor says how far eager moves by itself, and a compiled run may move a few
-times as far. The harness measures eager's own error against an fp64 copy of the model; a second
-copy of the weights is what a cell that fills its GPU cannot afford, so the floor is eager's rerun.
+Runs (workloads/instruments/accuracy_runs.py records them): an fp64 copy of the model and optimizer
+where it fits on the device (the reference), eager twice (under `torch.compiler.set_stance(
+"force_eager")`), then compiled; the same inputs, starting state and RNG seed for each. Each run
+records its CHECK_STEPS losses, its first step's gradients and its parameters and buffers after the
+last step. A tensor's error against the reference (fp64, else eager's first run) is the losses'
+relative L2 distance and every other tensor's 1 - cos (accuracy_runs.by_direction); it passes when
+that is at most max(the precision's tolerance, multiplier x eager's own error), eager's own being
+the larger of eager's error against fp64 and its rerun's against itself (nondeterministic
+kernels). The tolerance is the harness's for training
+(`Precision.accuracy_tolerance`: 1e-3 in fp32 and TF32, 1e-2 under bf16 or fp16 autocast), the
+multiplier `same`'s (2, 3 in half precision). `fail_accuracy` where any tensor fails; the row names
+the worst tensor (the largest error against its limit), its error, eager's and the limit.
 
 Dropout is switched off for the check (`dropout_off`), where the model has any: a dropout mask
 drawn by inductor is not eager's, so compiled and eager would differ by construction. That
@@ -35,6 +35,7 @@ import contextlib
 import math
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -44,7 +45,14 @@ from workloads.cell.catalog import NON_DYNAMO_BACKENDS
 from workloads.cell.config import CellConfig
 from workloads.cell.precision import PRECISIONS
 from workloads.cell.train import PreparedCell, TrainStep
-from workloads.contract.vocabulary import ACCURACY_ERROR, ACCURACY_FAIL, ACCURACY_PASS
+from workloads.contract.vocabulary import (
+    ACCURACY_EAGER,
+    ACCURACY_ERROR,
+    ACCURACY_FAIL,
+    ACCURACY_FP64,
+    ACCURACY_PASS,
+)
+from workloads.instruments.accuracy_runs import Record, fp64_step, record_run, tensor_errors, trained_module
 from workloads.instruments.base import Instrument
 
 #: torch's dropout modules, by their public names (not their private base class).
@@ -59,12 +67,40 @@ def noise_multiplier(autocast_dtype: str | None) -> float:
     return 3.0 if autocast_dtype is not None else 2.0
 
 
-def max_rel_diff(values: list[float], reference: list[float]) -> float:
-    """The largest |value - reference| / |reference| over the steps; NaN where any side is NaN."""
-    diffs = [
-        abs(a - b) / abs(b) if b != 0 else (0.0 if a == b else math.inf) for a, b in zip(values, reference)
-    ]
-    return math.nan if any(math.isnan(d) for d in diffs) else max(diffs)
+@dataclass(frozen=True)
+class TensorResult:
+    """One tensor's judgement: the compiled run's error, eager's own and the largest that passes."""
+
+    name: str
+    error: float
+    floor: float
+    limit: float
+
+    @property
+    def passed(self) -> bool:
+        return self.error <= self.limit  # False for NaN
+
+    @property
+    def badness(self) -> tuple[bool, float]:
+        """Sorts the worst last: failing first, then by error over limit (NaN worst of all)."""
+        ratio = math.inf if math.isnan(self.error) else self.error / self.limit
+        return (not self.passed, ratio)
+
+
+def judge(
+    compiled: dict[str, float],
+    eager_rerun: dict[str, float],
+    eager_vs_fp64: dict[str, float] | None,
+    tolerance: float,
+    multiplier: float,
+) -> list[TensorResult]:
+    """Each tensor's result from its errors: the compiled run's against the reference, eager's rerun
+    against eager, and (with an fp64 reference) eager's against it."""
+    results = []
+    for name, error in compiled.items():
+        floor = max(eager_rerun[name], eager_vs_fp64[name] if eager_vs_fp64 is not None else 0.0)
+        results.append(TensorResult(name, error, floor, max(tolerance, multiplier * floor)))
+    return results
 
 
 @contextlib.contextmanager
@@ -125,14 +161,16 @@ def _host_copy(t: torch.Tensor) -> torch.Tensor:
 
 
 class AccuracyCheck(Instrument):
-    """After a compiled cell finished: `accuracy` (pass | fail_accuracy | error), the compiled losses'
-    largest relative difference from eager's, eager's from itself, the limit and the check's time."""
+    """After a compiled cell finished: `accuracy` (pass | fail_accuracy | error), the worst tensor with
+    its error, eager's own error and its limit, the reference (fp64 or eager) and the check's time."""
 
     def __init__(self, cfg: CellConfig):
         self.seed = cfg.seed
         precision = PRECISIONS[cfg.precision.name]
         self.tolerance = precision.accuracy_tolerance
         self.multiplier = noise_multiplier(precision.autocast_dtype)
+        # fp8's Linear layers compute in fp8 by design: an fp64 copy would not be the same model.
+        self.fp64_reference = not precision.float8_linears
         self.cell: PreparedCell | None = None
 
     @classmethod
@@ -157,36 +195,59 @@ class AccuracyCheck(Instrument):
 
     def _check(self) -> dict[str, Any]:
         assert self.cell is not None
-        step = self.cell.step
+        step, device = self.cell.step, self.cell.device
         stream = step.batches
         batches = [next(stream) for _ in range(CHECK_STEPS * step.grad_accum)]
         state = TrainingState(step)
-        devices = [self.cell.device] if self.cell.device.type == "cuda" else []
+        devices = [device] if device.type == "cuda" else []
         try:
             with dropout_off(step.model.module), torch.random.fork_rng(devices=devices):
-                eager = self._losses(step, state, batches, eager=True)
-                rerun = self._losses(step, state, batches, eager=True)
-                compiled = self._losses(step, state, batches, eager=False)
+                fp64 = self._fp64_run(step, batches) if self.fp64_reference else None
+                eager = self._run(step, state, batches, eager=True)
+                rerun = self._run(step, state, batches, eager=True)
+                compiled = self._run(step, state, batches, eager=False)
         finally:
             step.batches = stream
             state.restore()
-        floor = max_rel_diff(rerun, eager)
-        diff = max_rel_diff(compiled, eager)
-        limit = max(self.tolerance, self.multiplier * floor)
+        reference = fp64 if fp64 is not None else eager
+        results = judge(
+            tensor_errors(compiled, reference, device),
+            tensor_errors(rerun, eager, device),
+            tensor_errors(eager, fp64, device) if fp64 is not None else None,
+            self.tolerance,
+            self.multiplier,
+        )
+        worst = max(results, key=lambda r: r.badness)
         return {
-            "accuracy": ACCURACY_PASS if diff <= limit else ACCURACY_FAIL,
-            "accuracy_rel_diff": diff,
-            "accuracy_noise_floor": floor,
-            "accuracy_tolerance": limit,
+            "accuracy": ACCURACY_PASS if all(r.passed for r in results) else ACCURACY_FAIL,
+            "accuracy_worst_tensor": worst.name,
+            "accuracy_rel_diff": worst.error,
+            "accuracy_noise_floor": worst.floor,
+            "accuracy_tolerance": worst.limit,
+            "accuracy_reference": ACCURACY_FP64 if fp64 is not None else ACCURACY_EAGER,
         }
 
-    def _losses(
-        self, step: TrainStep, state: TrainingState, batches: list[Any], *, eager: bool
-    ) -> list[float]:
+    def _run(self, step: TrainStep, state: TrainingState, batches: list[Any], *, eager: bool) -> Record:
         """CHECK_STEPS steps from the saved state on `batches`, the RNG at the cell's seed."""
         state.restore()
         torch.manual_seed(self.seed)
         step.batches = iter(batches)
         stance = torch.compiler.set_stance("force_eager") if eager else contextlib.nullcontext()
         with stance:
-            return [step()[0].item() for _ in range(CHECK_STEPS)]
+            return record_run(step, trained_module(step), CHECK_STEPS)
+
+    def _fp64_run(self, step: TrainStep, batches: list[Any]) -> Record | None:
+        """The fp64 reference run from the state as it is now; None where it cannot be made or run: it
+        does not fit the device, or a custom model's own code mixes in other dtypes (as the harness,
+        which then judges against eager alone)."""
+        torch.manual_seed(self.seed)
+        try:
+            reference = fp64_step(step, trained_module(step), batches)
+            with torch.compiler.set_stance("force_eager"):
+                return record_run(reference, reference.model.module, CHECK_STEPS)
+        except Exception:  # the check goes on against eager: accuracy_reference says so
+            return None
+        finally:
+            reference = None  # its weights and optimizer state leave the device before the next runs
+            if self.cell is not None and self.cell.device.type == "cuda":
+                torch.cuda.empty_cache()

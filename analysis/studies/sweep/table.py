@@ -14,7 +14,7 @@ import pandas as pd
 from analysis.cells.busy import LAUNCH_BOUND, bound_texts, busy_texts
 from analysis.cells.cost import NOTE as COST_NOTE
 from analysis.cells.cost import cost_texts
-from analysis.cells.metrics import cell_metrics
+from analysis.cells.metrics import ACCURACY_COLUMNS, cell_metrics
 from analysis.reading.axes import axis_text, backend_labels, cell_labels, varying_axes
 from analysis.reading.collect import SweepData, read_cell
 from analysis.rendering.text import (
@@ -30,6 +30,7 @@ from analysis.rendering.text import (
 )
 from analysis.statistics.verdicts import DATA_BOUND, EQUIVALENCE, decisive_speedup, verdict_reasons
 from workloads.contract.vocabulary import (
+    ACCURACY_FAIL,
     AXIS,
     COMPLETED,
     HARDWARE,
@@ -124,8 +125,8 @@ def summary_table(
         "graphs": metrics["graph_count"].map(fmt_count),
         "breaks": metrics["graph_break_count"].map(fmt_count),
         "recompiles": metrics["recompile_count"].map(fmt_count),
-        "accuracy": [fmt_accuracy(*v) for v in zip(metrics["accuracy"], metrics["accuracy_rel_diff"],
-                                                     metrics["accuracy_noise_floor"])],
+        "accuracy": [fmt_accuracy(*values, full=True) for values in
+                     zip(*(metrics[column] for column in ACCURACY_COLUMNS))],
         "data wait": metrics["data_wait_share"].map(fmt_percent),
         "GPU busy": busy_texts(metrics),
         "bound": bound_texts(metrics),
@@ -151,7 +152,8 @@ def summary_table(
         f"lies {margin}, else undecided; from the e2e interval for data-bound cells (more than "
         f"{fmt_percent(data_bound, digits=0)} of step time waiting for data) and against data-bound eager "
         "cells. Accuracy: a few training steps compiled against eager on the same batches and state, dropout "
-        "off: pass or fail_accuracy (the largest relative loss difference; eager against itself). Data wait: "
+        "off: pass or fail_accuracy, each loss, gradient and updated parameter against an fp64 copy where it "
+        "fits (the worst tensor, its relative L2 error and limit; eager's own error). Data wait: "
         "share of step time spent waiting for batches. GPU busy: share of a short profiled window after "
         "measuring that the GPU worked (median over runs; a paired cell's eager side in parentheses); "
         f"launch-bound where it idled more than {fmt_percent(launch_bound, digits=0)} of it and the cell "
@@ -185,7 +187,8 @@ def compact_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE) -> Ta
         "verdict": verdicts,
         "compile s": metrics["compile_time_s"].map(fmt_number),
         "break-even steps": _cold_warm(metrics, "break_even_steps", whole=True),
-        "accuracy": metrics["accuracy"].map(lambda value: "" if is_null(value) else str(value)),
+        "accuracy": [_accuracy_result(result, worst) for result, worst in
+                     zip(metrics["accuracy"], metrics["accuracy_worst_tensor"])],
         "why": [short_error(e, COMPACT_ERROR_WIDTH) if s != COMPLETED else bound for s, e, bound in
                 zip(metrics["status"], metrics["error"], bound_texts(metrics, host_speed=False))],
     })  # fmt: skip
@@ -196,6 +199,13 @@ def compact_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE) -> Ta
         f"undecided. {FULL_TABLE}"
     )
     return Table(SUMMARY, "Cells", metrics, text[used], note)
+
+
+def _accuracy_result(result: object, worst: object) -> str:
+    """The compact table's accuracy: the result, and on a fail the tensor that failed worst."""
+    if is_null(result):
+        return ""
+    return f"{result} ({worst})" if result == ACCURACY_FAIL and not is_null(worst) else str(result)
 
 
 def method_texts(metrics: pd.DataFrame) -> list[str]:
