@@ -61,13 +61,14 @@ def analyze(
     """Read the sweep and build every study's tables (analysis/studies/registry.py), with
     `reference` ("seminar", "fp8_triton") those judging its claims too.
     `equivalence`: the margin of practical equivalence of the verdicts (0: none; None: the margin the
-    sweep's repeats=auto cells were decided with, analysis/studies/auto_repeats.py, else 0);
+    sweep's repeats=auto cells were decided with, analysis/studies/auto_repeats.py, else EQUIVALENCE);
     `data_bound`: the share of step time waiting for data above which a cell's verdict rests on
     end-to-end throughput; `launch_bound`: the GPU's idle share above which a cell is launch-bound."""
     sweep_dir = Path(sweep_dir)
     data = load_sweep(sweep_dir, warn)
     if equivalence is None:
-        equivalence = recorded_equivalence(sweep_dir, data.cells["cell_id"]) or EQUIVALENCE
+        recorded = recorded_equivalence(sweep_dir, data.cells["cell_id"])
+        equivalence = EQUIVALENCE if recorded is None else recorded
     metrics = cell_metrics(data, equivalence=equivalence, data_bound=data_bound, launch_bound=launch_bound)
     analysis = Analysis(
         sweep_dir, data, metrics, equivalence, data_bound, launch_bound, reference, studies_for(reference)

@@ -205,7 +205,8 @@ def test_spread_and_medians_match_numpy() -> None:
         else:
             assert np.isnan(spread[i])
         if reps:
-            assert medians[i] == pytest.approx(np.median(replicate_medians))
+            # One run: its median; more: the geometric mean of the medians (the t interval's centre).
+            assert medians[i] == pytest.approx(np.exp(np.log(replicate_medians).mean()))
         else:
             assert np.isnan(medians[i])
     assert list(replicates.replicates) == [4, 1, 0, 2]

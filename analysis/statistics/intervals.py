@@ -3,9 +3,9 @@ more, vectorised over cells.
 
 Each replicate gives one value (its median step, its median pair ratio, its 1 / mean step, its J/step)
 and the replicate is the unit that repeats the experiment. A cell's centre is the geometric mean of
-its replicates' values (`RunLogs.centre`), and its interval the Student-t interval on the log scale,
-exp(mean(log) ± t_{N-1} sd(log) / sqrt(N)) (`t_interval`). Two cells, each with its own replicates
-(a compiled cell against its eager cell), give a ratio with Welch's interval of the difference of
+its replicates' values (bootstrap.py `centre_over_replicates`), and its interval the Student-t
+interval on the log scale, exp(mean(log) ± t_{N-1} sd(log) / sqrt(N)) (`t_interval`). Two cells, each
+with its own replicates (a compiled cell against its eager cell), give a ratio with Welch's interval of the difference of
 their log means, Welch-Satterthwaite degrees of freedom (`welch_interval`). Both take the level per
 cell: repeats=auto spends its error over the rounds (analysis/statistics/decision.py `spent_level`).
 
@@ -104,9 +104,9 @@ class RunLogs:
         count, mean, sd = group_mean_std(samples.cell, logs, len(samples.first))
         return cls(count, mean, sd)
 
-    def centre(self) -> np.ndarray:
-        """Each cell's geometric mean of its replicates' values (NaN for none)."""
-        return np.exp(self.mean)
+    def take(self, index: np.ndarray) -> RunLogs:
+        """These cells' (positions) logs, in that order."""
+        return RunLogs(self.count[index], self.mean[index], self.sd[index])
 
 
 def _t_level(level: np.ndarray | float, df: np.ndarray) -> np.ndarray:
@@ -121,29 +121,26 @@ def _t_level(level: np.ndarray | float, df: np.ndarray) -> np.ndarray:
     return out
 
 
-def t_interval(
-    logs: RunLogs, level: np.ndarray | float = 0.95
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(centre, low, high) per cell: the geometric mean of its replicates' values and the Student-t
-    `level` interval exp(mean ± t_{N-1} sd / sqrt(N)) of the log values; low and high NaN below 2."""
+def t_interval(logs: RunLogs, level: np.ndarray | float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) per cell: the Student-t `level` interval exp(mean ± t_{N-1} sd / sqrt(N)) of its
+    replicates' log values, around their geometric mean (bootstrap.py `centre_over_replicates`);
+    NaN below 2 replicates."""
     half = _t_level(level, logs.count - 1) * logs.sd / np.sqrt(np.maximum(logs.count, 1))
-    return logs.centre(), np.exp(logs.mean - half), np.exp(logs.mean + half)
+    return np.exp(logs.mean - half), np.exp(logs.mean + half)
 
 
 def welch_interval(
     top: RunLogs, bottom: RunLogs, level: np.ndarray | float = 0.95
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(ratio, low, high) per cell of top's centre / bottom's (e.g. the eager cell's median step over
+) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) per cell of the ratio of top's centre to bottom's (e.g. the eager cell's median step over
     the compiled cell's: the speedup) with Welch's `level` interval of the difference of the log
     means, Welch-Satterthwaite degrees of freedom; low and high NaN unless both have 2 or more."""
     with np.errstate(invalid="ignore", divide="ignore"):
         top_var, bottom_var = top.sd**2 / top.count, bottom.sd**2 / bottom.count
         error = np.sqrt(top_var + bottom_var)
-        df = (top_var + bottom_var) ** 2 / (
-            top_var**2 / (top.count - 1) + bottom_var**2 / (bottom.count - 1)
-        )
+        df = (top_var + bottom_var) ** 2 / (top_var**2 / (top.count - 1) + bottom_var**2 / (bottom.count - 1))
     # Both sides without spread (identical runs): no spread to scale, the interval is the point.
     df = np.where(error == 0, np.inf, df)
     half = np.where(error == 0, 0.0, _t_level(level, df) * error)
     difference = top.mean - bottom.mean
-    return np.exp(difference), np.exp(difference - half), np.exp(difference + half)
+    return np.exp(difference - half), np.exp(difference + half)
