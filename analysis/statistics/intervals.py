@@ -96,12 +96,17 @@ class RunLogs:
 
     @classmethod
     def of(cls, samples: ReplicateSamples, values: np.ndarray) -> RunLogs:
-        """From one value per replicate of `samples` (`values[r]` for replicate r; NaN and values <= 0
-        left out), e.g. `samples.replicate_medians()`."""
+        """From one value per replicate of `samples` (`values[r]` for replicate r), e.g.
+        `samples.replicate_medians()`."""
+        return cls.from_values(samples.cell, values, len(samples.first))
+
+    @classmethod
+    def from_values(cls, cell: np.ndarray, values: np.ndarray, cells: int) -> RunLogs:
+        """From one value per replicate and its cell (0..cells-1); NaN and values <= 0 left out."""
         values = np.asarray(values, dtype=float)
         with np.errstate(invalid="ignore", divide="ignore"):
             logs = np.where(values > 0, np.log(values), np.nan)
-        count, mean, sd = group_mean_std(samples.cell, logs, len(samples.first))
+        count, mean, sd = group_mean_std(np.asarray(cell), logs, cells)
         return cls(count, mean, sd)
 
     def take(self, index: np.ndarray) -> RunLogs:
