@@ -14,6 +14,7 @@ from typing import TextIO
 
 from analysis.cells.busy import LAUNCH_BOUND
 from analysis.cells.metrics import cell_metrics
+from analysis.cells.standings import auto_max_repeats
 from analysis.reading.collect import load_sweep
 from analysis.reading.environment import environment_table
 from analysis.rendering.page import Page, html_page, markdown_page
@@ -24,7 +25,7 @@ from analysis.studies.base import Loaded, Study
 from analysis.studies.gemm.table import GEMM_TABLE
 from analysis.studies.registry import studies_for
 from analysis.studies.sweep.table import SUMMARY
-from workloads.contract.sweep_dir import REPORT_DIR, STDERR
+from workloads.contract.sweep_dir import REPORT_DIR, STDERR, cell_dirs
 from workloads.contract.vocabulary import NO_RESULT, UNREADABLE, count_states
 
 TABLES_DIR = "tables"
@@ -69,7 +70,13 @@ def analyze(
     if equivalence is None:
         recorded = recorded_equivalence(sweep_dir, data.cells["cell_id"])
         equivalence = EQUIVALENCE if recorded is None else recorded
-    metrics = cell_metrics(data, equivalence=equivalence, data_bound=data_bound, launch_bound=launch_bound)
+    metrics = cell_metrics(
+        data,
+        equivalence=equivalence,
+        data_bound=data_bound,
+        launch_bound=launch_bound,
+        auto_max_repeats=auto_max_repeats(cell_dirs(sweep_dir)),
+    )
     analysis = Analysis(
         sweep_dir, data, metrics, equivalence, data_bound, launch_bound, reference, studies_for(reference)
     )
