@@ -4,9 +4,10 @@ more, vectorised over cells.
 Each replicate gives one value (its median step, its median pair ratio, its 1 / mean step, its J/step)
 and the replicate is the unit that repeats the experiment. A cell's centre is the geometric mean of
 its replicates' values (bootstrap.py `centre_over_replicates`), and its interval the Student-t
-interval on the log scale, exp(mean(log) ± t_{N-1} sd(log) / sqrt(N)) (`t_interval`). Two cells, each
-with its own replicates (a compiled cell against its eager cell), give a ratio with Welch's interval of the difference of
-their log means, Welch-Satterthwaite degrees of freedom (`welch_interval`). Both take the level per
+interval on the log scale, exp(mean(log) ± t_{N-1} sd(log) / sqrt(N)) (`t_interval`). Two cells,
+each with its own replicates (a compiled cell against its eager cell), give a ratio with Welch's
+interval of the difference of their log means, Welch-Satterthwaite degrees of freedom
+(`welch_interval`). Both take the level per
 cell: repeats=auto spends its error over the rounds (analysis/statistics/decision.py `spent_level`).
 
 Why not the two-level bootstrap (analysis/statistics/bootstrap.py, kept for one run): with N = 2 its

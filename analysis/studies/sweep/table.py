@@ -44,8 +44,12 @@ from workloads.contract.vocabulary import (
 SUMMARY = "summary"
 #: The mark of a paired speedup whose interval is disjoint from the unpaired one's.
 DISAGREES = "≠ unpaired"
-#: The width an error is cut to in the compact per-cell table (the full one has ERROR_WIDTH).
-COMPACT_ERROR_WIDTH = 32
+#: The width an error is cut to in the compact per-cell table (the full one has ERROR_WIDTH): with the
+#: verdict `no difference†` the H100 seminar sweep's compact table is 160 characters wide.
+COMPACT_ERROR_WIDTH = 26
+#: What follows a verdict from one run (its interval within one process): in the full table, and in
+#: the compact one, whose note says what it means.
+ONE_RUN, ONE_RUN_MARK = " (one run)", "†"
 #: Where the full per-cell table is, below the compact one.
 FULL_TABLE = "Every column: `compilebench analyze SWEEP_DIR --full`, and the report."
 
@@ -173,7 +177,7 @@ def compact_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE) -> Ta
     column no cell has a value in is left out."""
     speed, e2e = decisive_speedup(metrics)
     completed = metrics["status"] == COMPLETED
-    verdicts = verdict_texts(metrics, reasons=False).where(completed, metrics["status"])
+    verdicts = verdict_texts(metrics, reasons=False, one_run=ONE_RUN_MARK).where(completed, metrics["status"])
     text = pd.DataFrame({
         "cell": cell_labels(metrics),
         "median ms": metrics["median_step_ms"].map(fmt_number),
@@ -190,7 +194,7 @@ def compact_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE) -> Ta
     note = (
         "Verdict from the speedup's 95% interval (e2e: of end-to-end throughput, for data-bound cells): "
         f"faster or slower where it excludes 1,\nno difference where it lies {_margin(equivalence)}, else "
-        f"undecided. {interval_note(metrics)}\n{FULL_TABLE}"
+        f"undecided. {interval_note(metrics, ONE_RUN_MARK)}\n{FULL_TABLE}"
     )
     return Table(SUMMARY, "Cells", metrics, text[used], note)
 
@@ -212,17 +216,18 @@ def _level(level: object) -> str:
     return f"{100 * float(level):.2f}".rstrip("0").rstrip(".") + "%"
 
 
-def interval_note(metrics: pd.DataFrame) -> str:
+def interval_note(metrics: pd.DataFrame, one_run: str = ONE_RUN) -> str:
     """What the intervals of these cells can and cannot see, for the note under the table: one run's
-    (within one process), two runs' (wide), repeats=auto's (at a spent level); '' for none of these."""
+    (within one process; `one_run` marks its verdicts), two runs' (wide), repeats=auto's (at a spent
+    level); '' for none of these."""
     lines = []
     has = metrics["interval"].notna()
     one = (metrics["interval"] == WITHIN_ONE_PROCESS).any()
     two = (has & (metrics["interval"] != WITHIN_ONE_PROCESS) & (metrics["replicates"] == 2)).any()
     if one:
         lines.append(
-            "(one run): a 95% bootstrap interval within one process (or its eager cell's one run), which "
-            "cannot see how runs differ; run repeats>=3 for one over runs."
+            f"{one_run.strip()}: from one run, a 95% bootstrap interval within one process (or its eager "
+            "cell's one run), which cannot see how runs differ; run repeats>=3 for one over runs."
         )
     if two:
         lines.append(
@@ -285,11 +290,11 @@ def _runs(status: object, replicates: object, spread: object, unstable: object) 
     return " ".join(parts)
 
 
-def verdict_texts(metrics: pd.DataFrame, reasons: bool = True) -> pd.Series:
-    """Each cell's verdict as the per-cell table shows it: `faster`, `faster (one run)` where it rests
-    on an interval within one process (run-to-run spread unseen), `baseline` for the eager cell the
-    others are compared with, and (`reasons`) for a verdict on end-to-end throughput why: `undecided —
-    data-bound (94% waiting for data): end-to-end 1.03x [0.62, 1.71]`."""
+def verdict_texts(metrics: pd.DataFrame, reasons: bool = True, one_run: str = ONE_RUN) -> pd.Series:
+    """Each cell's verdict as the per-cell table shows it: `faster`, `faster (one run)` (`one_run`)
+    where it rests on an interval within one process (run-to-run spread unseen), `baseline` for the
+    eager cell the others are compared with, and (`reasons`) for a verdict on end-to-end throughput
+    why: `undecided — data-bound (94% waiting for data): end-to-end 1.03x [0.62, 1.71]`."""
     reasons = verdict_reasons(metrics) if reasons else [""] * len(metrics)
     texts = []
     for verdict, reason, cell, baseline, interval in zip(
@@ -298,8 +303,8 @@ def verdict_texts(metrics: pd.DataFrame, reasons: bool = True) -> pd.Series:
         if is_null(verdict):
             texts.append("baseline" if cell == baseline else "")
             continue
-        one_run = interval == WITHIN_ONE_PROCESS and verdict != "undecided"
-        text = f"{verdict} (one run)" if one_run else str(verdict)
+        single = interval == WITHIN_ONE_PROCESS and verdict != "undecided"
+        text = f"{verdict}{one_run}" if single else str(verdict)
         texts.append(f"{text} — {reason}" if reason else text)
     return pd.Series(texts, index=metrics.index, dtype=object)
 
