@@ -28,12 +28,13 @@ from analysis.statistics.bootstrap import (
     group_moments,
     group_ratio_of_sums,
     hierarchical_means,
+    percentile_interval,
     ratio_interval,
     stable_hash,
     subset_cells,
 )
 from analysis.statistics.decision import spent_level
-from analysis.statistics.intervals import RunLogs, welch_interval
+from analysis.statistics.intervals import RunLogs, t_interval, welch_interval
 from analysis.statistics.verdicts import DATA_BOUND, E2E_BASIS, EQUIVALENCE, verdicts
 from workloads.contract.vocabulary import (
     ACCURACY_ERROR,
@@ -208,23 +209,61 @@ def _against(cells: pd.DataFrame, reference: np.ndarray) -> tuple[np.ndarray, np
     return has, np.where(has, reference, 0)
 
 
-def median_draws(
-    cells: pd.DataFrame, steps: pd.DataFrame, resamples: int = RESAMPLES, stream: tuple = _MEDIAN
-) -> np.ndarray:
-    """(cells, resamples): two-level bootstrap draws of each completed cell's median step, NaN rows for
-    the others. With the default stream they are the draws behind the tables' speedup intervals (a
-    cell's draws depend only on its own steps and id); another stream draws independently of them."""
+def _median_samples(cells: pd.DataFrame, steps: pd.DataFrame) -> ReplicateSamples:
+    """The measured steps of each completed cell of `cells`, by replicate."""
     code = _cell_codes(steps["cell_id"], cells)
     done = (cells["status"] == COMPLETED).to_numpy()
     keep = (code >= 0) & (steps["phase"] == "measure").to_numpy()
     keep[keep] = done[code[keep]]
-    samples = ReplicateSamples.from_steps(
+    return ReplicateSamples.from_steps(
         code[keep],
         steps[REPEAT].to_numpy(np.int64)[keep],
         steps["step_time_ms"].to_numpy(float)[keep],
         len(cells),
     )
-    return samples.hierarchical_medians(resamples, _generators(cells, np.arange(len(cells)), SEED, stream))
+
+
+def median_intervals(
+    cells: pd.DataFrame, steps: pd.DataFrame, resamples: int = RESAMPLES, stream: tuple = _MEDIAN
+) -> tuple[np.ndarray, np.ndarray]:
+    """95% interval of each completed cell's median step (NaN for the others): the t interval over its
+    runs where it has 2 or more, else the bootstrap of its one run's steps (`stream`: the generators')."""
+    samples = _median_samples(cells, steps)
+    low, high = t_interval(RunLogs.of(samples, samples.replicate_medians()))
+    one = np.flatnonzero(samples.replicates == 1)
+    if len(one):
+        draws = subset_cells(samples, one).hierarchical_medians(
+            resamples, _generators(cells, one, SEED, stream)
+        )
+        low[one], high[one] = percentile_interval(draws)
+    return low, high
+
+
+def median_ratio_intervals(
+    cells: pd.DataFrame,
+    steps: pd.DataFrame,
+    top: np.ndarray,
+    bottom: np.ndarray,
+    resamples: int = RESAMPLES,
+    stream: tuple = _MEDIAN,
+) -> tuple[np.ndarray, np.ndarray]:
+    """95% interval of the median step of the cell at top[i] over that of the cell at bottom[i]
+    (positions in `cells`), as the per-cell table's speedups: Welch's over runs where both have 2 runs or
+    more (`across_runs`), else the ratio of their bootstrap draws, the same draws as the table's."""
+    samples = _median_samples(cells, steps)
+    top, bottom = np.asarray(top, dtype=np.int64), np.asarray(bottom, dtype=np.int64)
+    runs = RunLogs.of(samples, samples.replicate_medians())
+    low, high = welch_interval(runs.take(top), runs.take(bottom))
+    boot = np.flatnonzero(~across_runs(samples.replicates[top], samples.replicates[bottom]))
+    if len(boot):
+        involved = np.unique(np.concatenate([top[boot], bottom[boot]]))
+        rngs = _generators(cells, involved, SEED, stream)
+        draws = subset_cells(samples, involved).hierarchical_medians(resamples, rngs)
+        row = {position: r for r, position in enumerate(involved)}
+        low[boot], high[boot] = ratio_interval(
+            draws[[row[i] for i in top[boot]]], draws[[row[i] for i in bottom[boot]]]
+        )
+    return low, high
 
 
 class _Draws:
@@ -275,7 +314,7 @@ def _ratio_interval(
     itself = has_base & (base == np.arange(n))
     low[itself] = high[itself] = 1.0  # the baseline against itself: exactly 1, no spread
     counts = draws.replicas.replicates
-    across = across_runs(counts, base, has_base & ~itself)
+    across = has_base & ~itself & across_runs(counts, counts[base])
     if across.any():
         runs = draws.runs[kind]
         top, bottom = (runs.take(base), runs) if invert else (runs, runs.take(base))
@@ -288,10 +327,10 @@ def _ratio_interval(
     return low, high
 
 
-def across_runs(replicates: np.ndarray, base: np.ndarray, compared: np.ndarray) -> np.ndarray:
-    """Whether each compared cell's interval against the cell at `base` is over runs: both have 2
-    replicates or more (else it is the bootstrap's, within one process)."""
-    return compared & (replicates >= 2) & (replicates[base] >= 2)
+def across_runs(own: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """Whether the interval of a ratio of two cells with `own` and `other` replicates is over runs:
+    both have 2 or more (else it is the bootstrap's, which sees one run's steps only)."""
+    return (own >= 2) & (other >= 2)
 
 
 def interval_levels(
@@ -400,7 +439,7 @@ def cell_metrics(
     rngs = _generators(cells, np.flatnonzero(paired), seed, _PAIRED)
     use_paired(cells, ratios, paired, compared, resamples, rngs, level, tolerance)
     counts = replicas.replicates
-    across = np.where(paired, counts >= 2, across_runs(counts, np.maximum(base, 0), compared))
+    across = np.where(paired, counts >= 2, compared & across_runs(counts, counts[np.maximum(base, 0)]))
     cells["interval"] = interval_texts(replicas.replicates, across, compared)
     cells["interval_level"] = np.where(compared, level, np.nan)
     verdicts(cells, compared, base, data_bound, equivalence)
