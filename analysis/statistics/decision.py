@@ -2,7 +2,8 @@
 prints, so that the reason a sweep stopped and the verdict never disagree.
 
 After each round the orchestrator (orchestrator/sweep/rounds.py) asks where each cell still going
-stands (analysis/cells/standings.py: its speedup and 95% interval as the per-cell table has them,
+stands (analysis/cells/standings.py: its speedup and interval as the per-cell table has them, at the
+level `spent_level` gives its round,
 the paired one where the cell measured paired, else against its eager cell; the end-to-end one
 where data-bound) and `stop_reasons` decides, in this order:
 
