@@ -165,7 +165,7 @@ def test_spent_levels_sum_to_the_error_and_spend_nothing_before_three_runs() -> 
     """The alpha spent at looks 3..max_repeats adds up to 5%, each look's below it; no look before 3."""
     for most in (3, 4, 10, 25):
         spent = 1 - spent_level(np.arange(MIN_REPLICATES, most + 1), most)
-        assert spent.sum() == pytest.approx(0.05) and (spent > 0).all() and (spent < 0.05).all() or most == 3
+        assert spent.sum() == pytest.approx(0.05) and (spent > 0).all() and (spent <= 0.05 + 1e-12).all()
     assert spent_level(2, 10) == 0.95 and spent_level(3, 3) == pytest.approx(0.95)
 
 
