@@ -231,7 +231,7 @@ def interval_note(metrics: pd.DataFrame, one_run: str = ONE_RUN) -> str:
         )
     if two:
         lines.append(
-            "2 runs: the interval (Student-t over the runs, 1 degree of freedom) is wide because two "
+            "2 runs: the interval (Student-t over the runs) is wide because two "
             "runs cannot tell run-to-run spread; run repeats>=3."
         )
     spent = metrics[has & (metrics["interval_level"].round(6) != 0.95)]
