@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -220,6 +221,27 @@ def test_the_accuracy_check_decides_where_a_cell_has_one(tmp_path: Path) -> None
             "accuracy check: fail_accuracy (0.031; eager 0.0004)",
         ]
     ]
+
+
+def test_peak_memory_is_against_a_paired_cells_own_eager_side(tmp_path: Path) -> None:
+    """A paired cell's peak is its compiled blocks', its eager side's beside it (issue 38): the ratio is
+    against that, not the eager cell's; a paired cell without one (the CPU's process peak, older
+    sweeps) has no ratio, and the suite's mean says it rests on the others."""
+    sweep = tmp_path / "sweep"
+    done = lambda peak, **run: {"step_ms": [100.0] * 3, "peak_mem_bytes": peak, **run}  # noqa: E731
+    _model(sweep, "unpaired", done(1000), done(500))
+    _model(sweep, "paired", done(1000), done(400, paired=True, eager_peak_mem_bytes=1600))
+    _model(sweep, "older", done(1000), done(1000, paired=True))
+    for config in sweep.glob("cells/*/config.yaml"):
+        config.write_text(config.read_text() + yaml.safe_dump({"suite": {"name": "hand"}}))
+    result = analyze(sweep, warn=None)
+    suite, _, per_model = suite_tables(result.metrics, result.data.steps, "hand")
+    ratios = dict(zip(per_model.data["model"], per_model.data["peak_mem_ratio"]))
+    assert ratios["unpaired"] == 0.5 and ratios["paired"] == 0.25 and np.isnan(ratios["older"])
+    (row,) = suite.data.to_dict("records")
+    assert (row["passed"], row["peak_mem_models"]) == (3, 2)
+    assert row["peak_mem_ratio_geomean"] == pytest.approx((0.5 * 0.25) ** 0.5)
+    assert suite.text.iloc[0]["peak mem vs eager"] == "0.354 (2 of 3)"
 
 
 def test_timm_smoke_suite_on_the_cpu(capsys, tmp_path: Path) -> None:

@@ -87,6 +87,10 @@ def prepare_cell(cfg: CellConfig, rec: CellRecorder, ranks: Ranks = Ranks()) -> 
     rec.flops_per_step = rank_flops * ranks.world_size
     rec.peak = cfg.peak_tflops or peak_tflops(rec.run.get("gpu_name"), precision.peak_key)
     rec.run.update(flops_per_step=rec.flops_per_step, peak_tflops=rec.peak)
+    if device.type == "cuda":
+        # The peak memory is the training's, from here: the count above runs the uncompiled model's
+        # forward and backward (timm models), which would set a compiled cell's peak.
+        torch.cuda.reset_peak_memory_stats(device)
 
     # After counting FLOPs (those of the model as written), before the backend traces the swapped layers.
     rec.run.update(precision.convert_module(module, device, cfg.precision.recipe, spec.output_head))
@@ -145,6 +149,7 @@ class TrainingCell:
         self.cfg, self.rec, self.ranks = cfg, rec, ranks
         self.instruments = instruments_for(cfg, ranks, rec.run.get("repeat", 0))
         self.cell: PreparedCell | None = None
+        self.loop: paired.PairedLoop | paired.UnpairedLoop | None = None
 
     def build(self) -> PreparedCell:
         self.cell = prepare_cell(self.cfg, self.rec, self.ranks)
@@ -156,10 +161,11 @@ class TrainingCell:
         assert cell is not None, "build() first"
         # One process applies the stop rule step by step; ranks agree on a count (train.run_steps).
         gather = (lambda value: distributed.gather(ranks, value)) if ranks.world_size > 1 else None
-        loop = paired.measuring_loop(
+        self.loop = loop = paired.measuring_loop(
             cfg,
             cell,
             ranks.world_size,
+            replicate=rec.run.get("repeat", 0),
             on_step=_announcing(rec, cfg.warmup_steps),
             before_measuring=self.instruments.before_measuring,
             after_block=self.instruments.after_block,
@@ -171,13 +177,19 @@ class TrainingCell:
             stop_reason=outcome.stop_reason,
             paired=outcome.fallback is None,
             paired_fallback=outcome.fallback,
+            # a paired cell is one process (paired.unpaired_reason): its eager side's peak is this one's
+            eager_peak_mem_bytes=loop.peak_memory().eager if outcome.fallback is None else None,
         )
 
-    def peak_memory(self) -> int:
+    def peak_memory(self) -> int | None:
+        """On CUDA the peak of the cell's own steps (a paired cell's compiled side: paired.SidePeaks);
+        on the CPU the process's peak resident memory, both sides of a paired cell."""
         assert self.cell is not None, "build() first"
-        if self.cell.device.type == "cuda":
+        if self.cell.device.type != "cuda":
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        if self.loop is None:
             return torch.cuda.max_memory_allocated(self.cell.device)
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return self.loop.peak_memory().own
 
     def summarise(self, reports: list[RankReport]) -> None:
         assert self.cell is not None, "build() first"

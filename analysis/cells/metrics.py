@@ -350,6 +350,17 @@ def interval_texts(replicates: np.ndarray, across: np.ndarray, compared: np.ndar
     return np.where(compared, np.where(across, texts, WITHIN_ONE_PROCESS), None)
 
 
+def _memory_ratio(cells: pd.DataFrame, has_base: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Peak memory / eager's: a paired cell's own eager side's where it has one, else the eager
+    cell's. A paired cell without one (the CPU, sweeps before issue 38) has its process's peak,
+    both sides': no ratio."""
+    memory = cells["peak_mem_bytes"].to_numpy(float)
+    own_eager = cells["eager_peak_mem_bytes"].to_numpy(float)
+    done, paired = (cells["status"] == COMPLETED).to_numpy(), cells["paired"].eq(True).to_numpy()
+    against_cell = np.where(has_base & ~paired, memory / memory[base], np.nan)
+    return np.where(done & ~np.isnan(own_eager), memory / own_eager, against_cell)
+
+
 def _comparisons(cells: pd.DataFrame, draws: _Draws, baseline: np.ndarray) -> np.ndarray:
     """Speedups (median step, end-to-end) with their bootstrap intervals and the peak-memory ratio
     against the eager baseline; returns each cell's baseline position (-1: none)."""
@@ -363,8 +374,7 @@ def _comparisons(cells: pd.DataFrame, draws: _Draws, baseline: np.ndarray) -> np
     low, high = _ratio_interval(draws, "rate", base, has_base, invert=False)
     scale = np.where(base == np.arange(len(base)), 1.0, items / items[base])
     cells["e2e_speedup_low"], cells["e2e_speedup_high"] = low * scale, high * scale
-    memory = cells["peak_mem_bytes"].to_numpy(float)
-    cells["peak_mem_ratio"] = np.where(has_base, memory / memory[base], np.nan)
+    cells["peak_mem_ratio"] = _memory_ratio(cells, has_base, base)
     cells["baseline_cell_id"] = np.where(has_base, cells["cell_id"].to_numpy(object)[base], None)
     return np.where(has_base, base, -1)
 

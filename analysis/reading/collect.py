@@ -71,6 +71,7 @@ RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
     "measured_steps", "median_step_ms", "mean_step_ms", "std_step_ms", "items_per_s", "mfu",
     "e2e_items_per_s", "e2e_mfu", "compile_time_s", "fx_graph_cache_hits", "aot_autograd_cache_hits",
     "first_step_ms", "graph_count", "graph_break_count", "recompile_count", "peak_mem_bytes",
+    "eager_peak_mem_bytes",  # a paired cell's eager side's peak (analysis/cells/metrics.py)
     "accuracy", "accuracy_rel_diff", "accuracy_noise_floor",  # the accuracy check (workloads/instruments/)
     # fp8 cells' Linear layers swapped, and left in bf16 (analysis/studies/fp8.py)
     "fp8_linears", "fp8_skipped_head", "fp8_skipped_misaligned",

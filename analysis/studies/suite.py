@@ -192,6 +192,7 @@ def _summary(cells: pd.DataFrame) -> dict[str, object]:
     from_cache = passed["from_cache"].to_numpy(bool)
     compile_s = passed["compile_time_s"][~from_cache].dropna().to_numpy(float)
     known = speedup[np.isfinite(speedup)]
+    memory, memory_models = geometric_mean(passed["peak_mem_ratio"].to_numpy(float))
     return {
         "models": len(cells),
         "passed": len(passed),
@@ -203,7 +204,8 @@ def _summary(cells: pd.DataFrame) -> dict[str, object]:
         "compiled_from_cache": int(from_cache.sum()),
         "compile_s_median": float(np.median(compile_s)) if len(compile_s) else np.nan,
         "compile_s_p90": float(np.quantile(compile_s, 0.9)) if len(compile_s) else np.nan,
-        "peak_mem_ratio_geomean": geometric_mean(passed["peak_mem_ratio"].to_numpy(float))[0],
+        "peak_mem_ratio_geomean": memory,
+        "peak_mem_models": memory_models,
         "cost_gpu_h": cells["cost_gpu_s"].sum(min_count=1) / 3600,
         "cost_kj": cells["cost_j"].sum(min_count=1) / 1e3,
     }
@@ -217,8 +219,12 @@ _OVER_PASSED = (
     ("compile s median", "compile_s_median", fmt_number),
     ("compile s p90", "compile_s_p90", fmt_number),
     ("from cache", "compiled_from_cache", str),
-    ("peak mem vs eager", "peak_mem_ratio_geomean", fmt_number),
 )
+
+
+def _of_passed(value: float, models: int, passed: int) -> str:
+    """A mean over the passed models, with how many it rests on where some had no value."""
+    return fmt_number(value) + (f" ({models} of {passed})" if 0 < models < passed else "")
 
 
 def _per_model(cells: pd.DataFrame, name: str) -> Table:
@@ -242,7 +248,8 @@ def _per_model(cells: pd.DataFrame, name: str) -> Table:
         "the pairs), else over the eager cell of the model (eager median step / own, interval over the "
         "steps of this run: it does not cover another run of a launch-bound model, see docs/suites.md), "
         "compile time (from cache: its graphs were found in the shared compile cache), peak memory / "
-        "eager's."
+        "eager's (paired: the compiled blocks' peak / the eager blocks'; none where one process's peak "
+        "covers both sides: the CPU, older sweeps)."
     )
     return Table("suite_models", f"Suite {name}: speedup per model", data, text, note)
 
@@ -262,6 +269,8 @@ def suite_tables(metrics: pd.DataFrame, steps: pd.DataFrame, name: str) -> list[
                                                                           data["models"])],
         **{outcome: data[outcome].astype(str) for outcome in OUTCOMES[1:]},
         **{header: data[column].map(fmt) for header, column, fmt in _OVER_PASSED},
+        "peak mem vs eager": [_of_passed(*v) for v in zip(data["peak_mem_ratio_geomean"],
+                                                          data["peak_mem_models"], data["passed"])],
         "cost GPU-h": data["cost_gpu_h"].map(fmt_number),
         **({"cost kJ": data["cost_kj"].map(fmt_number)} if data["cost_kj"].notna().any() else {}),
     })  # fmt: skip
@@ -277,7 +286,8 @@ def suite_tables(metrics: pd.DataFrame, steps: pd.DataFrame, name: str) -> list[
         "clipped at 1 (PyTorch's dashboard convention: a model slower than eager counts as 1x), the share "
         "slower than eager, median and 90th "
         "percentile of cold compile time (from cache: models whose compile found its graphs in the shared "
-        "compile cache, left out of those two), geometric mean of peak memory / eager's. Cost: what the "
+        "compile cache, left out of those two), geometric mean of peak memory / eager's (a paired cell's own "
+        "eager side's; over the models that have it where some have none). Cost: what the "
         "row's answers cost, over all its models (passed or not), each its compiled cell's attempts and "
         "its eager cell's (GPU-hours: start to end times processes; kJ: the GPUs' energy of the measured "
         "windows and compiles only)."

@@ -5,8 +5,9 @@ next: a launch-bound cell's speedup moved between 0.96x and 1.45x across rounds 
 "Paired measurement"). As PyTorch's own harness (benchmarks/dynamo/common.py), a paired cell
 alternates blocks of compiled steps and of steps under `torch.compiler.set_stance("force_eager")` —
 the same module, optimizer and batches, no second copy of the weights — in pairs whose order is
-drawn from the cell's seed. A block's value is its median step; a pair's ratio is the eager
-block's over the compiled one's, and the stop rule (stop_rule.StopRule) runs on the pairs' ratios.
+balanced (`pair_sides`). A block's value is its median step; a pair's ratio is the eager block's
+over the compiled one's, and the stop rule (stop_rule.StopRule) runs on the pairs' ratios. Each
+side's peak device memory is its own (`SidePeaks`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import gc
 import math
 import random
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,57 @@ def unpaired_reason(cfg: CellConfig, compiled: CompiledRun, world_size: int) -> 
     if not cfg.measure.paired:
         return "measure.paired is false"
     return None
+
+
+def pair_sides(seed: int, replicate: int) -> Iterator[tuple[str, str]]:
+    """The sides of each pair in the order they run: in every two pairs the compiled side runs first
+    once (ABBA or BAAB, drawn for each two), so that an effect of going first or second cancels in
+    the ratios, and the draws depend on the cell's seed and its replicate, so that replicates do not
+    repeat one sequence. Python's generator seeded by a string is the same in every process."""
+    draws = random.Random(f"pair order {seed} {replicate}")
+    while True:
+        first = (COMPILED_SIDE, EAGER_SIDE) if draws.random() < 0.5 else (EAGER_SIDE, COMPILED_SIDE)
+        yield first
+        yield first[::-1]
+
+
+class SidePeaks:
+    """The peak device memory of each side of a paired cell (CUDA; None elsewhere), bytes.
+
+    The caching allocator's counter (torch.cuda.max_memory_allocated) was reset once the cell was
+    built (workloads/train_cell.py `prepare_cell`), and the compiled side runs first: until the first
+    switch the peak is the compiled side's, compile and warm-up included. At each switch the peak so
+    far is the side's that ran (the largest over its blocks), and the counter restarts at the memory
+    allocated then: weights, gradients and optimizer state, which either side's peak holds as an
+    unpaired cell's does."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.running: str = COMPILED_SIDE
+        self.peaks: dict[str, int] = {}
+
+    def switch(self, side: str) -> None:
+        """`side` runs from now on."""
+        if side != self.running and self.device.type == "cuda":
+            self.peaks[self.running] = self.peak(self.running)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.running = side
+
+    def peak(self, side: str) -> int | None:
+        """The largest memory allocated while `side` ran so far; None off CUDA or before it ran."""
+        if self.device.type != "cuda":
+            return None
+        now = torch.cuda.max_memory_allocated(self.device) if side == self.running else None
+        return max((v for v in (self.peaks.get(side), now) if v is not None), default=None)
+
+
+@dataclass(frozen=True)
+class PeakMemory:
+    """A loop's peak device memory, bytes (None off CUDA): of the cell's own steps, compile and
+    warm-up included (a paired cell's compiled side), and of a paired cell's eager side."""
+
+    own: int | None
+    eager: int | None = None
 
 
 @dataclass
@@ -75,6 +127,10 @@ class UnpairedLoop:
     def __init__(self, hooks: LoopHooks, *, gather: Callable[[Any], list[Any]] | None, fallback: str):
         self.hooks, self.gather, self.fallback = hooks, gather, fallback
 
+    def peak_memory(self) -> PeakMemory:
+        device = self.hooks.device
+        return PeakMemory(torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None)
+
     def run(self, *, warmup_steps: int, steps: int, measure: MeasureConfig) -> PairedOutcome:
         return PairedOutcome(
             run_steps(
@@ -96,17 +152,19 @@ def measuring_loop(
     cell: PreparedCell,
     world_size: int,
     *,
+    replicate: int,
     on_step: Callable[[StepRecord], None],
     before_measuring: Callable[[], object],
     after_block: Callable[[str, int], object],
     gather: Callable[[Any], list[Any]] | None,
 ) -> PairedLoop | UnpairedLoop:
-    """The cell's measured loop, chosen once: paired where it can be (`unpaired_reason`)."""
+    """The measured loop of replicate `replicate` of the cell, chosen once: paired where it can be
+    (`unpaired_reason`)."""
     hooks = LoopHooks(cell.step, cell.device, on_step, before_measuring, after_block)
     reason = unpaired_reason(cfg, cell.compiled, world_size)
     if reason is not None:
         return UnpairedLoop(hooks, gather=gather, fallback=reason)
-    return PairedLoop(hooks, seed=cfg.seed)
+    return PairedLoop(hooks, seed=cfg.seed, replicate=replicate)
 
 
 class PairedLoop:
@@ -114,9 +172,10 @@ class PairedLoop:
 
     K steps per block = max(block_steps, ceil(block_seconds / the last warm-up step)); at least
     max(min_pairs, ceil(steps / K)) pairs; `max_steps` caps the compiled side's measured steps.
-    Every step is reported through `on_step` as its block ends, with its `side` and `pair`."""
+    Every step is reported through `on_step` as its block ends, with its `side` and `pair`. The
+    pairs' order is `pair_sides(seed, replicate)`."""
 
-    def __init__(self, hooks: LoopHooks, *, seed: int):
+    def __init__(self, hooks: LoopHooks, *, seed: int, replicate: int):
         self.step, self.on_step, self.before_measuring = hooks.step, hooks.on_step, hooks.before_measuring
         self.after_block = hooks.after_block
         self.device = hooks.device
@@ -124,7 +183,8 @@ class PairedLoop:
         # the device inside the block. The first step carries the launch latency after the previous
         # block's sync; a block's median is robust to it, and both sides get it alike.
         self.timer = step_timer(self.device)
-        self.order = random.Random(seed)
+        self.order = pair_sides(seed, replicate)
+        self.memory = SidePeaks(self.device)
         self.index = 0
         """The next step's number."""
         self.paused = False
@@ -136,26 +196,27 @@ class PairedLoop:
         try:
             return PairedOutcome(self._paired(warmup_steps, steps, measure))
         except _EagerOutOfMemory as error:
-            return PairedOutcome(self._unpaired(steps, measure), fallback=str(error))
+            fallback = str(error)
+        # Out of the except clause: the error's chain, whose frames hold the failed eager step's
+        # tensors, is let go before the compiled steps go on (and before their peak restarts).
+        return PairedOutcome(self._unpaired(steps, measure), fallback=fallback)
 
     def _paired(self, warmup_steps: int, steps: int, measure: MeasureConfig) -> str:
         last_ms = 0.0
         for _ in range(warmup_steps):  # one step a block: a failure keeps the steps before it
-            ((last_ms, _, _),) = self._report(self.timer.block(self.step, 1), "warmup", COMPILED_SIDE, None)
+            ((last_ms, _, _),) = self._report(self._block(COMPILED_SIDE, 1), "warmup", COMPILED_SIDE, None)
         k = max(measure.block_steps, math.ceil(measure.block_seconds * 1e3 / last_ms) if last_ms > 0 else 1)
-        self._report(self._eager(k - 1), "warmup", EAGER_SIDE, None)
+        self._report(self._block(EAGER_SIDE, k - 1), "warmup", EAGER_SIDE, None)
         self._before_measuring()  # before the last warm-up step, as in the unpaired loop
-        self._report(self._ended(EAGER_SIDE, self._eager(1)), "warmup", EAGER_SIDE, None)
+        self._report(self._ended(EAGER_SIDE, self._block(EAGER_SIDE, 1)), "warmup", EAGER_SIDE, None)
         cap = math.ceil(measure.max_steps / k) if measure.max_steps is not None else None
         fewest = max(measure.min_pairs, math.ceil(steps / k))
         rule = StopRule(fewest, dataclasses.replace(measure, max_steps=cap))
         pair = 0
         while True:
-            sides = [COMPILED_SIDE, EAGER_SIDE]
-            self.order.shuffle(sides)
             medians, seconds = {}, 0.0
-            for side in sides:
-                times = self._eager(k) if side == EAGER_SIDE else self.timer.block(self.step, k)
+            for side in next(self.order):
+                times = self._block(side, k)
                 self._report(self._ended(side, times), "measure", side, pair)
                 medians[side] = statistics.median(ms for ms, _, _ in times)
                 seconds += sum(ms for ms, _, _ in times) / 1e3
@@ -164,7 +225,14 @@ class PairedLoop:
                 return reason
             pair += 1
 
-    def _eager(self, k: int) -> BlockTimes:
+    def peak_memory(self) -> PeakMemory:
+        return PeakMemory(self.memory.peak(COMPILED_SIDE), self.memory.peak(EAGER_SIDE))
+
+    def _block(self, side: str, k: int) -> BlockTimes:
+        """A block of `k` steps of `side`."""
+        self.memory.switch(side)
+        if side == COMPILED_SIDE:
+            return self.timer.block(self.step, k)
         try:
             with torch.compiler.set_stance("force_eager"):
                 return self.timer.block(self.step, k)
@@ -178,6 +246,7 @@ class PairedLoop:
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+        self.memory.switch(COMPILED_SIDE)  # the eager side's failed block is none of the compiled side's
         offset = self.index
 
         def on_step(record: StepRecord) -> None:

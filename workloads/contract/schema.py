@@ -201,7 +201,8 @@ RUN_SCHEMA = pa.schema(
         ("graph_break_reasons", REASONS),  # dynamo's message per distinct graph break, how often
         ("recompile_reasons", REASONS),  # the failed guards per distinct recompile, how often
         ("cudagraph_skips", pa.int64()),  # graphs that ran without the CUDA graphs asked for
-        ("peak_mem_bytes", pa.int64()),  # the largest of the ranks'
+        ("peak_mem_bytes", pa.int64()),  # the largest of the ranks'; CUDA: a paired cell's compiled side's
+        ("eager_peak_mem_bytes", pa.int64()),  # a paired cell's eager side's, CUDA; null: unpaired, CPU
         ("accuracy", pa.string()),  # compiled cells' accuracy check: pass | fail_accuracy | error; null: none
         ("accuracy_rel_diff", pa.float64()),  # largest relative loss difference, compiled vs eager
         ("accuracy_noise_floor", pa.float64()),  # ... eager vs eager on the same batches and state

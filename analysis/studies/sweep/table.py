@@ -50,6 +50,13 @@ COMPACT_ERROR_WIDTH = 26
 #: What follows a verdict from one run (its interval within one process): in the full table, and in
 #: the compact one, whose note says what it means.
 ONE_RUN, ONE_RUN_MARK = " (one run)", "†"
+#: What the memory columns are (workloads/cell/paired.py `SidePeaks`).
+PEAK_NOTE = (
+    "Peak GiB: the most device memory allocated, compile and warm-up included (on the CPU the process's "
+    "peak resident memory); a paired cell's over its compiled blocks, and its mem vs eager against its "
+    "eager blocks' peak, else against the eager cell's (none for a paired cell whose one peak covers "
+    "both sides: the CPU, older sweeps)."
+)
 #: Where the full per-cell table is, below the compact one.
 FULL_TABLE = "Every column: `compilebench analyze SWEEP_DIR --full`, and the report."
 
@@ -157,7 +164,7 @@ def summary_table(
         f"launch-bound where it idled more than {fmt_percent(launch_bound, digits=0)} of it and the cell "
         "is not data-bound, with the host's µs per tiny op before measuring. Break-even: steps (and "
         "GPU-minutes) after which compiling pays for itself, with the cold compile, and the warm one where "
-        f"measured (see the break-even table). {COST_NOTE}"
+        f"measured (see the break-even table). {PEAK_NOTE} {COST_NOTE}"
     )
     note = f"{note} {interval_note(metrics)}"
     return Table(SUMMARY, "Cells", metrics, text, note, compact=compact_table(metrics, equivalence))
