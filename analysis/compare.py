@@ -11,8 +11,10 @@ For each cell completed in both, with measured steps:
     step ratio        B's median step / A's (above 1: B is slower)
     throughput ratio  B's end-to-end items/s / A's (below 1: B is slower)
 
-each with a 95% two-level bootstrap interval (replicates, then steps: analysis/statistics/bootstrap.py, as
-`analyze`'s speedups; each sweep's cell draws from its own generator). With threshold t:
+each with a 95% interval as `analyze`'s speedups have: where both cells ran 2 replicates or more,
+Welch's over their runs on the log scale (analysis/statistics/intervals.py; `interval`: `across 3+3
+runs`), else the bootstrap of the steps (analysis/statistics/bootstrap.py; each sweep's cell draws
+from its own generator), which sees one run only (`within one process`). With threshold t:
 
     regression        the step ratio's interval lies above 1 + t (B slower by more than t, at 95%)
     improvement       it lies below 1 - t
@@ -35,17 +37,19 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
-from analysis.cells.metrics import RESAMPLES, SEED, cell_metrics
+from analysis.cells.metrics import RESAMPLES, SEED, WITHIN_ONE_PROCESS, cell_metrics
 from analysis.reading.axes import axis_rows, axis_text, backend_labels, cell_labels, representatives
 from analysis.reading.collect import REPEAT, SweepData, load_sweep
 from analysis.rendering.text import fmt_number, fmt_speedup, render_markdown
 from analysis.statistics.bootstrap import (
     ReplicateSamples,
     geometric_mean,
+    group_moments,
     hierarchical_means,
     ratio_interval,
     stable_hash,
 )
+from analysis.statistics.intervals import RunLogs, welch_interval
 from workloads.contract.sweep_dir import STDERR
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, HARDWARE, PROCESSES, WORKLOAD, names
 
@@ -85,6 +89,7 @@ COLUMNS = [
     "throughput_ratio",
     "throughput_ratio_low",
     "throughput_ratio_high",
+    "interval",
     "verdict",
 ]
 
@@ -156,9 +161,10 @@ def _speedups(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
 
 
-def _draws(data: SweepData, cell_ids: list[str], side: int) -> tuple[np.ndarray, np.ndarray]:
-    """(median step draws, steps-per-ms draws) of these completed cells' measured steps, one row per
-    cell, each cell's from a generator of its id and the sweep's side (A and B independent)."""
+def _draws(data: SweepData, cell_ids: list[str], side: int) -> tuple[np.ndarray, np.ndarray, list[RunLogs]]:
+    """(median step draws, steps-per-ms draws, their runs' logs) of these completed cells' measured
+    steps, one row per cell, each cell's draws from a generator of its id and the sweep's side (A and B
+    independent); the runs' logs (median step, steps per ms) for the intervals over runs."""
     steps = data.steps[data.steps["phase"] == "measure"]
     code = pd.Index(cell_ids).get_indexer(steps["cell_id"].astype(object)).astype(np.int64)
     keep = code >= 0
@@ -172,10 +178,27 @@ def _draws(data: SweepData, cell_ids: list[str], side: int) -> tuple[np.ndarray,
     def rngs(stream: int) -> list[np.random.Generator]:
         return [np.random.default_rng([SEED, stable_hash(c), side, stream]) for c in cell_ids]
 
+    replicate_mean, _ = group_moments(samples.steps)
+    with np.errstate(divide="ignore"):
+        runs = [RunLogs.of(samples, samples.replicate_medians()), RunLogs.of(samples, 1 / replicate_mean)]
     return (
         samples.hierarchical_medians(RESAMPLES, rngs(0)),
         hierarchical_means(samples, RESAMPLES, rngs(1), reciprocal=True),
+        runs,
     )
+
+
+def _intervals(a: tuple, b: tuple) -> tuple[np.ndarray, ...]:
+    """(step low, step high, rate low, rate high, interval text) of B against A (`_draws` of each):
+    Welch's over runs where both have 2 runs or more, else the bootstrap draws' (module doc)."""
+    across = (a[2][0].count >= 2) & (b[2][0].count >= 2)
+    ends = []
+    for kind in (0, 1):
+        low, high = ratio_interval(b[kind], a[kind])
+        welch_low, welch_high = welch_interval(b[2][kind], a[2][kind])
+        ends += [np.where(across, welch_low, low), np.where(across, welch_high, high)]
+    counts = [f"across {m}+{n} runs" for m, n in zip(a[2][0].count, b[2][0].count)]
+    return (*ends, np.where(across, np.array(counts, dtype=object), WITHIN_ONE_PROCESS))
 
 
 def compare(
@@ -211,8 +234,7 @@ def compare(
     )
     a, b, rest = a[done], b[done], (a[~done], b[~done])
     items = b["items_per_step"].to_numpy(float) / a["items_per_step"].to_numpy(float)
-    step_low, step_high = ratio_interval(b_draws[0], a_draws[0])
-    rate_low, rate_high = ratio_interval(b_draws[1], a_draws[1])
+    step_low, step_high, rate_low, rate_high, interval = _intervals(a_draws, b_draws)
     value = lambda frame, column: frame[column].to_numpy(float)  # noqa: E731
     cells = pd.DataFrame({
         "label": a["label"].to_numpy(),
@@ -225,6 +247,7 @@ def compare(
         "a_e2e_items_per_s": value(a, "e2e_items_per_s"), "b_e2e_items_per_s": value(b, "e2e_items_per_s"),
         "throughput_ratio": value(b, "e2e_items_per_s") / value(a, "e2e_items_per_s"),
         "throughput_ratio_low": rate_low * items, "throughput_ratio_high": rate_high * items,
+        "interval": interval,
         "verdict": verdicts(step_low, step_high, threshold),
     })  # fmt: skip
     not_compared = pd.DataFrame(
@@ -274,9 +297,10 @@ def to_markdown(comparison: Comparison, sweep_a: Path, sweep_b: Path) -> str:
             "B ms": fmt_number(b_ms),
             "B/A step time [95% CI]": fmt_speedup(ratio, low, high, digits=3),
             "B/A items/s [95% CI]": fmt_speedup(*throughput, digits=3),
+            "interval": interval,
             "verdict": verdict or "",
         }
-        for label, a_ms, b_ms, ratio, low, high, verdict, *throughput in zip(
+        for label, a_ms, b_ms, ratio, low, high, verdict, interval, *throughput in zip(
             cells["label"],
             cells["a_median_step_ms"],
             cells["b_median_step_ms"],
@@ -284,6 +308,7 @@ def to_markdown(comparison: Comparison, sweep_a: Path, sweep_b: Path) -> str:
             cells["step_ratio_low"],
             cells["step_ratio_high"],
             cells["verdict"],
+            cells["interval"],
             cells["throughput_ratio"],
             cells["throughput_ratio_low"],
             cells["throughput_ratio_high"],
@@ -296,9 +321,11 @@ def to_markdown(comparison: Comparison, sweep_a: Path, sweep_b: Path) -> str:
     if rows:
         lines += [render_markdown(rows, list(rows[0])), ""]
     lines.append(
-        f"Median step time and end-to-end throughput, B / A, 95% bootstrap intervals over runs, then "
-        f"steps. Regression: the step time interval lies above {1 + t:g} (B slower by more than "
-        f"{100 * t:g}%); improvement: below {1 - t:g}; within threshold: inside [{1 - t:g}, {1 + t:g}]."
+        f"Median step time and end-to-end throughput, B / A, 95% intervals: where both ran 2 runs or "
+        f"more, Welch's over the runs (`across A+B runs`), else a bootstrap of the steps that cannot see "
+        f"run-to-run spread (`within one process`). Regression: the step time interval lies above "
+        f"{1 + t:g} (B slower by more than {100 * t:g}%); improvement: below {1 - t:g}; within threshold: "
+        f"inside [{1 - t:g}, {1 + t:g}]."
     )
     if len(comparison.speedups):
         speedups = [

@@ -19,9 +19,10 @@ import pandas as pd
 
 from analysis.cells.busy import LAUNCH_BOUND
 from analysis.cells.metrics import cell_metrics
+from analysis.cells.standings import auto_max_repeats
 from analysis.reading.collect import load_sweep
 from analysis.statistics.verdicts import DATA_BOUND, EQUIVALENCE
-from workloads.contract.sweep_dir import STDERR
+from workloads.contract.sweep_dir import STDERR, cell_dirs
 
 
 class SweepFrames(NamedTuple):
@@ -41,5 +42,11 @@ def sweep_frames(
     """Read SWEEP_DIR into (cells, steps); `equivalence`, `data_bound` and `launch_bound` as `analyze`'s
     flags."""
     data = load_sweep(Path(sweep_dir), warn)
-    metrics = cell_metrics(data, equivalence=equivalence, data_bound=data_bound, launch_bound=launch_bound)
+    metrics = cell_metrics(
+        data,
+        equivalence=equivalence,
+        data_bound=data_bound,
+        launch_bound=launch_bound,
+        auto_max_repeats=auto_max_repeats(cell_dirs(Path(sweep_dir))),
+    )
     return SweepFrames(metrics, data.steps)

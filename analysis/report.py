@@ -14,6 +14,7 @@ from typing import TextIO
 
 from analysis.cells.busy import LAUNCH_BOUND
 from analysis.cells.metrics import cell_metrics
+from analysis.cells.standings import auto_max_repeats
 from analysis.reading.collect import load_sweep
 from analysis.reading.environment import environment_table
 from analysis.rendering.page import Page, html_page, markdown_page
@@ -24,7 +25,7 @@ from analysis.studies.base import Loaded, Study
 from analysis.studies.gemm.table import GEMM_TABLE
 from analysis.studies.registry import studies_for
 from analysis.studies.sweep.table import SUMMARY
-from workloads.contract.sweep_dir import REPORT_DIR, STDERR
+from workloads.contract.sweep_dir import REPORT_DIR, STDERR, cell_dirs
 from workloads.contract.vocabulary import NO_RESULT, UNREADABLE, count_states
 
 TABLES_DIR = "tables"
@@ -61,14 +62,21 @@ def analyze(
     """Read the sweep and build every study's tables (analysis/studies/registry.py), with
     `reference` ("seminar", "fp8_triton") those judging its claims too.
     `equivalence`: the margin of practical equivalence of the verdicts (0: none; None: the margin the
-    sweep's repeats=auto cells were decided with, analysis/studies/auto_repeats.py, else 0);
+    sweep's repeats=auto cells were decided with, analysis/studies/auto_repeats.py, else EQUIVALENCE);
     `data_bound`: the share of step time waiting for data above which a cell's verdict rests on
     end-to-end throughput; `launch_bound`: the GPU's idle share above which a cell is launch-bound."""
     sweep_dir = Path(sweep_dir)
     data = load_sweep(sweep_dir, warn)
     if equivalence is None:
-        equivalence = recorded_equivalence(sweep_dir, data.cells["cell_id"]) or EQUIVALENCE
-    metrics = cell_metrics(data, equivalence=equivalence, data_bound=data_bound, launch_bound=launch_bound)
+        recorded = recorded_equivalence(sweep_dir, data.cells["cell_id"])
+        equivalence = EQUIVALENCE if recorded is None else recorded
+    metrics = cell_metrics(
+        data,
+        equivalence=equivalence,
+        data_bound=data_bound,
+        launch_bound=launch_bound,
+        auto_max_repeats=auto_max_repeats(cell_dirs(sweep_dir)),
+    )
     analysis = Analysis(
         sweep_dir, data, metrics, equivalence, data_bound, launch_bound, reference, studies_for(reference)
     )

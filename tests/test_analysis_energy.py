@@ -69,24 +69,28 @@ def test_unpaired_energy_ratio_and_break_even_by_hand(tmp_path: Path) -> None:
     write_unpaired(tmp_path)
     rows = metrics_of(tmp_path)
     eager, inductor = rows["e"], rows["i"]
-    assert eager["joules_per_step"] == 11.0 and inductor["joules_per_step"] == 8.5  # medians over runs
-    assert inductor["items_per_joule"] == pytest.approx(1000 / 8.5)
+    logs = np.log([10.0, 11.0, 12.0])
+    e, i = np.exp(logs.mean()), np.exp(np.log([8.0, 8.5, 9.0]).mean())  # geometric means over runs
+    assert (eager["joules_per_step"], inductor["joules_per_step"]) == (pytest.approx(e), pytest.approx(i))
+    assert inductor["items_per_joule"] == pytest.approx(1000 / i)
     assert eager["avg_power_w"] == 310.0
-    assert inductor["energy_ratio"] == pytest.approx(11 / 8.5) and inductor["energy_method"] == "unpaired"
-    # 700 J / (11 - 8.5) J saved per step = 280 steps, in which eager spends 280 x 11 J.
+    assert inductor["energy_ratio"] == pytest.approx(e / i) and inductor["energy_method"] == "unpaired"
+    # 700 J / (e - i) J saved per step, in which eager spends e J a step.
     assert inductor["energy_pays_off"] is True
-    assert inductor["energy_break_even_steps"] == pytest.approx(280)
-    assert inductor["energy_break_even_j"] == pytest.approx(3080)
+    assert inductor["energy_break_even_steps"] == pytest.approx(700 / (e - i))
+    assert inductor["energy_break_even_j"] == pytest.approx(700 / (e - i) * e)
     slower = rows["a"]
-    assert slower["energy_ratio"] == pytest.approx(11 / 12) and slower["energy_pays_off"] is False
+    assert slower["energy_ratio"] == pytest.approx(e / 12) and slower["energy_pays_off"] is False
     assert np.isnan(slower["energy_break_even_steps"])
-    # Intervals over three runs: within the runs' range, holding the median.
-    assert 10 <= eager["joules_per_step_low"] <= 11 <= eager["joules_per_step_high"] <= 12
-    assert 10 / 9 <= inductor["energy_ratio_low"] <= 11 / 8.5 <= inductor["energy_ratio_high"] <= 12 / 8
+    # Intervals over three runs: Student-t on the logs (textbook t_{2, 0.975} = 4.303), Welch's ratio.
+    half = 4.303 * logs.std(ddof=1) / np.sqrt(3)
+    assert eager["joules_per_step_low"] == pytest.approx(np.exp(logs.mean() - half), rel=1e-4)
+    assert eager["joules_per_step_high"] == pytest.approx(np.exp(logs.mean() + half), rel=1e-4)
+    assert inductor["energy_ratio_low"] < e / i < inductor["energy_ratio_high"]
     assert inductor["items_per_joule_low"] == pytest.approx(1000 / inductor["joules_per_step_high"])
     # One run is one value: no interval, of its J/step nor of its ratio.
     one = rows["t"]
-    assert one["energy_ratio"] == pytest.approx(11 / 9)
+    assert one["energy_ratio"] == pytest.approx(e / 9)
     assert np.isnan([one["joules_per_step_low"], one["energy_ratio_low"], one["energy_ratio_high"]]).all()
     # The eager cell against itself.
     assert (eager["energy_ratio"], eager["energy_ratio_low"], eager["energy_ratio_high"]) == (1.0, 1.0, 1.0)
@@ -97,15 +101,16 @@ def test_the_energy_tables(tmp_path: Path) -> None:
     write_unpaired(tmp_path)
     tables = {table.name: table for table in analyze(tmp_path, warn=None).tables}
     text = tables["energy"].text.set_index("cell")
-    assert text.at["i", "J/step [95% CI]"].startswith("8.50 [")
-    assert text.at["i", "items/J [95% CI]"].startswith("117.6 [")
+    # Geometric means over runs: 8.490 J/step (8, 8.5, 9) against eager's 10.970 (10, 11, 12).
+    assert text.at["i", "J/step [95% CI]"].startswith("8.49 [")
+    assert text.at["i", "items/J [95% CI]"].startswith("117.8 [")
     assert text.at["i", "energy ratio [95% CI]"].startswith("1.29x [")
     assert (text.at["i", "vs eager"], text.at["i", "compile kJ"]) == ("unpaired", "0.7")
-    assert (text.at["i", "break-even steps"], text.at["i", "break-even kJ"]) == ("280", "3.08")
+    assert (text.at["i", "break-even steps"], text.at["i", "break-even kJ"]) == ("282", "3.10")
     assert (text.at["a", "break-even steps"], text.at["a", "break-even kJ"]) == ("never", "never")
     assert (text.at["t", "J/step [95% CI]"], text.at["e", "avg W"]) == ("9.00", "310.0")
     backends = tables["energy_backends"].data.set_index("backend")
-    assert backends.at["inductor", "geomean_energy_ratio"] == pytest.approx(11 / 8.5)
+    assert backends.at["inductor", "geomean_energy_ratio"] == pytest.approx(10.9696 / 8.4902, rel=1e-4)
     assert backends.at["inductor", "saves_energy"] == 1 and backends.at["aot_eager", "costs_energy"] == 0
     assert "energy ratio" in render_tables(analyze(tmp_path, warn=None), "markdown")
 
@@ -128,22 +133,25 @@ def test_paired_energy_from_the_blocks_by_hand(tmp_path: Path) -> None:
     pairs = data.pairs.sort_values(["repeat", "pair"])
     assert pairs["compiled_j_per_step"].tolist() == [10.0, 11.0, 14.0, 12.0, 11.0]
     row = cell_metrics(data).set_index("cell_id").loc["p"]
-    ratio, jps = np.median([2.0, 2.75]), np.median([11.0, 11.5])
-    assert (row["energy_ratio"], row["joules_per_step"], row["energy_method"]) == (ratio, jps, "paired")
-    assert row["energy_ratio_low"] <= ratio <= row["energy_ratio_high"] and row["energy_ratio_high"] <= 3
+    logs = np.log([2.0, 2.75])  # the replicates' median ratios; their J/step 11 and 11.5
+    ratio, jps = np.exp(logs.mean()), np.exp(np.log([11.0, 11.5]).mean())
+    assert (row["energy_ratio"], row["joules_per_step"]) == (pytest.approx(ratio), pytest.approx(jps))
+    assert row["energy_method"] == "paired"
+    half = 12.706 * logs.std(ddof=1) / np.sqrt(2)  # two runs: t_{1, 0.975} = 12.706 (textbook)
+    assert row["energy_ratio_low"] == pytest.approx(np.exp(logs.mean() - half), rel=1e-4)
     eager_jps = jps * ratio
     assert row["energy_break_even_steps"] == pytest.approx(500 / (eager_jps - jps))
     assert row["energy_break_even_j"] == pytest.approx(500 / (eager_jps - jps) * eager_jps)
 
 
 def test_paired_intervals_hold_the_true_ratio(tmp_path: Path) -> None:
-    """40 paired cells whose blocks' J/step scatter 5% (lognormal) around 20 J eager and 12.5 J
-    compiled: the 95% intervals of the ratio (1.6) and of the J/step hold them for nearly all."""
+    """40 paired cells of 5 runs whose blocks' J/step scatter 5% (lognormal) around 20 J eager and
+    12.5 J compiled: the 95% intervals of the ratio (1.6) and of the J/step hold them for nearly all."""
     rng = np.random.default_rng(7)
     times = ([10.0] * 3, [6.0] * 3)
     for cell in range(40):
-        joules = [[tuple(rng.lognormal(np.log([20.0, 12.5]), 0.05)) for _ in range(6)] for _ in range(2)]
-        write_paired_replicates(tmp_path, f"p{cell}", "inductor", [[times] * 6] * 2, block_j_per_step=joules,
+        joules = [[tuple(rng.lognormal(np.log([20.0, 12.5]), 0.05)) for _ in range(6)] for _ in range(5)]
+        write_paired_replicates(tmp_path, f"p{cell}", "inductor", [[times] * 6] * 5, block_j_per_step=joules,
                                 **GPT2)  # fmt: skip
     metrics = cell_metrics(load_sweep(tmp_path, warn=None))
     ratio_held = (metrics["energy_ratio_low"] <= 1.6) & (1.6 <= metrics["energy_ratio_high"])

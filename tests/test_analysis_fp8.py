@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.cells.metrics import cell_metrics, median_draws
+from analysis.cells.metrics import cell_metrics, median_ratio_intervals
 from analysis.reading.collect import load_sweep
 from analysis.report import analyze
-from analysis.statistics.bootstrap import ratio_interval
+from analysis.statistics.intervals import t_quantile
 from analysis.studies.fp8 import FP8_TABLE, fp8_rows
 from orchestrator.cli.main import main
 from tests.analysis_sweeps import H100, write_cell, write_gemm_cell, write_replicates, write_seminar_sweep
@@ -34,8 +34,18 @@ STEPS = {
 }
 
 
-def median_of_medians(replicates: list[list[float]]) -> float:
-    return float(np.median([np.median(r) for r in replicates]))
+def centre(replicates: list[list[float]]) -> float:
+    """A cell's median step: the geometric mean of its runs' medians."""
+    return float(np.exp(np.mean(np.log([np.median(r) for r in replicates]))))
+
+
+def welch_by_hand(top: list[list[float]], bottom: list[list[float]]) -> tuple[float, float]:
+    """Welch's 95% interval of centre(top) / centre(bottom) over the runs' log medians."""
+    a, b = (np.log([np.median(r) for r in runs]) for runs in (top, bottom))
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = float(t_quantile(0.975, df)) * np.sqrt(va + vb)
+    return float(np.exp(a.mean() - b.mean() - half)), float(np.exp(a.mean() - b.mean() + half))
 
 
 def write_fp8_sweep(root: Path) -> Path:
@@ -79,52 +89,48 @@ def test_each_fp8_cell_against_its_bf16_counterpart(tmp_path: Path) -> None:
     assert list(rows["bf16_cell_id"]) == ["bf16-eager", "bf16-inductor", "bf16-inductor"]
     for cell, row in rows.iterrows():
         kind, backend = cell.split("-")
-        bf16, fp8 = median_of_medians(STEPS["bf16", backend]), median_of_medians(STEPS[kind, backend])
-        assert row["bf16_ms"] == bf16 and row["fp8_ms"] == fp8
+        bf16, fp8 = centre(STEPS["bf16", backend]), centre(STEPS[kind, backend])
+        assert (row["bf16_ms"], row["fp8_ms"]) == (pytest.approx(bf16), pytest.approx(fp8))
         assert row["speedup"] == pytest.approx(bf16 / fp8)
-        assert row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
-        # No draw can leave the range of the ratios of the cells' step times.
-        lowest = min(map(min, STEPS["bf16", backend])) / max(map(max, STEPS[kind, backend]))
-        highest = max(map(max, STEPS["bf16", backend])) / min(map(min, STEPS[kind, backend]))
-        assert lowest <= row["speedup_low"] < row["speedup_high"] <= highest
+        # Two runs each: Welch's interval over the runs, as the per-cell table's speedups.
+        low, high = welch_by_hand(STEPS["bf16", backend], STEPS[kind, backend])
+        assert (row["speedup_low"], row["speedup_high"]) == (pytest.approx(low), pytest.approx(high))
         assert row["fp8_recipe"] == kind and row["fp8_linears"] == 24 and row["fp8_skipped_head"] == 1
     assert list(rows["verdict"]) == ["slower", "undecided", "faster"]
     assert rows.loc["tensorwise-inductor", "accuracy"] == "pass"
-    # Within a 10% margin the rowwise cell, with bf16's own times, is the same speed.
-    assert rows_of(tmp_path, equivalence=0.1).loc["rowwise-inductor", "verdict"] == "no difference"
+    # Within a 15% margin the rowwise cell, with bf16's own times, is the same speed (two runs each:
+    # the interval over runs, 1 to 2 degrees of freedom, is [0.90, 1.12]).
+    assert rows_of(tmp_path, equivalence=0.15).loc["rowwise-inductor", "verdict"] == "no difference"
 
 
-def test_the_draws_are_the_per_cell_tables(tmp_path: Path) -> None:
-    """The speedup interval of inductor over eager in the per-cell table, from `median_draws`."""
+def test_the_intervals_are_the_per_cell_tables(tmp_path: Path) -> None:
+    """The speedup interval of inductor over eager in the per-cell table, from `median_ratio_intervals`:
+    over runs (two each), and from the bootstrap draws for cells of one run."""
     write_fp8_sweep(tmp_path)
     data = load_sweep(tmp_path, warn=None)
     metrics = cell_metrics(data)
-    pair = metrics[metrics["cell_id"].isin(["bf16-eager", "bf16-inductor"])].reset_index(drop=True)
-    draws = median_draws(pair, data.steps)
-    eager, inductor = (int(np.flatnonzero(pair["cell_id"] == c)[0]) for c in ("bf16-eager", "bf16-inductor"))
-    (low,), (high,) = ratio_interval(draws[[eager]], draws[[inductor]])
-    assert (low, high) == (pair.at[inductor, "speedup_low"], pair.at[inductor, "speedup_high"])
+    for cells, interval in (
+        (["bf16-eager", "bf16-inductor"], "across 2 runs"),
+        (["tensorwise-eager", "fp8-autotune"], "within one process"),  # 2 runs against 1
+    ):
+        pair = metrics[metrics["cell_id"].isin(cells)].reset_index(drop=True)
+        top, bottom = (np.flatnonzero(pair["cell_id"] == c) for c in cells)
+        (low,), (high,) = median_ratio_intervals(pair, data.steps, top, bottom)
+        own = pair.loc[bottom[0]]
+        assert (own["baseline_cell_id"], own["interval"]) == (cells[0], interval)
+        assert (low, high) == (pytest.approx(own["speedup_low"]), pytest.approx(own["speedup_high"]))
 
 
-def test_interval_against_a_brute_force_bootstrap(tmp_path: Path) -> None:
-    """Replicates with replacement, then each one's steps with replacement, drawn one by one."""
+def test_interval_over_three_runs_is_welchs(tmp_path: Path) -> None:
+    """Three runs each: bf16 / fp8 with Welch's interval over the runs' median steps, by hand."""
     bf16 = [list(np.linspace(99.0, 101.0, 41) + r) for r in (0.0, 3.0, 5.0)]
     fp8 = [list(np.linspace(79.0, 81.0, 41) + r) for r in (0.0, 1.0, 4.0)]
     write_replicates(tmp_path, "bf16", "inductor", bf16, **GPT, **INDUCTOR)
     write_replicates(tmp_path, "fp8", "inductor", fp8, **GPT, **INDUCTOR, **TENSORWISE)
     row = rows_of(tmp_path).loc["fp8"]
-    rng = np.random.default_rng(1)
-
-    def draws(replicates: list[list[float]], n: int = 20000) -> np.ndarray:
-        steps = np.array(replicates)
-        picks = rng.integers(0, len(steps), (n, len(steps)))
-        resampled = np.take_along_axis(steps[picks], rng.integers(0, steps.shape[1], (n, len(steps), 41)), 2)
-        return np.median(np.median(resampled, axis=2), axis=1)
-
-    low, high = np.percentile(draws(bf16) / draws(fp8), [2.5, 97.5])
-    assert row["speedup"] == pytest.approx(median_of_medians(bf16) / median_of_medians(fp8))
-    assert row["speedup_low"] == pytest.approx(low, rel=0.01)
-    assert row["speedup_high"] == pytest.approx(high, rel=0.01)
+    low, high = welch_by_hand(bf16, fp8)
+    assert row["speedup"] == pytest.approx(centre(bf16) / centre(fp8))
+    assert (row["speedup_low"], row["speedup_high"]) == (pytest.approx(low), pytest.approx(high))
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
@@ -134,21 +140,25 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 
 def test_table_in_the_terminal_and_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_fp8_sweep(tmp_path)
-    code, out = run(capsys, str(tmp_path), "--no-plots", "--equivalence", "0.1")
+    code, out = run(capsys, str(tmp_path), "--no-plots", "--equivalence", "0.15")
     assert code == 0
     table = out.split("### fp8 against bf16: speedup of the same cell in fp8")[1].split("###")[0]
     lines = [line for line in table.splitlines() if line.startswith("| ")]
     assert len(lines) == 2 + 3  # header, rule, three fp8 cells
-    assert re.search(r"\| eager +\| tensorwise \| 103\.0 +\| 120\.0 +\| 0\.86x \[", table)
+    assert re.search(
+        r"\| eager +\| tensorwise \| 103\.0 +\| 120\.0 +\| 0\.86x \[", table
+    )  # 102.98: geometric
     assert "| slower " in table and "| faster " in table and "| no difference " in table
     assert "pass (0.001; eager 0)" in table and "24 (+1 head)" in table
-    assert "gemm" not in table and "fp8-autotune" not in table and "±10%" in table
+    assert "gemm" not in table and "fp8-autotune" not in table and "±15%" in table
     report = tmp_path / "report"
     assert "### fp8 against bf16" in (report / "index.md").read_text()
     assert "fp8 against bf16" in (report / "index.html").read_text()
     raw = pd.read_csv(report / "tables" / f"{FP8_TABLE}.csv")
     assert list(raw["fp8_cell_id"]) == ["tensorwise-eager", "rowwise-inductor", "tensorwise-inductor"]
-    assert raw.loc[2, "speedup"] == pytest.approx(82.5 / 63.0)
+    assert raw.loc[2, "speedup"] == pytest.approx(
+        centre(STEPS["bf16", "inductor"]) / centre(STEPS["tensorwise", "inductor"])
+    )
     assert ",24,1,0\n" in (report / "tables" / f"{FP8_TABLE}.csv").read_text()  # fp8_linears and the skipped
     # --format csv / json print the per-cell table only, as for every other table.
     code, out = run(capsys, str(tmp_path), "--format", "csv", "--no-plots")

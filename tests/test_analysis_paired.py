@@ -42,7 +42,7 @@ def steps(median: float, seed: int, n: int = 60) -> list[float]:
 
 
 def test_pairs_and_the_paired_speedup_by_hand(tmp_path: Path) -> None:
-    """Block medians, pair ratios and the median over replicates of the median ratio, by hand; a
+    """Block medians, pair ratios and the geometric mean over replicates of the median ratio, by hand; a
     pair whose eager block is missing (its eager side ran out of memory) is left out, and the eager
     side's steps never enter the cell's own statistics."""
     replicate_0 = [
@@ -66,38 +66,34 @@ def test_pairs_and_the_paired_speedup_by_hand(tmp_path: Path) -> None:
     rows = metrics_of(tmp_path)
     row = rows["i"]
     replicate_ratios = (np.median([11 / 8, 12 / 8.5, 11 / 8]), np.median([21 / 10, 20 / 12]))
-    assert row["speedup"] == pytest.approx(np.median(replicate_ratios), rel=1e-12)
+    geometric = lambda values: np.exp(np.mean(np.log(values)))  # noqa: E731
+    assert row["speedup"] == pytest.approx(geometric(replicate_ratios), rel=1e-12)
     assert (row["speedup_method"], row["pairs"], row["replicates"]) == ("paired", 5, 2)
     compiled = [
         [8.0, 9.0, 7.0, 9.0, 8.0, 8.5, 8.0, 100.0, 8.0, 8.0, 8.0, 8.0],
         [10.0] * 3 + [11.0, 12.0, 13.0],
     ]
     assert row["measured_steps"] == 18
-    assert row["median_step_ms"] == pytest.approx(np.median([np.median(c) for c in compiled]))
+    assert row["median_step_ms"] == pytest.approx(geometric([np.median(c) for c in compiled]))
     assert row["unpaired_speedup"] == pytest.approx(rows["e"]["median_step_ms"] / row["median_step_ms"])
 
 
-def test_the_paired_interval_has_the_law_of_resampling_replicates_then_pairs(tmp_path: Path) -> None:
-    """The interval's ends against two-level resampling done the plain way with numpy: pick 3
-    replicates with replacement, resample each pick's pair ratios, median of the 3 medians. With
-    20,000 draws on each side, an end's rank among the plain draws is within 4 standard errors of
-    its level (read as ranks, since the law has atoms)."""
+def test_the_paired_interval_over_three_runs_is_the_t_interval_of_their_median_ratios(tmp_path: Path) -> None:
+    """Three replicates: the speedup is the geometric mean of the runs' median pair ratios and its
+    interval the Student-t one on their logs, by hand with the textbook t_{2, 0.975} = 4.303; one
+    replicate alone keeps the bootstrap of its pairs and says so."""
     reps = [blocks(10.0, 8.0, n, seed) for n, seed in ((7, 1), (10, 2), (13, 3))]
-    write_paired_replicates(tmp_path, "i", "inductor", reps, **GPT2)
-    draws = 20_000
-    row = metrics_of(tmp_path, resamples=draws)["i"]
-    ratios = [np.array([np.median(e) / np.median(c) for e, c in rep]) for rep in reps]
-    rng = np.random.default_rng(0)
-    picks = rng.integers(0, 3, (draws, 3))
-    medians = np.empty((draws, 3))
-    for j, values in enumerate(ratios):
-        chosen = picks == j
-        medians[chosen] = np.median(values[rng.integers(0, len(values), (chosen.sum(), len(values)))], axis=1)
-    plain = np.median(medians, axis=1)
-    assert row["speedup"] == np.median([np.median(r) for r in ratios])
-    for end, level in ((row["speedup_low"], 0.025), (row["speedup_high"], 0.975)):
-        tolerance = 4 * math.sqrt(level * (1 - level) * 2 / draws)
-        assert (plain < end).mean() <= level + tolerance and (plain <= end).mean() >= level - tolerance
+    write_paired_replicates(tmp_path / "three", "i", "inductor", reps, **GPT2)
+    write_paired_replicates(tmp_path / "one", "i", "inductor", reps[:1], **GPT2)
+    row = metrics_of(tmp_path / "three")["i"]
+    logs = np.log([np.median([np.median(e) / np.median(c) for e, c in rep]) for rep in reps])
+    half = 4.303 * logs.std(ddof=1) / math.sqrt(3)
+    assert row["speedup"] == pytest.approx(math.exp(logs.mean()), rel=1e-12)
+    assert row["speedup_low"] == pytest.approx(math.exp(logs.mean() - half), rel=1e-4)
+    assert row["speedup_high"] == pytest.approx(math.exp(logs.mean() + half), rel=1e-4)
+    assert row["interval"] == "across 3 runs"
+    alone = metrics_of(tmp_path / "one")["i"]
+    assert alone["interval"] == "within one process" and alone["speedup_low"] < alone["speedup_high"]
 
 
 def slow_host_sweep(root: Path, slower: float) -> Path:

@@ -16,6 +16,7 @@ from analysis.statistics.bootstrap import (
     percentile_interval,
     ratio_interval,
 )
+from analysis.statistics.intervals import t_quantile
 from analysis.statistics.verdicts import equivalence_verdict
 
 #: Group sizes that cover one value, even and odd counts, and an empty group.
@@ -205,7 +206,8 @@ def test_spread_and_medians_match_numpy() -> None:
         else:
             assert np.isnan(spread[i])
         if reps:
-            assert medians[i] == pytest.approx(np.median(replicate_medians))
+            # One run: its median; more: the geometric mean of the medians (the t interval's centre).
+            assert medians[i] == pytest.approx(np.exp(np.log(replicate_medians).mean()))
         else:
             assert np.isnan(medians[i])
     assert list(replicates.replicates) == [4, 1, 0, 2]
@@ -228,3 +230,30 @@ def test_equivalence_verdicts_at_the_boundaries() -> None:
     low, high = np.array(list(intervals)).T
     assert list(equivalence_verdict(low, high, m)) == list(intervals.values())
     assert list(equivalence_verdict(np.array([0.97]), np.array([0.99]), margin=0.05)) == ["no difference"]
+
+
+@pytest.mark.parametrize(
+    "p, df, textbook",
+    [
+        (0.975, 1, 12.706),
+        (0.975, 2, 4.303),
+        (0.975, 3, 3.182),
+        (0.975, 4, 2.776),
+        (0.975, 9, 2.262),
+        (0.975, 30, 2.042),
+        (0.975, 1e6, 1.960),
+        (0.95, 10, 1.812),
+        (0.995, 4, 4.604),
+        (0.9995, 2, 31.599),
+    ],
+)
+def test_the_t_quantile_matches_the_textbook(p: float, df: float, textbook: float) -> None:
+    """Student's t quantiles of a printed table (e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2), to 1e-3."""
+    assert float(t_quantile(p, df)) == pytest.approx(textbook, abs=1e-3)
+
+
+def test_the_t_quantile_of_any_degrees_of_freedom_falls_between_its_neighbours() -> None:
+    """Welch's degrees of freedom are not whole: the quantile falls as they grow, vectorised."""
+    df = np.array([1.0, 1.5, 2.0, 2.5, 3.0, 7.3, 50.0])
+    quantiles = t_quantile(np.full(len(df), 0.975), df)
+    assert (np.diff(quantiles) < 0).all() and quantiles[-1] > 1.96

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from analysis.statistics.intervals import t_quantile
 from orchestrator.cli.main import main
-from tests.analysis_sweeps import H100, write_cell, write_manifest
+from tests.analysis_sweeps import H100, write_cell, write_manifest, write_replicates
 
 
 def steps(median: float, seed: int, n: int = 40) -> list[float]:
@@ -74,7 +75,32 @@ def test_three_percent_slower_is_within_the_default_threshold(
     inductor = next(cell for cell in json.loads(out)["cells"] if cell["backend"] == "inductor")
     assert code == 0 and inductor["verdict"] == "within threshold"
     assert 1.0 < inductor["step_ratio_low"] and inductor["step_ratio_high"] < 1.05  # slower, by less than 5%
+    assert inductor["interval"] == "within one process"  # one run each: run-to-run spread unseen
     assert run(capsys, a, b, "--threshold", "0.01")[0] == 1  # beyond 1%: a regression
+
+
+def test_cells_with_runs_in_both_sweeps_have_welch_intervals_over_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three runs in A, four in B, their medians 2% apart from run to run: the step ratio's interval is
+    Welch's over the runs' median steps on the log scale (Welch-Satterthwaite df); the table says
+    `across 3+4 runs`."""
+    a_runs, b_runs = (10.0, 10.2, 9.9), (10.5, 10.9, 10.6, 10.8)
+    for root, runs in ((tmp_path / "a", a_runs), (tmp_path / "b", b_runs)):
+        write_replicates(root, "e", "eager", [steps(m, seed) for seed, m in enumerate(runs)])
+        write_manifest(root, [{"cell_id": "e"}])
+    code, out, _ = run(capsys, tmp_path / "a", tmp_path / "b", "--format", "json")
+    cell = json.loads(out)["cells"][0]
+    medians = [
+        np.log([np.median(steps(m, seed)) for seed, m in enumerate(runs)]) for runs in (a_runs, b_runs)
+    ]
+    va, vb = (m.var(ddof=1) / len(m) for m in medians)
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 3)
+    centre, half = medians[1].mean() - medians[0].mean(), float(t_quantile(0.975, df)) * np.sqrt(va + vb)
+    assert cell["step_ratio_low"] == pytest.approx(np.exp(centre - half), rel=1e-3)
+    assert cell["step_ratio_high"] == pytest.approx(np.exp(centre + half), rel=1e-3)
+    assert cell["interval"] == "across 3+4 runs" and cell["verdict"] == "undecided"
+    assert "| across 3+4 runs |" in run(capsys, tmp_path / "a", tmp_path / "b")[1]
 
 
 def test_cells_only_in_one_sweep_are_listed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

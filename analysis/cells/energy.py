@@ -3,16 +3,17 @@ own energy is paid back.
 
 A cell's run rows give the GPU board's energy of its measured window (NVML; summed over a DDP
 cell's ranks) over the window's steps: `joules_per_step`, one value per replicate. Its J/step is
-the median over its completed replicates, with the two-level bootstrap of analysis/statistics/bootstrap.py
-(replicates, then a replicate's values: here its one value), so its interval covers run-to-run
-spread and needs two runs or more. A paired cell (analysis/cells/paired.py) has its blocks' energies in
-its steps: a block's J/step is its energy over its steps, and its J/step is the median over
-replicates of each replicate's median compiled block, bootstrapped over replicates, then pairs.
+the geometric mean over its completed replicates, with the t interval over them
+(analysis/statistics/intervals.py), so its interval covers run-to-run spread and needs two runs or
+more. A paired cell (analysis/cells/paired.py) has its blocks' energies in its steps: a block's J/step
+is its energy over its steps, and its J/step is the geometric mean over replicates of each
+replicate's median compiled block, with the t interval over replicates (one replicate: the bootstrap
+of its pairs, analysis/statistics/bootstrap.py).
 
 The energy ratio is eager J/step over compiled J/step (above 1: compiling saves energy): for a
 paired cell the median of its pairs' ratios (eager block over compiled block, seconds apart in one
-process) with the paired speedup's bootstrap; else the eager cell's J/step over its own, with the
-interval of the two cells' independent draws. Break-even in energy: the compile's energy over the
+process) with the paired speedup's interval; else the eager cell's J/step over its own, with Welch's
+interval over the two cells' runs. Break-even in energy: the compile's energy over the
 joules saved per step (analysis/cells/breakeven.py `steps_to_recoup`), and the eager run's joules over
 those steps (which the compile and the compiled steps then equal).
 
@@ -35,6 +36,7 @@ from analysis.statistics.bootstrap import (
     ratio_interval,
     subset_cells,
 )
+from analysis.statistics.intervals import RunLogs, t_interval, welch_interval
 from workloads.contract.vocabulary import COMPLETED
 
 #: The columns `energy_columns` gives the per-cell metrics.
@@ -71,9 +73,10 @@ def _draws(samples: ReplicateSamples, which: np.ndarray, resamples: int, rngs: l
 
 def _per_step(
     cells: pd.DataFrame, data: SweepData, paired: np.ndarray, resamples: int, rngs: Generators
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, RunLogs, RunLogs]:
     """Each cell's J/step, its draws (NaN rows without an interval), which cells have it from their
-    blocks, and there the median of their pairs' energy ratios and its draws."""
+    blocks, there the centre of their pairs' energy ratios and its draws; the logs over runs of the
+    J/step and of the ratios (for the intervals over runs)."""
     n, pairs = len(cells), data.pairs
     done = data.replicates[data.replicates["status"] == COMPLETED]
     runs = _by_replicate(done, cells, done["joules_per_step"].to_numpy(float))
@@ -84,6 +87,15 @@ def _per_step(
     # Paired where every paired replicate's blocks carry energy; else the runs' values speak.
     from_blocks = paired & (ratios.replicates > 0) & (ratios.replicates == every_pair.replicates)
     value = np.where(from_blocks, blocks.medians(), runs.medians())
+    blocks_runs, runs_runs, ratio_runs = (
+        RunLogs.of(s, s.replicate_medians()) for s in (blocks, runs, ratios)
+    )
+    logs = RunLogs(
+        *(
+            np.where(from_blocks, getattr(blocks_runs, f), getattr(runs_runs, f))
+            for f in ("count", "mean", "sd")
+        )
+    )
     draws = np.full((n, resamples), np.nan)
     ratio_draws = np.full((n, resamples), np.nan)
     which = np.flatnonzero(from_blocks)
@@ -93,7 +105,8 @@ def _per_step(
     which = np.flatnonzero(~from_blocks & (runs.replicates > 1))  # one run: one value, no interval
     if len(which):
         draws[which] = _draws(runs, which, resamples, rngs(which, _RUNS))
-    return value, draws, from_blocks, np.where(from_blocks, ratios.medians(), np.nan), ratio_draws
+    paired_ratio = np.where(from_blocks, ratios.medians(), np.nan)
+    return value, draws, from_blocks, paired_ratio, ratio_draws, logs, ratio_runs
 
 
 def energy_columns(
@@ -107,8 +120,14 @@ def energy_columns(
     """ENERGY_COLUMNS of `cells` (the metrics up to the verdicts): `paired` says which cells' speedup
     is paired, `base` each cell's eager cell (position, -1 for none: itself for the eager cell)."""
     n = len(cells)
-    jps, draws, from_blocks, paired_ratio, ratio_draws = _per_step(cells, data, paired, resamples, rngs)
+    jps, draws, from_blocks, paired_ratio, ratio_draws, logs, ratio_logs = _per_step(
+        cells, data, paired, resamples, rngs
+    )
     low, high = percentile_interval(draws)
+    # Two runs or more: the t interval over runs, as the speedups' (Welch's between two cells, below).
+    several = logs.count >= 2
+    runs_low, runs_high = t_interval(logs)
+    low, high = np.where(several, runs_low, low), np.where(several, runs_high, high)
     items = cells["items_per_step"].to_numpy(float)
     has_base = (base >= 0) & ~np.isnan(jps[np.maximum(base, 0)]) & ~np.isnan(jps)
     itself = has_base & (base == np.arange(n))
@@ -119,6 +138,16 @@ def energy_columns(
     which = np.flatnonzero(against)
     if len(which):
         ratio_low[which], ratio_high[which] = ratio_interval(draws[base[which]], draws[which])
+    over_runs = np.where(
+        from_blocks & (ratio_logs.count >= 2), True, against & several & several[np.maximum(base, 0)]
+    )
+    runs_low, runs_high = np.where(
+        from_blocks, t_interval(ratio_logs), welch_interval(logs.take(np.maximum(base, 0)), logs)
+    )
+    ratio_low, ratio_high = (
+        np.where(over_runs, runs_low, ratio_low),
+        np.where(over_runs, runs_high, ratio_high),
+    )
     done = data.replicates[data.replicates["status"] == COMPLETED]
     power = done.groupby("cell_id")[list(POWER)].median().reindex(cells["cell_id"])
     compile_j = pd.to_numeric(cells["compile_energy_j"], errors="coerce").to_numpy(float)

@@ -13,11 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.cells.metrics import RESAMPLES, median_draws
+from analysis.cells.metrics import RESAMPLES, median_intervals, median_ratio_intervals
 from analysis.reading.axes import reference_positions
 from analysis.reading.collect import GEMM_READ, SweepData
 from analysis.rendering.text import is_null
-from analysis.statistics.bootstrap import percentile_interval, ratio_interval
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, backend_label
 
 GEMM_MODEL = "gemm"
@@ -77,15 +76,18 @@ def _references(cells: pd.DataFrame, precision: str) -> np.ndarray:
     return np.where(cells["precision"] == FP8, own_recipe, any_recipe)
 
 
-def _speedups(cells: pd.DataFrame, draws: np.ndarray, precision: str, column: str) -> None:
+def _speedups(cells: pd.DataFrame, steps: pd.DataFrame, resamples: int, precision: str, column: str) -> None:
     """`column` (+ `_low`, `_high`): the µs of the cuBLAS cell of `precision` at the same shape over each
-    cell's, with the 95% interval of the draws' ratio."""
+    cell's, with the 95% interval of the speedups (`median_ratio_intervals`)."""
     value, low, high = (np.full(len(cells), np.nan) for _ in range(3))
-    for i, ref in enumerate(_references(cells, precision)):
-        if ref < 0 or cells.at[i, "status"] != COMPLETED:
-            continue
-        value[i] = cells.at[ref, "us"] / cells.at[i, "us"]
-        (low[i],), (high[i],) = ratio_interval(draws[[ref]], draws[[i]])
+    reference = _references(cells, precision)
+    which = np.flatnonzero((reference >= 0) & (cells["status"] == COMPLETED).to_numpy())
+    us = cells["us"].to_numpy(float)
+    value[which] = us[reference[which]] / us[which]
+    if len(which):
+        low[which], high[which] = median_ratio_intervals(
+            cells, steps, reference[which], which, resamples, _STREAM
+        )
     cells[column], cells[f"{column}_low"], cells[f"{column}_high"] = value, low, high
 
 
@@ -113,9 +115,9 @@ def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLE
     ]
     replicates = data.replicates[data.replicates["cell_id"].isin(ours["cell_id"])]
     cells = base.merge(_run_rows(replicates), on="cell_id", how="left").reset_index(drop=True)
-    draws = median_draws(cells, data.steps, resamples, _STREAM) * 1e3  # ms -> µs
     cells["us"] = cells["median_step_ms"].astype(float) * 1e3
-    cells["us_low"], cells["us_high"] = percentile_interval(draws)
+    low, high = median_intervals(cells, data.steps, resamples, _STREAM)
+    cells["us_low"], cells["us_high"] = low * 1e3, high * 1e3  # ms -> µs
     m, n, k = (cells[c].astype(float) for c in SHAPE)
     cells["implementation"] = [
         implementation(*values)
@@ -125,7 +127,7 @@ def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLE
     cells["gbps"] = cells["gemm_bytes"].astype(float) / (cells["us"] * 1e3)  # bytes / µs / 1e3 = GB/s
     cells["floor_share"] = cells["gemm_floor_us"].astype(float) / cells["us"]
     cells["autotune_ratio"] = cells["us"] / cells["gemm_autotune_us"].astype(float)
-    _speedups(cells, draws, BF16, "vs_bf16_cublas")
-    _speedups(cells, draws, FP8, "vs_fp8_cublas")
+    _speedups(cells, data.steps, resamples, BF16, "vs_bf16_cublas")
+    _speedups(cells, data.steps, resamples, FP8, "vs_fp8_cublas")
     order = cells.sort_values([*SHAPE, "precision", "fp8_recipe", "backend"], na_position="first").index
     return cells.loc[order].drop(columns="median_step_ms").reset_index(drop=True)

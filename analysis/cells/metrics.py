@@ -8,6 +8,8 @@ named, is analysis/reading/axes.py's.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -21,15 +23,18 @@ from analysis.reading.collect import REPEAT, SweepData
 from analysis.statistics.bootstrap import (
     ReplicateSamples,
     SortedSamples,
+    centre_over_replicates,
     group_mean_std,
     group_moments,
     group_ratio_of_sums,
     hierarchical_means,
-    median_over_replicates,
+    percentile_interval,
     ratio_interval,
     stable_hash,
     subset_cells,
 )
+from analysis.statistics.decision import spent_level
+from analysis.statistics.intervals import RunLogs, t_interval, welch_interval
 from analysis.statistics.verdicts import DATA_BOUND, E2E_BASIS, EQUIVALENCE, verdicts
 from workloads.contract.vocabulary import (
     ACCURACY_ERROR,
@@ -50,8 +55,9 @@ AXES = names()
 METRIC_COLUMNS = [
     "status", "error", "replicates", "measured_steps", "mean_step_ms", "std_step_ms", "median_step_ms",
     "p5_step_ms", "p95_step_ms", "replicate_spread", "unstable", "items_per_s", "e2e_items_per_s", "mfu_mean",
-    "mfu_std", "e2e_mfu", "speedup", "speedup_low", "speedup_high", *PAIRED_COLUMNS, "e2e_speedup",
-    "e2e_speedup_low", "e2e_speedup_high", "data_bound", *BUSY_COLUMNS, "verdict", "verdict_basis",
+    "mfu_std", "e2e_mfu", "speedup", "speedup_low", "speedup_high", "interval", "interval_level",
+    *PAIRED_COLUMNS, "e2e_speedup", "e2e_speedup_low", "e2e_speedup_high", "data_bound", *BUSY_COLUMNS,
+    "verdict", "verdict_basis",
     "baseline_cell_id", "compile_time_s", "compile_cache_hits", *BREAK_EVEN_COLUMNS, "first_step_ms",
     "peak_mem_bytes", "peak_mem_ratio",
     "graph_count", "graph_break_count", "recompile_count",
@@ -78,6 +84,8 @@ RUN_SUMMARY = {
     "e2e_items_per_s": "e2e_items_per_s",
     "e2e_mfu": "e2e_mfu",
 }
+#: What an interval within one run is labelled: it cannot see how runs differ.
+WITHIN_ONE_PROCESS = "within one process"
 #: Bootstrap resamples of each cell's measured steps, and the seed that, with the cell's id, seeds
 #: its generators: a cell gets the same interval in every analysis, alone or in any sweep.
 RESAMPLES, SEED = 1000, 0
@@ -126,7 +134,7 @@ def _step_stats(cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray) -> R
     # MFU is that / the mean step, as end-to-end items/s is items per step / the mean step.
     _, flops_over_peak, _ = group_mean_std(group, mfu * times, n)
     replicate_mean, _ = group_moments(replicas.steps)
-    steps_per_ms = median_over_replicates(replicas, 1 / replicate_mean)
+    steps_per_ms = centre_over_replicates(replicas, 1 / replicate_mean)
     items = cells["items_per_step"].to_numpy(float)
     has = count > 0
     median = replicas.medians()
@@ -206,32 +214,81 @@ def _against(cells: pd.DataFrame, reference: np.ndarray) -> tuple[np.ndarray, np
     return has, np.where(has, reference, 0)
 
 
-def median_draws(
-    cells: pd.DataFrame, steps: pd.DataFrame, resamples: int = RESAMPLES, stream: tuple = _MEDIAN
-) -> np.ndarray:
-    """(cells, resamples): two-level bootstrap draws of each completed cell's median step, NaN rows for
-    the others. With the default stream they are the draws behind the tables' speedup intervals (a
-    cell's draws depend only on its own steps and id); another stream draws independently of them."""
+def _median_samples(cells: pd.DataFrame, steps: pd.DataFrame) -> ReplicateSamples:
+    """The measured steps of each completed cell of `cells`, by replicate."""
     code = _cell_codes(steps["cell_id"], cells)
     done = (cells["status"] == COMPLETED).to_numpy()
     keep = (code >= 0) & (steps["phase"] == "measure").to_numpy()
     keep[keep] = done[code[keep]]
-    samples = ReplicateSamples.from_steps(
+    return ReplicateSamples.from_steps(
         code[keep],
         steps[REPEAT].to_numpy(np.int64)[keep],
         steps["step_time_ms"].to_numpy(float)[keep],
         len(cells),
     )
-    return samples.hierarchical_medians(resamples, _generators(cells, np.arange(len(cells)), SEED, stream))
+
+
+def median_intervals(
+    cells: pd.DataFrame, steps: pd.DataFrame, resamples: int = RESAMPLES, stream: tuple = _MEDIAN
+) -> tuple[np.ndarray, np.ndarray]:
+    """95% interval of each completed cell's median step (NaN for the others): the t interval over its
+    runs where it has 2 or more, else the bootstrap of its one run's steps (`stream`: the generators')."""
+    samples = _median_samples(cells, steps)
+    low, high = t_interval(RunLogs.of(samples, samples.replicate_medians()))
+    one = np.flatnonzero(samples.replicates == 1)
+    if len(one):
+        draws = subset_cells(samples, one).hierarchical_medians(
+            resamples, _generators(cells, one, SEED, stream)
+        )
+        low[one], high[one] = percentile_interval(draws)
+    return low, high
+
+
+def median_ratio_intervals(
+    cells: pd.DataFrame,
+    steps: pd.DataFrame,
+    top: np.ndarray,
+    bottom: np.ndarray,
+    resamples: int = RESAMPLES,
+    stream: tuple = _MEDIAN,
+) -> tuple[np.ndarray, np.ndarray]:
+    """95% interval of the median step of the cell at top[i] over that of the cell at bottom[i]
+    (positions in `cells`), as the per-cell table's speedups: Welch's over runs where both have 2 runs or
+    more (`across_runs`), else the ratio of their bootstrap draws, the same draws as the table's."""
+    samples = _median_samples(cells, steps)
+    top, bottom = np.asarray(top, dtype=np.int64), np.asarray(bottom, dtype=np.int64)
+    runs = RunLogs.of(samples, samples.replicate_medians())
+    low, high = welch_interval(runs.take(top), runs.take(bottom))
+    boot = np.flatnonzero(~across_runs(samples.replicates[top], samples.replicates[bottom]))
+    if len(boot):
+        involved = np.unique(np.concatenate([top[boot], bottom[boot]]))
+        rngs = _generators(cells, involved, SEED, stream)
+        draws = subset_cells(samples, involved).hierarchical_medians(resamples, rngs)
+        row = {position: r for r, position in enumerate(involved)}
+        low[boot], high[boot] = ratio_interval(
+            draws[[row[i] for i in top[boot]]], draws[[row[i] for i in bottom[boot]]]
+        )
+    return low, high
 
 
 class _Draws:
-    """Bootstrap draws of the cells that intervals need, each cell's from its own generator, so that
-    they are the same whichever interval asks for them, and in any sweep."""
+    """What the intervals of cells rest on: over runs, each replicate's median step (`median`) or
+    steps per ms (`rate`, end-to-end) as `RunLogs`; within one run, bootstrap draws, each cell's from
+    its own generator, so that they are the same whichever interval asks for them, and in any sweep.
+    `level`: each cell's interval level (`interval_levels`)."""
 
-    def __init__(self, cells: pd.DataFrame, replicas: ReplicateSamples, resamples: int, seed: int):
+    def __init__(
+        self, cells: pd.DataFrame, replicas: ReplicateSamples, resamples: int, seed: int, level: np.ndarray
+    ):
         self.cells, self.replicas, self.resamples, self.seed = cells, replicas, resamples, seed
+        self.level = level
         self._rows: dict[str, dict[int, np.ndarray]] = {"median": {}, "rate": {}}
+        replicate_mean, _ = group_moments(replicas.steps)
+        with np.errstate(divide="ignore"):
+            self.runs = {
+                "median": RunLogs.of(replicas, replicas.replicate_medians()),
+                "rate": RunLogs.of(replicas, 1 / replicate_mean),
+            }
 
     def get(self, kind: str, which: np.ndarray) -> np.ndarray:
         """(len(which), resamples): two-level bootstrap draws of these cells' median step (`median`),
@@ -253,18 +310,49 @@ class _Draws:
 def _ratio_interval(
     draws: _Draws, kind: str, base: np.ndarray, has_base: np.ndarray, invert: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
-    """95% interval of (the `kind` statistic of the cell at `base`) / (own) — own / base's where not
-    `invert` — for each cell where `has_base`: exactly 1 against itself, NaN where either has no steps."""
+    """Interval of (the `kind` statistic of the cell at `base`) / (own) — own / base's where not
+    `invert` — for each cell where `has_base`: exactly 1 against itself, NaN where either has no steps.
+    Where both have 2 replicates or more, Welch's over runs at the cell's level (`across_runs`); else
+    the 95% interval of the two cells' bootstrap draws, which sees one run's steps only."""
     n = len(base)
     low, high = np.full(n, np.nan), np.full(n, np.nan)
     itself = has_base & (base == np.arange(n))
     low[itself] = high[itself] = 1.0  # the baseline against itself: exactly 1, no spread
     counts = draws.replicas.replicates
-    boot = np.flatnonzero(has_base & ~itself & (counts > 0) & (counts[base] > 0))
+    across = has_base & ~itself & across_runs(counts, counts[base])
+    if across.any():
+        runs = draws.runs[kind]
+        top, bottom = (runs.take(base), runs) if invert else (runs, runs.take(base))
+        welch_low, welch_high = welch_interval(top, bottom, draws.level)
+        low[across], high[across] = welch_low[across], welch_high[across]
+    boot = np.flatnonzero(has_base & ~itself & ~across & (counts > 0) & (counts[base] > 0))
     if len(boot):
         own, reference = draws.get(kind, boot), draws.get(kind, base[boot])
         low[boot], high[boot] = ratio_interval(reference, own) if invert else ratio_interval(own, reference)
     return low, high
+
+
+def across_runs(own: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """Whether the interval of a ratio of two cells with `own` and `other` replicates is over runs:
+    both have 2 or more (else it is the bootstrap's, which sees one run's steps only)."""
+    return (own >= 2) & (other >= 2)
+
+
+def interval_levels(
+    cells: pd.DataFrame, replicates: np.ndarray, auto_max_repeats: Mapping[str, int] | None
+) -> np.ndarray:
+    """Each cell's interval level: 95%, or for a cell run with repeats=auto (`auto_max_repeats`: its
+    max_repeats by id) the level its stop rule spent at its replicates (decision.py `spent_level`), so
+    that the table's verdict is the one the sweep stopped on."""
+    most = cells["cell_id"].map(dict(auto_max_repeats or {})).to_numpy(float)
+    return np.where(np.isnan(most), 0.95, spent_level(replicates, np.nan_to_num(most)))
+
+
+def interval_texts(replicates: np.ndarray, across: np.ndarray, compared: np.ndarray) -> np.ndarray:
+    """What each compared cell's interval rests on: `across 3 runs`, or `within one process` (its or
+    its eager cell's one run: run-to-run spread unseen); None for the others."""
+    texts = np.array([f"across {n} runs" for n in replicates], dtype=object)
+    return np.where(compared, np.where(across, texts, WITHIN_ONE_PROCESS), None)
 
 
 def _memory_ratio(cells: pd.DataFrame, has_base: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -335,11 +423,13 @@ def cell_metrics(
     equivalence: float = EQUIVALENCE,
     data_bound: float = DATA_BOUND,
     launch_bound: float = LAUNCH_BOUND,
+    auto_max_repeats: Mapping[str, int] | None = None,
 ) -> pd.DataFrame:
     """One row per cell (CELL_COLUMNS), ordered by `sort_cells`. `equivalence`: the margin of practical
     equivalence of the verdicts, also the tolerance of `unstable` where above UNSTABLE_TOLERANCE;
     `data_bound`: the data-wait share above which a cell is data-bound; `launch_bound`: the GPU's idle
-    share above which it is launch-bound (analysis/cells/busy.py)."""
+    share above which it is launch-bound (analysis/cells/busy.py); `auto_max_repeats`: the cells run
+    with repeats=auto, their max_repeats by id (analysis/cells/standings.py `auto_max_repeats`)."""
     if not 0 <= equivalence < 1 or not 0 <= data_bound <= 1 or not 0 <= launch_bound <= 1:
         raise ValueError(
             f"equivalence must lie in [0, 1), data_bound and launch_bound in [0, 1], not {equivalence}, "
@@ -356,12 +446,17 @@ def cell_metrics(
     paired = paired_cells(ratios, replicas)
     tolerance = max(equivalence, UNSTABLE_TOLERANCE)
     _stability(cells, replicas, ratios, paired, resamples, seed, tolerance)
-    draws = _Draws(cells, replicas, resamples, seed)
+    level = interval_levels(cells, replicas.replicates, auto_max_repeats)
+    draws = _Draws(cells, replicas, resamples, seed, level)
     baseline = reference_positions(cells, SAME_WORKLOAD, cells["backend"] == BASELINE_BACKEND)
     base = _comparisons(cells, draws, baseline)
     compared = ((base >= 0) & (base != np.arange(len(cells)))) | paired
     rngs = _generators(cells, np.flatnonzero(paired), seed, _PAIRED)
-    use_paired(cells, ratios, paired, compared, resamples, rngs, tolerance)
+    use_paired(cells, ratios, paired, compared, resamples, rngs, level, tolerance)
+    counts = replicas.replicates
+    across = np.where(paired, counts >= 2, compared & across_runs(counts, counts[np.maximum(base, 0)]))
+    cells["interval"] = interval_texts(replicas.replicates, across, compared)
+    cells["interval_level"] = np.where(compared, level, np.nan)
     verdicts(cells, compared, base, data_bound, equivalence)
     cells[BUSY_COLUMNS] = busy_columns(cells, data.replicates, launch_bound)
     cells[BREAK_EVEN_COLUMNS] = break_even_columns(cells, cells["verdict_basis"] == E2E_BASIS)

@@ -5,8 +5,9 @@ of compiled steps and of `force_eager` steps; `SweepData.pairs` has each pair's 
 A pair's ratio is eager / compiled: its blocks ran seconds apart in one process, so a host that is
 slower in one process than in the next slows both sides alike and the ratio holds where the ratio
 of two cells' medians, each measured in its own process, moves. A cell's paired speedup is the
-median over its replicates of each replicate's median pair ratio, with the two-level bootstrap of
-analysis/statistics/bootstrap.py: replicates (processes, on whatever nodes they ran), then pairs within one.
+geometric mean over its replicates (processes, on whatever nodes they ran) of each replicate's median
+pair ratio, with the t interval over those (analysis/statistics/intervals.py); with one replicate, its
+median pair ratio with the bootstrap of its pairs (analysis/statistics/bootstrap.py).
 
 The speedup against the separate eager cell stays beside it (`unpaired_speedup`): where the two
 intervals are disjoint, `paired_disagrees` says so, for the reader to look at both.
@@ -21,6 +22,7 @@ import pandas as pd
 
 from analysis.reading.collect import REPEAT
 from analysis.statistics.bootstrap import ReplicateSamples, percentile_interval, subset_cells
+from analysis.statistics.intervals import RunLogs, t_interval
 
 #: What a cell's `speedup` is (`speedup_method`): its paired one, or the one against the eager cell.
 PAIRED, UNPAIRED = "paired", "unpaired"
@@ -57,10 +59,13 @@ def use_paired(
     compared: np.ndarray,
     resamples: int,
     rngs: Sequence[np.random.Generator],
+    level: np.ndarray,
     tolerance: float = 0.0,
 ) -> None:
-    """Where `paired`, make `speedup`, `speedup_low` and `speedup_high` the paired speedup and its 95%
-    interval (`rngs`: one generator per paired cell, in order). `unpaired_speedup...` keep the speedup
+    """Where `paired`, make `speedup`, `speedup_low` and `speedup_high` the paired speedup and its
+    interval: with 2 replicates or more the t interval over runs of their median ratios at each cell's
+    `level`, with one the 95% bootstrap of its pairs (`rngs`: one generator per paired cell, in order).
+    `unpaired_speedup...` keep the speedup
     against the eager cell for every cell that has one; `speedup_method` says which `speedup` is
     (none for the eager cell itself: `compared` is false there), `pairs` how many pairs it rests on,
     `paired_disagrees` whether the two intervals are disjoint by more than `tolerance`, relative (as
@@ -74,6 +79,9 @@ def use_paired(
         low[which], high[which] = percentile_interval(
             subset_cells(ratios, which).hierarchical_medians(resamples, rngs)
         )
+    runs = paired & (ratios.replicates >= 2)
+    across_low, across_high = t_interval(RunLogs.of(ratios, ratios.replicate_medians()), level)
+    low, high = np.where(runs, across_low, low), np.where(runs, across_high, high)
     for end, values in (("", ratios.medians()), ("_low", low), ("_high", high)):
         cells[f"speedup{end}"] = np.where(paired, values, cells[f"unpaired_speedup{end}"])
     counts = np.bincount(ratios.cell, weights=ratios.steps.count, minlength=len(cells))

@@ -6,8 +6,10 @@ order statistics of the sample it picks, and those have a known law (see `bootst
 so R resamples cost O(R) per cell instead of O(R x steps). Each cell draws from its own
 generator, so its interval does not depend on which other cells are analysed with it.
 
-A cell run as several replicates (one process each) is bootstrapped on two levels, replicates and
-then steps (`ReplicateSamples`), so its interval covers run-to-run spread too; `unstable` flags
+A cell run as one replicate (one process) is bootstrapped over its steps; with several, its printed
+interval is the Student-t one over replicates (analysis/statistics/intervals.py) and the two-level
+bootstrap here (replicates, then steps: `ReplicateSamples`) serves `unstable` and the few studies that
+draw; `unstable` flags
 replicates that disagree beyond their own intervals. What an interval says against a margin of
 practical equivalence: analysis/statistics/verdicts.py `equivalence_verdict`.
 """
@@ -141,13 +143,13 @@ class ReplicateSamples:
     of `steps`, and cell i's replicates are r in `first[i] : first[i] + replicates[i]`; `cell[r]` is
     replicate r's cell. A replicate without steps is left out: it measured nothing.
 
-    A cell's location is the median of its replicate medians (`medians`), and `hierarchical_medians`
-    bootstraps that statistic. The replicate, not the step, is the unit that repeats the experiment:
-    steps of one process share its host, clocks and binding and are correlated, so each replicate
-    counts once, however many steps it measured (a pooled median would weigh a long replicate more, and
-    with an even split between two levels it jumps between them). The median of medians resists one
-    odd replicate (a noisy neighbour) where a mean would follow it, and with one replicate it is that
-    replicate's median, so single-run numbers are those of the one-level bootstrap, draw for draw.
+    A cell's location is the centre of its replicate medians (`medians`: the one replicate's median,
+    or the geometric mean of several, whose interval is analysis/statistics/intervals.py's), and
+    `hierarchical_medians` bootstraps it where one replicate leaves no spread between runs to use. The
+    replicate, not the step, is the unit that repeats the experiment: steps of one process share its
+    host, clocks and binding and are correlated, so each replicate counts once, however many steps it
+    measured (a pooled median would weigh a long replicate more, and with an even split between two
+    levels it jumps between them).
     """
 
     steps: SortedSamples
@@ -182,8 +184,8 @@ class ReplicateSamples:
         return self.steps.quantile(0.5)
 
     def medians(self) -> np.ndarray:
-        """Each cell's median of its replicate medians (its median step with one replicate); NaN for none."""
-        return SortedSamples.from_groups(self.cell, self.replicate_medians(), len(self.first)).quantile(0.5)
+        """Each cell's median step: `centre_over_replicates` of its replicate medians; NaN for none."""
+        return centre_over_replicates(self, self.replicate_medians())
 
     def hierarchical_medians(self, resamples: int, rngs: Sequence[np.random.Generator]) -> np.ndarray:
         """(cells, resamples): two-level bootstrap draws of `medians`, cell i's from rngs[i] (NaN rows
@@ -332,11 +334,17 @@ def hierarchical_means(
     return draws
 
 
-def median_over_replicates(samples: ReplicateSamples, values: np.ndarray) -> np.ndarray:
-    """Each cell's median of one value per replicate (`values[r]` for replicate r; NaN left out)."""
-    return SortedSamples.from_groups(
-        samples.cell, np.asarray(values, dtype=float), len(samples.first)
-    ).quantile(0.5)
+def centre_over_replicates(samples: ReplicateSamples, values: np.ndarray) -> np.ndarray:
+    """Each cell's centre of one value per replicate (`values[r]` for replicate r; NaN and values <= 0
+    left out): the value itself with one replicate, the geometric mean with more, the centre of the
+    Student-t interval on the log scale (analysis/statistics/intervals.py). With two it is their
+    arithmetic mean, the median of two, up to (difference / mean)^2 / 8: 0.01% at 3% apart."""
+    values = np.asarray(values, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        logs = np.where(values > 0, np.log(values), np.nan)
+    count, mean, _ = group_mean_std(samples.cell, logs, len(samples.first))
+    single = SortedSamples.from_groups(samples.cell, np.where(values > 0, values, np.nan), len(samples.first))
+    return np.where(count == 1, single.quantile(0.5), np.exp(mean))
 
 
 def stable_hash(text: str) -> int:

@@ -2,7 +2,8 @@
 prints, so that the reason a sweep stopped and the verdict never disagree.
 
 After each round the orchestrator (orchestrator/sweep/rounds.py) asks where each cell still going
-stands (analysis/cells/standings.py: its speedup and 95% interval as the per-cell table has them,
+stands (analysis/cells/standings.py: its speedup and interval as the per-cell table has them, at the
+level `spent_level` gives its round,
 the paired one where the cell measured paired, else against its eager cell; the end-to-end one
 where data-bound) and `stop_reasons` decides, in this order:
 
@@ -11,10 +12,18 @@ where data-bound) and `stop_reasons` decides, in this order:
   `decided: slower` or `decided: no difference`, exactly where the per-cell table says faster,
   slower or no difference with that margin; else once its half-width is at most `measure.rel_ci` x
   the speedup (`precise enough`), or at `max_repeats` replicates (`max_repeats reached`); never
-  before MIN_REPLICATES, since one run's interval cannot see how runs differ;
+  before MIN_REPLICATES, since one run's interval cannot see how runs differ and two runs' is wide;
 - a cell without one (the eager cell) goes on while a cell compared with it, unpaired, goes on (a
   paired cell measures its own eager side), else stops: `its compared cells stopped`, or `no
   speedup to decide` where no cell is compared with it.
+
+Looking again after every round would find a false difference more often than the interval's level
+promises (at margin 0 and a 95% interval each round, 9-41% of sweeps with true speedup 1 read faster
+or slower). So the error is spent over the looks (`spent_level`): at look N = 3..M (M = max_repeats)
+the interval has level 1 - alpha_N, alpha_N = ALPHA (((N-2)/(M-2))^RHO - ((N-3)/(M-2))^RHO), and the
+alpha_N sum to ALPHA: by the union bound a cell with no difference reads faster or slower in at most
+ALPHA of sweeps, however many looks (Lan & DeMets 1983 spending; measured: docs/measurement.md). The
+per-cell table of a repeats=auto cell prints the interval at that level (analysis/cells/metrics.py).
 
 Decisions rest on the files alone (each cell's config.yaml and results), and each cell's bootstrap is
 seeded by its id: a sweep run again decides as it did.
@@ -27,10 +36,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.statistics.verdicts import equivalence_verdict
+from analysis.statistics.verdicts import EQUIVALENCE, equivalence_verdict
 
-#: The fewest replicates before a cell may stop: an interval over runs needs two.
-MIN_REPLICATES = 2
+#: The fewest replicates before a cell may stop: an interval over runs needs two, and two runs' t
+#: interval (1 degree of freedom, t = 12.7) is too wide to decide anything but a large difference.
+MIN_REPLICATES = 3
+#: The error spent over all looks of a repeats=auto cell, and the spending function's power: RHO > 1
+#: keeps more for later looks, whose intervals have more degrees of freedom (chosen by simulation,
+#: docs/measurement.md "Stopping").
+ALPHA, RHO = 0.05, 2.0
 #: The verdicts that stop a cell, and the stop reason each gives.
 DECIDED = {verdict: f"decided: {verdict}" for verdict in ("faster", "slower", "no difference")}
 FASTER, SLOWER, NO_DIFFERENCE = DECIDED.values()
@@ -46,24 +60,48 @@ class Standing:
     replicates: int
     """Its completed replicates."""
     max_repeats: int
-    equivalence: float = 0.0
+    equivalence: float = EQUIVALENCE
     rel_ci: float | None = None
     speedup: tuple[float, float, float] | None = None
-    """(speedup, low, high) of its 95% interval; None for a cell without one (the eager cell)."""
+    """(speedup, low, high) of its interval at `spent_level`; None for a cell without one (the eager cell)."""
     baseline: str | None = None
     """The eager cell its speedup is against where unpaired (it needs that cell's runs)."""
 
 
-def _decided(standing: Standing) -> str | None:
-    """Why a cell with a speedup stops (module doc), None to go on."""
-    assert standing.speedup is not None
-    speedup, low, high = standing.speedup
-    verdict = equivalence_verdict(np.array([low]), np.array([high]), standing.equivalence)[0]
-    if verdict in DECIDED:
-        return DECIDED[verdict]
-    if standing.rel_ci is not None and (high - low) / 2 <= standing.rel_ci * speedup:
-        return PRECISE
-    return MAX_REACHED if standing.replicates >= standing.max_repeats else None
+def spent_level(replicates: np.ndarray, max_repeats: np.ndarray, rho: float = RHO) -> np.ndarray:
+    """The level of a repeats=auto cell's interval at look N = `replicates` (module doc): 1 - alpha_N
+    for MIN_REPLICATES <= N <= max_repeats, else 1 - ALPHA (no look there). `rho`: the spending
+    function's power (RHO; another only to compare them, tests/test_analysis_simulation.py)."""
+    n, m = np.asarray(replicates, dtype=float), np.asarray(max_repeats, dtype=float)
+    looks = np.maximum(m - (MIN_REPLICATES - 1), 1)
+    spent = lambda k: ALPHA * np.clip(k / looks, 0, 1) ** rho  # noqa: E731
+    alpha = spent(n - (MIN_REPLICATES - 1)) - spent(n - MIN_REPLICATES)
+    return np.where((n >= MIN_REPLICATES) & (n <= m), 1 - alpha, 1 - ALPHA)
+
+
+def decisions(
+    speedup: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    replicates: np.ndarray,
+    max_repeats: np.ndarray,
+    equivalence: np.ndarray | float,
+    rel_ci: np.ndarray | float = np.nan,
+) -> np.ndarray:
+    """Why each cell with a speedup (and its interval at `spent_level`) stops now, None to go on
+    (module doc), vectorised over cells: `stop_reasons` and the stopping simulation
+    (tests/test_analysis_simulation.py) decide through it. `rel_ci`: NaN for none."""
+    speedup, low, high = (np.asarray(v, dtype=float) for v in (speedup, low, high))
+    replicates, max_repeats = np.asarray(replicates), np.asarray(max_repeats)
+    verdict = equivalence_verdict(low, high, np.asarray(equivalence, dtype=float))
+    reasons = np.full(speedup.shape, None, dtype=object)
+    reasons[replicates >= max_repeats] = MAX_REACHED
+    with np.errstate(invalid="ignore"):
+        reasons[(high - low) / 2 <= np.asarray(rel_ci, dtype=float) * speedup] = PRECISE
+    for name, reason in DECIDED.items():
+        reasons[verdict == name] = reason
+    reasons[replicates < MIN_REPLICATES] = None
+    return reasons
 
 
 def stop_reasons(standings: Sequence[Standing]) -> dict[str, str | None]:
@@ -71,7 +109,13 @@ def stop_reasons(standings: Sequence[Standing]) -> dict[str, str | None]:
     reasons: dict[str, str | None] = {}
     for standing in standings:
         if standing.speedup is not None:
-            reasons[standing.cell_id] = _decided(standing) if standing.replicates >= MIN_REPLICATES else None
+            reasons[standing.cell_id] = decisions(
+                *standing.speedup,
+                standing.replicates,
+                standing.max_repeats,
+                standing.equivalence,
+                np.nan if standing.rel_ci is None else standing.rel_ci,
+            )[()]
     needed = {s.baseline for s in standings if s.speedup is not None and reasons[s.cell_id] is None}
     compared = {s.baseline for s in standings}
     for standing in standings:

@@ -10,12 +10,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.rendering.text import fmt_speedup
-from workloads.contract.vocabulary import COMPLETED
+from workloads.contract.vocabulary import COMPLETED, EQUIVALENCE
 
 #: Above this share of step time spent waiting for data a cell is data-bound (`--data-bound`).
 DATA_BOUND = 0.10
-#: The margin of practical equivalence of verdicts (`--equivalence`): none by default.
-EQUIVALENCE = 0.0
 #: What a verdict rests on: the median-step speedup's interval, or the end-to-end one.
 MEDIAN_BASIS, E2E_BASIS = "median step", "end-to-end"
 
@@ -24,7 +22,9 @@ MEDIAN_BASIS, E2E_BASIS = "median step", "end-to-end"
 VERDICTS = ("faster", "slower", "no difference", "undecided")
 
 
-def equivalence_verdict(low: np.ndarray, high: np.ndarray, margin: float = 0.02) -> np.ndarray:
+def equivalence_verdict(
+    low: np.ndarray, high: np.ndarray, margin: np.ndarray | float = EQUIVALENCE
+) -> np.ndarray:
     """Per speedup interval (low, high), in this order: 'no difference' when it lies within
     [1 - margin, 1 + margin] (ends included), 'faster' when low > 1, 'slower' when high < 1,
     'undecided' otherwise; None where an end is NaN.

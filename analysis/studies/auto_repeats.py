@@ -51,9 +51,10 @@ def auto_repeats_table(sweep_dir: Path, cells: pd.DataFrame) -> Table | None:
     )
     note = (
         "repeats=auto ran each cell round after round until its verdict with the margin `equivalence` "
-        "was decided (as the per-cell table's: faster, slower or no difference), its speedup's 95% "
-        "interval was narrower than measure.rel_ci (precise enough) or max_repeats was reached; an eager "
-        "cell ran while an unpaired cell compared with it did."
+        "was decided (as the per-cell table's: faster, slower or no difference), its speedup's interval "
+        "was narrower than measure.rel_ci (precise enough) or max_repeats was reached, never before 3 runs; "
+        "each round's interval at the level left by spending 5% over runs 3 to max_repeats (the per-cell "
+        "table's `interval`); an eager cell ran while an unpaired cell compared with it did."
     )
     return Table(AUTO_REPEATS, "repeats=auto: why each cell stopped", data, text, note)
 

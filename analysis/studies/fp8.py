@@ -3,8 +3,8 @@
 Precision is a workload axis, so the per-cell tables compare backends within one precision only. Here
 an fp8 cell is compared with the cell that differs from it by precision alone: the same workload (model,
 size, batch, ... on the same GPU) in bf16, and the same treatment (backend, mode, flags). The speedup is
-bf16's median step over fp8's, with the interval of the ratio of the two cells' two-level bootstrap
-draws (replicates, then steps), the draws behind the per-cell table's speedup intervals. Eager against
+bf16's median step over fp8's, with the interval the per-cell table's speedups have (Welch's over
+runs, or the bootstrap of one run: analysis/cells/metrics.py `median_ratio_intervals`). Eager against
 eager is one such row: it shows what fp8 costs without a compiler to fuse its casts. GEMM cells have
 their own table (analysis/cells/gemm.py); a sweep without an fp8 cell that has a counterpart has no table.
 """
@@ -15,11 +15,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells.gemm import BF16, FP8, gemm_mask
-from analysis.cells.metrics import RESAMPLES, median_draws
+from analysis.cells.metrics import RESAMPLES, median_ratio_intervals
 from analysis.reading.axes import SAME_WORKLOAD, backend_labels, reference_positions, workload_labels
 from analysis.reading.collect import SweepData
 from analysis.rendering.text import Table, fmt_accuracy, fmt_number, fmt_speedup, is_null
-from analysis.statistics.bootstrap import ratio_interval
 from analysis.statistics.verdicts import equivalence_verdict
 from analysis.studies.base import Loaded, Study
 from workloads.contract.vocabulary import COMPLETED, TREATMENT, names
@@ -51,11 +50,7 @@ def fp8_rows(
     if not len(fp8):
         return pd.DataFrame()
     bf16 = counterpart[fp8]
-    # Only the cells compared are drawn: a cell's draws do not depend on which others are drawn with it.
-    involved = np.unique(np.concatenate([fp8, bf16]))
-    draws = median_draws(cells.iloc[involved].reset_index(drop=True), data.steps, resamples)
-    row_of = {position: row for row, position in enumerate(involved)}
-    low, high = ratio_interval(draws[[row_of[i] for i in bf16]], draws[[row_of[i] for i in fp8]])
+    low, high = median_ratio_intervals(cells, data.steps, bf16, fp8, resamples)
     ours = cells.iloc[fp8].reset_index(drop=True)
     rows = ours[["cell_id", "status", *COUNTERPART, "fp8_recipe", *ACCURACY_COLUMNS]].rename(
         columns={"cell_id": "fp8_cell_id"}

@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="margin of practical equivalence, e.g. 0.02: a speedup whose 95%% interval lies within "
         "1 ± MARGIN is 'no difference' (not faster, slower or a disagreement with a claim), and "
         "replicates are unstable only where they disagree by more (default: the equivalence a "
-        "repeats=auto sweep was decided with, else 0: no margin)",
+        "repeats=auto sweep was decided with, else 0.02: within 1 ± 2%%)",
     )
     data_bound = analyze.add_argument(
         "--data-bound",

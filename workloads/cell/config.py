@@ -26,7 +26,7 @@ import yaml
 
 from workloads.cell.precision import PRECISIONS
 from workloads.contract.upgrade import MOVED_CONFIG_KEYS, lift_config
-from workloads.contract.vocabulary import AUTO_REPEATS, BASELINE_BACKEND
+from workloads.contract.vocabulary import AUTO_REPEATS, BASELINE_BACKEND, EQUIVALENCE
 
 #: Inductor compile modes accepted for `backend.mode` (None and "default" mean the default mode).
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -229,10 +229,11 @@ class CellConfig:
     until the speedup is decided, precise to `measure.rel_ci` or `max_repeats` are reached
     (docs/measurement.md)."""
     max_repeats: int = field(default=10, metadata=SWEEP_SETTING)
-    """repeats=auto: the most replicates a cell runs (at least 2, the fewest for an interval over runs);
-    read only with repeats=auto."""
-    equivalence: float = field(default=0.0, metadata=SWEEP_SETTING)
-    """repeats=auto: the margin of practical equivalence (as `analyze --equivalence`): a cell stops once
+    """repeats=auto: the most replicates a cell runs (at least 3, the fewest it decides from:
+    analysis/statistics/decision.py); read only with repeats=auto."""
+    equivalence: float = field(default=EQUIVALENCE, metadata=SWEEP_SETTING)
+    """repeats=auto: the margin of practical equivalence, 0.02 by default (1 ± 2%; as `analyze
+    --equivalence`): a cell stops once
     the verdict `analyze` prints with this margin is decided (faster, slower or no difference;
     analysis/statistics/decision.py)."""
 
@@ -249,9 +250,9 @@ class CellConfig:
             raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.repeats != AUTO_REPEATS and not (isinstance(self.repeats, int) and self.repeats >= 1):
             raise ConfigError(f"repeats must be a positive integer or {AUTO_REPEATS}, got {self.repeats!r}")
-        if self.max_repeats < 2:
+        if self.max_repeats < 3:
             raise ConfigError(
-                f"max_repeats must be >= 2 (the fewest runs an interval over runs needs), got "
+                f"max_repeats must be >= 3 (the fewest runs repeats=auto decides from), got "
                 f"{self.max_repeats}"
             )
         if not 0 <= self.equivalence < 1:

@@ -188,6 +188,10 @@ BASELINE_BACKEND = "eager"
 #: `repeats=auto`: a cell runs replicates round after round until its speedup is decided, precise enough
 #: or `max_repeats` is reached (analysis/statistics/decision.py).
 AUTO_REPEATS = "auto"
+#: The default margin of practical equivalence of verdicts (`equivalence`, `analyze --equivalence`): a
+#: speedup within 1 ± 2% is no difference, smaller than the run-to-run spread of most cells on a GPU
+#: (docs/measurement.md), and the margin that makes repeats=auto decide "no difference" at all.
+EQUIVALENCE = 0.02
 #: The two sides of a paired cell's steps (steps.parquet `side`): its compiled steps, and its own
 #: eager baseline measured in the same process (workloads/cell/paired.py); null in unpaired cells.
 COMPILED_SIDE, EAGER_SIDE = "compiled", "eager"

@@ -9,11 +9,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.cells.metrics import median_draws
+from analysis.cells.metrics import median_intervals
 from analysis.reading.axes import backend_labels, workload_labels
 from analysis.rendering.figure_layout import figure, log_log, whiskers
 from analysis.rendering.palette import backend_colors
-from analysis.statistics.bootstrap import percentile_interval
 from workloads.contract.vocabulary import COMPLETED
 
 NAME = "energy"
@@ -29,9 +28,7 @@ def energy_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     cells = metrics[(metrics["status"] == COMPLETED) & metrics["joules_per_step"].notna()]
     cells = cells.reset_index(drop=True)
     ms = cells["median_step_ms"]
-    ms_low, ms_high = (
-        pd.Series(end, index=cells.index) for end in percentile_interval(median_draws(cells, steps))
-    )
+    ms_low, ms_high = (pd.Series(end, index=cells.index) for end in median_intervals(cells, steps))
     jps, j_low, j_high = (cells[f"joules_per_step{end}"] for end in ("", "_low", "_high"))
     palette, labels = backend_colors(backend_labels(metrics)), backend_labels(cells)
     for label in sorted(set(labels)):

@@ -49,13 +49,15 @@ def gemm_table(cells: pd.DataFrame) -> Table:
         "cell": cells["cell_id"],
     })  # fmt: skip
     note = (
-        "µs per GEMM: median over the replays (each replay's time / its GEMMs), median over runs, with its "
-        "95% bootstrap interval over runs, then replays. TFLOP/s = 2MNK / µs; GB/s = bytes / µs; floor = "
+        "µs per GEMM: median over the replays (each replay's time / its GEMMs), geometric mean over runs, "
+        "with its 95% interval (t over runs; one run: bootstrap of its replays). TFLOP/s = 2MNK / µs; "
+        "GB/s = bytes / µs; floor = "
         "max(FLOPs / peak FLOP/s, bytes / peak bandwidth), and `of floor` the floor / measured (100%: at the "
         "roofline). `measured / autotune`: the replay's µs over the autotuner's own timing of its choice "
         "(above 1: the autotuner ranked it faster than it runs). Speedups: the cuBLAS cell's µs at the same "
         "shape and GPU / this one's (fp8: of the same recipe), with the interval of the ratio. mJ per GEMM: "
-        "the GPU board's energy over the measured window's GEMMs (NVML's counter), median over runs (its "
+        "the GPU board's energy over the measured window's GEMMs (NVML's counter), geometric mean over "
+        "runs (its "
         "interval from two runs on); W: the window's mean power."
     )
     return Table(GEMM_TABLE, "GEMMs: µs per GEMM against the roofline", cells, text, note)

@@ -187,10 +187,10 @@ def claims_table(
         else ""
     )
     note = (
-        f"{summary}. Ours: speedup = eager median step / compiled median step (median over runs) with its "
-        "95% bootstrap interval over runs, then steps (with one run, over steps only: run-to-run noise not "
-        "covered); a paired speedup: the median of the cell's pair ratios (eager block / compiled block, "
-        "alternating in one process), over runs, then pairs; "
+        f"{summary}. Ours: speedup = eager median step / compiled median step (geometric mean over runs) "
+        "with its 95% interval over runs (Student-t, Welch's between two cells; with one run, a bootstrap "
+        "of its steps within one process: run-to-run noise not covered); a paired speedup: the median of "
+        "the cell's pair ratios (eager block / compiled block, alternating in one process), over runs; "
         f"faster or slower only where the interval excludes 1, {within}no clear difference "
         "otherwise. Data-bound cells are judged on end-to-end throughput (items over the measured span). "
         "Table 2 (MFU) orders the backends as Table 1 does, so its claims are Table 1's."

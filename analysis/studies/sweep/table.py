@@ -14,7 +14,8 @@ import pandas as pd
 from analysis.cells.busy import LAUNCH_BOUND, bound_texts, busy_texts
 from analysis.cells.cost import NOTE as COST_NOTE
 from analysis.cells.cost import cost_texts
-from analysis.cells.metrics import ACCURACY_COLUMNS, cell_metrics
+from analysis.cells.metrics import ACCURACY_COLUMNS, WITHIN_ONE_PROCESS, cell_metrics
+from analysis.cells.standings import auto_max_repeats
 from analysis.reading.axes import axis_text, backend_labels, cell_labels, varying_axes
 from analysis.reading.collect import SweepData, read_cell
 from analysis.rendering.text import (
@@ -44,8 +45,12 @@ from workloads.contract.vocabulary import (
 SUMMARY = "summary"
 #: The mark of a paired speedup whose interval is disjoint from the unpaired one's.
 DISAGREES = "≠ unpaired"
-#: The width an error is cut to in the compact per-cell table (the full one has ERROR_WIDTH).
-COMPACT_ERROR_WIDTH = 32
+#: The width an error is cut to in the compact per-cell table (the full one has ERROR_WIDTH): with the
+#: verdict `no difference†` the H100 seminar sweep's compact table is 160 characters wide.
+COMPACT_ERROR_WIDTH = 26
+#: What follows a verdict from one run (its interval within one process): in the full table, and in
+#: the compact one, whose note says what it means.
+ONE_RUN, ONE_RUN_MARK = " (one run)", "†"
 #: What the memory columns are (workloads/cell/paired.py `SidePeaks`).
 PEAK_NOTE = (
     "Peak GiB: the most device memory allocated, compile and warm-up included (on the CPU the process's "
@@ -57,9 +62,10 @@ PEAK_NOTE = (
 FULL_TABLE = "Every column: `compilebench analyze SWEEP_DIR --full`, and the report."
 
 
-def summarize(parts: Iterable[SweepData]) -> pd.DataFrame:
-    """Per-cell metrics (analysis.cells.metrics.CELL_COLUMNS) of these cells, e.g. `read_cell` of each."""
-    return cell_metrics(SweepData.concat(parts))
+def summarize(parts: Iterable[SweepData], auto: dict[str, int] | None = None) -> pd.DataFrame:
+    """Per-cell metrics (analysis.cells.metrics.CELL_COLUMNS) of these cells, e.g. `read_cell` of each;
+    `auto`: the repeats=auto cells' max_repeats (analysis/cells/standings.py `auto_max_repeats`)."""
+    return cell_metrics(SweepData.concat(parts), auto_max_repeats=auto)
 
 
 def _gib(value: object) -> str:
@@ -112,6 +118,7 @@ def summary_table(
         "speedup [95% CI]": [fmt_speedup(*v) for v in
                              zip(metrics["speedup"], metrics["speedup_low"], metrics["speedup_high"])],
         "vs eager": method_texts(metrics),
+        "interval": interval_texts(metrics),
         "e2e speedup [95% CI]": [fmt_speedup(*v) for v in
                                  zip(metrics["e2e_speedup"], metrics["e2e_speedup_low"],
                                      metrics["e2e_speedup_high"])],
@@ -137,17 +144,17 @@ def summary_table(
     note = (
         "Measured steps only (warm-up excluded). Runs: replicates of the cell (one process each), ± the "
         "coefficient of variation of their median steps, `unstable` where they disagree beyond their own 95% "
-        "intervals by more than 1%. Median ms: median of the runs' median steps; mean, std, p5–p95, MFU "
-        "and data wait over the steps of all runs. Items/s at the median step; e2e items/s over the "
-        "measured span (items / the sum "
-        "of step times, waits for data included: at the mean step), median over runs. Speedup, `vs eager` "
-        "saying which: paired, the median of the cell's pair ratios (eager block / compiled block, measured "
-        "alternately in one process), median over runs, 95% bootstrap interval over runs, then pairs (its "
-        "runs' spread and `unstable` are of the ratios); unpaired, eager median step / own median step, "
-        f"against the eager cell of the same workload; `paired {DISAGREES} 0.96x [0.95, 0.97]`: the "
+        "intervals by more than 1%. Median ms: the geometric mean of the runs' median steps; mean, std, "
+        "p5–p95, MFU and data wait over the steps of all runs. Items/s at the median step; e2e items/s over "
+        "the measured span (items / the sum of step times, waits for data included: at the mean step), "
+        "geometric mean over runs. Speedup, `vs eager` saying which: paired, the median of the cell's pair "
+        "ratios (eager block / compiled block, measured alternately in one process), geometric mean over "
+        "runs (its runs' spread and `unstable` are of the ratios); unpaired, eager median step / own median "
+        f"step, against the eager cell of the same workload; `paired {DISAGREES} 0.96x [0.95, 0.97]`: the "
         "unpaired speedup, whose interval is disjoint from the paired one. E2e speedup: own e2e items/s / "
-        "the eager cell's; 95% bootstrap "
-        "intervals over runs, then steps (with one run, over its steps only: run-to-run noise not covered). "
+        "the eager cell's. Interval: with 2 runs or more (both cells, unpaired), the 95% Student-t "
+        "interval over the runs on the log scale (Welch's for two cells): `across N runs`; with one run, "
+        "a bootstrap of its steps (pairs): `within one process`, run-to-run noise not covered. "
         f"Verdict from the speedup's interval: faster or slower where it excludes 1, no difference where it "
         f"lies {margin}, else undecided; from the e2e interval for data-bound cells (more than "
         f"{fmt_percent(data_bound, digits=0)} of step time waiting for data) and against data-bound eager "
@@ -161,6 +168,7 @@ def summary_table(
         "GPU-minutes) after which compiling pays for itself, with the cold compile, and the warm one where "
         f"measured (see the break-even table). {PEAK_NOTE} {COST_NOTE}"
     )
+    note = f"{note} {interval_note(metrics)}"
     return Table(SUMMARY, "Cells", metrics, text, note, compact=compact_table(metrics, equivalence))
 
 
@@ -178,7 +186,7 @@ def compact_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE) -> Ta
     column no cell has a value in is left out."""
     speed, e2e = decisive_speedup(metrics)
     completed = metrics["status"] == COMPLETED
-    verdicts = verdict_texts(metrics, reasons=False).where(completed, metrics["status"])
+    verdicts = verdict_texts(metrics, reasons=False, one_run=ONE_RUN_MARK).where(completed, metrics["status"])
     text = pd.DataFrame({
         "cell": cell_labels(metrics),
         "median ms": metrics["median_step_ms"].map(fmt_number),
@@ -196,7 +204,7 @@ def compact_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE) -> Ta
     note = (
         "Verdict from the speedup's 95% interval (e2e: of end-to-end throughput, for data-bound cells): "
         f"faster or slower where it excludes 1,\nno difference where it lies {_margin(equivalence)}, else "
-        f"undecided. {FULL_TABLE}"
+        f"undecided. {interval_note(metrics, ONE_RUN_MARK)}\n{FULL_TABLE}"
     )
     return Table(SUMMARY, "Cells", metrics, text[used], note)
 
@@ -206,6 +214,53 @@ def _accuracy_result(result: object, worst: object) -> str:
     if is_null(result):
         return ""
     return f"{result} ({worst})" if result == ACCURACY_FAIL and not is_null(worst) else str(result)
+
+
+def interval_texts(metrics: pd.DataFrame) -> list[str]:
+    """What each speedup's interval rests on: `across 3 runs`, `across 5 runs, 99.4%` at a level other
+    than 95% (repeats=auto), `within one process`; '' without one."""
+    texts = []
+    for interval, level in zip(metrics["interval"], metrics["interval_level"]):
+        if is_null(interval):
+            texts.append("")
+        else:
+            spent = not is_null(level) and round(float(level), 6) != 0.95
+            texts.append(f"{interval}, {_level(level)}" if spent else str(interval))
+    return texts
+
+
+def _level(level: object) -> str:
+    return f"{100 * float(level):.2f}".rstrip("0").rstrip(".") + "%"
+
+
+def interval_note(metrics: pd.DataFrame, one_run: str = ONE_RUN) -> str:
+    """What the intervals of these cells can and cannot see, for the note under the table: one run's
+    (within one process; `one_run` marks its verdicts), two runs' (wide), repeats=auto's (at a spent
+    level); '' for none of these."""
+    lines = []
+    has = metrics["interval"].notna()
+    one = (metrics["interval"] == WITHIN_ONE_PROCESS).any()
+    two = (has & (metrics["interval"] != WITHIN_ONE_PROCESS) & (metrics["replicates"] == 2)).any()
+    if one:
+        lines.append(
+            f"{one_run.strip()}: from one run, a 95% bootstrap interval within one process (or its eager "
+            "cell's one run), which cannot see how runs differ; run repeats>=3 for one over runs."
+        )
+    if two:
+        lines.append(
+            "2 runs: the interval (Student-t over the runs) is wide because two "
+            "runs cannot tell run-to-run spread; run repeats>=3."
+        )
+    spent = metrics[has & (metrics["interval_level"].round(6) != 0.95)]
+    if len(spent):
+        at = sorted(
+            {(int(n), _level(level)) for n, level in zip(spent["replicates"], spent["interval_level"])}
+        )
+        lines.append(
+            "repeats=auto: intervals at the level its stop rule spent at that run (5% over runs 3 to "
+            f"max_repeats): {', '.join(f'{n} runs {level}' for n, level in at)}."
+        )
+    return " ".join(lines)
 
 
 def method_texts(metrics: pd.DataFrame) -> list[str]:
@@ -252,19 +307,22 @@ def _runs(status: object, replicates: object, spread: object, unstable: object) 
     return " ".join(parts)
 
 
-def verdict_texts(metrics: pd.DataFrame, reasons: bool = True) -> pd.Series:
-    """Each cell's verdict as the per-cell table shows it: `faster`, `baseline` for the eager cell the
-    others are compared with, and (`reasons`) for a verdict on end-to-end throughput why: `undecided —
-    data-bound (94% waiting for data): end-to-end 1.03x [0.62, 1.71]`."""
+def verdict_texts(metrics: pd.DataFrame, reasons: bool = True, one_run: str = ONE_RUN) -> pd.Series:
+    """Each cell's verdict as the per-cell table shows it: `faster`, `faster (one run)` (`one_run`)
+    where it rests on an interval within one process (run-to-run spread unseen), `baseline` for the
+    eager cell the others are compared with, and (`reasons`) for a verdict on end-to-end throughput
+    why: `undecided — data-bound (94% waiting for data): end-to-end 1.03x [0.62, 1.71]`."""
     reasons = verdict_reasons(metrics) if reasons else [""] * len(metrics)
     texts = []
-    for verdict, reason, cell, baseline in zip(
-        metrics["verdict"], reasons, metrics["cell_id"], metrics["baseline_cell_id"]
+    for verdict, reason, cell, baseline, interval in zip(
+        metrics["verdict"], reasons, metrics["cell_id"], metrics["baseline_cell_id"], metrics["interval"]
     ):
         if is_null(verdict):
             texts.append("baseline" if cell == baseline else "")
-        else:
-            texts.append(f"{verdict} — {reason}" if reason else str(verdict))
+            continue
+        single = interval == WITHIN_ONE_PROCESS and verdict != "undecided"
+        text = f"{verdict}{one_run}" if single else str(verdict)
+        texts.append(f"{text} — {reason}" if reason else text)
     return pd.Series(texts, index=metrics.index, dtype=object)
 
 
@@ -277,7 +335,9 @@ def _mean_std_percent(mean: object, std: object) -> str:
 def cells_markdown(cell_dirs: Iterable[Path]) -> str:
     """The compact per-cell table of these cell directories as Markdown, and where the full one is:
     what `compilebench sweep` prints of the cells it ran."""
-    return f"{to_markdown(summarize(read_cell(directory) for directory in cell_dirs))}\n\n{FULL_TABLE}"
+    cell_dirs = list(cell_dirs)
+    metrics = summarize((read_cell(directory) for directory in cell_dirs), auto_max_repeats(cell_dirs))
+    return f"{to_markdown(metrics)}\n\n{FULL_TABLE}"
 
 
 def to_markdown(metrics: pd.DataFrame, full: bool = False) -> str:

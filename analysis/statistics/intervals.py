@@ -1,0 +1,152 @@
+"""Intervals over runs: what every table prints for a cell measured as two replicates (processes) or
+more, vectorised over cells.
+
+Each replicate gives one value (its median step, its median pair ratio, its 1 / mean step, its J/step)
+and the replicate is the unit that repeats the experiment. A cell's centre is the geometric mean of
+its replicates' values (bootstrap.py `centre_over_replicates`), and its interval the Student-t
+interval on the log scale, exp(mean(log) ± t_{N-1} sd(log) / sqrt(N)) (`t_interval`). Two cells,
+each with its own replicates (a compiled cell against its eager cell), give a ratio with Welch's
+interval of the difference of their log means, Welch-Satterthwaite degrees of freedom
+(`welch_interval`). Both take the level per
+cell: repeats=auto spends its error over the rounds (analysis/statistics/decision.py `spent_level`).
+
+Why not the two-level bootstrap (analysis/statistics/bootstrap.py, kept for one run): with N = 2 its
+percentile interval is about [min, max] of the two runs and covers the true value 50-70% of the time;
+the t interval with N - 1 degrees of freedom has its nominal coverage for normal log values, and the
+median of a run's many steps is close to normal. Coverage measured: docs/measurement.md ("Intervals").
+The t quantile is computed here (no scipy): closed forms for 1 and 2 degrees of freedom, else the
+regularized incomplete beta function inverted by bisection.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.statistics.bootstrap import ReplicateSamples, group_mean_std
+
+#: Terms of the incomplete beta's continued fraction at most: it converges in O(sqrt(df)) terms.
+_MAX_TERMS = 2000
+#: Bisection steps of the t quantile: the bracket [0, Cauchy quantile] shrinks 2^-64.
+_BISECTIONS = 64
+_lgamma = np.vectorize(math.lgamma, otypes=[float])
+
+
+def _continued_fraction(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The continued fraction of the incomplete beta function (modified Lentz; Press et al.,
+    Numerical Recipes, 6.4), elementwise, for x < (a + 1) / (a + b + 2) where it converges fast."""
+    tiny = 1e-300
+    c = np.ones_like(x)
+    d = 1 - (a + b) * x / (a + 1)
+    d = 1 / np.where(np.abs(d) < tiny, tiny, d)
+    result = d.copy()
+    for m in range(1, _MAX_TERMS + 1):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1 + numerator * d
+            d = 1 / np.where(np.abs(d) < tiny, tiny, d)
+            c = 1 + numerator / c
+            c = np.where(np.abs(c) < tiny, tiny, c)
+            step = c * d
+            result *= step
+        if np.all(np.abs(step - 1) < 1e-15):
+            break
+    return result
+
+
+def incomplete_beta(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The regularized incomplete beta function I_x(a, b), elementwise (0 < x < 1)."""
+    a, b, x = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (a, b, x)))
+    log_front = _lgamma(a + b) - _lgamma(a) - _lgamma(b) + a * np.log(x) + b * np.log1p(-x)
+    direct = x < (a + 1) / (a + b + 2)
+    # I_x(a, b) = 1 - I_{1-x}(b, a): each element takes the side where the fraction converges.
+    fraction = _continued_fraction(np.where(direct, a, b), np.where(direct, b, a), np.where(direct, x, 1 - x))
+    tail = np.exp(log_front) * fraction / np.where(direct, a, b)
+    return np.where(direct, tail, 1 - tail)
+
+
+def t_quantile(p: np.ndarray | float, df: np.ndarray | float) -> np.ndarray:
+    """The p-quantile (0.5 <= p < 1) of Student's t with `df` > 0 degrees of freedom (any real),
+    elementwise: closed forms for df 1 and 2, else the t whose upper tail 0.5 I_{df/(df+t^2)}(df/2, 1/2)
+    is 1 - p, by bisection between 0 and the Cauchy quantile (t quantiles fall as df grows)."""
+    p, df = np.broadcast_arrays(np.asarray(p, dtype=float), np.asarray(df, dtype=float))
+    cauchy = np.tan(np.pi * (p - 0.5))
+    low, high = np.zeros(p.shape), cauchy.copy()
+    for _ in range(_BISECTIONS):
+        middle = (low + high) / 2
+        upper = 0.5 * incomplete_beta(df / 2, 0.5, df / (df + middle**2))
+        beyond = upper < 1 - p  # the middle lies above the quantile
+        high, low = np.where(beyond, middle, high), np.where(beyond, low, middle)
+    quantile = (low + high) / 2
+    quantile = np.where(df == 2, (2 * p - 1) / np.sqrt(2 * p * (1 - p)), quantile)
+    return np.where(df == 1, cauchy, quantile)
+
+
+@dataclass(frozen=True)
+class RunLogs:
+    """Per cell: how many replicates gave a positive value (`count`), the mean and the sample
+    standard deviation (ddof=1; NaN below 2) of the logs of those values."""
+
+    count: np.ndarray
+    mean: np.ndarray
+    sd: np.ndarray
+
+    @classmethod
+    def of(cls, samples: ReplicateSamples, values: np.ndarray) -> RunLogs:
+        """From one value per replicate of `samples` (`values[r]` for replicate r), e.g.
+        `samples.replicate_medians()`."""
+        return cls.from_values(samples.cell, values, len(samples.first))
+
+    @classmethod
+    def from_values(cls, cell: np.ndarray, values: np.ndarray, cells: int) -> RunLogs:
+        """From one value per replicate and its cell (0..cells-1); NaN and values <= 0 left out."""
+        values = np.asarray(values, dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            logs = np.where(values > 0, np.log(values), np.nan)
+        count, mean, sd = group_mean_std(np.asarray(cell), logs, cells)
+        return cls(count, mean, sd)
+
+    def take(self, index: np.ndarray) -> RunLogs:
+        """These cells' (positions) logs, in that order."""
+        return RunLogs(self.count[index], self.mean[index], self.sd[index])
+
+
+def _t_level(level: np.ndarray | float, df: np.ndarray) -> np.ndarray:
+    """The t quantile of a central `level` interval with `df` degrees of freedom, NaN where df < 1;
+    one quantile per distinct (level, df): a sweep's cells share a few."""
+    level, df = np.broadcast_arrays(np.asarray(level, dtype=float), np.asarray(df, dtype=float))
+    out = np.full(df.shape, np.nan)
+    known = (df >= 1) & np.isfinite(df) & (level > 0) & (level < 1)
+    if known.any():
+        pairs, inverse = np.unique(np.stack([level[known], df[known]]), axis=1, return_inverse=True)
+        out[known] = t_quantile(1 - (1 - pairs[0]) / 2, pairs[1])[inverse.ravel()]
+    return out
+
+
+def t_interval(logs: RunLogs, level: np.ndarray | float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) per cell: the Student-t `level` interval exp(mean ± t_{N-1} sd / sqrt(N)) of its
+    replicates' log values, around their geometric mean (bootstrap.py `centre_over_replicates`);
+    NaN below 2 replicates."""
+    half = _t_level(level, logs.count - 1) * logs.sd / np.sqrt(np.maximum(logs.count, 1))
+    return np.exp(logs.mean - half), np.exp(logs.mean + half)
+
+
+def welch_interval(
+    top: RunLogs, bottom: RunLogs, level: np.ndarray | float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) per cell of the ratio of top's centre to bottom's (e.g. the eager cell's median step over
+    the compiled cell's: the speedup) with Welch's `level` interval of the difference of the log
+    means, Welch-Satterthwaite degrees of freedom; low and high NaN unless both have 2 or more."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        top_var, bottom_var = top.sd**2 / top.count, bottom.sd**2 / bottom.count
+        error = np.sqrt(top_var + bottom_var)
+        df = (top_var + bottom_var) ** 2 / (top_var**2 / (top.count - 1) + bottom_var**2 / (bottom.count - 1))
+    # Both sides without spread (identical runs): no spread to scale, the interval is the point.
+    df = np.where(error == 0, np.inf, df)
+    half = np.where(error == 0, 0.0, _t_level(level, df) * error)
+    difference = top.mean - bottom.mean
+    return np.exp(difference - half), np.exp(difference + half)
