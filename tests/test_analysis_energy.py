@@ -110,6 +110,28 @@ def test_the_energy_tables(tmp_path: Path) -> None:
     assert "energy ratio" in render_tables(analyze(tmp_path, warn=None), "markdown")
 
 
+def test_compile_energy_is_a_cold_compiles_and_a_warm_one_says_so(tmp_path: Path) -> None:
+    """Inductor's first replicate compiled cold (its FX graph and AOTAutograd lookups all missed,
+    3.1 kJ), the two after it from its cache (0.4 kJ): break-even in joules rests on the cold one,
+    although the replicate that speaks for the cell is warm. A second inductor cell (seed 2) found
+    the first's entries in every run: its warm compile is all there is, and the table says so."""
+    write_replicates_with(tmp_path, "e", "eager", [energy(j) for j in (10.0, 11.0, 12.0)], **GPT2)
+    cold = dict(compile_energy_j=3100.0, fx_graph_cache_hits=0, fx_graph_cache_misses=4)
+    warm = dict(compile_energy_j=400.0, fx_graph_cache_hits=4, aot_autograd_cache_hits=2)
+    runs = [energy(8.5, **cold), energy(8.5, **warm), energy(8.5, **warm)]
+    write_replicates_with(tmp_path, "i", "inductor", runs, **GPT2)
+    write_replicates_with(tmp_path, "e2", "eager", [energy(11.0)] * 3, **{**GPT2, "seed": 2})
+    write_replicates_with(tmp_path, "w", "inductor", [energy(8.5, **warm)] * 3, **{**GPT2, "seed": 2})
+    rows = metrics_of(tmp_path)
+    assert rows["i"]["compile_energy_j"] == 3100.0 and rows["i"]["compile_energy_warm"] is False
+    assert rows["i"]["energy_break_even_steps"] == pytest.approx(3100 / (11 - 8.5))
+    assert rows["w"]["compile_energy_j"] == 400.0 and rows["w"]["compile_energy_warm"] is True
+    tables = {table.name: table for table in analyze(tmp_path, warn=None).tables}
+    text = tables["energy"].text.set_index("cell")
+    assert text.loc["i", ["compile kJ", "break-even steps"]].tolist() == ["3.10", "1,240"]
+    assert text.loc["w", ["compile kJ", "break-even steps"]].tolist() == ["0.4 (warm)", "160 (warm)"]
+
+
 def test_paired_energy_from_the_blocks_by_hand(tmp_path: Path) -> None:
     """A paired cell's J/step and ratio come from its blocks' energies, as its speedup from their
     times: a pair without its eager block is left out, and the eager cell's energy does not enter."""

@@ -12,8 +12,11 @@ replicates of each replicate's median compiled block, bootstrapped over replicat
 The energy ratio is eager J/step over compiled J/step (above 1: compiling saves energy): for a
 paired cell the median of its pairs' ratios (eager block over compiled block, seconds apart in one
 process) with the paired speedup's bootstrap; else the eager cell's J/step over its own, with the
-interval of the two cells' independent draws. Break-even in energy: the compile's energy over the
-joules saved per step (analysis/cells/breakeven.py `steps_to_recoup`), and the eager run's joules over
+interval of the two cells' independent draws. Break-even in energy: the compile's energy (a cold
+compile's where a replicate compiled cold, else marked warm where it found an earlier compile's
+cache entries: analysis/cells/breakeven.py `cold_where_measured`; `compile.measure=cold_warm`'s
+cold compile, in a process of its own, has no energy reading) over the joules saved per step
+(analysis/cells/breakeven.py `steps_to_recoup`), and the eager run's joules over
 those steps (which the compile and the compiled steps then equal).
 
 The tables and the figure of these columns: analysis/studies/energy/.
@@ -26,7 +29,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.cells.breakeven import pays_off, steps_to_recoup
+from analysis.cells.breakeven import cold_where_measured, pays_off, steps_to_recoup
 from analysis.cells.paired import PAIRED, UNPAIRED
 from analysis.reading.collect import REPEAT, SweepData
 from analysis.statistics.bootstrap import (
@@ -42,7 +45,8 @@ ENERGY_COLUMNS = [
     "joules_per_step", "joules_per_step_low", "joules_per_step_high",
     "items_per_joule", "items_per_joule_low", "items_per_joule_high", "avg_power_w", "idle_power_w",
     "energy_ratio", "energy_ratio_low", "energy_ratio_high", "energy_method",
-    "compile_energy_j", "energy_pays_off", "energy_break_even_steps", "energy_break_even_j",
+    "compile_energy_j", "compile_energy_warm", "energy_pays_off", "energy_break_even_steps",
+    "energy_break_even_j",
 ]  # fmt: skip
 #: The run columns of the GPU's power, the median over a cell's completed replicates in its row.
 POWER = ("avg_power_w", "idle_power_w")
@@ -121,7 +125,7 @@ def energy_columns(
         ratio_low[which], ratio_high[which] = ratio_interval(draws[base[which]], draws[which])
     done = data.replicates[data.replicates["status"] == COMPLETED]
     power = done.groupby("cell_id")[list(POWER)].median().reindex(cells["cell_id"])
-    compile_j = pd.to_numeric(cells["compile_energy_j"], errors="coerce").to_numpy(float)
+    compile_j, compile_warm = cold_where_measured(cells, data.replicates, "compile_energy_j")
     compared = from_blocks | against
     eager_jps = np.where(compared, jps * ratio, np.nan)
     steps = steps_to_recoup(compile_j, eager_jps, ratio)
@@ -131,7 +135,8 @@ def energy_columns(
         "items_per_joule_high": items / low, **{name: power[name].to_numpy(float) for name in POWER},
         "energy_ratio": ratio, "energy_ratio_low": ratio_low, "energy_ratio_high": ratio_high,
         "energy_method": np.where(from_blocks, PAIRED, np.where(against, UNPAIRED, None)),
-        "compile_energy_j": compile_j, "energy_pays_off": pays_off(compile_j, eager_jps, ratio, cells.index),
+        "compile_energy_j": compile_j, "compile_energy_warm": compile_warm.to_numpy(object),
+        "energy_pays_off": pays_off(compile_j, eager_jps, ratio, cells.index),
         "energy_break_even_steps": steps, "energy_break_even_j": steps * eager_jps,
     }  # fmt: skip
     return pd.DataFrame(columns, index=cells.index)[ENERGY_COLUMNS]

@@ -14,7 +14,7 @@ import pandas as pd
 
 from analysis.cells.energy import ENERGY_COLUMNS
 from analysis.reading.axes import backend_labels, workload_labels
-from analysis.rendering.text import Table, fmt_break_even, fmt_interval, fmt_number, fmt_speedup
+from analysis.rendering.text import Table, fmt_break_even, fmt_interval, fmt_number, fmt_speedup, fmt_warm
 from analysis.statistics.bootstrap import geometric_mean
 from analysis.studies.base import Loaded, Study
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED
@@ -39,14 +39,19 @@ NOTE = (
     "Energy ratio: eager J/step / own (above 1: compiling saves energy per step), paired (the median of "
     "the pair ratios, eager block / compiled block, as the paired speedup) or unpaired (the eager cell's "
     "J/step / own, the interval of the two cells' draws), beside the time speedup (the per-cell table's). "
-    "Break-even: compile kJ (the energy of the workload's compile) / the joules saved per step, never "
+    "Break-even: compile kJ (the energy of a cold compile where a run compiled cold; marked (warm) where "
+    "it found an earlier compile's cache entries: a later run, a later cell of a packed task, or "
+    "compile.measure=cold_warm, whose cold compile has no energy reading) / the joules saved per step, never "
     "where compiling saves none; kJ: the eager run's energy over those steps (what the compile and the "
     "compiled steps then spent too)."
 )
 
 
 def _break_even(rows: pd.DataFrame, column: str, scale: float, whole: bool) -> list[str]:
-    return [fmt_break_even(v / scale, ok, whole) for v, ok in zip(rows[column], rows["energy_pays_off"])]
+    return [
+        fmt_warm(fmt_break_even(v / scale, ok, whole), warm if ok is True else None)
+        for v, ok, warm in zip(rows[column], rows["energy_pays_off"], rows["compile_energy_warm"])
+    ]
 
 
 def _cells(metrics: pd.DataFrame) -> Table:
@@ -63,7 +68,8 @@ def _cells(metrics: pd.DataFrame) -> Table:
         "energy ratio [95% CI]": [fmt_speedup(*v) for v in
                                   rows[["energy_ratio", "energy_ratio_low", "energy_ratio_high"]].values],
         "vs eager": rows["energy_method"].fillna(""),
-        "compile kJ": (rows["compile_energy_j"] / 1e3).map(fmt_number),
+        "compile kJ": [fmt_warm(fmt_number(j / 1e3), warm) for j, warm in
+                       zip(rows["compile_energy_j"], rows["compile_energy_warm"])],
         "break-even steps": _break_even(rows, "energy_break_even_steps", 1.0, whole=True),
         "break-even kJ": _break_even(rows, "energy_break_even_j", 1e3, whole=False),
     })  # fmt: skip
