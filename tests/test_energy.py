@@ -8,6 +8,7 @@ stand-in board that draws a constant power. On a GPU: tests/test_gpu.py.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from itertools import groupby
@@ -36,8 +37,10 @@ from workloads.instruments.energy import (
     Step,
     attribute,
     energy_columns,
-    idle_power_w,
     joules,
+    read_idle,
+    settled_power_w,
+    update_period_s,
     window_start,
 )
 from workloads.instruments.gpu_energy import GpuEnergy
@@ -57,11 +60,23 @@ def test_joules_between_two_readings() -> None:
     assert joules(3_500, 1_000) is None  # the counter went back: the driver reloaded
 
 
+#: An H100's counter, each update as a 2 ms poll saw it (tests/benchmarks/energy_counter_probe.py).
+H100_COUNTER = json.loads(
+    (
+        Path(__file__).parent / "benchmarks/results/h100_2026-11-27_energy_counter/counter_series.json"
+    ).read_text()
+)["series"]
+
+
+def updates_of(series: str) -> list[tuple[float, float]]:
+    return [(t, mj) for t, mj in H100_COUNTER[series]["updates"]]
+
+
 class FakeClock:
     """time.monotonic and time.sleep of a test: sleeping moves the clock."""
 
-    def __init__(self) -> None:
-        self.now = 100.0
+    def __init__(self, now: float) -> None:
+        self.now = now
 
     def __call__(self) -> float:
         return self.now
@@ -70,36 +85,67 @@ class FakeClock:
         self.now += seconds
 
 
-def counter_of(clock: FakeClock, watts: float, update_s: float, fail_after: int | None = None):
-    """A board's counter drawing `watts`, updated every `update_s` seconds (mJ at its last update)."""
+def replay(updates: list[tuple[float, float]], clock: FakeClock, fail_after: int | None = None):
+    """The recorded counter read at the clock's time: the last update seen by then."""
     reads = []
 
     def read_mj() -> float | None:
         reads.append(clock.now)
         if fail_after is not None and len(reads) > fail_after:
             return None
-        return watts * (clock.now // update_s) * update_s * 1e3
+        return next((mj for t, mj in reversed(updates) if t <= clock.now), updates[0][1])
 
-    return read_mj, reads
-
-
-@pytest.mark.parametrize("update_s", [0.02, 0.1])
-def test_idle_power_is_read_between_two_updates_of_the_counter(update_s: float) -> None:
-    """Between the first update seen and the last one the counter moved by the energy of exactly that
-    span, whatever its update period (two reads at arbitrary times would be up to a period stale)."""
-    clock = FakeClock()
-    read_mj, reads = counter_of(clock, 72.0, update_s)
-    watts = idle_power_w(read_mj, clock=clock, sleep=clock.sleep)
-    assert watts == pytest.approx(72.0, rel=0.015)  # each update seen at most one 2 ms poll late
-    assert reads[-1] - reads[0] <= 0.5 + 0.002  # within half a second
+    return read_mj
 
 
-def test_no_idle_power_without_two_updates_or_a_reading() -> None:
-    clock = FakeClock()
-    frozen, _ = counter_of(clock, 72.0, update_s=1.0)  # one update at most in 0.5 s
-    assert idle_power_w(frozen, clock=clock, sleep=clock.sleep) is None
-    failing, _ = counter_of(clock, 72.0, update_s=0.02, fail_after=100)
-    assert idle_power_w(failing, clock=clock, sleep=clock.sleep) is None
+def power_between(updates: list[tuple[float, float]], start_s: float, end_s: float) -> float:
+    """The recorded board's mean power between the updates nearest these seconds after the first."""
+    t0 = updates[0][0]
+    (a, ea), (b, eb) = (min(updates, key=lambda u: abs(u[0] - t0 - at)) for at in (start_s, end_s))
+    return (eb - ea) / 1e3 / (b - a)
+
+
+def test_the_h100_counter_updates_every_100_ms() -> None:
+    for series in H100_COUNTER:
+        assert update_period_s(updates_of(series)) == pytest.approx(0.1, rel=0.02), series
+
+
+@pytest.mark.parametrize("series", ["after_heavy_5s", "after_light_2s", "after_heavy_1s", "fresh"])
+def test_idle_power_waits_until_the_board_has_settled(series: str) -> None:
+    """After a load the H100's power falls for seconds (133 W, 129 W, ... 125 W at 12 s): the idle
+    power is the first second's within 1% of the second before, within 1% of the board's power over
+    the recording's last second; over halves of 0.5 s the power was still falling and read 2% high."""
+    updates = updates_of(series)
+    settled_at = next(n for n in range(2, len(updates) + 1) if settled_power_w(updates[:n]) is not None)
+    watts, t0 = settled_power_w(updates[:settled_at]), updates[0][0]
+    assert 2.0 <= updates[settled_at - 1][0] - t0 <= 4.0
+    last = updates[-1][0] - updates[0][0]
+    final = power_between(updates, last - 1.0, last)
+    assert watts == pytest.approx(final, rel=0.01)
+    if series == "after_heavy_5s":
+        hasty = next(w for n in range(2, len(updates)) if (w := settled_power_w(updates[:n], half_s=0.5)))
+        assert hasty > 1.02 * final
+
+
+def test_reading_idle_polls_the_counter_until_it_settles() -> None:
+    """The recorded counter, replayed at the poll's clock: read_idle stops where the board settled,
+    with its update period; with too little time it records the last second's power, not settled; a
+    read that fails leaves no power."""
+    updates = updates_of("after_heavy_5s")
+    clock = FakeClock(updates[0][0] - 0.05)
+    idle = read_idle(replay(updates, clock), clock=clock, sleep=clock.sleep)
+    assert idle.settled is True and idle.update_s == pytest.approx(0.1, rel=0.05)
+    seen = [u for u in updates if u[0] <= clock.now]
+    # each update seen up to a poll (2 ms) later than recorded: the same power within 0.5%
+    assert idle.watts == pytest.approx(settled_power_w(seen), rel=0.005)
+    assert 2.0 <= clock.now - updates[0][0] <= 4.0
+    clock = FakeClock(updates[0][0] - 0.05)
+    hurried = read_idle(replay(updates, clock), timeout_s=1.5, clock=clock, sleep=clock.sleep)
+    assert hurried.settled is False and hurried.watts > idle.watts
+    assert hurried.watts == pytest.approx(power_between(updates, 0.4, 1.4), rel=0.02)
+    clock = FakeClock(updates[0][0])
+    failing = read_idle(replay(updates, clock, fail_after=100), clock=clock, sleep=clock.sleep)
+    assert failing.watts is None and failing.settled is None
 
 
 def steps_of(*runs: tuple[str, str | None, int]) -> list[Step]:

@@ -26,9 +26,16 @@ from typing import Any
 
 from workloads.contract.vocabulary import EAGER_SIDE
 
-#: The longest the idle power is read (s), and how often the counter is polled meanwhile: a poll
-#: costs microseconds, and an update is seen at most one poll late (0.5% of the window).
-IDLE_BUDGET_S, IDLE_POLL_S = 0.5, 0.002
+#: Idle power is read once the board has settled: its power over the last SETTLE_HALF_S of the
+#: counter's updates within SETTLE_TOLERANCE of the SETTLE_HALF_S before (no longer falling or
+#: rising), polling every IDLE_POLL_S (a poll costs microseconds; an update is seen at most one poll
+#: late) for at most IDLE_TIMEOUT_S, after which the last SETTLE_HALF_S's power is recorded as not
+#: settled. A replay of an H100's counter after 5 s of bf16 matmuls
+#: (tests/benchmarks/results/h100_2026-11-27_energy_counter/): settled after 3.0 s at 126.0 W, where
+#: 12 s later it drew 125.4 W; halves of 0.5 s would have stopped at 1.1 s and 129.1 W, still falling.
+SETTLE_HALF_S, SETTLE_TOLERANCE, IDLE_TIMEOUT_S, IDLE_POLL_S = 1.0, 0.01, 10.0, 0.002
+#: An update of the counter as the poll saw it: (host seconds, mJ).
+Update = tuple[float, float]
 
 
 def joules(start_mj: float | None, end_mj: float | None) -> float | None:
@@ -39,35 +46,77 @@ def joules(start_mj: float | None, end_mj: float | None) -> float | None:
     return (end_mj - start_mj) / 1e3
 
 
-def idle_power_w(
+def _power_w(start: Update, end: Update) -> float | None:
+    """The board's mean power between two updates: between two of its own updates the counter's
+    difference is the energy of exactly that span (each seen at most a poll late)."""
+    energy = joules(start[1], end[1])
+    return energy / (end[0] - start[0]) if energy is not None and end[0] > start[0] else None
+
+
+def _back(updates: Sequence[Update], end: int, seconds: float) -> int | None:
+    """The latest update at least `seconds` before updates[end]; None where none is."""
+    return next((i for i in range(end - 1, -1, -1) if updates[end][0] - updates[i][0] >= seconds), None)
+
+
+def settled_power_w(
+    updates: Sequence[Update], half_s: float = SETTLE_HALF_S, tolerance: float = SETTLE_TOLERANCE
+) -> float | None:
+    """The power over the last `half_s` of these updates where it lies within `tolerance` of the
+    power over the `half_s` before it; None before that (too few updates, or still changing)."""
+    mid = _back(updates, len(updates) - 1, half_s) if updates else None
+    start = None if mid is None else _back(updates, mid, half_s)
+    if start is None:
+        return None
+    before, last = _power_w(updates[start], updates[mid]), _power_w(updates[mid], updates[-1])
+    if before is None or last is None or abs(last - before) > tolerance * last:
+        return None
+    return last
+
+
+def update_period_s(updates: Sequence[Update]) -> float | None:
+    """The counter's update period as the poll saw it: the median time between its updates."""
+    gaps = [b[0] - a[0] for a, b in zip(updates, updates[1:])]
+    return statistics.median(gaps) if gaps else None
+
+
+@dataclass(frozen=True)
+class Idle:
+    """The board's idle power (W), whether it had settled (None where no two updates were read),
+    and the counter's update period (s)."""
+
+    watts: float | None
+    settled: bool | None
+    update_s: float | None
+
+
+def read_idle(
     read_mj: Callable[[], float | None],
     *,
-    budget_s: float = IDLE_BUDGET_S,
+    timeout_s: float = IDLE_TIMEOUT_S,
     poll_s: float = IDLE_POLL_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], object] = time.sleep,
-) -> float | None:
-    """The board's mean power, W, from polling its counter for `budget_s`: from the first update seen
-    to the last. Between two of its own updates the counter's difference is the energy of exactly that
-    span (each seen at most a poll late), where two reads at any times would each be up to an update
-    (20-100 ms) stale. Not NVML's power reading: on Ampere and newer GPUs that is a trailing average
-    over 1 s, which half a second later still holds the second before (a cold compile's process, the
-    replicate before), and the windows are measured with the counter. None where the counter did not
-    update twice, or a read failed."""
-    deadline = clock() + budget_s
+) -> Idle:
+    """Poll the counter until its power has settled (`settled_power_w`), for at most `timeout_s`:
+    then the power over the last SETTLE_HALF_S, not settled. Not NVML's power reading: on Ampere and
+    newer GPUs that is a trailing average over 1 s, which still holds the second before (the process
+    before, a cold compile's). Watts None where a read failed or the counter did not update twice."""
+    deadline = clock() + timeout_s
     last = read_mj()
-    updates: list[tuple[float, float]] = []  # (time seen, mJ) of each update
+    updates: list[Update] = []
     while last is not None and clock() < deadline:
         sleep(poll_s)
         value, now = read_mj(), clock()
         if value is not None and value != last:
             updates.append((now, value))
+            watts = settled_power_w(updates)
+            if watts is not None:
+                return Idle(watts, True, update_period_s(updates))
         last = value
     if last is None or len(updates) < 2:
-        return None
-    (t0, e0), (t1, e1) = updates[0], updates[-1]
-    energy = joules(e0, e1)
-    return energy / (t1 - t0) if energy is not None and t1 > t0 else None
+        return Idle(None, None, update_period_s(updates))
+    start = _back(updates, len(updates) - 1, SETTLE_HALF_S) or 0
+    return Idle(_power_w(updates[start], updates[-1]), False, update_period_s(updates))
 
 
 #: The shortest median block (s) whose energy is a side's: the counter moves in steps of one update.
