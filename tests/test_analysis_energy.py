@@ -132,6 +132,44 @@ def test_compile_energy_is_a_cold_compiles_and_a_warm_one_says_so(tmp_path: Path
     assert text.loc["w", ["compile kJ", "break-even steps"]].tolist() == ["0.4 (warm)", "160 (warm)"]
 
 
+def test_a_short_window_and_an_unsettled_board_are_flagged(tmp_path: Path) -> None:
+    """Eager's windows lasted 0.6 s on a counter that updated every 0.1 s: 6 updates, short; the
+    inductor cell's 5 s without a recorded period (an older run: 0.1 s assumed) are not, but its
+    energy ratio rests on eager's short ones. Both are shown, marked, and left out of the
+    per-backend table, which keeps the workload (seed 2) whose eager windows were long. One eager
+    run's board had not settled before it: its idle power says so."""
+    short = [
+        energy(j, energy_window_s=0.6, energy_update_s=0.1, idle_power_w=70.0) for j in (10.0, 11.0, 12.0)
+    ]
+    short[1]["idle_settled"] = False
+    write_replicates_with(tmp_path, "e", "eager", short, **GPT2)
+    runs = [energy(8.5, energy_window_s=5.0, idle_power_w=70.0, idle_settled=True)] * 3
+    write_replicates_with(tmp_path, "i", "inductor", runs, **GPT2)
+    long = [energy(11.0, energy_window_s=5.0, energy_update_s=0.1)] * 3
+    write_replicates_with(tmp_path, "e2", "eager", long, **{**GPT2, "seed": 2})
+    write_replicates_with(
+        tmp_path, "i2", "inductor", [energy(10.0, energy_window_s=5.0)] * 3, **{**GPT2, "seed": 2}
+    )
+    rows = metrics_of(tmp_path)
+    assert rows["e"]["energy_window_updates"] == pytest.approx(6) and rows["e"]["energy_short_window"]
+    assert rows["i"]["energy_window_updates"] == pytest.approx(50) and rows["i"]["energy_short_window"]
+    assert not rows["i2"]["energy_short_window"] and not rows["e2"]["energy_short_window"]
+    assert rows["e"]["idle_settled"] is False and rows["i"]["idle_settled"] is True
+    assert rows["e2"]["idle_settled"] is None  # not recorded
+    tables = {table.name: table for table in analyze(tmp_path, warn=None).tables}
+    text = tables["energy"].text.set_index("cell")
+    assert text.at["e", "J/step [95% CI]"].endswith(" (short: 6 updates)")
+    assert (
+        text.at["i", "J/step [95% CI]"].startswith("8.50") and "short" not in text.at["i", "J/step [95% CI]"]
+    )
+    assert text.at["i", "energy ratio [95% CI]"].endswith(" (short window)")
+    assert "short" not in text.at["i2", "energy ratio [95% CI]"]
+    assert (text.at["e", "idle W"], text.at["i", "idle W"]) == ("70.00 (not settled)", "70.00")
+    backends = tables["energy_backends"].data.set_index("backend")
+    assert backends.at["inductor", "cells"] == 1
+    assert backends.at["inductor", "geomean_energy_ratio"] == pytest.approx(11 / 10)
+
+
 def test_paired_energy_from_the_blocks_by_hand(tmp_path: Path) -> None:
     """A paired cell's J/step and ratio come from its blocks' energies, as its speedup from their
     times: a pair without its eager block is left out, and the eager cell's energy does not enter."""
