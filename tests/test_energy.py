@@ -110,28 +110,32 @@ def test_the_h100_counter_updates_every_100_ms() -> None:
         assert update_period_s(updates_of(series)) == pytest.approx(0.1, rel=0.02), series
 
 
-@pytest.mark.parametrize("series", ["after_heavy_5s", "after_light_2s", "after_heavy_1s", "fresh"])
+@pytest.mark.parametrize("series", list(H100_COUNTER))
 def test_idle_power_waits_until_the_board_has_settled(series: str) -> None:
-    """After a load the H100's power falls for seconds (133 W, 129 W, ... 125 W at 12 s): the idle
-    power is the first second's within 1% of the second before, within 1% of the board's power over
-    the recording's last second; over halves of 0.5 s the power was still falling and read 2% high."""
+    """After another process's load ended, the H100 held 137 W for over a second before it fell to
+    75 W; in a process with its own CUDA context the board stays in P0 and falls from 133 W to 125 W
+    over seconds. The idle power is the first second's within 1% of the second before: 2-4 s on, within
+    2% of the board's power in the recording's last second; over halves of 0.5 s the reading would
+    have stopped on the plateau before the fall (and 3% high after an in-process load)."""
     updates = updates_of(series)
     settled_at = next(n for n in range(2, len(updates) + 1) if settled_power_w(updates[:n]) is not None)
     watts, t0 = settled_power_w(updates[:settled_at]), updates[0][0]
     assert 2.0 <= updates[settled_at - 1][0] - t0 <= 4.0
-    last = updates[-1][0] - updates[0][0]
+    last = updates[-1][0] - t0
     final = power_between(updates, last - 1.0, last)
-    assert watts == pytest.approx(final, rel=0.01)
+    assert watts == pytest.approx(final, rel=0.02)
+    hasty = next(w for n in range(2, len(updates)) if (w := settled_power_w(updates[:n], half_s=0.5)))
+    if series == "after_process_no_context":
+        assert hasty > 1.5 * final
     if series == "after_heavy_5s":
-        hasty = next(w for n in range(2, len(updates)) if (w := settled_power_w(updates[:n], half_s=0.5)))
         assert hasty > 1.02 * final
 
 
 def test_reading_idle_polls_the_counter_until_it_settles() -> None:
-    """The recorded counter, replayed at the poll's clock: read_idle stops where the board settled,
-    with its update period; with too little time it records the last second's power, not settled; a
-    read that fails leaves no power."""
-    updates = updates_of("after_heavy_5s")
+    """The recorded counter after another process's load, replayed at the poll's clock: read_idle
+    stops where the board settled, with its update period; with too little time it records the last
+    second's power, not settled (on the plateau before the fall); a read that fails leaves no power."""
+    updates = updates_of("after_process_no_context")
     clock = FakeClock(updates[0][0] - 0.05)
     idle = read_idle(replay(updates, clock), clock=clock, sleep=clock.sleep)
     assert idle.settled is True and idle.update_s == pytest.approx(0.1, rel=0.05)

@@ -1,95 +1,84 @@
-"""Record NVML's total-energy counter on an idle GPU and after loads: each update as a 2 ms poll saw
-it, [host seconds, mJ], and NVML's power reading every 50 ms; printed summaries, and the series in
-$OUT/counter_series.json. What the idle settling and the update period in
-workloads/instruments/energy.py were chosen on; its recording on an H100 is in
-results/h100_2026-11-27_energy_counter/. Through ctypes: NVML alone, no Python package.
+"""Record NVML's total-energy counter as a cell's idle reading sees it: each update as a 2 ms poll
+saw it, [host seconds, mJ]. What the idle settling and the update period in
+workloads/instruments/energy.py were chosen on; the recording on two H100s (one for each part, both
+freshly started) is results/h100_2026-11-27_energy_counter/counter_series.json.
 
-    python3 tests/benchmarks/energy_counter_probe.py     # on the GPU machine, ~55 s
+- after another process: a child process runs 5 s of bf16 matmuls and exits; this process polls
+  for 12 s, first without a CUDA context of its own (`after_process_no_context`), then again with
+  one (`after_process_own_context`: the board stays in P0 while a context lives);
+- in one process, with its context: idle (`fresh`, 3 s), then 12 s after each of three loads, with
+  NVML's power reading every 50 ms beside the updates (`power_mw`, [host seconds, mW]).
+
+    python3 tests/benchmarks/energy_counter_probe.py     # on the GPU machine, ~100 s; JSON in $OUT
 """
 
-import ctypes
 import json
 import os
+import subprocess
 import sys
 import time
 
+import pynvml
 import torch
 
-nv = ctypes.CDLL("libnvidia-ml.so.1")
-assert nv.nvmlInit_v2() == 0
-h = ctypes.c_void_p()
-assert nv.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)) == 0
-e = ctypes.c_ulonglong()
-p = ctypes.c_uint()
+LOAD = (
+    "import sys, time, torch\n"
+    "n, seconds = int(sys.argv[1]), float(sys.argv[2])\n"
+    "a = torch.randn(n, n, device='cuda', dtype=torch.bfloat16)\n"
+    "t0 = time.monotonic()\n"
+    "while time.monotonic() - t0 < seconds:\n"
+    "    [a @ a for _ in range(20)]\n"
+    "    torch.cuda.synchronize()\n"
+)
 
 
-def mj():
-    nv.nvmlDeviceGetTotalEnergyConsumption(h, ctypes.byref(e))
-    return e.value
-
-
-def mw():
-    nv.nvmlDeviceGetPowerUsage(h, ctypes.byref(p))
-    return p.value
-
-
-def poll(seconds):
-    t0 = time.monotonic()
-    last = mj()
-    ups = []
-    pw = []
-    nextp = t0
+def poll(handle, seconds: float) -> dict[str, list]:
+    t0, last = time.monotonic(), pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+    updates, power, next_power = [], [], t0
     while (now := time.monotonic()) - t0 < seconds:
-        v = mj()
-        if v != last:
-            ups.append((now, v))
-            last = v
-        if now >= nextp:
-            pw.append((now, mw()))
-            nextp = now + 0.05
+        value = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        if value != last:
+            updates.append((now, value))
+            last = value
+        if now >= next_power:
+            power.append((now, pynvml.nvmlDeviceGetPowerUsage(handle)))
+            next_power = now + 0.05
         time.sleep(0.002)
-    return ups, pw
+    return {"updates": updates, "power_mw": power}
 
 
-def load(seconds, n=8192):
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn_like(a)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < seconds:
-        for _ in range(20):
-            a @ b
-        torch.cuda.synchronize()
+def per_second(updates: list) -> list[int]:
+    return [round((b[1] - a[1]) / 1e3 / (b[0] - a[0])) for a, b in zip(updates[::10], updates[10::10])]
 
 
-out = {}
-torch.cuda.init()
-torch.zeros(1, device="cuda")
-torch.cuda.synchronize()
-out["fresh"] = poll(3.0)
-for name, secs, n in (
-    ("after_heavy_5s", 5.0, 8192),
-    ("after_light_2s", 2.0, 2048),
-    ("after_heavy_1s", 1.0, 8192),
-):
-    load(secs, n)
-    t = time.monotonic()
-    ups, pw = poll(12.0)
-    out[name] = (ups, pw)
-    iv = [b[0] - a[0] for a, b in zip(ups, ups[1:])]
-    print(
-        name,
-        "updates",
-        len(ups),
-        "median interval",
-        sorted(iv)[len(iv) // 2] if iv else None,
-        "min",
-        min(iv) if iv else None,
-        "max",
-        max(iv) if iv else None,
-    )
-    ws = [(b[1] - a[1]) / (b[0] - a[0]) / 1e3 for a, b in zip(ups, ups[1:])]
-    print(" W per interval (first 40):", [round(w) for w in ws[:40]])
-    print(" W per interval (last 10):", [round(w) for w in ws[-10:]])
-    print(" power readings every 0.5s:", [round(x[1] / 1e3) for x in pw[::10]])
-json.dump(out, open(os.path.join(os.environ.get("OUT", "."), "counter_series.json"), "w"))
-print(torch.cuda.get_device_name(), file=sys.stderr)
+def main() -> None:
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    load = lambda n, seconds: subprocess.run([sys.executable, "-c", LOAD, str(n), str(seconds)], check=True)  # noqa: E731
+    series = {}
+    for name in ("after_process_no_context", "after_process_own_context"):
+        load(8192, 5.0)
+        if name.endswith("own_context"):
+            torch.zeros(1, device="cuda")
+            torch.cuda.synchronize()
+        series[name] = poll(handle, 12.0)
+    series["fresh"] = poll(handle, 3.0)
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for name, seconds, n in (
+        ("after_heavy_5s", 5.0, 8192),
+        ("after_light_2s", 2.0, 2048),
+        ("after_heavy_1s", 1.0, 8192),
+    ):
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            [a[:n, :n] @ a[:n, :n] for _ in range(20)]
+            torch.cuda.synchronize()
+        series[name] = poll(handle, 12.0)
+    for name, recorded in series.items():
+        print(name, "W per second:", per_second(recorded["updates"]))
+    with open(os.path.join(os.environ.get("OUT", "."), "counter_series.json"), "w") as fh:
+        json.dump({"device": torch.cuda.get_device_name(), "series": series}, fh)
+
+
+if __name__ == "__main__":
+    main()
