@@ -112,23 +112,21 @@ def test_the_h100_counter_updates_every_100_ms() -> None:
 
 @pytest.mark.parametrize("series", list(H100_COUNTER))
 def test_idle_power_waits_until_the_board_has_settled(series: str) -> None:
-    """After another process's load ended, the H100 held 137 W for over a second before it fell to
-    75 W; in a process with its own CUDA context the board stays in P0 and falls from 133 W to 125 W
-    over seconds. The idle power is the first second's within 1% of the second before: 2-4 s on, within
-    2% of the board's power in the recording's last second; over halves of 0.5 s the reading would
-    have stopped on the plateau before the fall (and 3% high after an in-process load)."""
+    """After another process's load ended, the H100 drew 131 W, then 115 W, before it fell to 74 W;
+    in a process with its own CUDA context the board stays in P0 and falls from 131 W to 126 W over
+    seconds. The idle power is the first second's within 1% of the second before: 2-5 s on, within 2%
+    of the board's power in the recording's last second; over halves of 0.5 s the reading would have
+    stopped on the plateau before the fall."""
     updates = updates_of(series)
     settled_at = next(n for n in range(2, len(updates) + 1) if settled_power_w(updates[:n]) is not None)
     watts, t0 = settled_power_w(updates[:settled_at]), updates[0][0]
-    assert 2.0 <= updates[settled_at - 1][0] - t0 <= 4.0
+    assert 2.0 <= updates[settled_at - 1][0] - t0 <= 5.0
     last = updates[-1][0] - t0
     final = power_between(updates, last - 1.0, last)
     assert watts == pytest.approx(final, rel=0.02)
     hasty = next(w for n in range(2, len(updates)) if (w := settled_power_w(updates[:n], half_s=0.5)))
     if series == "after_process_no_context":
         assert hasty > 1.5 * final
-    if series == "after_heavy_5s":
-        assert hasty > 1.02 * final
 
 
 def test_reading_idle_polls_the_counter_until_it_settles() -> None:
@@ -142,7 +140,7 @@ def test_reading_idle_polls_the_counter_until_it_settles() -> None:
     seen = [u for u in updates if u[0] <= clock.now]
     # each update seen up to a poll (2 ms) later than recorded: the same power within 0.5%
     assert idle.watts == pytest.approx(settled_power_w(seen), rel=0.005)
-    assert 2.0 <= clock.now - updates[0][0] <= 4.0
+    assert 2.0 <= clock.now - updates[0][0] <= 5.0
     clock = FakeClock(updates[0][0] - 0.05)
     hurried = read_idle(replay(updates, clock), timeout_s=1.5, clock=clock, sleep=clock.sleep)
     assert hurried.settled is False and hurried.watts > idle.watts
