@@ -180,9 +180,11 @@ def test_paired_energy_from_the_blocks_by_hand(tmp_path: Path) -> None:
         [(30.0, 12.0), (33.0, 11.0)],  # ratios 2.5, 3
     ]
     blocks[0][3] = ([], [5.0, 5.0])
+    edges = [{"energy_edge_share": share} for share in (0.004, 0.006)]  # each run's compiled blocks'
     write_paired_replicates(
-        tmp_path, "p", "inductor", blocks, block_j_per_step=joules, compile_energy_j=500.0, **GPT2
-    )
+        tmp_path, "p", "inductor", blocks, block_j_per_step=joules, replicate_run=edges,
+        compile_energy_j=500.0, **GPT2,
+    )  # fmt: skip
     write_replicates_with(tmp_path, "e", "eager", [energy(100.0), energy(100.0)], **GPT2)
     data = load_sweep(tmp_path, warn=None)
     pairs = data.pairs.sort_values(["repeat", "pair"])
@@ -194,6 +196,13 @@ def test_paired_energy_from_the_blocks_by_hand(tmp_path: Path) -> None:
     eager_jps = jps * ratio
     assert row["energy_break_even_steps"] == pytest.approx(500 / (eager_jps - jps))
     assert row["energy_break_even_j"] == pytest.approx(500 / (eager_jps - jps) * eager_jps)
+    # the edges' bound: the median over runs of the compiled blocks' time between their steps
+    assert row["energy_edge_bias"] == pytest.approx(0.005)
+    text = {table.name: table for table in analyze(tmp_path, warn=None).tables}["energy"].text.set_index(
+        "cell"
+    )
+    assert text.at["p", "energy ratio [95% CI]"].endswith(" (edges ≤ 0.5%)")
+    assert "edges" not in text.at["e", "energy ratio [95% CI]"]
 
 
 def test_paired_intervals_hold_the_true_ratio(tmp_path: Path) -> None:

@@ -176,6 +176,7 @@ def test_an_unpaired_cell_spreads_its_window_over_its_steps() -> None:
         "items_per_joule": 10.0,
         "avg_power_w": 25.0,
         "compile_energy_j": 20.0,
+        "energy_edge_share": None,  # no blocks
     }
     assert energies == [None] * 7  # a window's mean is no step's measurement: steps.parquet keeps null
     eager, _ = energy_columns(Readings(40.0, 50.0, 2.0), steps, items_per_step=100, compiles=False)
@@ -198,6 +199,7 @@ def test_a_row_of_ten_steps_shares_its_energy_among_them() -> None:
         "items_per_joule": 1.0,
         "avg_power_w": 25.0,
         "compile_energy_j": 20.0,
+        "energy_edge_share": None,  # no blocks
     }
 
 
@@ -238,10 +240,28 @@ def test_a_paired_cell_splits_each_block_over_its_steps() -> None:
             "items_per_joule": 13 / compiled,
             "avg_power_w": 53.5 / 4.0,
             "compile_energy_j": 100.0 - 2 * compiled - 2 * eager,
+            "energy_edge_share": None,  # steps without times
         }
     )
     assert energies == pytest.approx([None] * 5 + [3.0] * 3 + [5.0] * 3 + [5.5] * 3 + [3.5] * 3)
     assert sum(energies[8:11]) / sum(energies[5:8]) == pytest.approx(15.0 / 9.0)  # the first pair's ratio
+
+
+def test_the_compiled_blocks_time_between_their_steps_is_their_edge_share() -> None:
+    """Each 1-s compiled block's 3 steps took 0.3 s each (first pair) and 0.32 s (second): 0.1 and
+    0.04 s lie between them, 0.14 of their 2 s; the eager blocks and the last warm-up step's block,
+    whatever their gaps, do not count."""
+    times = {("measure", "compiled"): [300.0] * 3 + [320.0] * 3}
+    steps = []
+    for step in paired_steps():
+        own = times.get((step.phase, step.side))
+        steps.append(Step(step.phase, step.side, own.pop(0) if own else 50.0))
+    columns, _ = energy_columns(
+        Readings(100.0, 53.5, 4.0, PAIRED_BLOCKS), steps, items_per_step=13, compiles=True
+    )
+    assert columns["energy_edge_share"] == pytest.approx((0.1 + 0.04) / 2.0)
+    unpaired, _ = energy_columns(Readings(100.0, 53.5, 4.0), steps, items_per_step=13, compiles=True)
+    assert unpaired["energy_edge_share"] is None
 
 
 def test_blocks_shorter_than_the_counters_steps_give_no_side_its_energy() -> None:
@@ -434,6 +454,10 @@ def test_a_paired_cell_on_a_constant_board_charges_each_block_its_own_time(
     assert watts * last_warmup_s < rest < watts * (last_warmup_s + 0.5)
     assert all(s["energy_j"] is None for s in steps if s["phase"] == "warmup")
     assert run["warmup_energy_j"] > 0 and 0 <= run["compile_energy_j"] <= run["warmup_energy_j"]
+    # the compiled blocks' seconds between their steps: what their energy holds beyond their steps'
+    compiled = [s for s in measured if s["side"] == "compiled"]
+    beyond = 1 - watts * sum(s["step_time_ms"] for s in compiled) / 1e3 / sum(s["energy_j"] for s in compiled)
+    assert 0 < run["energy_edge_share"] == pytest.approx(beyond, abs=1e-3)
 
 
 def test_an_unpaired_cell_on_a_constant_board_spreads_its_window(

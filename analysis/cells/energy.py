@@ -25,7 +25,11 @@ ASSUMED_UPDATE_S before): each end is read up to one update stale, so over N upd
 energy is off by up to 1/N (the lags uniform: 1/(N·√6) sd), 10% at 10. So is an unpaired energy ratio
 whose eager cell's window is short. The tables show such numbers marked and leave them out of the
 per-backend means and counts. A paired cell's blocks have their own least length (the workload's
-ENERGY_MIN_BLOCK_S). Idle power is flagged where a run's board had not settled (`idle_settled`).
+ENERGY_MIN_BLOCK_S), and its ratio an edge bias, not corrected: the time between the blocks' steps is
+charged to the next block of either side, which pulls the ratio toward 1 by at most that time's share
+of the compiled blocks (`energy_edge_bias`: the median over runs of `energy_edge_share`) of
+(ratio - 1), where the board draws no more between blocks than in them. Idle power is flagged where
+a run's board had not settled (`idle_settled`).
 
 The tables and the figure of these columns: analysis/studies/energy/.
 """
@@ -54,7 +58,7 @@ ENERGY_COLUMNS = [
     "items_per_joule", "items_per_joule_low", "items_per_joule_high", "avg_power_w", "idle_power_w",
     "energy_ratio", "energy_ratio_low", "energy_ratio_high", "energy_method",
     "compile_energy_j", "compile_energy_warm", "energy_pays_off", "energy_break_even_steps",
-    "energy_break_even_j", "energy_window_updates", "energy_short_window", "idle_settled",
+    "energy_break_even_j", "energy_window_updates", "energy_short_window", "idle_settled", "energy_edge_bias",
 ]  # fmt: skip
 #: The fewest updates of the counter a run's measured window spans for its J/step to count, and the
 #: update period assumed where a run did not record one (an H100's: every 0.100 s,
@@ -156,6 +160,8 @@ def energy_columns(
         ratio_low[which], ratio_high[which] = ratio_interval(draws[base[which]], draws[which])
     done = data.replicates[data.replicates["status"] == COMPLETED]
     power = done.groupby("cell_id")[list(POWER)].median().reindex(cells["cell_id"])
+    edge_share = pd.to_numeric(done["energy_edge_share"], errors="coerce")
+    edges = edge_share.groupby(done["cell_id"]).median().reindex(cells["cell_id"]).to_numpy(float)
     compile_j, compile_warm = cold_where_measured(cells, data.replicates, "compile_energy_j")
     fewest, settled = _run_flags(cells, done)
     fewest[from_blocks] = np.nan  # a paired cell's J/step is its blocks'
@@ -174,5 +180,6 @@ def energy_columns(
         "energy_pays_off": pays_off(compile_j, eager_jps, ratio, cells.index),
         "energy_break_even_steps": steps, "energy_break_even_j": steps * eager_jps,
         "energy_window_updates": fewest, "energy_short_window": short, "idle_settled": settled,
+        "energy_edge_bias": np.where(from_blocks, edges, np.nan),
     }  # fmt: skip
     return pd.DataFrame(columns, index=cells.index)[ENERGY_COLUMNS]

@@ -117,6 +117,7 @@ ENERGY_FIELDS: list[pa.Field] = [
     pa.field("energy_update_s", pa.float64()),  # rank 0's counter: median seconds between its updates
     pa.field("warmup_energy_j", pa.float64()),  # built cell to the last warm-up step: compile, warm-up
     pa.field("compile_energy_j", pa.float64()),  # warmup_energy_j less its steps at the measured J/step, >= 0
+    pa.field("energy_edge_share", pa.float64()),  # paired: compiled blocks' seconds between their steps
 ]
 #: model=gemm: one GEMM's time, throughput and roofline (workloads/gemm/shapes.py, docs/gemm.md); null
 #: in training cells.

@@ -147,10 +147,12 @@ def long_enough(blocks: Sequence[Block]) -> bool:
 
 @dataclass(frozen=True)
 class Step:
-    """What the arithmetic needs of one step row (steps.parquet): its phase and its side."""
+    """What the arithmetic needs of one step row (steps.parquet): its phase, its side and its time
+    (ms; for the blocks' edges)."""
 
     phase: str
     side: str | None
+    ms: float | None = None
 
 
 def window_start(phases: Sequence[str]) -> int:
@@ -178,6 +180,26 @@ def attribute(blocks: Sequence[Block], window: Sequence[Step]) -> list[float | N
     return energies
 
 
+def edge_share(blocks: Sequence[Block], window: Sequence[Step]) -> float | None:
+    """The share of the compiled blocks' seconds that lies between their steps (the bookkeeping
+    before each block: the synchronize, the reading, the stop rule), whose energy the block is
+    charged with whatever its side: each measured compiled block's seconds less its steps' times,
+    over their seconds (the last warm-up step's block, the first, aside). Where the board draws no
+    more between blocks than in them, the paired energy ratio lies toward 1 by at most this share of
+    (ratio - 1) (docs/measurement.md "Energy"). None without blocks or step times."""
+    at, between, seconds = 0, 0.0, 0.0
+    for i, block in enumerate(blocks):
+        covered, at = window[at : at + block.steps], at + block.steps
+        if i == 0 or block.side == EAGER_SIDE:
+            continue
+        times = [step.ms for step in covered]
+        if len(covered) < block.steps or None in times:
+            return None
+        between += max(0.0, block.seconds - sum(times) / 1e3)
+        seconds += block.seconds
+    return between / seconds if seconds > 0 else None
+
+
 def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
@@ -201,6 +223,7 @@ ENERGY_COLUMNS = (
     "items_per_joule",
     "avg_power_w",
     "compile_energy_j",
+    "energy_edge_share",
 )
 
 
@@ -252,6 +275,7 @@ def energy_columns(
         "items_per_joule": items_per_step / own if items_per_step and own else None,
         "avg_power_w": readings.window_j / seconds if seconds else None,
         "compile_energy_j": compile_j,
+        "energy_edge_share": edge_share(readings.blocks, window) if readings.blocks else None,
     }
     step_energies = none[:start] + [
         e if readings.blocks and step.phase == "measure" else None for e, step in zip(energies, window)

@@ -102,7 +102,7 @@ class GpuEnergy(Instrument):
         )
         columns, energies = energy_columns(
             readings,
-            [Step(row["phase"], row["side"]) for row in rows],
+            [Step(row["phase"], row["side"], row["step_time_ms"]) for row in rows],
             rec.items_per_step,
             compiles=rec.run.get("compile_time_s") is not None,  # compile energy where compile time
             steps_per_row=self._steps_per_row,

@@ -49,9 +49,10 @@ NOTE = (
     "the pair ratios, eager block / compiled block, as the paired speedup) or unpaired (the eager cell's "
     "J/step / own, the interval of the two cells' draws), beside the time speedup (the per-cell table's). "
     "A paired ratio is not corrected for its blocks' edges: the bookkeeping between blocks is charged to "
-    "the next block of either side, pulling the ratio toward 1 by that energy's share of a block, and a "
-    "reading up to an update (0.1 s) stale moves energy between blocks of the two sides where they draw "
-    "different power (docs/measurement.md, Energy). "
+    "the next block of either side, pulling the ratio toward 1 by at most (edges ≤ x%: that time's share of "
+    "the compiled blocks, median over runs) x of (ratio − 1), and a reading up to an update (0.1 s) stale "
+    "moves energy between blocks of the two sides where they draw different power (docs/measurement.md, "
+    "Energy). "
     "Break-even: compile kJ (the energy of a cold compile where a run compiled cold; marked (warm) where "
     "it found an earlier compile's cache entries: a later run, a later cell of a packed task, or "
     "compile.measure=cold_warm, whose cold compile has no energy reading) / the joules saved per step, never "
@@ -80,6 +81,7 @@ def _cells(metrics: pd.DataFrame) -> Table:
     interval = lambda name: [fmt_interval(*v) for v in rows[[name, f"{name}_low", f"{name}_high"]].values]  # noqa: E731
     short = rows["energy_window_updates"] < MIN_WINDOW_UPDATES
     updates = rows["energy_window_updates"].map(lambda n: f"short: {n:.0f} updates")
+    edges = rows["energy_edge_bias"].map(lambda share: f"edges ≤ {share:.1%}")
     ratios = [fmt_speedup(*v) for v in rows[["energy_ratio", "energy_ratio_low", "energy_ratio_high"]].values]
     text = pd.DataFrame({
         "cell": rows["cell_id"], "workload": workload_labels(rows).str.replace("\n", " "),
@@ -89,7 +91,10 @@ def _cells(metrics: pd.DataFrame) -> Table:
         "idle W": _flagged(rows["idle_power_w"].map(fmt_number).tolist(), rows["idle_settled"] == False,  # noqa: E712
                            "not settled"),
         "speedup [95% CI]": [fmt_speedup(*v) for v in rows[SPEEDUP[:3]].values],
-        "energy ratio [95% CI]": _flagged(ratios, rows["energy_short_window"], "short window"),
+        "energy ratio [95% CI]": _flagged(
+            _flagged(ratios, rows["energy_short_window"], "short window"),
+            rows["energy_edge_bias"].notna(), edges,
+        ),
         "vs eager": rows["energy_method"].fillna(""),
         "compile kJ": [fmt_warm(fmt_number(j / 1e3), warm) for j, warm in
                        zip(rows["compile_energy_j"], rows["compile_energy_warm"])],
