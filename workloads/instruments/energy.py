@@ -12,8 +12,10 @@ synchronised, at the ends of the cell's windows:
 
 The counter moves every 20-100 ms, so a reading is late by up to that much: a window's joules are
 worth reading only over many updates, and a paired block's only summed over many blocks (the error
-at a boundary moves energy from one block to the next, whose side the pair's drawn order decides).
-Tested on hand-made readings (tests/test_energy.py).
+at a boundary moves energy from one block to the next, whose side the pair's drawn order decides;
+the time between blocks is charged to the next: `edge_share`). Before the cell, the idle power once
+the board has settled (`read_idle`). Tested on hand-made readings and on an H100's recorded counter
+(tests/test_energy.py).
 """
 
 from __future__ import annotations
