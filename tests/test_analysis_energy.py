@@ -115,6 +115,66 @@ def test_the_energy_tables(tmp_path: Path) -> None:
     assert "energy ratio" in render_tables(analyze(tmp_path, warn=None), "markdown")
 
 
+def test_compile_energy_is_a_cold_compiles_and_a_warm_one_says_so(tmp_path: Path) -> None:
+    """Inductor's first replicate compiled cold (its FX graph and AOTAutograd lookups all missed,
+    3.1 kJ), the two after it from its cache (0.4 kJ): break-even in joules rests on the cold one,
+    although the replicate that speaks for the cell is warm. A second inductor cell (seed 2) found
+    the first's entries in every run: its warm compile is all there is, and the table says so."""
+    write_replicates_with(tmp_path, "e", "eager", [energy(j) for j in (10.0, 11.0, 12.0)], **GPT2)
+    cold = dict(compile_energy_j=3100.0, fx_graph_cache_hits=0, fx_graph_cache_misses=4)
+    warm = dict(compile_energy_j=400.0, fx_graph_cache_hits=4, aot_autograd_cache_hits=2)
+    runs = [energy(8.5, **cold), energy(8.5, **warm), energy(8.5, **warm)]
+    write_replicates_with(tmp_path, "i", "inductor", runs, **GPT2)
+    write_replicates_with(tmp_path, "e2", "eager", [energy(11.0)] * 3, **{**GPT2, "seed": 2})
+    write_replicates_with(tmp_path, "w", "inductor", [energy(8.5, **warm)] * 3, **{**GPT2, "seed": 2})
+    rows = metrics_of(tmp_path)
+    assert rows["i"]["compile_energy_j"] == 3100.0 and rows["i"]["compile_energy_warm"] is False
+    assert rows["i"]["energy_break_even_steps"] == pytest.approx(3100 / (11 - 8.5))
+    assert rows["w"]["compile_energy_j"] == 400.0 and rows["w"]["compile_energy_warm"] is True
+    tables = {table.name: table for table in analyze(tmp_path, warn=None).tables}
+    text = tables["energy"].text.set_index("cell")
+    assert text.loc["i", ["compile kJ", "break-even steps"]].tolist() == ["3.10", "1,240"]
+    assert text.loc["w", ["compile kJ", "break-even steps"]].tolist() == ["0.4 (warm)", "160 (warm)"]
+
+
+def test_a_short_window_and_an_unsettled_board_are_flagged(tmp_path: Path) -> None:
+    """Eager's windows lasted 0.6 s on a counter that updated every 0.1 s: 6 updates, short; the
+    inductor cell's 5 s without a recorded period (an older run: 0.1 s assumed) are not, but its
+    energy ratio rests on eager's short ones. Both are shown, marked, and left out of the
+    per-backend table, which keeps the workload (seed 2) whose eager windows were long. One eager
+    run's board had not settled before it: its idle power says so."""
+    short = [
+        energy(j, energy_window_s=0.6, energy_update_s=0.1, idle_power_w=70.0) for j in (10.0, 11.0, 12.0)
+    ]
+    short[1]["idle_settled"] = False
+    write_replicates_with(tmp_path, "e", "eager", short, **GPT2)
+    runs = [energy(8.5, energy_window_s=5.0, idle_power_w=70.0, idle_settled=True)] * 3
+    write_replicates_with(tmp_path, "i", "inductor", runs, **GPT2)
+    long = [energy(11.0, energy_window_s=5.0, energy_update_s=0.1)] * 3
+    write_replicates_with(tmp_path, "e2", "eager", long, **{**GPT2, "seed": 2})
+    write_replicates_with(
+        tmp_path, "i2", "inductor", [energy(10.0, energy_window_s=5.0)] * 3, **{**GPT2, "seed": 2}
+    )
+    rows = metrics_of(tmp_path)
+    assert rows["e"]["energy_window_updates"] == pytest.approx(6) and rows["e"]["energy_short_window"]
+    assert rows["i"]["energy_window_updates"] == pytest.approx(50) and rows["i"]["energy_short_window"]
+    assert not rows["i2"]["energy_short_window"] and not rows["e2"]["energy_short_window"]
+    assert rows["e"]["idle_settled"] is False and rows["i"]["idle_settled"] is True
+    assert rows["e2"]["idle_settled"] is None  # not recorded
+    tables = {table.name: table for table in analyze(tmp_path, warn=None).tables}
+    text = tables["energy"].text.set_index("cell")
+    assert text.at["e", "J/step [95% CI]"].endswith(" (short: 6 updates)")
+    assert (
+        text.at["i", "J/step [95% CI]"].startswith("8.50") and "short" not in text.at["i", "J/step [95% CI]"]
+    )
+    assert text.at["i", "energy ratio [95% CI]"].endswith(" (short window)")
+    assert "short" not in text.at["i2", "energy ratio [95% CI]"]
+    assert (text.at["e", "idle W"], text.at["i", "idle W"]) == ("70.00 (not settled)", "70.00")
+    backends = tables["energy_backends"].data.set_index("backend")
+    assert backends.at["inductor", "cells"] == 1
+    assert backends.at["inductor", "geomean_energy_ratio"] == pytest.approx(11 / 10)
+
+
 def test_paired_energy_from_the_blocks_by_hand(tmp_path: Path) -> None:
     """A paired cell's J/step and ratio come from its blocks' energies, as its speedup from their
     times: a pair without its eager block is left out, and the eager cell's energy does not enter."""
@@ -125,9 +185,11 @@ def test_paired_energy_from_the_blocks_by_hand(tmp_path: Path) -> None:
         [(30.0, 12.0), (33.0, 11.0)],  # ratios 2.5, 3
     ]
     blocks[0][3] = ([], [5.0, 5.0])
+    edges = [{"energy_edge_share": share} for share in (0.004, 0.006)]  # each run's compiled blocks'
     write_paired_replicates(
-        tmp_path, "p", "inductor", blocks, block_j_per_step=joules, compile_energy_j=500.0, **GPT2
-    )
+        tmp_path, "p", "inductor", blocks, block_j_per_step=joules, replicate_run=edges,
+        compile_energy_j=500.0, **GPT2,
+    )  # fmt: skip
     write_replicates_with(tmp_path, "e", "eager", [energy(100.0), energy(100.0)], **GPT2)
     data = load_sweep(tmp_path, warn=None)
     pairs = data.pairs.sort_values(["repeat", "pair"])
@@ -142,6 +204,13 @@ def test_paired_energy_from_the_blocks_by_hand(tmp_path: Path) -> None:
     eager_jps = jps * ratio
     assert row["energy_break_even_steps"] == pytest.approx(500 / (eager_jps - jps))
     assert row["energy_break_even_j"] == pytest.approx(500 / (eager_jps - jps) * eager_jps)
+    # the edges' bound: the median over runs of the compiled blocks' time between their steps
+    assert row["energy_edge_bias"] == pytest.approx(0.005)
+    text = {table.name: table for table in analyze(tmp_path, warn=None).tables}["energy"].text.set_index(
+        "cell"
+    )
+    assert text.at["p", "energy ratio [95% CI]"].endswith(" (edges ≤ 0.5%)")
+    assert "edges" not in text.at["e", "energy ratio [95% CI]"]
 
 
 def test_paired_intervals_hold_the_true_ratio(tmp_path: Path) -> None:

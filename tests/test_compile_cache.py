@@ -12,6 +12,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import load_sweep
+from analysis.studies.sweep.summaries import break_even_table
+from analysis.studies.sweep.table import summary_table
 from tests.helpers import TINY, cli
 from workloads.cell.config import ConfigError, cell_config_from_dict
 from workloads.contract.schema import CACHE_COUNT_COLUMNS
@@ -58,6 +62,49 @@ def test_cold_and_warm_compiles_are_separate_processes(tmp_path: Path) -> None:
     assert cold["fx_graph_cache_hits"] == 0 and cold["fx_graph_cache_misses"] > 0, log
     assert cold["aot_autograd_cache_hits"] == 0 and cold["aot_autograd_cache_misses"] > 0
     assert not Path(run["compile_cache_dir"]).exists() and not (sweep / "compile_cache").exists()
+
+
+def test_a_compile_from_another_compiles_cache_is_marked_warm(tmp_path: Path) -> None:
+    """A local sweep shares its compile cache (as a packed task's cells do): two inductor cells of
+    the same graphs (seeds 1 and 2), two replicates each. The first compile is cold (dynamo's
+    counters: misses only), every later one hits its entries. Analysis breaks each cell even on a
+    cold compile where it had one, although the replicate that speaks for it compiled warm, and
+    marks the other cell's compile (warm) in the cell table and the break-even table."""
+    sweep = tmp_path / "sw"
+    result = cli(
+        tmp_path,
+        "sweep",
+        *TINY,
+        "backend=eager,inductor",
+        "seed=1,2",
+        "repeats=2",
+        f"hydra.sweep.dir={sweep}",
+    )
+    assert result.returncode == 0, result.stderr
+    runs = pd.concat(pd.read_parquet(path) for path in sweep.glob("cells/*/run.parquet"))
+    runs = runs[runs["backend"] == "inductor"].sort_values("started_at")
+    assert (runs["status"] == "completed").all(), runs["error"].tolist()
+    first, later = runs.iloc[0], runs.iloc[1:]
+    assert first["fx_graph_cache_hits"] == 0 and first["fx_graph_cache_misses"] > 0
+    assert (later["fx_graph_cache_hits"] > 0).all() and (later["fx_graph_cache_misses"] == 0).all()
+
+    metrics = cell_metrics(load_sweep(sweep, warn=None))
+    cells = metrics.set_index("cell_id")
+    cold_cell = first["cell_id"]
+    (warm_cell,) = set(runs["cell_id"]) - {cold_cell}
+    speaks = later[later["cell_id"] == cold_cell].iloc[-1]  # its counting attempt: the warm replicate
+    assert cells.at[cold_cell, "compile_time_s"] == speaks["compile_time_s"] != first["compile_time_s"]
+    assert cells.at[cold_cell, "break_even_compile_s"] == first["compile_time_s"]
+    assert cells.at[cold_cell, "break_even_compile_warm"] is False
+    assert cells.at[warm_cell, "break_even_compile_warm"] is True
+    assert cells.at[warm_cell, "break_even_compile_s"] == cells.at[warm_cell, "compile_time_s"]
+
+    table = summary_table(metrics).text.set_index("cell")
+    assert not table.at[cold_cell, "compile s"].endswith("(warm)")
+    assert table.at[warm_cell, "compile s"].endswith(" (warm)")
+    rows = break_even_table(metrics).text.set_index("cell")
+    assert rows.at[warm_cell, "compile s"].endswith(" (warm)")
+    assert not rows.at[cold_cell, "compile s"].endswith("(warm)")
 
 
 def test_a_different_machine_or_version_gets_another_directory(

@@ -8,6 +8,7 @@ stand-in board that draws a constant power. On a GPU: tests/test_gpu.py.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from itertools import groupby
@@ -36,8 +37,10 @@ from workloads.instruments.energy import (
     Step,
     attribute,
     energy_columns,
-    idle_power_w,
     joules,
+    read_idle,
+    settled_power_w,
+    update_period_s,
     window_start,
 )
 from workloads.instruments.gpu_energy import GpuEnergy
@@ -57,11 +60,23 @@ def test_joules_between_two_readings() -> None:
     assert joules(3_500, 1_000) is None  # the counter went back: the driver reloaded
 
 
+#: An H100's counter, each update as a 2 ms poll saw it (tests/benchmarks/energy_counter_probe.py).
+H100_COUNTER = json.loads(
+    (
+        Path(__file__).parent / "benchmarks/results/h100_2026-11-27_energy_counter/counter_series.json"
+    ).read_text()
+)["series"]
+
+
+def updates_of(series: str) -> list[tuple[float, float]]:
+    return [(t, mj) for t, mj in H100_COUNTER[series]["updates"]]
+
+
 class FakeClock:
     """time.monotonic and time.sleep of a test: sleeping moves the clock."""
 
-    def __init__(self) -> None:
-        self.now = 100.0
+    def __init__(self, now: float) -> None:
+        self.now = now
 
     def __call__(self) -> float:
         return self.now
@@ -70,36 +85,69 @@ class FakeClock:
         self.now += seconds
 
 
-def counter_of(clock: FakeClock, watts: float, update_s: float, fail_after: int | None = None):
-    """A board's counter drawing `watts`, updated every `update_s` seconds (mJ at its last update)."""
+def replay(updates: list[tuple[float, float]], clock: FakeClock, fail_after: int | None = None):
+    """The recorded counter read at the clock's time: the last update seen by then."""
     reads = []
 
     def read_mj() -> float | None:
         reads.append(clock.now)
         if fail_after is not None and len(reads) > fail_after:
             return None
-        return watts * (clock.now // update_s) * update_s * 1e3
+        return next((mj for t, mj in reversed(updates) if t <= clock.now), updates[0][1])
 
-    return read_mj, reads
-
-
-@pytest.mark.parametrize("update_s", [0.02, 0.1])
-def test_idle_power_is_read_between_two_updates_of_the_counter(update_s: float) -> None:
-    """Between the first update seen and the last one the counter moved by the energy of exactly that
-    span, whatever its update period (two reads at arbitrary times would be up to a period stale)."""
-    clock = FakeClock()
-    read_mj, reads = counter_of(clock, 72.0, update_s)
-    watts = idle_power_w(read_mj, clock=clock, sleep=clock.sleep)
-    assert watts == pytest.approx(72.0, rel=0.015)  # each update seen at most one 2 ms poll late
-    assert reads[-1] - reads[0] <= 0.5 + 0.002  # within half a second
+    return read_mj
 
 
-def test_no_idle_power_without_two_updates_or_a_reading() -> None:
-    clock = FakeClock()
-    frozen, _ = counter_of(clock, 72.0, update_s=1.0)  # one update at most in 0.5 s
-    assert idle_power_w(frozen, clock=clock, sleep=clock.sleep) is None
-    failing, _ = counter_of(clock, 72.0, update_s=0.02, fail_after=100)
-    assert idle_power_w(failing, clock=clock, sleep=clock.sleep) is None
+def power_between(updates: list[tuple[float, float]], start_s: float, end_s: float) -> float:
+    """The recorded board's mean power between the updates nearest these seconds after the first."""
+    t0 = updates[0][0]
+    (a, ea), (b, eb) = (min(updates, key=lambda u: abs(u[0] - t0 - at)) for at in (start_s, end_s))
+    return (eb - ea) / 1e3 / (b - a)
+
+
+def test_the_h100_counter_updates_every_100_ms() -> None:
+    for series in H100_COUNTER:
+        assert update_period_s(updates_of(series)) == pytest.approx(0.1, rel=0.02), series
+
+
+@pytest.mark.parametrize("series", list(H100_COUNTER))
+def test_idle_power_waits_until_the_board_has_settled(series: str) -> None:
+    """After another process's load ended, the H100 drew 131 W, then 115 W, before it fell to 74 W;
+    in a process with its own CUDA context the board stays in P0 and falls from 131 W to 126 W over
+    seconds. The idle power is the first second's within 1% of the second before: 2-5 s on, within 2%
+    of the board's power in the recording's last second; over halves of 0.5 s the reading would have
+    stopped on the plateau before the fall."""
+    updates = updates_of(series)
+    settled_at = next(n for n in range(2, len(updates) + 1) if settled_power_w(updates[:n]) is not None)
+    watts, t0 = settled_power_w(updates[:settled_at]), updates[0][0]
+    assert 2.0 <= updates[settled_at - 1][0] - t0 <= 5.0
+    last = updates[-1][0] - t0
+    final = power_between(updates, last - 1.0, last)
+    assert watts == pytest.approx(final, rel=0.02)
+    hasty = next(w for n in range(2, len(updates)) if (w := settled_power_w(updates[:n], half_s=0.5)))
+    if series == "after_process_no_context":
+        assert hasty > 1.5 * final
+
+
+def test_reading_idle_polls_the_counter_until_it_settles() -> None:
+    """The recorded counter after another process's load, replayed at the poll's clock: read_idle
+    stops where the board settled, with its update period; with too little time it records the last
+    second's power, not settled (on the plateau before the fall); a read that fails leaves no power."""
+    updates = updates_of("after_process_no_context")
+    clock = FakeClock(updates[0][0] - 0.05)
+    idle = read_idle(replay(updates, clock), clock=clock, sleep=clock.sleep)
+    assert idle.settled is True and idle.update_s == pytest.approx(0.1, rel=0.05)
+    seen = [u for u in updates if u[0] <= clock.now]
+    # each update seen up to a poll (2 ms) later than recorded: the same power within 0.5%
+    assert idle.watts == pytest.approx(settled_power_w(seen), rel=0.005)
+    assert 2.0 <= clock.now - updates[0][0] <= 5.0
+    clock = FakeClock(updates[0][0] - 0.05)
+    hurried = read_idle(replay(updates, clock), timeout_s=1.5, clock=clock, sleep=clock.sleep)
+    assert hurried.settled is False and hurried.watts > idle.watts
+    assert hurried.watts == pytest.approx(power_between(updates, 0.4, 1.4), rel=0.02)
+    clock = FakeClock(updates[0][0])
+    failing = read_idle(replay(updates, clock, fail_after=100), clock=clock, sleep=clock.sleep)
+    assert failing.watts is None and failing.settled is None
 
 
 def steps_of(*runs: tuple[str, str | None, int]) -> list[Step]:
@@ -128,6 +176,7 @@ def test_an_unpaired_cell_spreads_its_window_over_its_steps() -> None:
         "items_per_joule": 10.0,
         "avg_power_w": 25.0,
         "compile_energy_j": 20.0,
+        "energy_edge_share": None,  # no blocks
     }
     assert energies == [None] * 7  # a window's mean is no step's measurement: steps.parquet keeps null
     eager, _ = energy_columns(Readings(40.0, 50.0, 2.0), steps, items_per_step=100, compiles=False)
@@ -150,6 +199,7 @@ def test_a_row_of_ten_steps_shares_its_energy_among_them() -> None:
         "items_per_joule": 1.0,
         "avg_power_w": 25.0,
         "compile_energy_j": 20.0,
+        "energy_edge_share": None,  # no blocks
     }
 
 
@@ -190,10 +240,28 @@ def test_a_paired_cell_splits_each_block_over_its_steps() -> None:
             "items_per_joule": 13 / compiled,
             "avg_power_w": 53.5 / 4.0,
             "compile_energy_j": 100.0 - 2 * compiled - 2 * eager,
+            "energy_edge_share": None,  # steps without times
         }
     )
     assert energies == pytest.approx([None] * 5 + [3.0] * 3 + [5.0] * 3 + [5.5] * 3 + [3.5] * 3)
     assert sum(energies[8:11]) / sum(energies[5:8]) == pytest.approx(15.0 / 9.0)  # the first pair's ratio
+
+
+def test_the_compiled_blocks_time_between_their_steps_is_their_edge_share() -> None:
+    """Each 1-s compiled block's 3 steps took 0.3 s each (first pair) and 0.32 s (second): 0.1 and
+    0.04 s lie between them, 0.14 of their 2 s; the eager blocks and the last warm-up step's block,
+    whatever their gaps, do not count."""
+    times = {("measure", "compiled"): [300.0] * 3 + [320.0] * 3}
+    steps = []
+    for step in paired_steps():
+        own = times.get((step.phase, step.side))
+        steps.append(Step(step.phase, step.side, own.pop(0) if own else 50.0))
+    columns, _ = energy_columns(
+        Readings(100.0, 53.5, 4.0, PAIRED_BLOCKS), steps, items_per_step=13, compiles=True
+    )
+    assert columns["energy_edge_share"] == pytest.approx((0.1 + 0.04) / 2.0)
+    unpaired, _ = energy_columns(Readings(100.0, 53.5, 4.0), steps, items_per_step=13, compiles=True)
+    assert unpaired["energy_edge_share"] is None
 
 
 def test_blocks_shorter_than_the_counters_steps_give_no_side_its_energy() -> None:
@@ -386,6 +454,10 @@ def test_a_paired_cell_on_a_constant_board_charges_each_block_its_own_time(
     assert watts * last_warmup_s < rest < watts * (last_warmup_s + 0.5)
     assert all(s["energy_j"] is None for s in steps if s["phase"] == "warmup")
     assert run["warmup_energy_j"] > 0 and 0 <= run["compile_energy_j"] <= run["warmup_energy_j"]
+    # the compiled blocks' seconds between their steps: what their energy holds beyond their steps'
+    compiled = [s for s in measured if s["side"] == "compiled"]
+    beyond = 1 - watts * sum(s["step_time_ms"] for s in compiled) / 1e3 / sum(s["energy_j"] for s in compiled)
+    assert 0 < run["energy_edge_share"] == pytest.approx(beyond, abs=1e-3)
 
 
 def test_an_unpaired_cell_on_a_constant_board_spreads_its_window(

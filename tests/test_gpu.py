@@ -1255,13 +1255,21 @@ def test_a_gpt2_cell_measures_its_gpus_energy(
         f"{backend}: {counter:.1f} J over {run['energy_window_s']:.2f} s ({window_s:.2f} s of steps, "
         f"{len(window)} steps), power readings {sampled:.1f} J ({sampled / counter - 1:+.1%}); "
         f"{run['joules_per_step']:.3f} J/step (eager side {run['eager_joules_per_step']}), "
-        f"{run['avg_power_w']:.0f} W of {limit:.0f} W, idle {run['idle_power_w']:.0f} W, "
+        f"{run['avg_power_w']:.0f} W of {limit:.0f} W, idle {run['idle_power_w']:.0f} W "
+        f"(settled {run['idle_settled']}, counter updates every {run['energy_update_s']} s), "
+        f"compiled blocks' edge share {run['energy_edge_share']}, "
         f"{run['items_per_joule']:.1f} tokens/J, compile {run['compile_energy_j']} J"
     )
     assert run["energy_window_steps"] == len(window)
     assert 0.98 * window_s <= run["energy_window_s"] <= window_s * (1 + WINDOW_SLACK_SHARE) + WINDOW_SLACK_S
     assert sampled == pytest.approx(counter, rel=COUNTER_VS_SAMPLES_RTOL)
     assert 0 < run["idle_power_w"] < run["avg_power_w"] < 1.05 * limit
+    # the board idle before the cell settles within read_idle's 10 s; the driver updates every 20-100 ms
+    assert run["idle_settled"] is True and 0.015 <= run["energy_update_s"] <= 0.12
+    if paired:  # the compiled blocks' time between their steps, within the +2% allowed below
+        assert 0 <= run["energy_edge_share"] < 0.02
+    else:
+        assert run["energy_edge_share"] is None
     # J per step is a side's power times its mean step (a block's energy spans the bookkeeping
     # before it too): at most the power limit's, the mean and not the median being what it is over.
     sides = (

@@ -15,10 +15,15 @@ is its own eager side's over its compiled steps (analysis/cells/paired.py), so i
 median step x that speedup: the compiled step is the cell's own, and the eager cell, measured in
 another process on a host of another speed, does not enter.
 
-Compile seconds: the cold compile (`compile_cold_s`, where a run measured it with empty caches,
-else the workload's `compile_time_s`, whatever the cache held) and, where a run measured it, the
-warm one (`compile_warm_s`: compiled again with the caches the first left). A run row without
-these columns (every sweep before cold and warm runs) reads as null there.
+Compile seconds: the cold compile where one was measured, and whether the one the counts use was
+warm (`break_even_compile_warm`). Cold: `compile_cold_s` (`compile.measure=cold_warm`: empty
+caches, a process of its own), else the median `compile_time_s` of the cell's replicates whose
+compile hit no entry of FX graph or AOTAutograd cache (`compile_warmth`); else the cell's own
+`compile_time_s`, marked warm where it hit one: a later replicate, or a later cell of a packed
+task or of a sweep sharing `cluster.compile_cache` (packed deit_small broke even after 511 steps
+against 3,762 unpacked, issue 38). Beside it, where a run measured it, the warm compile
+(`compile_warm_s`: compiled again with the caches the first left). A run row without these columns
+(sweeps before cold and warm runs or the cache counters) reads as null there.
 """
 
 from __future__ import annotations
@@ -27,13 +32,15 @@ import numpy as np
 import pandas as pd
 
 from analysis.reading.collect import COMPILE_COLD, COMPILE_WARM
-from workloads.contract.vocabulary import BASELINE_BACKEND
+from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED
 
-#: Run columns of the cold and the warm compile time; analysis reads them where run.parquet has them.
+#: A run row's lookups of the FX graph and AOTAutograd caches that found an earlier compile's entry.
+CACHE_HITS = ("fx_graph_cache_hits", "aot_autograd_cache_hits")
 #: The columns `break_even_columns` adds to the per-cell metrics.
 BREAK_EVEN_COLUMNS = [
     "pays_off",
     "break_even_compile_s",
+    "break_even_compile_warm",
     "compile_warm_s",
     "break_even_steps",
     "break_even_gpu_min",
@@ -54,19 +61,48 @@ def baseline_step_ms(metrics: pd.DataFrame, cells: pd.DataFrame, e2e: pd.Series)
     return np.where(e2e.to_numpy(bool), mean, np.where(paired, own, median))
 
 
-def compile_seconds(cells: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(cold, warm) compile seconds of each cell: the cold one `compile_cold_s` where recorded, else
-    `compile_time_s`; the warm one `compile_warm_s` (NaN where not recorded)."""
+def _recorded(rows: pd.DataFrame, name: str) -> np.ndarray:
+    return (
+        pd.to_numeric(rows[name], errors="coerce").to_numpy(float)
+        if name in rows
+        else np.full(len(rows), np.nan)
+    )
 
-    def recorded(name: str) -> np.ndarray:
-        return (
-            pd.to_numeric(cells[name], errors="coerce").to_numpy(float)
-            if name in cells
-            else np.full(len(cells), np.nan)
-        )
 
-    cold = recorded(COMPILE_COLD)
-    return np.where(np.isnan(cold), recorded("compile_time_s"), cold), recorded(COMPILE_WARM)
+def compile_warmth(rows: pd.DataFrame) -> pd.Series:
+    """Per run row, whether its compile was warm: True where it hit a cache entry an earlier compile
+    wrote (CACHE_HITS), False where it hit none, null where unrecorded (no dynamo, older sweeps).
+    Kernels found in triton's cache alone count no hit: such a compile reads as cold."""
+    hits = pd.DataFrame({name: _recorded(rows, name) for name in CACHE_HITS}, index=rows.index)
+    return (hits.sum(axis=1) > 0).astype(object).where(hits.notna().any(axis=1), None)
+
+
+def cold_where_measured(
+    cells: pd.DataFrame, replicates: pd.DataFrame, column: str
+) -> tuple[np.ndarray, pd.Series]:
+    """Per cell, run column `column` of a cold compile where one was measured: the median over its
+    completed replicates whose compile hit no cache entry; else the cell's own (its counting
+    attempt's). And whether that value is of a warm compile (`compile_warmth`; False for the cold
+    replicates' median)."""
+    done = replicates[replicates["status"] == COMPLETED]
+    cold = done[compile_warmth(done).eq(False).to_numpy(bool)]
+    median = pd.to_numeric(cold[column], errors="coerce").groupby(cold["cell_id"]).median()
+    values = cells["cell_id"].map(median).to_numpy(float)
+    has_cold = ~np.isnan(values)
+    warm = compile_warmth(cells).where(~has_cold, False)
+    return np.where(has_cold, values, _recorded(cells, column)), warm
+
+
+def compile_seconds(
+    cells: pd.DataFrame, replicates: pd.DataFrame
+) -> tuple[np.ndarray, pd.Series, np.ndarray]:
+    """(cold, whether that one was warm, warm) compile seconds of each cell: `compile_cold_s` where
+    recorded, else `cold_where_measured`'s `compile_time_s`; the warm one `compile_warm_s` (NaN where
+    not recorded)."""
+    measured = _recorded(cells, COMPILE_COLD)
+    seconds, warm = cold_where_measured(cells, replicates, "compile_time_s")
+    cold = ~np.isnan(measured)
+    return np.where(cold, measured, seconds), warm.where(~cold, False), _recorded(cells, COMPILE_WARM)
 
 
 def steps_to_recoup(once: np.ndarray, eager: np.ndarray, ratio: np.ndarray) -> np.ndarray:
@@ -84,11 +120,12 @@ def pays_off(once: np.ndarray, eager: np.ndarray, ratio: np.ndarray, index: pd.I
     return pd.Series(ratio > 1, index=index, dtype=object).where(~np.isnan(ratio * eager * once))
 
 
-def break_even_columns(cells: pd.DataFrame, e2e: pd.Series) -> pd.DataFrame:
+def break_even_columns(cells: pd.DataFrame, e2e: pd.Series, replicates: pd.DataFrame) -> pd.DataFrame:
     """BREAK_EVEN_COLUMNS of every cell (null for eager cells and cells without a speedup; the
     compile seconds the counts use are there for every compiled cell: `break_even_compile_s`, the cold
-    one where measured): `cells` has the metrics up to the verdicts, `e2e` says which verdicts rest
-    on end-to-end throughput."""
+    one where measured, and `break_even_compile_warm`): `cells` has the metrics up to the verdicts,
+    `e2e` says which verdicts rest on end-to-end throughput, `replicates` the run rows of the cells'
+    replicates (SweepData.replicates)."""
     compiled = (cells["backend"] != BASELINE_BACKEND).to_numpy() & (
         cells["baseline_cell_id"] != cells["cell_id"]
     ).to_numpy()
@@ -96,10 +133,11 @@ def break_even_columns(cells: pd.DataFrame, e2e: pd.Series) -> pd.DataFrame:
     speedup[~compiled] = np.nan
     eager_ms = baseline_step_ms(cells, cells, e2e)
     processes = pd.to_numeric(cells["world_size"], errors="coerce").fillna(1).to_numpy(float)
-    cold, warm = compile_seconds(cells)
+    cold, cold_was_warm, warm = compile_seconds(cells, replicates)
     columns = {
         "pays_off": pays_off(cold, eager_ms, speedup, cells.index),
         "break_even_compile_s": cold,
+        "break_even_compile_warm": cold_was_warm.to_numpy(object),
         "compile_warm_s": warm,
     }
     for suffix, compile_s in (("", cold), ("_warm", warm)):

@@ -13,9 +13,24 @@ of its pairs, analysis/statistics/bootstrap.py).
 The energy ratio is eager J/step over compiled J/step (above 1: compiling saves energy): for a
 paired cell the median of its pairs' ratios (eager block over compiled block, seconds apart in one
 process) with the paired speedup's interval; else the eager cell's J/step over its own, with Welch's
-interval over the two cells' runs. Break-even in energy: the compile's energy over the
-joules saved per step (analysis/cells/breakeven.py `steps_to_recoup`), and the eager run's joules over
+interval over the two cells' runs. Break-even in energy: the compile's energy (a cold
+compile's where a replicate compiled cold, else marked warm where it found an earlier compile's
+cache entries: analysis/cells/breakeven.py `cold_where_measured`; `compile.measure=cold_warm`'s
+cold compile, in a process of its own, has no energy reading) over the joules saved per step
+(analysis/cells/breakeven.py `steps_to_recoup`), and the eager run's joules over
 those steps (which the compile and the compiled steps then equal).
+
+A J/step from a run's measured window is flagged (`energy_short_window`) where the window spans
+fewer than MIN_WINDOW_UPDATES of the counter's updates (`energy_update_s`, recorded since issue 38;
+ASSUMED_UPDATE_S before): each end is read up to one update stale, so over N updates the window's
+energy is off by up to 1/N (the lags uniform: 1/(N·√6) sd), 10% at 10. So is an unpaired energy ratio
+whose eager cell's window is short. The tables show such numbers marked and leave them out of the
+per-backend means and counts. A paired cell's blocks have their own least length (the workload's
+ENERGY_MIN_BLOCK_S), and its ratio an edge bias, not corrected: the time between the blocks' steps is
+charged to the next block of either side, which pulls the ratio toward 1 by at most that time's share
+of the compiled blocks (`energy_edge_bias`: the median over runs of `energy_edge_share`) of
+(ratio - 1), where the board draws no more between blocks than in them. Idle power is flagged where
+a run's board had not settled (`idle_settled`).
 
 The tables and the figure of these columns: analysis/studies/energy/.
 """
@@ -27,7 +42,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.cells.breakeven import pays_off, steps_to_recoup
+from analysis.cells.breakeven import cold_where_measured, pays_off, steps_to_recoup
 from analysis.cells.paired import PAIRED, UNPAIRED
 from analysis.reading.collect import REPEAT, SweepData
 from analysis.statistics.bootstrap import (
@@ -44,8 +59,13 @@ ENERGY_COLUMNS = [
     "joules_per_step", "joules_per_step_low", "joules_per_step_high",
     "items_per_joule", "items_per_joule_low", "items_per_joule_high", "avg_power_w", "idle_power_w",
     "energy_ratio", "energy_ratio_low", "energy_ratio_high", "energy_method",
-    "compile_energy_j", "energy_pays_off", "energy_break_even_steps", "energy_break_even_j",
+    "compile_energy_j", "compile_energy_warm", "energy_pays_off", "energy_break_even_steps",
+    "energy_break_even_j", "energy_window_updates", "energy_short_window", "idle_settled", "energy_edge_bias",
 ]  # fmt: skip
+#: The fewest updates of the counter a run's measured window spans for its J/step to count, and the
+#: update period assumed where a run did not record one (an H100's: every 0.100 s,
+#: tests/benchmarks/results/h100_2026-11-27_energy_counter/; the driver documents 20-100 ms).
+MIN_WINDOW_UPDATES, ASSUMED_UPDATE_S = 10, 0.1
 #: The run columns of the GPU's power, the median over a cell's completed replicates in its row.
 POWER = ("avg_power_w", "idle_power_w")
 #: The generator streams of the draws (analysis/cells/metrics.py's use 0-4): runs' J/step, paired blocks'
@@ -109,6 +129,25 @@ def _per_step(
     return value, draws, from_blocks, paired_ratio, ratio_draws, logs, ratio_runs
 
 
+def window_updates(window_s: pd.Series, update_s: pd.Series) -> pd.Series:
+    """The counter's updates in each run's measured window: its seconds over the counter's period
+    (ASSUMED_UPDATE_S where not recorded); NaN without a window."""
+    period = pd.to_numeric(update_s, errors="coerce").fillna(ASSUMED_UPDATE_S)
+    return pd.to_numeric(window_s, errors="coerce") / period
+
+
+def _run_flags(cells: pd.DataFrame, done: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell, the fewest counter updates of its completed runs' windows, and whether every run's
+    idle board settled (False where one did not; None where none recorded it)."""
+    updates = window_updates(done["energy_window_s"], done["energy_update_s"])
+    fewest = updates.groupby(done["cell_id"]).min().reindex(cells["cell_id"]).to_numpy(float, copy=True)
+    settled = done["idle_settled"].astype(object)
+    recorded = settled.notna().groupby(done["cell_id"]).any().reindex(cells["cell_id"], fill_value=False)
+    unsettled = settled.eq(False).groupby(done["cell_id"]).any().reindex(cells["cell_id"], fill_value=False)
+    flags = np.where(unsettled.to_numpy(bool), False, np.where(recorded.to_numpy(bool), True, None))
+    return fewest, flags.astype(object)
+
+
 def energy_columns(
     cells: pd.DataFrame,
     data: SweepData,
@@ -150,7 +189,13 @@ def energy_columns(
     )
     done = data.replicates[data.replicates["status"] == COMPLETED]
     power = done.groupby("cell_id")[list(POWER)].median().reindex(cells["cell_id"])
-    compile_j = pd.to_numeric(cells["compile_energy_j"], errors="coerce").to_numpy(float)
+    edge_share = pd.to_numeric(done["energy_edge_share"], errors="coerce")
+    edges = edge_share.groupby(done["cell_id"]).median().reindex(cells["cell_id"]).to_numpy(float)
+    compile_j, compile_warm = cold_where_measured(cells, data.replicates, "compile_energy_j")
+    fewest, settled = _run_flags(cells, done)
+    fewest[from_blocks] = np.nan  # a paired cell's J/step is its blocks'
+    own_short = fewest < MIN_WINDOW_UPDATES
+    short = own_short | (against & own_short[np.maximum(base, 0)])
     compared = from_blocks | against
     eager_jps = np.where(compared, jps * ratio, np.nan)
     steps = steps_to_recoup(compile_j, eager_jps, ratio)
@@ -160,7 +205,10 @@ def energy_columns(
         "items_per_joule_high": items / low, **{name: power[name].to_numpy(float) for name in POWER},
         "energy_ratio": ratio, "energy_ratio_low": ratio_low, "energy_ratio_high": ratio_high,
         "energy_method": np.where(from_blocks, PAIRED, np.where(against, UNPAIRED, None)),
-        "compile_energy_j": compile_j, "energy_pays_off": pays_off(compile_j, eager_jps, ratio, cells.index),
+        "compile_energy_j": compile_j, "compile_energy_warm": compile_warm.to_numpy(object),
+        "energy_pays_off": pays_off(compile_j, eager_jps, ratio, cells.index),
         "energy_break_even_steps": steps, "energy_break_even_j": steps * eager_jps,
+        "energy_window_updates": fewest, "energy_short_window": short, "idle_settled": settled,
+        "energy_edge_bias": np.where(from_blocks, edges, np.nan),
     }  # fmt: skip
     return pd.DataFrame(columns, index=cells.index)[ENERGY_COLUMNS]

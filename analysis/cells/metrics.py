@@ -459,7 +459,9 @@ def cell_metrics(
     cells["interval_level"] = np.where(compared, level, np.nan)
     verdicts(cells, compared, base, data_bound, equivalence)
     cells[BUSY_COLUMNS] = busy_columns(cells, data.replicates, launch_bound)
-    cells[BREAK_EVEN_COLUMNS] = break_even_columns(cells, cells["verdict_basis"] == E2E_BASIS)
+    cells[BREAK_EVEN_COLUMNS] = break_even_columns(
+        cells, cells["verdict_basis"] == E2E_BASIS, data.replicates
+    )
     energy_rngs = lambda which, stream: _generators(cells, which, seed, stream)  # noqa: E731
     cells[ENERGY_COLUMNS] = energy_columns(cells, data, paired, base, resamples, energy_rngs)
     cells[COST_COLUMNS] = cost_columns(cells, data.attempts)

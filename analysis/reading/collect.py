@@ -63,6 +63,8 @@ GEMM_READ = (
 #: (CPU cells, sweeps before energy).
 ENERGY_READ = (
     "energy_j", "joules_per_step", "avg_power_w", "idle_power_w", "warmup_energy_j", "compile_energy_j",
+    "energy_window_s", "energy_update_s", "idle_settled",  # a window too short, an idle board unsettled
+    "energy_edge_share",  # a paired cell's blocks' time between their steps
 )  # fmt: skip
 #: The columns analysis reads of each file (a run row has over 50: decoding the environment
 #: columns would cost a third of the time in a large sweep, and no table shows them).

@@ -102,6 +102,12 @@ def fmt_break_even(value: Any, pays_off: Any, whole: bool = False) -> str:
     return "" if is_null(value) else f"{float(value):,.0f}" if whole else fmt_number(value)
 
 
+def fmt_warm(text: str, warm: Any) -> str:
+    """`text (warm)` where `warm` is true: the number rests on a compile that found an earlier
+    compile's entries in its cache (analysis/cells/breakeven.py `compile_warmth`)."""
+    return f"{text} (warm)" if text and not is_null(warm) and bool(warm) else text
+
+
 def fmt_speedup(value: Any, low: Any = None, high: Any = None, digits: int = 2) -> str:
     """`1.23x [1.20, 1.26]`, or `1.23x` without an interval."""
     if is_null(value):

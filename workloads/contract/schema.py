@@ -112,9 +112,12 @@ ENERGY_FIELDS: list[pa.Field] = [
     pa.field("eager_joules_per_step", pa.float64()),  # per step of a paired cell's eager side, its blocks
     pa.field("items_per_joule", pa.float64()),  # items_per_step / joules_per_step
     pa.field("avg_power_w", pa.float64()),  # energy_j / energy_window_s
-    pa.field("idle_power_w", pa.float64()),  # the boards' power before the cell was built (<= 0.5 s)
+    pa.field("idle_power_w", pa.float64()),  # the boards' power before the cell was built, once settled
+    pa.field("idle_settled", pa.bool_()),  # rank 0's board settled (<= 1% over 1 s) within 10 s, else false
+    pa.field("energy_update_s", pa.float64()),  # rank 0's counter: median seconds between its updates
     pa.field("warmup_energy_j", pa.float64()),  # built cell to the last warm-up step: compile, warm-up
     pa.field("compile_energy_j", pa.float64()),  # warmup_energy_j less its steps at the measured J/step, >= 0
+    pa.field("energy_edge_share", pa.float64()),  # paired: compiled blocks' seconds between their steps
 ]
 #: model=gemm: one GEMM's time, throughput and roofline (workloads/gemm/shapes.py, docs/gemm.md); null
 #: in training cells.

@@ -21,7 +21,8 @@ encoding changed so far; such a change would be one more step here. The history,
   (`energy_j` ... in run.parquet, `energy_j` in steps.parquet: workloads/instruments/gpu_energy.py,
   issue 27): null in older files, as where no counter was read, nothing to lift; run's
   `eager_peak_mem_bytes` (issue 38): null in older files, whose paired cells' `peak_mem_bytes` is
-  their process's, both sides' (analysis reads no memory ratio from it), nothing to lift.
+  their process's, both sides' (analysis reads no memory ratio from it), nothing to lift; run's
+  `idle_settled`, `energy_update_s` and `energy_edge_share` (issue 38): null in older files, nothing to lift.
 
 A cell's config.yaml has one step too (`lift_config`, read by `sweep_dir.read_cell_config` and
 `workloads.cell.config.load_cell_config`): `measure.max_repeats` and `measure.equivalence` moved

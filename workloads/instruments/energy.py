@@ -12,8 +12,10 @@ synchronised, at the ends of the cell's windows:
 
 The counter moves every 20-100 ms, so a reading is late by up to that much: a window's joules are
 worth reading only over many updates, and a paired block's only summed over many blocks (the error
-at a boundary moves energy from one block to the next, whose side the pair's drawn order decides).
-Tested on hand-made readings (tests/test_energy.py).
+at a boundary moves energy from one block to the next, whose side the pair's drawn order decides;
+the time between blocks is charged to the next: `edge_share`). Before the cell, the idle power once
+the board has settled (`read_idle`). Tested on hand-made readings and on an H100's recorded counter
+(tests/test_energy.py).
 """
 
 from __future__ import annotations
@@ -26,9 +28,16 @@ from typing import Any
 
 from workloads.contract.vocabulary import EAGER_SIDE
 
-#: The longest the idle power is read (s), and how often the counter is polled meanwhile: a poll
-#: costs microseconds, and an update is seen at most one poll late (0.5% of the window).
-IDLE_BUDGET_S, IDLE_POLL_S = 0.5, 0.002
+#: Idle power is read once the board has settled: its power over the last SETTLE_HALF_S of the
+#: counter's updates within SETTLE_TOLERANCE of the SETTLE_HALF_S before (no longer falling or
+#: rising), polling every IDLE_POLL_S (a poll costs microseconds; an update is seen at most one poll
+#: late) for at most IDLE_TIMEOUT_S, after which the last SETTLE_HALF_S's power is recorded as not
+#: settled. An H100 whose last process had just ended 5 s of bf16 matmuls drew 131 W for a second
+#: and 115 W the next, then 74 W: this settled after 3.9 s at 73.9 W, where halves of 0.5 s stopped on
+#: the plateau at 1.2 s and 130.6 W (tests/benchmarks/results/h100_2026-11-27_energy_counter/).
+SETTLE_HALF_S, SETTLE_TOLERANCE, IDLE_TIMEOUT_S, IDLE_POLL_S = 1.0, 0.01, 10.0, 0.002
+#: An update of the counter as the poll saw it: (host seconds, mJ).
+Update = tuple[float, float]
 
 
 def joules(start_mj: float | None, end_mj: float | None) -> float | None:
@@ -39,35 +48,77 @@ def joules(start_mj: float | None, end_mj: float | None) -> float | None:
     return (end_mj - start_mj) / 1e3
 
 
-def idle_power_w(
+def _power_w(start: Update, end: Update) -> float | None:
+    """The board's mean power between two updates: between two of its own updates the counter's
+    difference is the energy of exactly that span (each seen at most a poll late)."""
+    energy = joules(start[1], end[1])
+    return energy / (end[0] - start[0]) if energy is not None and end[0] > start[0] else None
+
+
+def _back(updates: Sequence[Update], end: int, seconds: float) -> int | None:
+    """The latest update at least `seconds` before updates[end]; None where none is."""
+    return next((i for i in range(end - 1, -1, -1) if updates[end][0] - updates[i][0] >= seconds), None)
+
+
+def settled_power_w(
+    updates: Sequence[Update], half_s: float = SETTLE_HALF_S, tolerance: float = SETTLE_TOLERANCE
+) -> float | None:
+    """The power over the last `half_s` of these updates where it lies within `tolerance` of the
+    power over the `half_s` before it; None before that (too few updates, or still changing)."""
+    mid = _back(updates, len(updates) - 1, half_s) if updates else None
+    start = None if mid is None else _back(updates, mid, half_s)
+    if start is None:
+        return None
+    before, last = _power_w(updates[start], updates[mid]), _power_w(updates[mid], updates[-1])
+    if before is None or last is None or abs(last - before) > tolerance * last:
+        return None
+    return last
+
+
+def update_period_s(updates: Sequence[Update]) -> float | None:
+    """The counter's update period as the poll saw it: the median time between its updates."""
+    gaps = [b[0] - a[0] for a, b in zip(updates, updates[1:])]
+    return statistics.median(gaps) if gaps else None
+
+
+@dataclass(frozen=True)
+class Idle:
+    """The board's idle power (W), whether it had settled (None where no two updates were read),
+    and the counter's update period (s)."""
+
+    watts: float | None
+    settled: bool | None
+    update_s: float | None
+
+
+def read_idle(
     read_mj: Callable[[], float | None],
     *,
-    budget_s: float = IDLE_BUDGET_S,
+    timeout_s: float = IDLE_TIMEOUT_S,
     poll_s: float = IDLE_POLL_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], object] = time.sleep,
-) -> float | None:
-    """The board's mean power, W, from polling its counter for `budget_s`: from the first update seen
-    to the last. Between two of its own updates the counter's difference is the energy of exactly that
-    span (each seen at most a poll late), where two reads at any times would each be up to an update
-    (20-100 ms) stale. Not NVML's power reading: on Ampere and newer GPUs that is a trailing average
-    over 1 s, which half a second later still holds the second before (a cold compile's process, the
-    replicate before), and the windows are measured with the counter. None where the counter did not
-    update twice, or a read failed."""
-    deadline = clock() + budget_s
+) -> Idle:
+    """Poll the counter until its power has settled (`settled_power_w`), for at most `timeout_s`:
+    then the power over the last SETTLE_HALF_S, not settled. Not NVML's power reading: on Ampere and
+    newer GPUs that is a trailing average over 1 s, which still holds the second before (the process
+    before, a cold compile's). Watts None where a read failed or the counter did not update twice."""
+    deadline = clock() + timeout_s
     last = read_mj()
-    updates: list[tuple[float, float]] = []  # (time seen, mJ) of each update
+    updates: list[Update] = []
     while last is not None and clock() < deadline:
         sleep(poll_s)
         value, now = read_mj(), clock()
         if value is not None and value != last:
             updates.append((now, value))
+            watts = settled_power_w(updates)
+            if watts is not None:
+                return Idle(watts, True, update_period_s(updates))
         last = value
     if last is None or len(updates) < 2:
-        return None
-    (t0, e0), (t1, e1) = updates[0], updates[-1]
-    energy = joules(e0, e1)
-    return energy / (t1 - t0) if energy is not None and t1 > t0 else None
+        return Idle(None, None, update_period_s(updates))
+    start = _back(updates, len(updates) - 1, SETTLE_HALF_S) or 0
+    return Idle(_power_w(updates[start], updates[-1]), False, update_period_s(updates))
 
 
 #: The shortest median block (s) whose energy is a side's: the counter moves in steps of one update.
@@ -98,10 +149,12 @@ def long_enough(blocks: Sequence[Block]) -> bool:
 
 @dataclass(frozen=True)
 class Step:
-    """What the arithmetic needs of one step row (steps.parquet): its phase and its side."""
+    """What the arithmetic needs of one step row (steps.parquet): its phase, its side and its time
+    (ms; for the blocks' edges)."""
 
     phase: str
     side: str | None
+    ms: float | None = None
 
 
 def window_start(phases: Sequence[str]) -> int:
@@ -129,6 +182,26 @@ def attribute(blocks: Sequence[Block], window: Sequence[Step]) -> list[float | N
     return energies
 
 
+def edge_share(blocks: Sequence[Block], window: Sequence[Step]) -> float | None:
+    """The share of the compiled blocks' seconds that lies between their steps (the bookkeeping
+    before each block: the synchronize, the reading, the stop rule), whose energy the block is
+    charged with whatever its side: each measured compiled block's seconds less its steps' times,
+    over their seconds (the last warm-up step's block, the first, aside). Where the board draws no
+    more between blocks than in them, the paired energy ratio lies toward 1 by at most this share of
+    (ratio - 1) (docs/measurement.md "Energy"). None without blocks or step times."""
+    at, between, seconds = 0, 0.0, 0.0
+    for i, block in enumerate(blocks):
+        covered, at = window[at : at + block.steps], at + block.steps
+        if i == 0 or block.side == EAGER_SIDE:
+            continue
+        times = [step.ms for step in covered]
+        if len(covered) < block.steps or None in times:
+            return None
+        between += max(0.0, block.seconds - sum(times) / 1e3)
+        seconds += block.seconds
+    return between / seconds if seconds > 0 else None
+
+
 def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
@@ -152,6 +225,7 @@ ENERGY_COLUMNS = (
     "items_per_joule",
     "avg_power_w",
     "compile_energy_j",
+    "energy_edge_share",
 )
 
 
@@ -203,6 +277,7 @@ def energy_columns(
         "items_per_joule": items_per_step / own if items_per_step and own else None,
         "avg_power_w": readings.window_j / seconds if seconds else None,
         "compile_energy_j": compile_j,
+        "energy_edge_share": edge_share(readings.blocks, window) if readings.blocks else None,
     }
     step_energies = none[:start] + [
         e if readings.blocks and step.phase == "measure" else None for e, step in zip(energies, window)

@@ -2,7 +2,8 @@
 the board (workloads/instruments/nvml.py), read with the device synchronised at the ends of the
 cell's windows; the arithmetic is workloads/instruments/energy.py. At each moment:
 
-    before_build      the board's idle power: nothing of the cell runs on it yet
+    before_build      the board's idle power once it settled (nothing of the cell runs on it yet),
+                      and the counter's update period
     before_loop       the warm-up window opens: the cell is built, its first step comes next
     before_measuring  it closes and the measured window opens: before the last warm-up step, after
                       the waits for quiet and the host's probe (workloads/instruments/registry.py)
@@ -28,7 +29,7 @@ from workloads.cell.distributed import Ranks, rank_device
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import synchronize
 from workloads.instruments.base import Instrument
-from workloads.instruments.energy import Block, Readings, Step, energy_columns, idle_power_w, joules
+from workloads.instruments.energy import Block, Idle, Readings, Step, energy_columns, joules, read_idle
 from workloads.instruments.environment import resolve_device
 from workloads.instruments.nvml import EnergyCounter
 
@@ -46,7 +47,7 @@ class GpuEnergy(Instrument):
     def __init__(self, device: torch.device, steps_per_row: int = 1) -> None:
         self._device, self._steps_per_row = device, steps_per_row
         self._counter: EnergyCounter | None = None
-        self._idle_w: float | None = None
+        self._idle = Idle(None, None, None)
         self._built_mj: int | None = None
         self._opened: tuple[float, int | None] | None = None
         """(host clock, counter) where the measured window opened; None before."""
@@ -56,7 +57,7 @@ class GpuEnergy(Instrument):
     def before_build(self) -> None:
         self._counter = EnergyCounter.open(self._device)
         if self._counter is not None:
-            self._idle_w = idle_power_w(self._counter.read_mj)
+            self._idle = read_idle(self._counter.read_mj)
 
     def before_loop(self, cell: Any) -> None:
         self._built_mj = self._read()
@@ -73,7 +74,11 @@ class GpuEnergy(Instrument):
     def after_loop(self) -> dict[str, Any]:
         if self._counter is None:
             return {}
-        columns: dict[str, Any] = {"idle_power_w": self._idle_w}
+        columns: dict[str, Any] = {
+            "idle_power_w": self._idle.watts,
+            "idle_settled": self._idle.settled,
+            "energy_update_s": self._idle.update_s,
+        }
         if self._opened is not None:
             mj, closed = self._read(), time.perf_counter()
             opened, start_mj = self._opened
@@ -97,7 +102,7 @@ class GpuEnergy(Instrument):
         )
         columns, energies = energy_columns(
             readings,
-            [Step(row["phase"], row["side"]) for row in rows],
+            [Step(row["phase"], row["side"], row["step_time_ms"]) for row in rows],
             rec.items_per_step,
             compiles=rec.run.get("compile_time_s") is not None,  # compile energy where compile time
             steps_per_row=self._steps_per_row,

@@ -12,15 +12,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from analysis.cells.energy import ENERGY_COLUMNS
+from analysis.cells.energy import ENERGY_COLUMNS, MIN_WINDOW_UPDATES
 from analysis.reading.axes import backend_labels, workload_labels
-from analysis.rendering.text import Table, fmt_break_even, fmt_interval, fmt_number, fmt_speedup
+from analysis.rendering.text import (
+    Table,
+    fmt_break_even,
+    fmt_interval,
+    fmt_number,
+    fmt_speedup,
+    fmt_warm,
+    is_null,
+)
 from analysis.statistics.bootstrap import geometric_mean
 from analysis.studies.base import Loaded, Study
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -36,18 +41,38 @@ NOTE = (
     "a paired cell has no energy per side; measure.block_seconds=1 gives it); any other cell's is the "
     "geometric mean over runs of each run's J/step, with "
     "a t interval over runs only from two runs on (one run measures one value). Items/J: items per step / "
-    "J/step. Avg W: the window's mean power, median over runs; idle W: the GPU's before the cell ran. "
+    "J/step. (short: N updates): a run's window spanned fewer than "
+    f"{MIN_WINDOW_UPDATES} updates of the counter (each end read up to an update stale: off by up to 1/N), "
+    "as does the energy ratio marked (short window): shown, left out of the per-backend table. Avg W: the "
+    "window's mean power, median over runs; idle W: the GPU's before the cell ran, once its power held "
+    "within 1% for a second (not settled: not within 10 s). "
     "Energy ratio: eager J/step / own (above 1: compiling saves energy per step), paired (the median of "
     "the pair ratios, eager block / compiled block, as the paired speedup) or unpaired (the eager cell's "
     "J/step / own, the interval of the two cells' draws), beside the time speedup (the per-cell table's). "
-    "Break-even: compile kJ (the energy of the workload's compile) / the joules saved per step, never "
+    "A paired ratio is not corrected for its blocks' edges: the bookkeeping between blocks is charged to "
+    "the next block of either side, pulling the ratio toward 1 by at most (edges ≤ x%: that time's share of "
+    "the compiled blocks, median over runs) x of (ratio − 1), and a reading up to an update (0.1 s) stale "
+    "moves energy between blocks of the two sides where they draw different power (docs/measurement.md, "
+    "Energy). "
+    "Break-even: compile kJ (the energy of a cold compile where a run compiled cold; marked (warm) where "
+    "it found an earlier compile's cache entries: a later run, a later cell of a packed task, or "
+    "compile.measure=cold_warm, whose cold compile has no energy reading) / the joules saved per step, never "
     "where compiling saves none; kJ: the eager run's energy over those steps (what the compile and the "
     "compiled steps then spent too)."
 )
 
 
 def _break_even(rows: pd.DataFrame, column: str, scale: float, whole: bool) -> list[str]:
-    return [fmt_break_even(v / scale, ok, whole) for v, ok in zip(rows[column], rows["energy_pays_off"])]
+    return [
+        fmt_warm(fmt_break_even(v / scale, ok, whole), warm if ok is True else None)
+        for v, ok, warm in zip(rows[column], rows["energy_pays_off"], rows["compile_energy_warm"])
+    ]
+
+
+def _flagged(texts: list[str], flags: pd.Series, why: pd.Series | str) -> list[str]:
+    """Each text with `(why)` after it where its flag is true (and the text not empty)."""
+    whys = why if isinstance(why, pd.Series) else pd.Series(why, index=flags.index)
+    return [f"{t} ({w})" if t and not is_null(f) and bool(f) else t for t, f, w in zip(texts, flags, whys)]
 
 
 def _cells(metrics: pd.DataFrame) -> Table:
@@ -55,16 +80,25 @@ def _cells(metrics: pd.DataFrame) -> Table:
     rows = metrics[(metrics["status"] == COMPLETED) & metrics["joules_per_step"].notna()]
     data = rows[["cell_id", *SPEEDUP, *ENERGY_COLUMNS]].assign(backend=backend_labels(rows))
     interval = lambda name: [fmt_interval(*v) for v in rows[[name, f"{name}_low", f"{name}_high"]].values]  # noqa: E731
+    short = rows["energy_window_updates"] < MIN_WINDOW_UPDATES
+    updates = rows["energy_window_updates"].map(lambda n: f"short: {n:.0f} updates")
+    edges = rows["energy_edge_bias"].map(lambda share: f"edges ≤ {share:.1%}")
+    ratios = [fmt_speedup(*v) for v in rows[["energy_ratio", "energy_ratio_low", "energy_ratio_high"]].values]
     text = pd.DataFrame({
         "cell": rows["cell_id"], "workload": workload_labels(rows).str.replace("\n", " "),
-        "backend": data["backend"], "J/step [95% CI]": interval("joules_per_step"),
+        "backend": data["backend"], "J/step [95% CI]": _flagged(interval("joules_per_step"), short, updates),
         "items/J [95% CI]": interval("items_per_joule"),
-        "avg W": rows["avg_power_w"].map(fmt_number), "idle W": rows["idle_power_w"].map(fmt_number),
+        "avg W": rows["avg_power_w"].map(fmt_number),
+        "idle W": _flagged(rows["idle_power_w"].map(fmt_number).tolist(), rows["idle_settled"] == False,  # noqa: E712
+                           "not settled"),
         "speedup [95% CI]": [fmt_speedup(*v) for v in rows[SPEEDUP[:3]].values],
-        "energy ratio [95% CI]": [fmt_speedup(*v) for v in
-                                  rows[["energy_ratio", "energy_ratio_low", "energy_ratio_high"]].values],
+        "energy ratio [95% CI]": _flagged(
+            _flagged(ratios, rows["energy_short_window"], "short window"),
+            rows["energy_edge_bias"].notna(), edges,
+        ),
         "vs eager": rows["energy_method"].fillna(""),
-        "compile kJ": (rows["compile_energy_j"] / 1e3).map(fmt_number),
+        "compile kJ": [fmt_warm(fmt_number(j / 1e3), warm) for j, warm in
+                       zip(rows["compile_energy_j"], rows["compile_energy_warm"])],
         "break-even steps": _break_even(rows, "energy_break_even_steps", 1.0, whole=True),
         "break-even kJ": _break_even(rows, "energy_break_even_j", 1e3, whole=False),
     })  # fmt: skip
@@ -74,7 +108,11 @@ def _cells(metrics: pd.DataFrame) -> Table:
 def _backends(metrics: pd.DataFrame) -> Table:
     """Per compiled backend, over its cells with an energy ratio: the geometric-mean energy ratio and
     time speedup."""
-    compiled = metrics[(metrics["backend"] != BASELINE_BACKEND) & metrics["energy_ratio"].notna()]
+    compiled = metrics[
+        (metrics["backend"] != BASELINE_BACKEND)
+        & metrics["energy_ratio"].notna()
+        & (metrics["energy_short_window"] != True)  # noqa: E712 - short windows decide nothing
+    ]
     rows = []
     for label, cells in compiled.groupby(backend_labels(compiled), sort=True):
         energy, covered = geometric_mean(cells["energy_ratio"].to_numpy(float))
@@ -94,7 +132,8 @@ def _backends(metrics: pd.DataFrame) -> Table:
     })  # fmt: skip
     note = (
         "Over each compiled backend's cells with an energy ratio (eager J/step / own, paired where "
-        "measured): its geometric mean, and the time speedup's over the same cells. Saves energy: cells "
+        f"measured) from windows of {MIN_WINDOW_UPDATES} counter updates or more: its geometric mean, "
+        "and the time speedup's over the same cells. Saves energy: cells "
         "whose ratio's 95% interval lies above 1; costs energy: below 1."
     )
     return Table(ENERGY_BACKENDS, "Energy ratio over eager per backend", data, text, note)

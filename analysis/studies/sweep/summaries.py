@@ -13,7 +13,7 @@ import pandas as pd
 
 from analysis.cells.breakeven import BREAK_EVEN_COLUMNS, baseline_step_ms
 from analysis.reading.axes import backend_labels, workload_labels
-from analysis.rendering.text import Table, fmt_break_even, fmt_number, fmt_speedup
+from analysis.rendering.text import Table, fmt_break_even, fmt_number, fmt_speedup, fmt_warm
 from analysis.statistics.bootstrap import geometric_mean
 from analysis.statistics.verdicts import E2E_BASIS
 from analysis.studies.base import Loaded, Study
@@ -68,8 +68,13 @@ def geomean_table(metrics: pd.DataFrame) -> Table:
     return Table("geomean", "Geometric-mean speedup over eager", data, text, note)
 
 
-def _texts(data: pd.DataFrame, column: str, whole: bool = False) -> list[str]:
-    return [fmt_break_even(value, pays_off, whole) for value, pays_off in zip(data[column], data["pays_off"])]
+def _texts(data: pd.DataFrame, column: str, whole: bool = False, warm: pd.Series | None = None) -> list[str]:
+    """Break-even counts; `(warm)` after those that rest on a warm compile (`warm`)."""
+    warm = pd.Series(None, index=data.index, dtype=object) if warm is None else warm
+    return [
+        fmt_warm(fmt_break_even(value, pays_off, whole), was_warm if pays_off is True else None)
+        for value, pays_off, was_warm in zip(data[column], data["pays_off"], warm)
+    ]
 
 
 def break_even_table(metrics: pd.DataFrame) -> Table:
@@ -84,6 +89,7 @@ def break_even_table(metrics: pd.DataFrame) -> Table:
         "eager_step_ms": eager, "compiled_step_ms": eager / speedup,
         **{column: cells[column] for column in BREAK_EVEN_COLUMNS},
     })  # fmt: skip
+    warm = data["break_even_compile_warm"]
     text = pd.DataFrame({
         "cell": data["cell_id"],
         "workload": workload_labels(cells).str.replace("\n", " "),
@@ -91,9 +97,9 @@ def break_even_table(metrics: pd.DataFrame) -> Table:
         "eager ms": data["eager_step_ms"].map(fmt_number),
         "compiled ms": data["compiled_step_ms"].map(fmt_number),
         "step basis": np.where(e2e, "mean (end to end)", "median"),
-        "compile s": data["break_even_compile_s"].map(fmt_number),
-        "steps": _texts(data, "break_even_steps", whole=True),
-        "GPU-min": _texts(data, "break_even_gpu_min"),
+        "compile s": [fmt_warm(fmt_number(s), w) for s, w in zip(data["break_even_compile_s"], warm)],
+        "steps": _texts(data, "break_even_steps", whole=True, warm=warm),
+        "GPU-min": _texts(data, "break_even_gpu_min", warm=warm),
     })  # fmt: skip
     if data["compile_warm_s"].notna().any():
         text["warm compile s"] = data["compile_warm_s"].map(fmt_number)
@@ -104,9 +110,11 @@ def break_even_table(metrics: pd.DataFrame) -> Table:
         "compiled step is not faster; GPU-minutes: those steps at the eager step, times the processes (one "
         "GPU each). Steps as the verdict's: median steps, or mean steps where the speedup is end to end "
         "(data-bound); a paired cell's eager step is its own median step x its paired speedup (its eager "
-        "side, measured in its process). Compile s: the cold compile where measured, else the workload's "
-        "compile time "
-        "(whatever the compile caches held); warm: compiled again with the caches the first left."
+        "side, measured in its process). Compile s: the cold compile where measured "
+        "(compile.measure=cold_warm, or a replicate whose compile found no FX graph or AOTAutograd cache "
+        "entry), else the workload's "
+        "compile time, marked (warm) where it found an earlier compile's entries (a later cell of a packed "
+        "task or a shared cache); warm compile s: compiled again with the caches the first left."
     )
     return Table(BREAK_EVEN, "Break-even: steps until compiling pays off", data, text, note)
 

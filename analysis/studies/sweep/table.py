@@ -26,6 +26,7 @@ from analysis.rendering.text import (
     fmt_number,
     fmt_percent,
     fmt_speedup,
+    fmt_warm,
     is_null,
     render_markdown,
 )
@@ -124,7 +125,7 @@ def summary_table(
                                      metrics["e2e_speedup_high"])],
         "verdict": verdict_texts(metrics),
         **cost_texts(metrics),
-        "compile s": metrics["compile_time_s"].map(fmt_number),
+        "compile s": compile_texts(metrics),
         "break-even steps": _cold_warm(metrics, "break_even_steps", whole=True),
         "break-even GPU-min": _cold_warm(metrics, "break_even_gpu_min"),
         "peak GiB": metrics["peak_mem_bytes"].map(_gib),
@@ -193,7 +194,7 @@ def compact_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE) -> Ta
         "speedup [95% CI]": [fmt_speedup(*v) + (" e2e" if end else "") if not is_null(v[0]) else ""
                              for v, end in zip(speed.to_numpy(), e2e)],
         "verdict": verdicts,
-        "compile s": metrics["compile_time_s"].map(fmt_number),
+        "compile s": compile_texts(metrics),
         "break-even steps": _cold_warm(metrics, "break_even_steps", whole=True),
         "accuracy": [_accuracy_result(result, worst) for result, worst in
                      zip(metrics["accuracy"], metrics["accuracy_worst_tensor"])],
@@ -281,11 +282,23 @@ def method_texts(metrics: pd.DataFrame) -> list[str]:
     return texts
 
 
+def compile_texts(metrics: pd.DataFrame) -> list[str]:
+    """The compile seconds break-even counts with (the cold compile where one was measured), `(warm)`
+    after those of a compile that found an earlier one's cache entries (analysis/cells/breakeven.py)."""
+    return [
+        fmt_warm(fmt_number(seconds), warm)
+        for seconds, warm in zip(metrics["break_even_compile_s"], metrics["break_even_compile_warm"])
+    ]
+
+
 def _cold_warm(metrics: pd.DataFrame, column: str, whole: bool = False) -> list[str]:
-    """`1,750`, `never`, or `1,750 (warm 120)` where the warm compile was measured too."""
+    """`1,750`, `never`, `1,750 (warm 120)` where the warm compile was measured too, or `120 (warm)`
+    where the only compile found an earlier one's cache entries."""
     texts = []
-    for pays_off, cold, warm in zip(metrics["pays_off"], metrics[column], metrics[f"{column}_warm"]):
-        text = fmt_break_even(cold, pays_off, whole)
+    for pays_off, cold, warm, was_warm in zip(
+        metrics["pays_off"], metrics[column], metrics[f"{column}_warm"], metrics["break_even_compile_warm"]
+    ):
+        text = fmt_warm(fmt_break_even(cold, pays_off, whole), was_warm if pays_off is True else None)
         texts.append(
             f"{text} (warm {fmt_break_even(warm, pays_off, whole)})"
             if pays_off is True and not is_null(warm)
