@@ -37,7 +37,8 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
-from analysis.cells.metrics import RESAMPLES, SEED, WITHIN_ONE_PROCESS, cell_metrics
+from analysis.cells.metrics import cell_metrics
+from analysis.cells.uncertainty import RESAMPLES, SEED, WITHIN_ONE_PROCESS
 from analysis.reading.axes import axis_rows, axis_text, backend_labels, cell_labels, representatives
 from analysis.reading.collect import REPEAT, SweepData, load_sweep
 from analysis.rendering.text import fmt_number, fmt_speedup, render_markdown

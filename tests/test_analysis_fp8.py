@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.cells.metrics import cell_metrics, median_ratio_intervals
+from analysis.cells.metrics import cell_metrics
+from analysis.cells.uncertainty import median_ratio_intervals
 from analysis.reading.collect import load_sweep
 from analysis.report import analyze
 from analysis.statistics.intervals import t_quantile

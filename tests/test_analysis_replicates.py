@@ -14,7 +14,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.cells.metrics import RESAMPLES, SEED, cell_metrics
+from analysis.cells.metrics import cell_metrics
+from analysis.cells.uncertainty import RESAMPLES, SEED
 from analysis.reading.collect import load_sweep, read_cell
 from analysis.rendering.text import markdown
 from analysis.statistics.bootstrap import (

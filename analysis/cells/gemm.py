@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.cells.metrics import RESAMPLES, median_intervals, median_ratio_intervals
+from analysis.cells.uncertainty import RESAMPLES, median_intervals, median_ratio_intervals
 from analysis.reading.axes import reference_positions
 from analysis.reading.collect import GEMM_READ, SweepData
 from analysis.rendering.text import is_null

@@ -1,7 +1,8 @@
 """Per-cell metrics of a sweep: one row per cell, numbers over the measured steps of the attempts that
 count (warm-up and compilation never enter them), replicates as one cell, speedups against the eager
-cell of the same workload with two-level bootstrap intervals (a paired cell's against its own eager
-side: analysis/cells/paired.py), verdicts, scaling against the 1-process cell. The method, column by
+cell of the same workload with their intervals (over runs, or within one process: analysis/cells/
+uncertainty.py; a paired cell's against its own eager side: analysis/cells/paired.py), verdicts,
+scaling against the 1-process cell. The method, column by
 column, is in docs/analysis.md ("The tables"); which cells are compared with which, and how they are
 named, is analysis/reading/axes.py's.
 """
@@ -18,6 +19,20 @@ from analysis.cells.busy import BUSY_COLUMNS, LAUNCH_BOUND, busy_columns
 from analysis.cells.cost import COST_COLUMNS, cost_columns
 from analysis.cells.energy import ENERGY_COLUMNS, energy_columns
 from analysis.cells.paired import PAIRED_COLUMNS, pair_ratios, paired_cells, use_paired
+from analysis.cells.uncertainty import (
+    PAIRED_STREAM,
+    RESAMPLES,
+    SEED,
+    UNSTABLE_TOLERANCE,
+    Draws,
+    across_runs,
+    cell_codes,
+    draws_ratio_interval,
+    generators,
+    interval_levels,
+    interval_texts,
+    stability,
+)
 from analysis.reading.axes import SAME_WORKLOAD, SCALING_WORKLOAD, reference_positions, sort_cells
 from analysis.reading.collect import REPEAT, SweepData
 from analysis.statistics.bootstrap import (
@@ -27,14 +42,7 @@ from analysis.statistics.bootstrap import (
     group_mean_std,
     group_moments,
     group_ratio_of_sums,
-    hierarchical_means,
-    percentile_interval,
-    ratio_interval,
-    stable_hash,
-    subset_cells,
 )
-from analysis.statistics.decision import spent_level
-from analysis.statistics.intervals import RunLogs, t_interval, welch_interval
 from analysis.statistics.verdicts import DATA_BOUND, E2E_BASIS, EQUIVALENCE, verdicts
 from workloads.contract.vocabulary import (
     ACCURACY_ERROR,
@@ -84,26 +92,6 @@ RUN_SUMMARY = {
     "e2e_items_per_s": "e2e_items_per_s",
     "e2e_mfu": "e2e_mfu",
 }
-#: What an interval within one run is labelled: it cannot see how runs differ.
-WITHIN_ONE_PROCESS = "within one process"
-#: Bootstrap resamples of each cell's measured steps, and the seed that, with the cell's id, seeds
-#: its generators: a cell gets the same interval in every analysis, alone or in any sweep.
-RESAMPLES, SEED = 1000, 0
-#: The generators of one cell: the median's draws (speedup and scaling intervals; as before
-#: replicates, so single-run intervals are unchanged), the replicates' own intervals (`unstable`),
-#: the mean's draws (end-to-end intervals), the pair ratios' draws (the paired speedup) and the
-#: replicates' own intervals of those, each its own stream.
-_MEDIAN, _UNSTABLE, _MEAN, _PAIRED, _PAIRED_UNSTABLE = (), (1,), (2,), (3,), (4,)
-#: The least gap between replicates' intervals, relative, that makes a cell `unstable` (or the
-#: equivalence margin, if larger). With thousands of steps a replicate's own interval is ~0.1%
-#: wide: on the H100 every cell's processes differed by more than that (docs/gpu-results.md), which
-#: is what replicates are for; `unstable` is for disagreements that could change a verdict.
-UNSTABLE_TOLERANCE = 0.01
-
-
-def _cell_codes(cell_ids: pd.Series, cells: pd.DataFrame) -> np.ndarray:
-    """Position in `cells` of each id (-1 for ids it lacks)."""
-    return pd.Index(cells["cell_id"]).get_indexer(cell_ids.astype(object)).astype(np.int64)
 
 
 def _pooled(replicas: ReplicateSamples, group: np.ndarray, times: np.ndarray, n: int) -> SortedSamples:
@@ -161,39 +149,6 @@ def _step_stats(cells: pd.DataFrame, steps: pd.DataFrame, code: np.ndarray) -> R
     return replicas
 
 
-def _generators(
-    cells: pd.DataFrame, which: np.ndarray, seed: int, stream: tuple = _MEDIAN
-) -> list[np.random.Generator]:
-    """The generators of these cells (positions) for one purpose, seeded by the seed and the cell's id."""
-    return [
-        np.random.default_rng([seed, stable_hash(cell_id), *stream])
-        for cell_id in cells["cell_id"].iloc[which]
-    ]
-
-
-def _stability(
-    cells: pd.DataFrame,
-    replicas: ReplicateSamples,
-    ratios: ReplicateSamples,
-    paired: np.ndarray,
-    resamples: int,
-    seed: int,
-    tolerance: float,
-) -> None:
-    """`replicate_spread` and `unstable` of the cells with two replicates or more: of their median
-    steps, or where paired of their median pair ratios. A paired cell's answer is the ratio, and a
-    host whose speed moves between processes, which moves the steps, is what pairing cancels."""
-    spread, unstable = np.full(len(cells), np.nan), np.zeros(len(cells), bool)
-    for samples, which, stream in ((replicas, ~paired, _UNSTABLE), (ratios, paired, _PAIRED_UNSTABLE)):
-        several = np.flatnonzero(which & (samples.replicates > 1))
-        if len(several):
-            sub = subset_cells(samples, several)
-            unstable[several], spread[several] = sub.unstable(
-                resamples, _generators(cells, several, seed, stream), tolerance=tolerance
-            )
-    cells["replicate_spread"], cells["unstable"] = spread, unstable
-
-
 #: How the accuracy checks of a cell's replicates combine: the worst speaks for the cell.
 _ACCURACY_ORDER = {ACCURACY_PASS: 0, ACCURACY_ERROR: 1, ACCURACY_FAIL: 2}
 
@@ -214,147 +169,6 @@ def _against(cells: pd.DataFrame, reference: np.ndarray) -> tuple[np.ndarray, np
     return has, np.where(has, reference, 0)
 
 
-def _median_samples(cells: pd.DataFrame, steps: pd.DataFrame) -> ReplicateSamples:
-    """The measured steps of each completed cell of `cells`, by replicate."""
-    code = _cell_codes(steps["cell_id"], cells)
-    done = (cells["status"] == COMPLETED).to_numpy()
-    keep = (code >= 0) & (steps["phase"] == "measure").to_numpy()
-    keep[keep] = done[code[keep]]
-    return ReplicateSamples.from_steps(
-        code[keep],
-        steps[REPEAT].to_numpy(np.int64)[keep],
-        steps["step_time_ms"].to_numpy(float)[keep],
-        len(cells),
-    )
-
-
-def median_intervals(
-    cells: pd.DataFrame, steps: pd.DataFrame, resamples: int = RESAMPLES, stream: tuple = _MEDIAN
-) -> tuple[np.ndarray, np.ndarray]:
-    """95% interval of each completed cell's median step (NaN for the others): the t interval over its
-    runs where it has 2 or more, else the bootstrap of its one run's steps (`stream`: the generators')."""
-    samples = _median_samples(cells, steps)
-    low, high = t_interval(RunLogs.of(samples, samples.replicate_medians()))
-    one = np.flatnonzero(samples.replicates == 1)
-    if len(one):
-        draws = subset_cells(samples, one).hierarchical_medians(
-            resamples, _generators(cells, one, SEED, stream)
-        )
-        low[one], high[one] = percentile_interval(draws)
-    return low, high
-
-
-def median_ratio_intervals(
-    cells: pd.DataFrame,
-    steps: pd.DataFrame,
-    top: np.ndarray,
-    bottom: np.ndarray,
-    resamples: int = RESAMPLES,
-    stream: tuple = _MEDIAN,
-) -> tuple[np.ndarray, np.ndarray]:
-    """95% interval of the median step of the cell at top[i] over that of the cell at bottom[i]
-    (positions in `cells`), as the per-cell table's speedups: Welch's over runs where both have 2 runs or
-    more (`across_runs`), else the ratio of their bootstrap draws, the same draws as the table's."""
-    samples = _median_samples(cells, steps)
-    top, bottom = np.asarray(top, dtype=np.int64), np.asarray(bottom, dtype=np.int64)
-    runs = RunLogs.of(samples, samples.replicate_medians())
-    low, high = welch_interval(runs.take(top), runs.take(bottom))
-    boot = np.flatnonzero(~across_runs(samples.replicates[top], samples.replicates[bottom]))
-    if len(boot):
-        involved = np.unique(np.concatenate([top[boot], bottom[boot]]))
-        rngs = _generators(cells, involved, SEED, stream)
-        draws = subset_cells(samples, involved).hierarchical_medians(resamples, rngs)
-        row = {position: r for r, position in enumerate(involved)}
-        low[boot], high[boot] = ratio_interval(
-            draws[[row[i] for i in top[boot]]], draws[[row[i] for i in bottom[boot]]]
-        )
-    return low, high
-
-
-class _Draws:
-    """What the intervals of cells rest on: over runs, each replicate's median step (`median`) or
-    steps per ms (`rate`, end-to-end) as `RunLogs`; within one run, bootstrap draws, each cell's from
-    its own generator, so that they are the same whichever interval asks for them, and in any sweep.
-    `level`: each cell's interval level (`interval_levels`)."""
-
-    def __init__(
-        self, cells: pd.DataFrame, replicas: ReplicateSamples, resamples: int, seed: int, level: np.ndarray
-    ):
-        self.cells, self.replicas, self.resamples, self.seed = cells, replicas, resamples, seed
-        self.level = level
-        self._rows: dict[str, dict[int, np.ndarray]] = {"median": {}, "rate": {}}
-        replicate_mean, _ = group_moments(replicas.steps)
-        with np.errstate(divide="ignore"):
-            self.runs = {
-                "median": RunLogs.of(replicas, replicas.replicate_medians()),
-                "rate": RunLogs.of(replicas, 1 / replicate_mean),
-            }
-
-    def get(self, kind: str, which: np.ndarray) -> np.ndarray:
-        """(len(which), resamples): two-level bootstrap draws of these cells' median step (`median`),
-        or of their median over replicates of steps per ms, end-to-end (`rate`)."""
-        rows = self._rows[kind]
-        missing = np.array(sorted(set(which.tolist()) - set(rows)), dtype=np.int64)
-        if len(missing):
-            sub = subset_cells(self.replicas, missing)
-            if kind == "median":
-                draws = sub.hierarchical_medians(self.resamples, _generators(self.cells, missing, self.seed))
-            else:
-                draws = hierarchical_means(
-                    sub, self.resamples, _generators(self.cells, missing, self.seed, _MEAN), reciprocal=True
-                )
-            rows.update(zip(missing.tolist(), draws))
-        return np.array([rows[i] for i in which.tolist()], dtype=float).reshape(len(which), self.resamples)
-
-
-def _ratio_interval(
-    draws: _Draws, kind: str, base: np.ndarray, has_base: np.ndarray, invert: bool = True
-) -> tuple[np.ndarray, np.ndarray]:
-    """Interval of (the `kind` statistic of the cell at `base`) / (own) — own / base's where not
-    `invert` — for each cell where `has_base`: exactly 1 against itself, NaN where either has no steps.
-    Where both have 2 replicates or more, Welch's over runs at the cell's level (`across_runs`); else
-    the 95% interval of the two cells' bootstrap draws, which sees one run's steps only."""
-    n = len(base)
-    low, high = np.full(n, np.nan), np.full(n, np.nan)
-    itself = has_base & (base == np.arange(n))
-    low[itself] = high[itself] = 1.0  # the baseline against itself: exactly 1, no spread
-    counts = draws.replicas.replicates
-    across = has_base & ~itself & across_runs(counts, counts[base])
-    if across.any():
-        runs = draws.runs[kind]
-        top, bottom = (runs.take(base), runs) if invert else (runs, runs.take(base))
-        welch_low, welch_high = welch_interval(top, bottom, draws.level)
-        low[across], high[across] = welch_low[across], welch_high[across]
-    boot = np.flatnonzero(has_base & ~itself & ~across & (counts > 0) & (counts[base] > 0))
-    if len(boot):
-        own, reference = draws.get(kind, boot), draws.get(kind, base[boot])
-        low[boot], high[boot] = ratio_interval(reference, own) if invert else ratio_interval(own, reference)
-    return low, high
-
-
-def across_runs(own: np.ndarray, other: np.ndarray) -> np.ndarray:
-    """Whether the interval of a ratio of two cells with `own` and `other` replicates is over runs:
-    both have 2 or more (else it is the bootstrap's, which sees one run's steps only)."""
-    return (own >= 2) & (other >= 2)
-
-
-def interval_levels(
-    cells: pd.DataFrame, replicates: np.ndarray, auto_max_repeats: Mapping[str, int] | None
-) -> np.ndarray:
-    """Each cell's interval level: 95%, or for a cell run with repeats=auto (`auto_max_repeats`: its
-    max_repeats by id) the level its stop rule spent at its replicates (decision.py `spent_level`), so
-    that the table's verdict is the one the sweep stopped on."""
-    most = cells["cell_id"].map(dict(auto_max_repeats or {})).to_numpy(float)
-    return np.where(np.isnan(most), 0.95, spent_level(replicates, np.nan_to_num(most)))
-
-
-def interval_texts(replicates: np.ndarray, across: np.ndarray, compared: np.ndarray) -> np.ndarray:
-    """What each compared cell's interval rests on: `across 3 runs`, or `within one process` (its or
-    its eager cell's one run: run-to-run spread unseen); None for the others."""
-    texts = np.array([f"across {n} runs" for n in replicates], dtype=object)
-    return np.where(compared, np.where(across, texts, WITHIN_ONE_PROCESS), None)
-
-
 def _memory_ratio(cells: pd.DataFrame, has_base: np.ndarray, base: np.ndarray) -> np.ndarray:
     """Peak memory / eager's: a paired cell's own eager side's where it has one, else the eager
     cell's. A paired cell without one (the CPU, sweeps before issue 38) has its process's peak,
@@ -366,17 +180,17 @@ def _memory_ratio(cells: pd.DataFrame, has_base: np.ndarray, base: np.ndarray) -
     return np.where(done & ~np.isnan(own_eager), memory / own_eager, against_cell)
 
 
-def _comparisons(cells: pd.DataFrame, draws: _Draws, baseline: np.ndarray) -> np.ndarray:
+def _comparisons(cells: pd.DataFrame, draws: Draws, baseline: np.ndarray) -> np.ndarray:
     """Speedups (median step, end-to-end) with their bootstrap intervals and the peak-memory ratio
     against the eager baseline; returns each cell's baseline position (-1: none)."""
     has_base, base = _against(cells, baseline)
     median = cells["median_step_ms"].to_numpy(float)
     cells["speedup"] = np.where(has_base, median[base] / median, np.nan)
-    cells["speedup_low"], cells["speedup_high"] = _ratio_interval(draws, "median", base, has_base)
+    cells["speedup_low"], cells["speedup_high"] = draws_ratio_interval(draws, "median", base, has_base)
     # End-to-end: own items/s over the baseline's; the draws are of steps per ms, times items per step.
     e2e, items = cells["e2e_items_per_s"].to_numpy(float), cells["items_per_step"].to_numpy(float)
     cells["e2e_speedup"] = np.where(has_base, e2e / e2e[base], np.nan)
-    low, high = _ratio_interval(draws, "rate", base, has_base, invert=False)
+    low, high = draws_ratio_interval(draws, "rate", base, has_base, invert=False)
     scale = np.where(base == np.arange(len(base)), 1.0, items / items[base])
     cells["e2e_speedup_low"], cells["e2e_speedup_high"] = low * scale, high * scale
     cells["peak_mem_ratio"] = _memory_ratio(cells, has_base, base)
@@ -384,14 +198,14 @@ def _comparisons(cells: pd.DataFrame, draws: _Draws, baseline: np.ndarray) -> np
     return np.where(has_base, base, -1)
 
 
-def _scaling(cells: pd.DataFrame, draws: _Draws) -> None:
+def _scaling(cells: pd.DataFrame, draws: Draws) -> None:
     """Scaling speedup and efficiency against the 1-process cell, with bootstrap intervals."""
     one_process = reference_positions(cells, SCALING_WORKLOAD, cells["world_size"] == 1)
     has_base, base = _against(cells, one_process)
     throughput = cells["items_per_s"].to_numpy(float)
     # Throughput ratio = ratio of global items per step x ratio of median steps (the bootstrapped part).
     items = cells["items_per_step"].to_numpy(float)
-    low, high = _ratio_interval(draws, "median", base, has_base)
+    low, high = draws_ratio_interval(draws, "median", base, has_base)
     speedup = {
         "": np.where(has_base, throughput / throughput[base], np.nan),
         "_low": low * items / items[base],
@@ -438,20 +252,20 @@ def cell_metrics(
     cells = data.cells.reset_index(drop=True).copy()
     if cells.empty:
         return pd.DataFrame(columns=CELL_COLUMNS)
-    code = _cell_codes(data.steps["cell_id"], cells)
+    code = cell_codes(data.steps["cell_id"], cells)
     replicas = _step_stats(cells, data.steps, code)
-    pair_code = _cell_codes(data.pairs["cell_id"], cells)
+    pair_code = cell_codes(data.pairs["cell_id"], cells)
     done = (cells["status"] == COMPLETED).to_numpy()
     ratios = pair_ratios(data.pairs, np.where(done[pair_code] & (pair_code >= 0), pair_code, -1), len(cells))
     paired = paired_cells(ratios, replicas)
     tolerance = max(equivalence, UNSTABLE_TOLERANCE)
-    _stability(cells, replicas, ratios, paired, resamples, seed, tolerance)
+    stability(cells, replicas, ratios, paired, resamples, seed, tolerance)
     level = interval_levels(cells, replicas.replicates, auto_max_repeats)
-    draws = _Draws(cells, replicas, resamples, seed, level)
+    draws = Draws(cells, replicas, resamples, seed, level)
     baseline = reference_positions(cells, SAME_WORKLOAD, cells["backend"] == BASELINE_BACKEND)
     base = _comparisons(cells, draws, baseline)
     compared = ((base >= 0) & (base != np.arange(len(cells)))) | paired
-    rngs = _generators(cells, np.flatnonzero(paired), seed, _PAIRED)
+    rngs = generators(cells, np.flatnonzero(paired), seed, PAIRED_STREAM)
     use_paired(cells, ratios, paired, compared, resamples, rngs, level, tolerance)
     counts = replicas.replicates
     across = np.where(paired, counts >= 2, compared & across_runs(counts, counts[np.maximum(base, 0)]))
@@ -462,7 +276,7 @@ def cell_metrics(
     cells[BREAK_EVEN_COLUMNS] = break_even_columns(
         cells, cells["verdict_basis"] == E2E_BASIS, data.replicates
     )
-    energy_rngs = lambda which, stream: _generators(cells, which, seed, stream)  # noqa: E731
+    energy_rngs = lambda which, stream: generators(cells, which, seed, stream)  # noqa: E731
     cells[ENERGY_COLUMNS] = energy_columns(cells, data, paired, base, resamples, energy_rngs)
     cells[COST_COLUMNS] = cost_columns(cells, data.attempts)
     _accuracy(cells, data.replicates)

@@ -22,7 +22,7 @@ from workloads.contract.vocabulary import AUTO_REPEATS
 
 def auto_max_repeats(directories: Sequence[Path]) -> dict[str, int]:
     """{cell id: max_repeats} of the cells in these directories whose config.yaml says repeats=auto:
-    their intervals are at the level the stop rule spent (analysis/cells/metrics.py `interval_levels`)."""
+    their intervals are at the level the stop rule spent (analysis/cells/uncertainty.py `interval_levels`)."""
     found = {}
     for directory in directories:
         config = read_cell_config(directory, warn=None)

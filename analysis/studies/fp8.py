@@ -4,7 +4,7 @@ Precision is a workload axis, so the per-cell tables compare backends within one
 an fp8 cell is compared with the cell that differs from it by precision alone: the same workload (model,
 size, batch, ... on the same GPU) in bf16, and the same treatment (backend, mode, flags). The speedup is
 bf16's median step over fp8's, with the interval the per-cell table's speedups have (Welch's over
-runs, or the bootstrap of one run: analysis/cells/metrics.py `median_ratio_intervals`). Eager against
+runs, or the bootstrap of one run: analysis/cells/uncertainty.py `median_ratio_intervals`). Eager against
 eager is one such row: it shows what fp8 costs without a compiler to fuse its casts. GEMM cells have
 their own table (analysis/cells/gemm.py); a sweep without an fp8 cell that has a counterpart has no table.
 """
@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells.gemm import BF16, FP8, gemm_mask
-from analysis.cells.metrics import RESAMPLES, median_ratio_intervals
+from analysis.cells.uncertainty import RESAMPLES, median_ratio_intervals
 from analysis.reading.axes import SAME_WORKLOAD, backend_labels, reference_positions, workload_labels
 from analysis.reading.collect import SweepData
 from analysis.rendering.text import Table, fmt_accuracy, fmt_number, fmt_speedup, is_null

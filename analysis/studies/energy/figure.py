@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.cells.metrics import median_intervals
+from analysis.cells.uncertainty import median_intervals
 from analysis.reading.axes import backend_labels, workload_labels
 from analysis.rendering.figure_layout import figure, log_log, whiskers
 from analysis.rendering.palette import backend_colors

@@ -14,8 +14,9 @@ import pandas as pd
 from analysis.cells.busy import LAUNCH_BOUND, bound_texts, busy_texts
 from analysis.cells.cost import NOTE as COST_NOTE
 from analysis.cells.cost import cost_texts
-from analysis.cells.metrics import ACCURACY_COLUMNS, WITHIN_ONE_PROCESS, cell_metrics
+from analysis.cells.metrics import ACCURACY_COLUMNS, cell_metrics
 from analysis.cells.standings import auto_max_repeats
+from analysis.cells.uncertainty import WITHIN_ONE_PROCESS
 from analysis.reading.axes import axis_text, backend_labels, cell_labels, varying_axes
 from analysis.reading.collect import SweepData, read_cell
 from analysis.rendering.text import (
