@@ -203,10 +203,13 @@ def compact_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE) -> Ta
                 zip(metrics["status"], metrics["error"], bound_texts(metrics, host_speed=False))],
     })  # fmt: skip
     used = [column for column in text.columns if column == "cell" or (text[column] != "").any()]
-    note = (
+    verdict = (
         "Verdict from the speedup's 95% interval (e2e: of end-to-end throughput, for data-bound cells): "
-        f"faster or slower where it excludes 1,\nno difference where it lies {_margin(equivalence)}, else "
-        f"undecided. {interval_note(metrics, ONE_RUN_MARK)}\n{FULL_TABLE}"
+        f"faster or slower where it excludes 1, no difference where it lies {_margin(equivalence)}, else "
+        "undecided."
+    )
+    note = (
+        " ".join(part for part in (verdict, interval_note(metrics, ONE_RUN_MARK)) if part) + f"\n{FULL_TABLE}"
     )
     return Table(SUMMARY, "Cells", metrics, text[used], note)
 
