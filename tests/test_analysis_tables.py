@@ -15,7 +15,7 @@ from analysis.cells.metrics import CELL_COLUMNS, cell_metrics
 from analysis.reading.collect import load_sweep, read_cell
 from analysis.rendering.text import csv, latex, markdown
 from analysis.studies.sweep.summaries import geomean_table, status_table
-from analysis.studies.sweep.table import summarize, summary_table, to_markdown
+from analysis.studies.sweep.table import cells_markdown, summarize, summary_table, to_markdown
 from tests.analysis_sweeps import ITEMS, WARMUP_MS, write_cell
 
 
@@ -186,3 +186,18 @@ def test_summarize_per_cell_reads_equals_the_sweep_read(tmp_path: Path) -> None:
     one_by_one = summarize(read_cell(tmp_path / "cells" / cell_id) for cell_id in ("i", "f", "e"))
     whole = cell_metrics(load_sweep(tmp_path, warn=None))
     pd.testing.assert_frame_equal(one_by_one, whole, check_dtype=False)
+
+
+def test_the_table_a_sweep_prints_says_what_a_one_run_verdict_cannot_see(tmp_path: Path) -> None:
+    """What `compilebench sweep` prints at its end: a verdict from one run is marked, and the note
+    under the table says why (before issue 38's notes it printed `faster†` with nothing to explain it)."""
+    cells = [
+        write_cell(tmp_path, "e", "eager", step_ms=[10.0, 10.1, 9.9] * 20),
+        write_cell(tmp_path, "i", "inductor", step_ms=[8.0, 8.1, 7.9] * 20),
+    ]
+    text = cells_markdown(cells)
+    assert "| faster† " in text
+    note = " ".join(text.split("\n\n", 1)[1].split())
+    assert "†: from one run" in note and "cannot see how runs differ" in note
+    assert "no difference where it lies within ±2.0% of 1" in note  # the default margin, stated
+    assert note.endswith("Every column: `compilebench analyze SWEEP_DIR --full`, and the report.")

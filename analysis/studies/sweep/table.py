@@ -30,6 +30,7 @@ from analysis.rendering.text import (
     fmt_warm,
     is_null,
     render_markdown,
+    wrap_note,
 )
 from analysis.statistics.verdicts import DATA_BOUND, EQUIVALENCE, decisive_speedup, verdict_reasons
 from workloads.contract.vocabulary import (
@@ -350,11 +351,14 @@ def _mean_std_percent(mean: object, std: object) -> str:
 
 
 def cells_markdown(cell_dirs: Iterable[Path]) -> str:
-    """The compact per-cell table of these cell directories as Markdown, and where the full one is:
-    what `compilebench sweep` prints of the cells it ran."""
+    """The compact per-cell table of these cell directories as Markdown, its note (what a verdict
+    rests on, a one-run mark, where the full table is) below: what `compilebench sweep` prints of the
+    cells it ran."""
     cell_dirs = list(cell_dirs)
     metrics = summarize((read_cell(directory) for directory in cell_dirs), auto_max_repeats(cell_dirs))
-    return f"{to_markdown(metrics)}\n\n{FULL_TABLE}"
+    table = compact_table(metrics)
+    body = render_markdown(table.text.to_dict("records"), list(table.text.columns))
+    return f"{body}\n\n{wrap_note(table.note)}"
 
 
 def to_markdown(metrics: pd.DataFrame, full: bool = False) -> str:
