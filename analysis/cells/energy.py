@@ -68,9 +68,9 @@ ENERGY_COLUMNS = [
 MIN_WINDOW_UPDATES, ASSUMED_UPDATE_S = 10, 0.1
 #: The run columns of the GPU's power, the median over a cell's completed replicates in its row.
 POWER = ("avg_power_w", "idle_power_w")
-#: The generator streams of the draws (analysis/cells/metrics.py's use 0-4): runs' J/step, paired blocks'
-#: J/step, paired blocks' ratios.
-_RUNS, _BLOCKS, _RATIOS = (5,), (6,), (7,)
+#: The generator streams of the draws (analysis/cells/uncertainty.py's use 0-4; 5 was the runs' J/step,
+#: which now has the t interval over runs): paired blocks' J/step, paired blocks' ratios.
+_BLOCKS, _RATIOS = (6,), (7,)
 #: (positions of cells, stream) -> one generator per cell, seeded by the cell's id
 #: (analysis/cells/metrics.py).
 Generators = Callable[[np.ndarray, tuple], list[np.random.Generator]]
@@ -118,13 +118,13 @@ def _per_step(
     )
     draws = np.full((n, resamples), np.nan)
     ratio_draws = np.full((n, resamples), np.nan)
-    which = np.flatnonzero(from_blocks)
+    # Bootstrap draws only where no interval over runs can be had: a paired cell of one run (its
+    # blocks and pairs). Two runs or more get the t interval (`energy_columns`); an unpaired cell of
+    # one run has one value, no interval.
+    which = np.flatnonzero(from_blocks & ((logs.count < 2) | (ratio_runs.count < 2)))
     if len(which):
         draws[which] = _draws(blocks, which, resamples, rngs(which, _BLOCKS))
         ratio_draws[which] = _draws(ratios, which, resamples, rngs(which, _RATIOS))
-    which = np.flatnonzero(~from_blocks & (runs.replicates > 1))  # one run: one value, no interval
-    if len(which):
-        draws[which] = _draws(runs, which, resamples, rngs(which, _RUNS))
     paired_ratio = np.where(from_blocks, ratios.medians(), np.nan)
     return value, draws, from_blocks, paired_ratio, ratio_draws, logs, ratio_runs
 
