@@ -942,11 +942,66 @@ def test_a_launch_bound_step_is_labelled_so_and_a_matmul_bound_one_is_not() -> N
     assert 0 < tiny.busy_share < 1 - LAUNCH_BOUND < dense.busy_share <= 1
 
 
-def test_cells_record_the_busy_share_of_each_side_also_under_cuda_graphs(tiny_cells) -> None:
-    """An eager cell's share, and a paired cudagraphs cell's of both sides: the replayed kernels are
-    seen (a share above 0), and replaying the tiny GPT's kernels keeps the GPU busier than launching
-    them one by one."""
-    from workloads.instruments.profiled_window import MIN_STEPS
+def slowed(step: Step, host_us: float) -> Step:
+    """`step` with the host held `host_us` µs before it (a slower host's Python, as a busy wait)."""
+
+    def slow() -> tuple[torch.Tensor, float]:
+        until = time.perf_counter() + host_us / 1e6
+        while time.perf_counter() < until:
+            pass
+        return step()
+
+    return slow
+
+
+def test_a_window_s_gpu_time_and_launches_are_the_device_s_not_the_host_s() -> None:
+    """Item 1 of issue 39: the tiny ops' GPU time per step and their launches (one per add) do not move
+    when the host is 2 ms slower per step, where the window's span per step does; a matmul-bound step's
+    GPU time is its measured step."""
+    from workloads.cell.step_timer import step_timer
+    from workloads.instruments.profiled_window import host_step_ms, profiled_window
+
+    device = torch.device("cuda")
+    tiny = tiny_ops_step(device)
+    fast, slow = (profiled_window(step, device, 10) for step in (tiny, slowed(tiny, 2000)))
+    assert fast is not None and slow is not None, "the profiler saw no kernels (CUPTI unavailable?)"
+    print(f"tiny ops: GPU {fast.gpu_ms:.4f} / {slow.gpu_ms:.4f} ms a step, span {fast.step_ms:.3f} / "
+          f"{slow.step_ms:.3f} ms, launches {fast.launches} / {slow.launches}, "
+          f"kernels {fast.kernels}")  # fmt: skip
+    assert fast.launches == slow.launches == fast.kernels == 200
+    assert slow.gpu_ms == pytest.approx(fast.gpu_ms, rel=0.1) and slow.step_ms > fast.step_ms + 1.5
+    dense_step = matmul_step(device)
+    dense = profiled_window(dense_step, device, 5)
+    measured = statistics.median(ms for ms, _, _ in step_timer(device).block(dense_step, 10))
+    print(f"matmuls: GPU {dense.gpu_ms:.3f} ms a step, measured {measured:.3f} ms, "
+          f"launches {dense.launches}, host {host_step_ms(dense_step, device):.3f} ms")  # fmt: skip
+    assert dense.gpu_ms == pytest.approx(measured, rel=0.05) and dense.launches == dense.kernels == 4
+    assert host_step_ms(slowed(tiny, 2000), device) > host_step_ms(tiny, device) + 1.5
+
+
+def test_a_cuda_graph_s_replay_is_one_launch_of_all_its_kernels() -> None:
+    """CUPTI gives a graph's kernels the correlation id of its replay: one launch, 200 kernels."""
+    from workloads.instruments.profiled_window import profiled_window
+
+    device = torch.device("cuda")
+    tiny, stream = tiny_ops_step(device), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        tiny()  # warm up on a side stream, as capture requires
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tiny()
+    window = profiled_window(lambda: (graph.replay(), 0.0), device, 10)
+    assert window is not None and window.launches == 1 and window.kernels == 200
+
+
+def test_cells_record_each_side_s_gpu_time_launches_and_host_time_also_under_cuda_graphs(tiny_cells) -> None:
+    """An eager cell's columns, and a paired cudagraphs cell's of both sides: the replayed kernels are
+    seen (GPU time above 0), a compiled step makes fewer launches than it runs kernels where its eager
+    side makes one per kernel or more (copies and fills are launches too), and replaying the tiny GPT's
+    kernels keeps the GPU busier than launching them one by one."""
+    from workloads.instruments.profiled_window import MIN_STEPS, WINDOWS
 
     eager = tiny_cells.get("gpt", "eager", device="cuda").run
     graphs = tiny_cells.get("gpt", "cudagraphs", device="cuda", measure={"paired": True}).run
@@ -954,8 +1009,13 @@ def test_cells_record_the_busy_share_of_each_side_also_under_cuda_graphs(tiny_ce
     for run in (eager, graphs):
         assert run["status"] == "completed", run["error"]
         assert 0 < run["gpu_busy_share"] <= 1 and run["profiled_steps"] >= MIN_STEPS
-        assert run["profiled_step_ms"] > 0 and run["profile_s"] > 0
-    assert eager["eager_gpu_busy_share"] is None
+        assert run["device_windows"] == WINDOWS == len(run["gpu_ms_windows"])
+        assert 0 < run["gpu_ms_per_step"] <= run["profiled_step_ms"] and run["host_ms_per_step"] > 0
+        assert run["profile_s"] > 0 and run["kernels_per_step"] > 0
+    assert eager["eager_gpu_ms_per_step"] is None and eager["launches_per_step"] >= eager["kernels_per_step"]
+    print({k: v for k, v in graphs.items() if "launches" in k or "kernels" in k or "gpu_ms_per" in k})
+    assert graphs["launches_per_step"] < graphs["kernels_per_step"] / 2
+    assert graphs["eager_launches_per_step"] >= graphs["eager_kernels_per_step"] > 0
     assert 0 < graphs["eager_gpu_busy_share"] < graphs["gpu_busy_share"]
 
 

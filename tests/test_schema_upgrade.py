@@ -322,6 +322,21 @@ def test_rows_before_the_end_to_end_columns_have_it_at_their_mean_step() -> None
     assert now["e2e_items_per_s"] is None and not_measured["e2e_items_per_s"] is None
 
 
+def test_rows_before_the_gpu_time_have_it_from_their_window_s_busy_share() -> None:
+    """The issue's gpt small inductor cell: its one window's busy share times its span per step."""
+    before, now, none = lifted([
+        {"gpu_busy_share": 0.5, "profiled_step_ms": 11.2, "eager_gpu_busy_share": 0.4, "eager_profiled_step_ms": 18.6},
+        {"gpu_busy_share": 0.5, "profiled_step_ms": 11.2, "gpu_ms_per_step": 5.5},
+        {"profiled_step_ms": 11.2},  # no device activity in the window
+    ])  # fmt: skip
+    assert before["gpu_ms_per_step"] == pytest.approx(5.6) and before[
+        "eager_gpu_ms_per_step"
+    ] == pytest.approx(7.44)
+    assert before["launches_per_step"] is None and before["gpu_ms_windows"] is None
+    assert now["gpu_ms_per_step"] == 5.5 and now["eager_gpu_ms_per_step"] is None
+    assert none["gpu_ms_per_step"] is None
+
+
 def test_steps_and_manifest_files_only_gain_null_columns(tmp_path: Path) -> None:
     write(tmp_path / "steps.parquet", step_rows("c", [10.0], None), V1_STEPS)
     write(tmp_path / "manifest.parquet", [{"cell_id": "c", "model": "gpt", "executor": "local"}], V2_MANIFEST)

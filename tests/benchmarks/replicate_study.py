@@ -16,6 +16,10 @@ inductor cache between calls, as a cluster's shared cache would.
     gpt small again with measure.paired=false, for the cost and the unpaired answer), paired_suite (the
     timm_train suite's launch-bound models that moved between runs, repeats 3), paired_gpu_bound (GPT-2
     124M at one micro-step and resnet50 at batch 256, where paired and unpaired must agree)
+    Device time (issue 39; each part asked on two freshly started machines, compared by
+    tests/benchmarks/device_time_two_machines.py): device_time_gpt (gpt small bf16 inductor and cudagraphs,
+    resnet18 bf16 batch 32 channels-last, inductor), device_time_cnn (mobilenetv3_large_100, resnet50d,
+    efficientnetv2_rw_s at the timm_train suite's settings, inductor); repeats 3, paired, no eager cells
 """
 
 from __future__ import annotations
@@ -151,6 +155,31 @@ PARTS: dict[str, list[tuple[str, list[str]]]] = {
         (
             "paired_suite_moved",
             ["+suite=timm_train", f"model.arch={','.join(MOVED)}", "device=cuda", REPEATS],
+        )
+    ],
+    "device_time_gpt": [
+        (
+            "device_time_gpt_small",
+            [
+                "model=gpt",
+                "size=small",
+                "backend=inductor,cudagraphs",
+                "precision=bf16",
+                "device=cuda",
+                REPEATS,
+            ],
+        ),
+        (
+            "device_time_resnet18_b32",
+            ["model=timm", "model.arch=resnet18", "size=small", "batch_size=32", "model.channels_last=true"]
+            + ["backend=inductor", "precision=bf16", "device=cuda", REPEATS],
+        ),
+    ],
+    "device_time_cnn": [
+        (
+            "device_time_suite_moved",
+            ["+suite=timm_train", "model.arch=mobilenetv3_large_100,resnet50d,efficientnetv2_rw_s"]
+            + ["backend=inductor", "device=cuda", REPEATS],
         )
     ],
     "paired_gpu_bound": [

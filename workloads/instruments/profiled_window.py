@@ -1,18 +1,18 @@
-"""Why a cell is fast or slow: a short profiled window after measuring gives the GPU's busy share.
+"""Why a cell is fast or slow: short profiled windows after measuring give each side's GPU time per step,
+its launches and kernels per step, and the host's time to issue a step.
 
-Once the loop finished and its row is summarised, the warm cell runs a few more steps: UNPROFILED_STEPS
-outside the profiler, then, under `torch.profiler` with the device's activity only, enough steps for
-about WINDOW_S seconds at the measured median step (at least MIN_STEPS). The window's bounds on the
-GPU's timeline are two one-element adds, launched right before the first step and right after the
-last one returned: the step boundaries of the measured loop (workloads/cell/train.py), whose step
-time includes the GPU's wait for the host. The busy share is the union of the device's activity
-over that span (workloads/instruments/busy_share.py). A paired cell (workloads/cell/paired.py)
-runs a second window of its eager side under `force_eager`. None of these steps is in
-steps.parquet or in the loop's statistics.
-
-Profiling costs the host time per launch (CUPTI's callbacks; recording CPU ops would cost more,
-so they are not recorded): a launch-bound step runs slower in the window than measured, and
-`profiled_step_ms` beside the median step says by how much.
+Once the loop finished and its row is summarised, the warm cell runs a few more steps per side (a
+paired cell's eager side under `force_eager`): HOST_STEPS steps each started on an idle device, whose
+host time to return is the host's time to issue a step (not profiled: CUPTI's callbacks would slow
+it), then WINDOWS windows under `torch.profiler` with the device's activity only, each of about
+WINDOW_S / WINDOWS seconds of steps at the measured median step (at least MIN_STEPS). A window's
+bounds on the GPU's timeline are two one-element adds, launched right before its first step and
+right after its last one returned: the step boundaries of the measured loop (workloads/cell/train.py).
+Within them (workloads/instruments/device_activity.py) the union of the device's work over the steps
+is the GPU time per step, which the profiler does not change (kernel durations are the GPU's), and
+the distinct launches and the kernels per step; the busy share is that union over the span, which a
+launch-bound step stretches under the profiler (`profiled_step_ms` beside the median step says by how
+much). None of these steps is in steps.parquet or in the loop's statistics.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import statistics
 import sys
 import tempfile
 import time
@@ -34,36 +35,49 @@ from workloads.cell.config import CellConfig
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import PreparedCell
 from workloads.instruments.base import Instrument
-from workloads.instruments.busy_share import busy_share, gpu_intervals, span
+from workloads.instruments.device_activity import WindowActivity, device_activity, window_activity
 from workloads.instruments.environment import resolve_device
 
-#: Seconds of steps a window profiles (at the measured median step), and the fewest steps: a
-#: window of a few steps, short beside the measuring, long beside one step's launch jitter.
-WINDOW_S, MIN_STEPS = 0.2, 5
-#: Steps run before each window, outside the profiler: the switch to the eager side (its first
-#: step after compiled ones) and the profiler's start-up are no part of a window.
-UNPROFILED_STEPS = 2
+#: Seconds of steps a side's windows profile together (at the measured median step), their number,
+#: and the fewest steps a window has: three windows give the GPU time an interval within one
+#: process, short beside the measuring (tests/benchmarks/device_time_gpu.py measures the cost).
+WINDOW_S, WINDOWS, MIN_STEPS = 0.2, 3, 2
+#: Steps each started on an idle device whose host time is taken (the median). They run first on
+#: each side, outside the profiler, so the switch to the eager side (its first step after compiled
+#: ones) and the profiler's start-up are no part of a window.
+HOST_STEPS = 3
 
 
 @dataclass(frozen=True)
 class Window:
-    """One profiled window of a side: the GPU's busy share, the step time over the window."""
+    """One profiled window of a side: the GPU's busy share, the span per step, and per step the GPU
+    time, the launches (None where the trace has no correlation ids) and the kernels."""
 
     busy_share: float
     step_ms: float
+    gpu_ms: float
+    launches: float | None
+    kernels: float
+
+    @classmethod
+    def of(cls, activity: WindowActivity, steps: int) -> Window:
+        launches = None if activity.launches is None else activity.launches / steps
+        per_step = activity.span_ms / steps, activity.busy_ms / steps
+        return cls(activity.busy_share, *per_step, launches, activity.kernels / steps)
 
 
 def window_steps(median_step_ms: float | None) -> int:
-    """Steps for about WINDOW_S seconds at this median step, at least MIN_STEPS."""
+    """Steps of one window: WINDOWS of them make about WINDOW_S seconds at this median step, each at
+    least MIN_STEPS."""
     if not median_step_ms or median_step_ms <= 0:
         return MIN_STEPS
-    return max(MIN_STEPS, math.ceil(WINDOW_S * 1e3 / median_step_ms))
+    return max(MIN_STEPS, math.ceil(WINDOW_S * 1e3 / WINDOWS / median_step_ms))
 
 
 def device_trace(run: Callable[[], None], device: torch.device) -> dict[str, Any]:
     """The Chrome trace of `run` under torch.profiler, the device's activity only. Public API only
     (`profile`, `export_chrome_trace`; checked on torch 2.15): the trace's categories are kineto's
-    names (busy_share.GPU_WORK), which HTA and TensorBoard read too."""
+    names (device_activity.GPU_WORK), which HTA and TensorBoard read too."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profiler:
         run()
         torch.cuda.synchronize(device)
@@ -74,10 +88,8 @@ def device_trace(run: Callable[[], None], device: torch.device) -> dict[str, Any
 
 
 def profiled_window(step: Callable[[], object], device: torch.device, steps: int) -> Window | None:
-    """`steps` steps in a profiled window, after UNPROFILED_STEPS outside it; None where the profiler
-    saw no activity on the device (CUPTI unavailable, or not allowed)."""
-    for _ in range(UNPROFILED_STEPS):
-        step()
+    """`steps` steps in a profiled window; None where the profiler saw no activity on the device
+    (CUPTI unavailable, or not allowed)."""
     marker = torch.zeros(1, device=device)
     torch.cuda.synchronize(device)
 
@@ -88,18 +100,50 @@ def profiled_window(step: Callable[[], object], device: torch.device, steps: int
             step()
         marker.add_(1)
 
-    intervals = gpu_intervals(device_trace(window, device))
-    bounds = span(intervals)
-    share = busy_share(intervals, bounds) if bounds is not None and len(intervals) > 2 else None
-    if share is None:
-        return None
-    return Window(share, (bounds[1] - bounds[0]) / 1e3 / steps)
+    activity = window_activity(device_activity(device_trace(window, device)))
+    return None if activity is None or activity.busy_share is None else Window.of(activity, steps)
+
+
+def host_step_ms(step: Callable[[], object], device: torch.device, steps: int = HOST_STEPS) -> float:
+    """The median over `steps` steps of the host's time from calling the step to its return, each
+    started on an idle device: the time to issue it, none of it spent waiting for the device (a step
+    makes no synchronising call; the queue of launches holds about a thousand)."""
+    times = []
+    for _ in range(steps):
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - start) * 1e3)
+    torch.cuda.synchronize(device)
+    return statistics.median(times)
+
+
+def side_columns(prefix: str, host_ms: float, windows: list[Window | None]) -> dict[str, Any]:
+    """A side's run-row columns from its host time and its windows: medians over the windows, each
+    window's GPU time, the busy share and span per step over all of them; None where a window saw no
+    device activity."""
+    names = ("gpu_busy_share", "profiled_step_ms", "gpu_ms_per_step", "gpu_ms_windows",
+             "launches_per_step", "kernels_per_step")  # fmt: skip
+    columns: dict[str, Any] = {f"{prefix}{name}": None for name in names}
+    columns[f"{prefix}host_ms_per_step"] = host_ms
+    if not windows or any(window is None for window in windows):
+        return columns
+    launches = [window.launches for window in windows]
+    columns.update({
+        f"{prefix}gpu_busy_share": sum(w.gpu_ms for w in windows) / sum(w.step_ms for w in windows),
+        f"{prefix}profiled_step_ms": statistics.mean(w.step_ms for w in windows),
+        f"{prefix}gpu_ms_per_step": statistics.median(w.gpu_ms for w in windows),
+        f"{prefix}gpu_ms_windows": [w.gpu_ms for w in windows],
+        f"{prefix}launches_per_step": None if None in launches else statistics.median(launches),
+        f"{prefix}kernels_per_step": statistics.median(w.kernels for w in windows),
+    })  # fmt: skip
+    return columns
 
 
 class GpuBusy(Instrument):
-    """After the loop finished: the busy share of the cell's steps on the GPU (and of its eager side
-    where it measured paired), the window's size and cost; every column None where the profiler saw
-    no device activity."""
+    """After the loop finished: each side's GPU time, launches and kernels per step, the host's time
+    to issue a step (a paired cell's eager side too), the windows' size and cost; the window columns
+    None where the profiler saw no device activity."""
 
     @classmethod
     def for_cell(cls, cfg: CellConfig, world_size: int) -> Instrument:
@@ -124,7 +168,7 @@ class GpuBusy(Instrument):
     def after_finished(self) -> dict[str, Any]:
         assert self._cell is not None
         started = time.perf_counter()
-        steps = window_steps(self._median_ms)
+        step, device, steps = self._cell.step, self._cell.device, window_steps(self._median_ms)
         sides = {"": contextlib.nullcontext}
         if self._paired:
             sides["eager_"] = lambda: torch.compiler.set_stance("force_eager")
@@ -132,11 +176,11 @@ class GpuBusy(Instrument):
         try:
             for prefix, stance in sides.items():
                 with stance():
-                    window = profiled_window(self._cell.step, self._cell.device, steps)
-                columns[f"{prefix}gpu_busy_share"] = window.busy_share if window else None
-                columns[f"{prefix}profiled_step_ms"] = window.step_ms if window else None
+                    host_ms = host_step_ms(step, device)
+                    windows = [profiled_window(step, device, steps) for _ in range(WINDOWS)]
+                columns.update(side_columns(prefix, host_ms, windows))
         except Exception as error:  # noqa: BLE001 - a probe after the measuring never fails the attempt
             print(f"compilebench: no profiled window ({type(error).__name__}: {error})", file=sys.stderr)
             return {}
-        columns.update(profiled_steps=steps, profile_s=time.perf_counter() - started)
+        columns.update(profiled_steps=steps, device_windows=WINDOWS, profile_s=time.perf_counter() - started)
         return columns

@@ -1,7 +1,8 @@
-"""The GPU's busy share (workloads/instruments/busy_share.py, profiled_window.py) on the CPU: the
-interval arithmetic against hand computation and a brute-force count, the device's work read out of a
-Chrome trace, the profiled window's size, which cells profile one, the columns of each side (the
-eager side under `force_eager`). A CPU cell's empty columns: tests/test_analysis_busy.py."""
+"""The device's activity (workloads/instruments/device_activity.py, profiled_window.py) on the CPU: the
+interval arithmetic against hand computation and a brute-force count, the device's work, kernels and
+launches read out of a Chrome trace, the profiled windows' size, which cells profile them, the
+columns of each side (the eager side under `force_eager`). A CPU cell's empty columns:
+tests/test_analysis_busy.py; on the GPU: tests/test_gpu.py."""
 
 from __future__ import annotations
 
@@ -19,8 +20,15 @@ from workloads.cell.recorder import CellRecorder
 from workloads.contract.schema import PROFILED_WINDOW_FIELDS
 from workloads.instruments import profiled_window
 from workloads.instruments.base import Instrument
-from workloads.instruments.busy_share import busy_share, busy_time, gpu_intervals, span
-from workloads.instruments.profiled_window import MIN_STEPS, WINDOW_S, GpuBusy, Window, window_steps
+from workloads.instruments.device_activity import (
+    busy_share,
+    busy_time,
+    device_activity,
+    gpu_intervals,
+    span,
+    window_activity,
+)
+from workloads.instruments.profiled_window import MIN_STEPS, WINDOW_S, WINDOWS, GpuBusy, Window, window_steps
 
 WINDOW = (0.0, 10.0)
 
@@ -95,11 +103,38 @@ def test_a_real_exported_trace_is_read_and_its_host_events_left_out(tmp_path: Pa
     assert gpu_intervals(trace) == []
 
 
-def test_the_window_covers_about_window_s_and_at_least_min_steps() -> None:
+def test_a_window_counts_launches_and_kernels_between_its_markers() -> None:
+    """Two markers bound the window and are left out; a launch is a correlation id, so a graph's
+    replay of three kernels is one launch, and a copy is a launch that runs no kernel."""
+
+    def work(cat: str, ts: float, dur: float, correlation: int) -> dict:
+        return trace_event(cat, ts, dur, args={"correlation": correlation})
+
+    trace = {
+        "traceEvents": [
+            work("kernel", 0.0, 1.0, 1),  # the first marker
+            work("kernel", 10.0, 5.0, 2),
+            work("kernel", 12.0, 6.0, 3),  # another stream, overlapping: busy 10-18
+            work("gpu_memcpy", 20.0, 2.0, 4),
+            *(work("kernel", 30.0 + 3 * i, 2.0, 5) for i in range(3)),  # one graph replay
+            trace_event("cuda_runtime", 29.0, 1.0, args={"correlation": 5}),  # its host call
+            work("kernel", 49.0, 1.0, 6),  # the last marker
+        ]
+    }
+    activity = window_activity(device_activity(trace))
+    assert activity.kernels == 5 and activity.launches == 4
+    assert activity.busy_ms == pytest.approx((8 + 2 + 6) / 1e3) and activity.span_ms == pytest.approx(0.05)
+    assert activity.busy_share == pytest.approx(16 / 50)
+    uncorrelated = {"traceEvents": [trace_event("kernel", t, 1.0) for t in (0.0, 5.0, 9.0)]}
+    assert window_activity(device_activity(uncorrelated)).launches is None
+    assert window_activity(device_activity({"traceEvents": trace["traceEvents"][:1]})) is None
+
+
+def test_the_windows_cover_about_window_s_and_each_at_least_min_steps() -> None:
     assert window_steps(None) == window_steps(0.0) == MIN_STEPS
-    assert window_steps(WINDOW_S * 1e3) == MIN_STEPS  # one step fills the window
-    short_ms = WINDOW_S * 1e3 / (MIN_STEPS * 7)
-    assert window_steps(short_ms) == math.ceil(WINDOW_S * 1e3 / short_ms) > MIN_STEPS
+    assert window_steps(WINDOW_S * 1e3) == MIN_STEPS  # one step fills the windows
+    short_ms = WINDOW_S * 1e3 / (MIN_STEPS * WINDOWS * 7)
+    assert window_steps(short_ms) == math.ceil(WINDOW_S * 1e3 / WINDOWS / short_ms) > MIN_STEPS
 
 
 def test_only_cuda_cells_of_one_process_profile(tiny_config, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -127,16 +162,26 @@ def counted_step() -> tuple[SimpleNamespace, list[int]]:
 
 
 def finished(monkeypatch: pytest.MonkeyPatch, paired: bool, window=None) -> dict:
-    """GpuBusy's columns after a loop of median step 1 ms, each window replaced by one step: busy 0.5
-    where the compiled code ran, 0.25 where it did not (`window`: another replacement)."""
+    """GpuBusy's columns after a loop of median step 1 ms, each window replaced by one step: 0.5 ms of
+    GPU time per 1 ms where the compiled code ran, 0.25 where it did not (`window`: another
+    replacement), and the host's time one step too: 2 ms compiled, 4 ms not."""
     cell, calls = counted_step()
 
     def one_step(step, device, steps):
         before = len(calls)
         step()
-        return Window(0.5 if len(calls) > before else 0.25, float(steps))
+        compiled = len(calls) > before
+        return Window(
+            0.5 if compiled else 0.25, 1.0, 0.5 if compiled else 0.25, 10.0, 12.0 if compiled else 30.0
+        )
+
+    def host_ms(step, device):
+        before = len(calls)
+        step()
+        return 2.0 if len(calls) > before else 4.0
 
     monkeypatch.setattr(profiled_window, "profiled_window", window or one_step)
+    monkeypatch.setattr(profiled_window, "host_step_ms", host_ms)
     instrument = GpuBusy()
     instrument.before_loop(cell)
     rec = CellRecorder("c", 1)
@@ -147,21 +192,29 @@ def finished(monkeypatch: pytest.MonkeyPatch, paired: bool, window=None) -> dict
 
 def test_a_paired_cell_profiles_its_eager_side_under_force_eager(monkeypatch: pytest.MonkeyPatch) -> None:
     columns = finished(monkeypatch, paired=True)
-    steps = window_steps(1.0)
+    assert columns["gpu_ms_per_step"] == 0.5 and columns["eager_gpu_ms_per_step"] == 0.25
+    assert (
+        columns["gpu_ms_windows"] == [0.5] * WINDOWS and columns["eager_gpu_ms_windows"] == [0.25] * WINDOWS
+    )
+    assert columns["kernels_per_step"] == 12 and columns["eager_kernels_per_step"] == 30
+    assert columns["launches_per_step"] == columns["eager_launches_per_step"] == 10
+    assert columns["host_ms_per_step"] == 2 and columns["eager_host_ms_per_step"] == 4
     assert columns["gpu_busy_share"] == 0.5 and columns["eager_gpu_busy_share"] == 0.25
-    assert columns["profiled_steps"] == steps and columns["eager_profiled_step_ms"] == steps
+    assert columns["profiled_steps"] == window_steps(1.0) and columns["device_windows"] == WINDOWS
     assert columns["profile_s"] > 0
     assert set(columns) <= {field.name for field in PROFILED_WINDOW_FIELDS}
 
 
 def test_an_unpaired_cell_has_no_eager_side(monkeypatch: pytest.MonkeyPatch) -> None:
     columns = finished(monkeypatch, paired=False)
-    assert columns["gpu_busy_share"] == 0.5 and "eager_gpu_busy_share" not in columns
+    assert columns["gpu_ms_per_step"] == 0.5 and not any(name.startswith("eager_") for name in columns)
 
 
-def test_no_device_activity_or_a_failure_gives_no_share(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_device_activity_or_a_failure_gives_no_device_time(monkeypatch: pytest.MonkeyPatch) -> None:
     unseen = finished(monkeypatch, paired=True, window=lambda step, device, steps: None)
-    assert unseen["gpu_busy_share"] is None and unseen["eager_gpu_busy_share"] is None
+    assert unseen["gpu_ms_per_step"] is None and unseen["eager_gpu_ms_per_step"] is None
+    assert unseen["gpu_busy_share"] is None and unseen["launches_per_step"] is None
+    assert unseen["host_ms_per_step"] == 2  # the host's time needs no profiler
 
     def fails(step, device, steps):
         raise RuntimeError("CUPTI_ERROR_INSUFFICIENT_PRIVILEGES")

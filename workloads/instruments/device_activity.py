@@ -1,0 +1,128 @@
+"""The device's activity in a profiled window: how long it worked, how many kernels, how many launches.
+
+Busy time is the union of the intervals of the device's activity (kernels, copies, fills), all
+streams merged, so two overlapping kernels count once; the busy share is that union within the
+window over the window's length. The rest is time the GPU idled: waiting for the host to launch
+work (a launch-bound step), for data, or for nothing queued at all. Kernel durations are the GPU's
+own (CUPTI's timestamps), so busy time is the same on a slower host, where the window's span is not.
+
+A launch is one host call that put work on the device: CUPTI gives every such call a correlation id
+and every activity it caused the same id, so the launches are the distinct ids of the activity. A
+CUDA graph's replay is one launch however many kernels it holds.
+
+Pure arithmetic on (start, end) pairs, and the reading of them from a Chrome trace (what
+`torch.profiler` exports): no torch here, so that it is tested on hand-made traces
+(tests/test_device_activity.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: (start, end) of one interval, in any one unit (the Chrome trace's: µs).
+Interval = tuple[float, float]
+
+#: The Chrome-trace categories (`cat`) of work on the device: kineto's names of its activity types
+#: (libkineto ActivityType.cpp, unchanged from torch 1.8 to 2.15, where this was checked; old
+#: builds wrote "Kernel"). Not `gpu_user_annotation`: a `record_function` range drawn on the GPU's
+#: timeline spans the idle gaps between its kernels.
+GPU_WORK = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+KERNEL = "kernel"
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One piece of the device's work: its interval (µs), whether it is a kernel, and the correlation
+    id of the host call that launched it (None where the trace has none)."""
+
+    start: float
+    end: float
+    kernel: bool
+    correlation: int | None
+
+
+@dataclass(frozen=True)
+class WindowActivity:
+    """What the device did between a window's two bounding markers, the markers left out."""
+
+    busy_ms: float
+    """The union of the activity's intervals, ms."""
+    span_ms: float
+    """From the first marker's start to the last one's end, ms."""
+    kernels: int
+    launches: int | None
+    """None where the trace carries no correlation ids."""
+
+    @property
+    def busy_share(self) -> float | None:
+        return self.busy_ms / self.span_ms if self.span_ms > 0 else None
+
+
+def busy_time(intervals: Iterable[Interval], window: Interval) -> float:
+    """The length of the union of `intervals`, each clipped to `window` (overlaps count once)."""
+    low, high = window
+    clipped = sorted((max(start, low), min(end, high)) for start, end in intervals)
+    total, reach = 0.0, low
+    for start, end in clipped:
+        if end > max(start, reach):
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def busy_share(intervals: Iterable[Interval], window: Interval) -> float | None:
+    """busy_time / the window's length, in [0, 1]; None for an empty window."""
+    length = window[1] - window[0]
+    return busy_time(intervals, window) / length if length > 0 else None
+
+
+def span(intervals: Iterable[Interval]) -> Interval | None:
+    """From the earliest start to the latest end; None for no intervals."""
+    intervals = list(intervals)
+    if not intervals:
+        return None
+    return min(start for start, _ in intervals), max(end for _, end in intervals)
+
+
+def device_activity(trace: Mapping[str, Any]) -> list[Activity]:
+    """Every complete event of the device's work (GPU_WORK) in a Chrome trace (`{"traceEvents": [...]}`)."""
+    activity = []
+    for event in trace.get("traceEvents", []):
+        cat = str(event.get("cat", "")).lower()
+        if cat in GPU_WORK and event.get("ph") == "X" and "dur" in event:
+            start = float(event["ts"])
+            correlation = (event.get("args") or {}).get("correlation")
+            activity.append(Activity(start, start + float(event["dur"]), cat == KERNEL, _id(correlation)))
+    return activity
+
+
+def gpu_intervals(trace: Mapping[str, Any]) -> list[Interval]:
+    """The (start, end) µs of the device's work in a Chrome trace."""
+    return [(piece.start, piece.end) for piece in device_activity(trace)]
+
+
+def window_activity(activity: list[Activity]) -> WindowActivity | None:
+    """The activity of a window bounded by two markers launched on an idle device, one before its work
+    and one after (the earliest start and the latest end); None without work between them."""
+    if len(activity) < 3:
+        return None
+    first = min(activity, key=lambda piece: piece.start)
+    last = max(activity, key=lambda piece: piece.end)
+    inner = [piece for piece in activity if piece is not first and piece is not last]
+    bounds = (first.start, last.end)
+    correlations = {piece.correlation for piece in inner}
+    return WindowActivity(
+        busy_ms=busy_time(((piece.start, piece.end) for piece in inner), bounds) / 1e3,
+        span_ms=(bounds[1] - bounds[0]) / 1e3,
+        kernels=sum(piece.kernel for piece in inner),
+        launches=None if None in correlations else len(correlations),
+    )
+
+
+def _id(correlation: object) -> int | None:
+    try:
+        return int(correlation)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
