@@ -21,12 +21,13 @@ from workloads.contract.schema import PROFILED_WINDOW_FIELDS
 from workloads.instruments import profiled_window
 from workloads.instruments.base import Instrument
 from workloads.instruments.device_activity import (
+    MARKER_BYTES,
     busy_share,
     busy_time,
     device_activity,
     gpu_intervals,
     span,
-    window_activity,
+    windows_activity,
 )
 from workloads.instruments.profiled_window import MIN_STEPS, WINDOW_S, WINDOWS, GpuBusy, Window, window_steps
 
@@ -103,31 +104,39 @@ def test_a_real_exported_trace_is_read_and_its_host_events_left_out(tmp_path: Pa
     assert gpu_intervals(trace) == []
 
 
-def test_a_window_counts_launches_and_kernels_between_its_markers() -> None:
-    """Two markers bound the window and are left out; a launch is a correlation id, so a graph's
-    replay of three kernels is one launch, and a copy is a launch that runs no kernel."""
+def test_windows_count_launches_and_kernels_between_their_markers() -> None:
+    """Marker copies bound each window and are left out; a launch is a correlation id, so a graph's
+    replay of three kernels is one launch, and a copy of another size is a launch that runs no kernel."""
 
-    def work(cat: str, ts: float, dur: float, correlation: int) -> dict:
-        return trace_event(cat, ts, dur, args={"correlation": correlation})
+    def work(cat: str, ts: float, dur: float, correlation: int, **args) -> dict:
+        return trace_event(cat, ts, dur, args={"correlation": correlation, **args})
+
+    def marker(ts: float, correlation: int) -> dict:
+        return work("gpu_memcpy", ts, 1.0, correlation, bytes=MARKER_BYTES)
 
     trace = {
         "traceEvents": [
-            work("kernel", 0.0, 1.0, 1),  # the first marker
+            marker(0.0, 1),
             work("kernel", 10.0, 5.0, 2),
             work("kernel", 12.0, 6.0, 3),  # another stream, overlapping: busy 10-18
-            work("gpu_memcpy", 20.0, 2.0, 4),
+            work("gpu_memcpy", 20.0, 2.0, 4, bytes=4096),
             *(work("kernel", 30.0 + 3 * i, 2.0, 5) for i in range(3)),  # one graph replay
             trace_event("cuda_runtime", 29.0, 1.0, args={"correlation": 5}),  # its host call
-            work("kernel", 49.0, 1.0, 6),  # the last marker
+            marker(49.0, 6),
+            marker(100.0, 7),  # the second window: one kernel
+            work("kernel", 110.0, 4.0, 8),
+            marker(119.0, 9),
         ]
     }
-    activity = window_activity(device_activity(trace))
-    assert activity.kernels == 5 and activity.launches == 4
-    assert activity.busy_ms == pytest.approx((8 + 2 + 6) / 1e3) and activity.span_ms == pytest.approx(0.05)
-    assert activity.busy_share == pytest.approx(16 / 50)
-    uncorrelated = {"traceEvents": [trace_event("kernel", t, 1.0) for t in (0.0, 5.0, 9.0)]}
-    assert window_activity(device_activity(uncorrelated)).launches is None
-    assert window_activity(device_activity({"traceEvents": trace["traceEvents"][:1]})) is None
+    first, second = windows_activity(device_activity(trace))
+    assert first.kernels == 5 and first.launches == 4
+    assert first.busy_ms == pytest.approx((8 + 2 + 6) / 1e3) and first.span_ms == pytest.approx(0.05)
+    assert first.busy_share == pytest.approx(16 / 50)
+    assert (second.kernels, second.launches, second.span_ms) == (1, 1, pytest.approx(0.02))
+    uncorrelated = [marker(0.0, 1), trace_event("kernel", 5.0, 1.0), marker(9.0, 2)]
+    assert windows_activity(device_activity({"traceEvents": uncorrelated}))[0].launches is None
+    assert windows_activity(device_activity({"traceEvents": trace["traceEvents"][:-1]})) is None  # unpaired
+    assert windows_activity(device_activity({"traceEvents": [work("kernel", 1.0, 1.0, 1)]})) is None
 
 
 def test_the_windows_cover_about_window_s_and_each_at_least_min_steps() -> None:
@@ -167,20 +176,18 @@ def finished(monkeypatch: pytest.MonkeyPatch, paired: bool, window=None) -> dict
     replacement), and the host's time one step too: 2 ms compiled, 4 ms not."""
     cell, calls = counted_step()
 
-    def one_step(step, device, steps):
+    def one_step(step, device, steps, windows):
         before = len(calls)
         step()
-        compiled = len(calls) > before
-        return Window(
-            0.5 if compiled else 0.25, 1.0, 0.5 if compiled else 0.25, 10.0, 12.0 if compiled else 30.0
-        )
+        gpu_ms = 0.5 if len(calls) > before else 0.25
+        return [Window(gpu_ms, 1.0, gpu_ms, 10.0, 12.0 if gpu_ms == 0.5 else 30.0)] * windows
 
     def host_ms(step, device):
         before = len(calls)
         step()
         return 2.0 if len(calls) > before else 4.0
 
-    monkeypatch.setattr(profiled_window, "profiled_window", window or one_step)
+    monkeypatch.setattr(profiled_window, "profiled_windows", window or one_step)
     monkeypatch.setattr(profiled_window, "host_step_ms", host_ms)
     instrument = GpuBusy()
     instrument.before_loop(cell)
@@ -211,12 +218,12 @@ def test_an_unpaired_cell_has_no_eager_side(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_no_device_activity_or_a_failure_gives_no_device_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    unseen = finished(monkeypatch, paired=True, window=lambda step, device, steps: None)
+    unseen = finished(monkeypatch, paired=True, window=lambda step, device, steps, windows: None)
     assert unseen["gpu_ms_per_step"] is None and unseen["eager_gpu_ms_per_step"] is None
     assert unseen["gpu_busy_share"] is None and unseen["launches_per_step"] is None
     assert unseen["host_ms_per_step"] == 2  # the host's time needs no profiler
 
-    def fails(step, device, steps):
+    def fails(step, device, steps, windows):
         raise RuntimeError("CUPTI_ERROR_INSUFFICIENT_PRIVILEGES")
 
     assert finished(monkeypatch, paired=True, window=fails) == {}

@@ -929,17 +929,21 @@ def matmul_step(device: torch.device) -> Step:
 
 
 def test_a_launch_bound_step_is_labelled_so_and_a_matmul_bound_one_is_not() -> None:
-    """The two extremes on either side of the label's threshold (analysis/cells/busy.py LAUNCH_BOUND)."""
+    """The two extremes on either side of the label's threshold (LAUNCH_BOUND: the measured step's share
+    the GPU idled, 1 - GPU time / measured step)."""
     from analysis.cells.busy import LAUNCH_BOUND
-    from workloads.instruments.profiled_window import MIN_STEPS, profiled_window
+    from workloads.cell.step_timer import step_timer
+    from workloads.instruments.profiled_window import MIN_STEPS, WINDOWS, profiled_windows
 
     device = torch.device("cuda")
-    tiny = profiled_window(tiny_ops_step(device), device, MIN_STEPS)
-    dense = profiled_window(matmul_step(device), device, MIN_STEPS)
-    assert tiny is not None and dense is not None, "the profiler saw no kernels (CUPTI unavailable?)"
-    print(f"busy share: tiny ops {tiny.busy_share:.3f} ({tiny.step_ms:.3f} ms a step), "
-          f"matmuls {dense.busy_share:.3f} ({dense.step_ms:.3f} ms)")  # fmt: skip
-    assert 0 < tiny.busy_share < 1 - LAUNCH_BOUND < dense.busy_share <= 1
+    idle = {}
+    for name, step in (("tiny ops", tiny_ops_step(device)), ("matmuls", matmul_step(device))):
+        windows = profiled_windows(step, device, MIN_STEPS, WINDOWS)
+        assert windows is not None, "the profiler saw no kernels (CUPTI unavailable?)"
+        measured = statistics.median(ms for ms, _, _ in step_timer(device).block(step, 10))
+        idle[name] = 1 - statistics.median(w.gpu_ms for w in windows) / measured
+        print(f"{name}: measured {measured:.3f} ms a step, the GPU idle {idle[name]:.1%} of it")
+    assert idle["matmuls"] < LAUNCH_BOUND < idle["tiny ops"] < 1
 
 
 def slowed(step: Step, host_us: float) -> Step:
@@ -959,7 +963,12 @@ def test_a_window_s_gpu_time_and_launches_are_the_device_s_not_the_host_s() -> N
     when the host is 2 ms slower per step, where the window's span per step does; a matmul-bound step's
     GPU time is its measured step."""
     from workloads.cell.step_timer import step_timer
-    from workloads.instruments.profiled_window import host_step_ms, profiled_window
+    from workloads.instruments.profiled_window import WINDOWS, host_step_ms, profiled_windows
+
+    def profiled_window(step: Step, device: torch.device, steps: int):
+        windows = profiled_windows(step, device, steps, WINDOWS)
+        assert windows is None or len(windows) == WINDOWS
+        return windows[-1] if windows else None
 
     device = torch.device("cuda")
     tiny = tiny_ops_step(device)
@@ -975,13 +984,14 @@ def test_a_window_s_gpu_time_and_launches_are_the_device_s_not_the_host_s() -> N
     measured = statistics.median(ms for ms, _, _ in step_timer(device).block(dense_step, 10))
     print(f"matmuls: GPU {dense.gpu_ms:.3f} ms a step, measured {measured:.3f} ms, "
           f"launches {dense.launches}, host {host_step_ms(dense_step, device):.3f} ms")  # fmt: skip
-    assert dense.gpu_ms == pytest.approx(measured, rel=0.05) and dense.launches == dense.kernels == 4
+    assert dense.gpu_ms == pytest.approx(measured, rel=0.05) and dense.kernels == 4
+    assert dense.launches >= 4  # cuBLAS may fill its workspace: a memset is a launch too
     assert host_step_ms(slowed(tiny, 2000), device) > host_step_ms(tiny, device) + 1.5
 
 
 def test_a_cuda_graph_s_replay_is_one_launch_of_all_its_kernels() -> None:
     """CUPTI gives a graph's kernels the correlation id of its replay: one launch, 200 kernels."""
-    from workloads.instruments.profiled_window import profiled_window
+    from workloads.instruments.profiled_window import profiled_windows
 
     device = torch.device("cuda")
     tiny, stream = tiny_ops_step(device), torch.cuda.Stream()
@@ -992,8 +1002,8 @@ def test_a_cuda_graph_s_replay_is_one_launch_of_all_its_kernels() -> None:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         tiny()
-    window = profiled_window(lambda: (graph.replay(), 0.0), device, 10)
-    assert window is not None and window.launches == 1 and window.kernels == 200
+    (window,) = profiled_windows(lambda: (graph.replay(), 0.0), device, 10, 1)
+    assert window.launches == 1 and window.kernels == 200
 
 
 def test_cells_record_each_side_s_gpu_time_launches_and_host_time_also_under_cuda_graphs(tiny_cells) -> None:

@@ -6,6 +6,10 @@ window over the window's length. The rest is time the GPU idled: waiting for the
 work (a launch-bound step), for data, or for nothing queued at all. Kernel durations are the GPU's
 own (CUPTI's timestamps), so busy time is the same on a slower host, where the window's span is not.
 
+A window is bounded by two markers launched on an idle device, one before its work and one after:
+device-to-device copies of MARKER_BYTES bytes, a size no model's copy has, so that several windows,
+each ended by a synchronize, are told apart in one trace.
+
 A launch is one host call that put work on the device: CUPTI gives every such call a correlation id
 and every activity it caused the same id, so the launches are the distinct ids of the activity. A
 CUDA graph's replay is one launch however many kernels it holds.
@@ -29,23 +33,26 @@ Interval = tuple[float, float]
 #: builds wrote "Kernel"). Not `gpu_user_annotation`: a `record_function` range drawn on the GPU's
 #: timeline spans the idle gaps between its kernels.
 GPU_WORK = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-KERNEL = "kernel"
+KERNEL, COPY = "kernel", "gpu_memcpy"
+#: The size of a window's marker copies: odd and not a multiple of any dtype's size but a byte's.
+MARKER_BYTES = 7919
 
 
 @dataclass(frozen=True)
 class Activity:
-    """One piece of the device's work: its interval (µs), whether it is a kernel, and the correlation
-    id of the host call that launched it (None where the trace has none)."""
+    """One piece of the device's work: its interval (µs), whether it is a kernel or a window's marker,
+    and the correlation id of the host call that launched it (None where the trace has none)."""
 
     start: float
     end: float
     kernel: bool
     correlation: int | None
+    marker: bool = False
 
 
 @dataclass(frozen=True)
 class WindowActivity:
-    """What the device did between a window's two bounding markers, the markers left out."""
+    """What the device did between a window's two markers, the markers left out."""
 
     busy_ms: float
     """The union of the activity's intervals, ms."""
@@ -92,9 +99,10 @@ def device_activity(trace: Mapping[str, Any]) -> list[Activity]:
     for event in trace.get("traceEvents", []):
         cat = str(event.get("cat", "")).lower()
         if cat in GPU_WORK and event.get("ph") == "X" and "dur" in event:
-            start = float(event["ts"])
-            correlation = (event.get("args") or {}).get("correlation")
-            activity.append(Activity(start, start + float(event["dur"]), cat == KERNEL, _id(correlation)))
+            start, args = float(event["ts"]), event.get("args") or {}
+            marker = cat == COPY and _id(args.get("bytes")) == MARKER_BYTES
+            end = start + float(event["dur"])
+            activity.append(Activity(start, end, cat == KERNEL, _id(args.get("correlation")), marker))
     return activity
 
 
@@ -103,22 +111,27 @@ def gpu_intervals(trace: Mapping[str, Any]) -> list[Interval]:
     return [(piece.start, piece.end) for piece in device_activity(trace)]
 
 
-def window_activity(activity: list[Activity]) -> WindowActivity | None:
-    """The activity of a window bounded by two markers launched on an idle device, one before its work
-    and one after (the earliest start and the latest end); None without work between them."""
-    if len(activity) < 3:
+def windows_activity(activity: list[Activity]) -> list[WindowActivity] | None:
+    """Each window's activity, in order: the work between its two markers (the first and second, the
+    third and fourth, ...); None where the markers do not pair up (a window's copies not seen)."""
+    markers = sorted((piece for piece in activity if piece.marker), key=lambda piece: piece.start)
+    if not markers or len(markers) % 2:
         return None
-    first = min(activity, key=lambda piece: piece.start)
-    last = max(activity, key=lambda piece: piece.end)
-    inner = [piece for piece in activity if piece is not first and piece is not last]
-    bounds = (first.start, last.end)
-    correlations = {piece.correlation for piece in inner}
-    return WindowActivity(
-        busy_ms=busy_time(((piece.start, piece.end) for piece in inner), bounds) / 1e3,
-        span_ms=(bounds[1] - bounds[0]) / 1e3,
-        kernels=sum(piece.kernel for piece in inner),
-        launches=None if None in correlations else len(correlations),
-    )
+    work = [piece for piece in activity if not piece.marker]
+    windows = []
+    for begin, end in zip(markers[::2], markers[1::2]):
+        bounds = (begin.start, end.end)
+        inner = [piece for piece in work if bounds[0] <= piece.start and piece.end <= bounds[1]]
+        correlations = {piece.correlation for piece in inner}
+        windows.append(
+            WindowActivity(
+                busy_ms=busy_time(((piece.start, piece.end) for piece in inner), bounds) / 1e3,
+                span_ms=(end.end - begin.start) / 1e3,
+                kernels=sum(piece.kernel for piece in inner),
+                launches=None if None in correlations else len(correlations),
+            )
+        )
+    return windows
 
 
 def _id(correlation: object) -> int | None:

@@ -2,15 +2,16 @@
 its launches and kernels per step, and the host's time to issue a step.
 
 Once the loop finished and its row is summarised, the warm cell runs a few more steps per side (a
-paired cell's eager side under `force_eager`): HOST_STEPS steps each started on an idle device, whose
-host time to return is the host's time to issue a step (not profiled: CUPTI's callbacks would slow
-it), then WINDOWS windows under `torch.profiler` with the device's activity only, each of about
-WINDOW_S / WINDOWS seconds of steps at the measured median step (at least MIN_STEPS). A window's
-bounds on the GPU's timeline are two one-element adds, launched right before its first step and
-right after its last one returned: the step boundaries of the measured loop (workloads/cell/train.py).
-Within them (workloads/instruments/device_activity.py) the union of the device's work over the steps
-is the GPU time per step, which the profiler does not change (kernel durations are the GPU's), and
-the distinct launches and the kernels per step; the busy share is that union over the span, which a
+paired cell's eager side under `force_eager`). First, for each side, HOST_STEPS steps each started on
+an idle device, whose host time to return is the host's time to issue a step (not profiled: CUPTI's
+callbacks would slow it). Then, for each side, one run under `torch.profiler` with the device's
+activity only, of WINDOWS windows of about WINDOW_S / WINDOWS seconds of steps at the measured median
+step (at least MIN_STEPS), the device idle before and after each. A window's bounds on the GPU's
+timeline are two marker copies, launched right before its first step and right after its last one
+returned: the step boundaries of the measured loop (workloads/cell/train.py). Within them
+(workloads/instruments/device_activity.py) the union of the device's work over the steps is the GPU
+time per step, which the profiler does not change (kernel durations are the GPU's), and so are the
+distinct launches and the kernels per step; the busy share is that union over the span, which a
 launch-bound step stretches under the profiler (`profiled_step_ms` beside the median step says by how
 much). None of these steps is in steps.parquet or in the loop's statistics.
 """
@@ -18,6 +19,7 @@ much). None of these steps is in steps.parquet or in the loop's statistics.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import statistics
@@ -35,17 +37,20 @@ from workloads.cell.config import CellConfig
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import PreparedCell
 from workloads.instruments.base import Instrument
-from workloads.instruments.device_activity import WindowActivity, device_activity, window_activity
+from workloads.instruments.device_activity import (
+    MARKER_BYTES,
+    WindowActivity,
+    device_activity,
+    windows_activity,
+)
 from workloads.instruments.environment import resolve_device
 
 #: Seconds of steps a side's windows profile together (at the measured median step), their number,
 #: and the fewest steps a window has: three windows give the GPU time an interval within one
-#: process, short beside the measuring (tests/benchmarks/device_time_gpu.py measures the cost).
+#: process, short beside the measuring (its cost: docs/measurement.md "Device time and the host").
 WINDOW_S, WINDOWS, MIN_STEPS = 0.2, 3, 2
-#: Steps each started on an idle device whose host time is taken (the median). They run first on
-#: each side, outside the profiler, so the switch to the eager side (its first step after compiled
-#: ones) and the profiler's start-up are no part of a window.
-HOST_STEPS = 3
+#: Steps each started on an idle device whose host time is taken (the median over them).
+HOST_STEPS = 5
 
 
 @dataclass(frozen=True)
@@ -87,27 +92,36 @@ def device_trace(run: Callable[[], None], device: torch.device) -> dict[str, Any
         return json.loads(path.read_text())
 
 
-def profiled_window(step: Callable[[], object], device: torch.device, steps: int) -> Window | None:
-    """`steps` steps in a profiled window; None where the profiler saw no activity on the device
-    (CUPTI unavailable, or not allowed)."""
-    marker = torch.zeros(1, device=device)
+def profiled_windows(
+    step: Callable[[], object], device: torch.device, steps: int, windows: int
+) -> list[Window] | None:
+    """`windows` windows of `steps` steps each, in one profiled run, the device idle before and after
+    each; None where the profiler saw no activity on the device (CUPTI unavailable, or not allowed)."""
+    source = torch.zeros(MARKER_BYTES, dtype=torch.uint8, device=device)
+    marker = torch.empty_like(source)
+    step()  # outside the profiler: a switch of sides (the first eager step after compiled ones) is in none
     torch.cuda.synchronize(device)
 
-    def window() -> None:
-        # The device idles before and after: the first and the last activity are these two adds.
-        marker.add_(1)
-        for _ in range(steps):
-            step()
-        marker.add_(1)
+    def run() -> None:
+        for _ in range(windows):
+            marker.copy_(source)  # a copy of MARKER_BYTES bytes: the window's bound
+            for _ in range(steps):
+                step()
+            marker.copy_(source)
+            torch.cuda.synchronize(device)
 
-    activity = window_activity(device_activity(device_trace(window, device)))
-    return None if activity is None or activity.busy_share is None else Window.of(activity, steps)
+    activity = windows_activity(device_activity(device_trace(run, device)))
+    if activity is None or len(activity) != windows or any(w.busy_share is None for w in activity):
+        return None
+    return [Window.of(window, steps) for window in activity]
 
 
 def host_step_ms(step: Callable[[], object], device: torch.device, steps: int = HOST_STEPS) -> float:
     """The median over `steps` steps of the host's time from calling the step to its return, each
     started on an idle device: the time to issue it, none of it spent waiting for the device (a step
-    makes no synchronising call; the queue of launches holds about a thousand)."""
+    makes no synchronising call; the queue of launches holds about a thousand). Garbage is collected
+    first: the collection of earlier windows' traces is no step's."""
+    gc.collect()
     times = []
     for _ in range(steps):
         torch.cuda.synchronize(device)
@@ -118,7 +132,7 @@ def host_step_ms(step: Callable[[], object], device: torch.device, steps: int = 
     return statistics.median(times)
 
 
-def side_columns(prefix: str, host_ms: float, windows: list[Window | None]) -> dict[str, Any]:
+def side_columns(prefix: str, host_ms: float, windows: list[Window] | None) -> dict[str, Any]:
     """A side's run-row columns from its host time and its windows: medians over the windows, each
     window's GPU time, the busy share and span per step over all of them; None where a window saw no
     device activity."""
@@ -126,7 +140,7 @@ def side_columns(prefix: str, host_ms: float, windows: list[Window | None]) -> d
              "launches_per_step", "kernels_per_step")  # fmt: skip
     columns: dict[str, Any] = {f"{prefix}{name}": None for name in names}
     columns[f"{prefix}host_ms_per_step"] = host_ms
-    if not windows or any(window is None for window in windows):
+    if not windows:
         return columns
     launches = [window.launches for window in windows]
     columns.update({
@@ -174,11 +188,14 @@ class GpuBusy(Instrument):
             sides["eager_"] = lambda: torch.compiler.set_stance("force_eager")
         columns: dict[str, Any] = {}
         try:
+            host_ms = {}
+            for prefix, stance in sides.items():  # before any trace is read: its garbage is none of theirs
+                with stance():
+                    host_ms[prefix] = host_step_ms(step, device)
             for prefix, stance in sides.items():
                 with stance():
-                    host_ms = host_step_ms(step, device)
-                    windows = [profiled_window(step, device, steps) for _ in range(WINDOWS)]
-                columns.update(side_columns(prefix, host_ms, windows))
+                    windows = profiled_windows(step, device, steps, WINDOWS)
+                columns.update(side_columns(prefix, host_ms[prefix], windows))
         except Exception as error:  # noqa: BLE001 - a probe after the measuring never fails the attempt
             print(f"compilebench: no profiled window ({type(error).__name__}: {error})", file=sys.stderr)
             return {}
