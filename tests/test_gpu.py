@@ -986,7 +986,9 @@ def test_a_window_s_gpu_time_and_launches_are_the_device_s_not_the_host_s() -> N
           f"launches {dense.launches}, host {host_step_ms(dense_step, device):.3f} ms")  # fmt: skip
     assert dense.gpu_ms == pytest.approx(measured, rel=0.05) and dense.kernels == 4
     assert dense.launches >= 4  # cuBLAS may fill its workspace: a memset is a launch too
-    assert host_step_ms(slowed(tiny, 2000), device) > host_step_ms(tiny, device) + 1.5
+    assert (
+        host_step_ms(slowed(tiny, 2000), device) > host_step_ms(tiny, device) + 1.0
+    )  # 2 ms, give or take the host's
 
 
 def test_a_cuda_graph_s_replay_is_one_launch_of_all_its_kernels() -> None:

@@ -18,9 +18,9 @@ inductor cache between calls, as a cluster's shared cache would.
     124M at one micro-step and resnet50 at batch 256, where paired and unpaired must agree)
     Device time (issue 39; each part asked on two freshly started machines, compared by
     tests/benchmarks/device_time_two_machines.py): device_time_gpt (gpt small bf16 inductor and cudagraphs,
-    resnet18 bf16 batch 32 channels-last, inductor), device_time_cnn (mobilenetv3_large_100 and resnet50d,
-    the suite model that moved most, at the timm_train suite's settings, inductor); repeats 3, paired, no
-    eager cells
+    resnet18 bf16 batch 32 channels-last and mobilenetv3_large_100 at the timm_train suite's settings,
+    inductor), device_time_cnn (resnet50d and efficientnetv2_rw_s, the suite models that moved most,
+    inductor); repeats 3, paired, no eager cells
 """
 
 from __future__ import annotations
@@ -175,11 +175,21 @@ PARTS: dict[str, list[tuple[str, list[str]]]] = {
             ["model=timm", "model.arch=resnet18", "size=small", "batch_size=32", "model.channels_last=true"]
             + ["backend=inductor", "precision=bf16", "device=cuda", REPEATS],
         ),
+        (
+            "device_time_mobilenetv3",
+            [
+                "+suite=timm_train",
+                "model.arch=mobilenetv3_large_100",
+                "backend=inductor",
+                "device=cuda",
+                REPEATS,
+            ],
+        ),
     ],
     "device_time_cnn": [
         (
             "device_time_suite_moved",
-            ["+suite=timm_train", "model.arch=mobilenetv3_large_100,resnet50d"]
+            ["+suite=timm_train", "model.arch=resnet50d,efficientnetv2_rw_s"]
             + ["backend=inductor", "device=cuda", REPEATS],
         )
     ],
