@@ -281,6 +281,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=sorted(PARTS), nargs="+", required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--only", nargs="+", metavar="SWEEP", help="of the parts' sweeps, run only these")
     args = parser.parse_args()
     subprocess.call(
         [
@@ -293,6 +294,8 @@ def main() -> None:
         if part == "jpeg" and not Path("/tmp/jpegs").exists():
             make_jpegs(Path("/tmp/jpegs"))
         for name, overrides in PARTS[part]:
+            if args.only and name not in args.only:
+                continue
             sweep(name, overrides)
             with tarfile.open(
                 args.out / f"{name}.tar.gz", "w:gz"
