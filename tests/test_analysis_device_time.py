@@ -100,11 +100,11 @@ def test_a_cudagraphs_cell_whose_eager_side_is_launch_bound_is_host_dependent(tm
 MOBILENET = dict(gpu=12.81, eager_gpu=17.66, eager_ms=18.0, compiled_ms=18.4, launches=1200.0, host_ms=18.0)
 
 
-def write_mobilenet(sweep: Path) -> None:
+def write_mobilenet(sweep: Path, backend: str = "inductor") -> None:
     m = MOBILENET
     blocks = [[([m["eager_ms"]] * 3, [m["compiled_ms"]] * 3)] * 5]
     write_paired_replicates(
-        sweep, "m", "inductor", blocks, gpu_ms_per_step=m["gpu"], eager_gpu_ms_per_step=m["eager_gpu"],
+        sweep, "m", backend, blocks, gpu_ms_per_step=m["gpu"], eager_gpu_ms_per_step=m["eager_gpu"],
         gpu_ms_windows=[m["gpu"] - 0.01, m["gpu"], m["gpu"] + 0.02],
         eager_gpu_ms_windows=[m["eager_gpu"] - 0.02, m["eager_gpu"], m["eager_gpu"] + 0.01],
         launches_per_step=m["launches"], host_ms_per_step=m["host_ms"], eager_launches_per_step=1500.0,
@@ -136,9 +136,15 @@ def test_the_gap_between_device_and_wall_speedups_is_explained_with_launches_and
     host = summary_table(metrics).text["host"].iloc[0]
     us = m["host_ms"] * 1e3 / m["launches"]
     graphed = max(m["gpu"], us / 1e3)  # one launch a step
-    assert f"1200 launches/step at {us:.1f} µs" in host
+    assert f"{m['launches']:,.0f} launches/step at {us:.1f} µs" in host
     assert "CUDA graphs (mode=reduce-overhead)" in host
     assert host.endswith(fmt_speedup(cell["speedup"] * cell["median_step_ms"] / graphed))
+
+
+def test_a_cell_that_replays_cuda_graphs_is_told_its_launches_lie_outside_them(tmp_path: Path) -> None:
+    write_mobilenet(tmp_path, "cudagraphs")
+    host = summary_table(cell_metrics(load_sweep(tmp_path, warn=None))).text["host"].iloc[0]
+    assert host.endswith("ms of GPU, outside its CUDA graphs") and "reduce-overhead" not in host
 
 
 def test_no_gap_is_explained_where_the_compiled_side_is_not_launch_bound(tmp_path: Path) -> None:

@@ -11,13 +11,15 @@ import pandas as pd
 
 from analysis.cells.device_time import predicted_step_ms
 from analysis.cells.paired import PAIRED
-from analysis.rendering.text import fmt_count, fmt_number, fmt_speedup, is_null
+from analysis.rendering.text import fmt_number, fmt_speedup, is_null
 
 #: The device-time speedup's interval must clear the wall speedup's by this much, relative (its low
 #: end above the wall interval's high end x 1.05), for the table to say what would close the gap:
 #: a 5% gain is one compiling is used for, and a smaller gap is within what two hosts' paired wall
 #: speedups differ by (gpt small inductor: 1.370x and 1.361x on two H100s).
 GAP = 0.05
+#: The backends and inductor modes that replay CUDA graphs already: their gap is launches outside them.
+GRAPH_BACKENDS, GRAPH_MODES = ("cudagraphs",), ("reduce-overhead", "max-autotune")
 #: The mark of a wall speedup that is the host's (one side launch-bound, the other not), in the
 #: compact table, and what it means.
 HOST_MARK = "‡"
@@ -75,36 +77,42 @@ def bound_texts(metrics: pd.DataFrame) -> list[str]:
     return texts
 
 
-def _bound_us(row: pd.Series, eager_cell: pd.Series | None) -> object:
-    """The µs per launch (older sweeps: µs per tiny op) of a host-dependent cell's launch-bound side."""
-    if row["speedup_method"] == PAIRED:
-        side = "" if row["launch_bound"] else "eager_"
-        source = row
-    else:
-        side, source = "", row if row["launch_bound"] or eager_cell is None else eager_cell
-    us = source[f"{side}host_us_per_launch"]
-    return (us, "launch") if not is_null(us) else (source["host_op_us"], "tiny op")
+def _host_dependent(metrics: pd.DataFrame) -> np.ndarray:
+    return metrics["host_dependent"].fillna(False).astype(bool).to_numpy()
+
+
+def _bound_speeds(metrics: pd.DataFrame) -> list[str]:
+    """Per host-dependent cell, its launch-bound side's host speed: ` at 7.6 µs/launch` (older sweeps:
+    µs per tiny op before measuring); the eager cell's for an unpaired cell whose eager cell is the
+    launch-bound one; '' for the other cells."""
+    by_id = metrics.set_index("cell_id", drop=False)
+    texts = []
+    for (_, row), dependent in zip(metrics.iterrows(), _host_dependent(metrics)):
+        source, side = row, "" if row["launch_bound"] else "eager_"
+        if row["speedup_method"] != PAIRED:
+            base = row["baseline_cell_id"]
+            side = ""
+            if not row["launch_bound"] and not is_null(base) and base in by_id.index:
+                source = by_id.loc[base]
+        us, unit = source[f"{side}host_us_per_launch"], "launch"
+        if is_null(us):
+            us, unit = source["host_op_us"], "tiny op"
+        texts.append(f" at {float(us):.1f} µs/{unit}" if dependent and not is_null(us) else "")
+    return texts
 
 
 def host_texts(metrics: pd.DataFrame) -> list[str]:
     """Per cell, what the host does to its wall speedup: where host-dependent, `1.95x on this host at
     7.6 µs/launch; 1.01x on the GPU alone`; where the device-time speedup clears the wall one by more
     than GAP and the compiled side is launch-bound, what would close the gap (`gap_text`); else ''."""
-    by_id = metrics.set_index("cell_id", drop=False)
     texts = []
-    for _, row in metrics.iterrows():
-        parts = []
-        if row["host_dependent"] is True or row["host_dependent"] == 1:
-            base = row["baseline_cell_id"]
-            eager_cell = by_id.loc[base] if not is_null(base) and base in by_id.index else None
-            us, unit = _bound_us(row, eager_cell)
-            at = "" if is_null(us) else f" at {float(us):.1f} µs/{unit}"
-            parts.append(
-                f"{fmt_speedup(row['speedup'])} on this host{at}; {fmt_speedup(row['device_speedup'])} "
-                "on the GPU alone"
-            )
-        gap = gap_text(row)
-        texts.append("; ".join([*parts, gap] if gap else parts))
+    for (_, row), dependent, at in zip(metrics.iterrows(), _host_dependent(metrics), _bound_speeds(metrics)):
+        host = (
+            f"{fmt_speedup(row['speedup'])} on this host{at}; {fmt_speedup(row['device_speedup'])} on the GPU"
+        )
+        texts.append(
+            "; ".join(part for part in (f"{host} alone" if dependent else "", gap_text(row)) if part)
+        )
     return texts
 
 
@@ -121,21 +129,24 @@ def closes_gap(row: pd.Series) -> bool:
 def gap_text(row: pd.Series) -> str:
     """What would close a cell's gap between its device-time and wall speedups (`closes_gap`): the
     launches a compiled step makes and their µs, and what CUDA graphs would make of it, by the model
-    with one launch per step: `412 launches/step at 15.0 µs: 6.2 ms of host for 12.8 ms of GPU;
-    CUDA graphs (mode=reduce-overhead) replay them as one launch: ~12.8 ms, 1.41x`."""
+    with one launch per step: `1,200 launches/step at 15.0 µs: 18.00 ms of host for 12.81 ms of GPU;
+    CUDA graphs (mode=reduce-overhead) replay them as one launch: ~12.81 ms, 1.41x`. A cell that
+    replays CUDA graphs already is told where its launches are: outside them."""
     if not closes_gap(row):
         return ""
     launches, us, gpu = row["launches_per_step"], row["host_us_per_launch"], row["gpu_ms"]
     if is_null(launches) or is_null(us):
         return f"the host eats the GPU's {fmt_speedup(row['device_speedup'])}: launches not measured"
-    graphed = float(predicted_step_ms(gpu, 1, us))
     host = float(launches) * float(us) / 1e3
+    spent = f"{float(launches):,.0f} launches/step at {float(us):.1f} µs: {fmt_number(host)} ms of host for "
+    if row["backend"] in GRAPH_BACKENDS or row["compile_mode"] in GRAPH_MODES:
+        return f"{spent}{fmt_number(gpu)} ms of GPU, outside its CUDA graphs"
+    graphed = float(predicted_step_ms(gpu, 1, us))
     # The eager side stays as measured: the wall speedup scaled by the compiled step's change.
     predicted = fmt_speedup(float(row["speedup"]) * float(row["median_step_ms"]) / graphed)
     return (
-        f"{fmt_count(launches)} launches/step at {float(us):.1f} µs: {fmt_number(host)} ms of host for "
-        f"{fmt_number(gpu)} ms of GPU; CUDA graphs (mode=reduce-overhead) replay them as one launch: "
-        f"~{fmt_number(graphed)} ms, {predicted}"
+        f"{spent}{fmt_number(gpu)} ms of GPU; CUDA graphs (mode=reduce-overhead) replay them as one "
+        f"launch: ~{fmt_number(graphed)} ms, {predicted}"
     )
 
 
@@ -151,10 +162,6 @@ def side_columns(metrics: pd.DataFrame) -> dict[str, list[str]]:
         "bound": bound_texts(metrics),
         "host": host_texts(metrics),
     }
-
-
-def _host_dependent(metrics: pd.DataFrame) -> np.ndarray:
-    return metrics["host_dependent"].fillna(False).astype(bool).to_numpy()
 
 
 def host_marked(texts: list[str], metrics: pd.DataFrame) -> list[str]:
@@ -178,16 +185,12 @@ def gpu_alone_texts(metrics: pd.DataFrame) -> list[str]:
 
 def compact_why(metrics: pd.DataFrame) -> list[str]:
     """The compact table's why of a completed cell: `data-bound`, which side is launch-bound, and for a
-    host-dependent cell the launch-bound side's µs per launch (`eager launch-bound, 7.6 µs/launch`)."""
-    by_id = metrics.set_index("cell_id", drop=False)
+    host-dependent cell the launch-bound side's µs per launch (`eager launch-bound, 7.6 µs/launch`;
+    `eager cell launch-bound, ...` where an unpaired cell's eager cell is)."""
     texts = []
-    for (_, row), bound, mark in zip(metrics.iterrows(), bound_texts(metrics), _host_dependent(metrics)):
-        if mark:
-            base = row["baseline_cell_id"]
-            us, unit = _bound_us(row, by_id.loc[base] if base in by_id.index else None)
-            side = bound or "eager cell launch-bound"
-            bound = side if is_null(us) else f"{side}, {float(us):.1f} µs/{unit}"
-        texts.append(bound)
+    for bound, at, dependent in zip(bound_texts(metrics), _bound_speeds(metrics), _host_dependent(metrics)):
+        side = bound or ("eager cell launch-bound" if dependent else "")
+        texts.append(f"{side},{at.replace(' at ', ' ', 1)}" if at else side)
     return texts
 
 
