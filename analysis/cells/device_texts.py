@@ -150,10 +150,12 @@ def gap_text(row: pd.Series) -> str:
     )
 
 
-def side_columns(metrics: pd.DataFrame) -> dict[str, list[str]]:
-    """The full per-cell table's device-time columns of each side, why a side is slow, and what the host
-    does to the wall speedup (`host_texts`)."""
+def full_columns(metrics: pd.DataFrame) -> dict[str, list[str]]:
+    """The full per-cell table's device-time columns, beside the wall speedup: the device-time speedup,
+    each side's GPU ms, launches and µs per launch, why a side is slow, what the host does to the wall
+    speedup (`host_texts`)."""
     return {
+        "device speedup [95% CI]": device_speedup_texts(metrics),
         "GPU ms/step": side_texts(metrics, "gpu_ms"),
         "launches/step": side_texts(
             metrics, "launches_per_step", lambda v: "" if is_null(v) else f"{v:,.0f}"
@@ -162,6 +164,12 @@ def side_columns(metrics: pd.DataFrame) -> dict[str, list[str]]:
         "bound": bound_texts(metrics),
         "host": host_texts(metrics),
     }
+
+
+def compact_columns(metrics: pd.DataFrame, speedups: list[str]) -> dict[str, list[str]]:
+    """The compact table's speedup column (`speedups`, its texts) with HOST_MARK after those of
+    host-dependent cells, and `GPU alone` beside it (`gpu_alone_texts`)."""
+    return {"speedup [95% CI]": host_marked(speedups, metrics), "GPU alone": gpu_alone_texts(metrics)}
 
 
 def host_marked(texts: list[str], metrics: pd.DataFrame) -> list[str]:

@@ -13,15 +13,7 @@ import pandas as pd
 
 from analysis.cells.cost import NOTE as COST_NOTE
 from analysis.cells.cost import cost_texts
-from analysis.cells.device_texts import (
-    compact_why,
-    device_note,
-    device_speedup_texts,
-    gpu_alone_texts,
-    host_marked,
-    host_note,
-    side_columns,
-)
+from analysis.cells.device_texts import compact_columns, compact_why, device_note, full_columns, host_note
 from analysis.cells.device_time import LAUNCH_BOUND
 from analysis.cells.metrics import ACCURACY_COLUMNS, cell_metrics
 from analysis.cells.standings import auto_max_repeats
@@ -131,7 +123,7 @@ def summary_table(
                              zip(metrics["speedup"], metrics["speedup_low"], metrics["speedup_high"])],
         "vs eager": method_texts(metrics),
         "interval": interval_texts(metrics),
-        "device speedup [95% CI]": device_speedup_texts(metrics),
+        **full_columns(metrics),
         "e2e speedup [95% CI]": [fmt_speedup(*v) for v in
                                  zip(metrics["e2e_speedup"], metrics["e2e_speedup_low"],
                                      metrics["e2e_speedup_high"])],
@@ -148,7 +140,6 @@ def summary_table(
         "accuracy": [fmt_accuracy(*values, full=True) for values in
                      zip(*(metrics[column] for column in ACCURACY_COLUMNS))],
         "data wait": metrics["data_wait_share"].map(fmt_percent),
-        **side_columns(metrics),
         "error": [short_error(e) if s != COMPLETED else "" for s, e in
                   zip(metrics["status"], metrics["error"])],
     })  # fmt: skip
@@ -199,9 +190,8 @@ def compact_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE) -> Ta
     text = pd.DataFrame({
         "cell": cell_labels(metrics),
         "median ms": metrics["median_step_ms"].map(fmt_number),
-        "speedup [95% CI]": host_marked([fmt_speedup(*v) + (" e2e" if end else "") if not is_null(v[0])
-                                         else "" for v, end in zip(speed.to_numpy(), e2e)], metrics),
-        "GPU alone": gpu_alone_texts(metrics),
+        **compact_columns(metrics, [fmt_speedup(*v) + (" e2e" if end else "") if not is_null(v[0]) else ""
+                                    for v, end in zip(speed.to_numpy(), e2e)]),
         "verdict": verdicts,
         "compile s": compile_texts(metrics),
         "break-even steps": _cold_warm(metrics, "break_even_steps", whole=True),
