@@ -189,7 +189,12 @@ def test_unpaired_cells_take_the_eager_cells_gpu_time(tmp_path: Path) -> None:
     assert compiled["device_interval"] == "across 2 runs" and math.isnan(compiled["eager_gpu_ms"])
     assert cells["e"]["launch_bound"] and not compiled["launch_bound"] and compiled["host_dependent"]
     assert not cells["e"]["host_dependent"]  # the eager cell against itself
-    text = summary_table(cell_metrics(load_sweep(tmp_path, warn=None))).text.set_index("cell")
+    metrics = cell_metrics(load_sweep(tmp_path, warn=None))
+    why = compact_table(metrics).text.set_index(metrics["cell_id"].to_numpy())["why"]
+    assert (
+        why["c"] == f"eager cell launch-bound, {11.0e3 / 1600:.1f} µs/launch" and why["e"] == "launch-bound"
+    )
+    text = summary_table(metrics).text.set_index("cell")
     assert text.loc["c", "host"].startswith(
         f"{fmt_speedup(compiled['speedup'])} on this host at {11.0e3 / 1600:.1f} µs/launch"
     )
@@ -219,6 +224,22 @@ def test_an_old_sweep_is_labelled_from_its_lifted_gpu_time_against_the_measured_
     assert 1 - busy > LAUNCH_BOUND and 1 - busy * profiled / 10.0 < LAUNCH_BOUND
     assert not cell["launch_bound"] and math.isnan(cell["launches_per_step"])
     assert math.isnan(cell["predicted_step_ms"])  # no launches: no prediction
+
+
+def test_an_old_paired_cell_is_host_dependent_at_the_hosts_speed_per_tiny_op(tmp_path: Path) -> None:
+    """Without launches, the host-dependent line names the host's µs per tiny op before measuring."""
+    write_paired_replicates(
+        tmp_path, "old", "cudagraphs", [[([15.6] * 3, [7.96] * 3)] * 3], gpu_busy_share=0.9,
+        profiled_step_ms=8.2, eager_gpu_busy_share=0.37, eager_profiled_step_ms=20.3, host_op_us=7.5, **H100,
+    )  # fmt: skip
+    metrics = cell_metrics(load_sweep(tmp_path, warn=None))
+    cell = metrics.iloc[0]
+    assert cell["eager_gpu_ms"] == pytest.approx(0.37 * 20.3) and cell["gpu_ms"] == pytest.approx(0.9 * 8.2)
+    assert cell["eager_launch_bound"] and not cell["launch_bound"] and cell["host_dependent"]
+    assert summary_table(metrics).text["host"].iloc[0] == (
+        f"{fmt_speedup(cell['speedup'])} on this host at 7.5 µs/tiny op; "
+        f"{fmt_speedup(0.37 * 20.3 / (0.9 * 8.2))} on the GPU alone"
+    )
 
 
 def test_the_model_predicts_the_longer_of_gpu_and_host() -> None:
