@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from analysis.cells.device_texts import GAP, HOST_MARK
-from analysis.cells.device_time import LAUNCH_BOUND, predicted_step_ms
+from analysis.cells.device_time import LAUNCH_BOUND, predicted_speedup, predicted_step_ms
 from analysis.cells.metrics import cell_metrics
 from analysis.reading.collect import load_sweep
 from analysis.rendering.text import fmt_speedup
@@ -249,6 +249,18 @@ def test_the_model_predicts_the_longer_of_gpu_and_host() -> None:
     got = predicted_step_ms(gpu, [1200.0, 1200.0, 1.0, 1200.0], [15.0, 5.0, 15.0, 15.0])
     assert got[:3] == pytest.approx([18.0, 12.81, 12.81]) and np.isnan(got[3])
     assert predicted_step_ms(7.5, 2000.0, 7.6) == pytest.approx(15.2)
+
+
+def test_the_model_predicts_a_host_dependent_speedup_on_a_faster_host(tmp_path: Path) -> None:
+    """The cudagraphs cell's eager side is the host's: on a host whose launches take 0.8x the µs, its
+    predicted step shrinks by that and the speedup with it; its compiled side, the GPU's, stays."""
+    write_cudagraphs(tmp_path)
+    metrics = cell_metrics(load_sweep(tmp_path, warn=None))
+    cell = metrics.iloc[0]
+    eager_host = cell["eager_launches_per_step"] * cell["eager_host_us_per_launch"] / 1e3
+    here, faster = predicted_speedup(metrics), predicted_speedup(metrics, 0.8)
+    assert here[0] == pytest.approx(eager_host / cell["gpu_ms"])
+    assert faster[0] == pytest.approx(0.8 * eager_host / cell["gpu_ms"])
 
 
 def test_a_cell_without_windows_has_its_device_speedup_without_an_interval(tmp_path: Path) -> None:
