@@ -92,7 +92,7 @@ def test_a_cudagraphs_cell_whose_eager_side_is_launch_bound_is_host_dependent(tm
         cell["device_speedup"]
     )
     assert row["why"] == f"eager launch-bound, {us:.1f} µs/launch"
-    assert f"{HOST_MARK}: host-dependent" in compact.note
+    assert f"{HOST_MARK}: host-dependent" in compact.note and "GPU alone: eager GPU time" in compact.note
 
 
 #: mobilenetv3_large_100 bf16 batch 128 (issue 39): GPU ms per step of each side, the measured blocks,
@@ -210,7 +210,8 @@ def test_cpu_and_distributed_cells_say_they_have_no_device_time(tmp_path: Path) 
     text = summary_table(metrics).text.set_index("cell")["device speedup [95% CI]"]
     assert text["cpu-c"] == text["cpu-e"] == "no device time (CPU)"
     assert text["ddp-c"] == text["ddp-e"] == "no device time (2 processes)"
-    assert "GPU alone" not in compact_table(metrics).text.columns  # no cell has one: no column
+    compact = compact_table(metrics)
+    assert "GPU alone" not in compact.text.columns and "GPU alone" not in compact.note  # no cell has one
 
 
 def test_an_old_sweep_is_labelled_from_its_lifted_gpu_time_against_the_measured_step(tmp_path: Path) -> None:

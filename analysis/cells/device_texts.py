@@ -25,8 +25,10 @@ GRAPH_BACKENDS, GRAPH_MODES = ("cudagraphs",), ("reduce-overhead", "max-autotune
 HOST_MARK = "‡"
 HOST_NOTE = (
     f"{HOST_MARK}: host-dependent, one side launch-bound and the other not: the wall speedup is this "
-    "host's (at its µs per launch), `GPU alone` is what the kernels give on any host."
+    "host's (at its µs per launch)."
 )
+#: What the compact table's `GPU alone` is, under it where it has the column.
+GPU_ALONE_NOTE = "GPU alone: eager GPU time per step / compiled, what the kernels give on any host."
 
 
 def no_device_time(metrics: pd.DataFrame) -> list[str]:
@@ -203,8 +205,11 @@ def compact_why(metrics: pd.DataFrame) -> list[str]:
 
 
 def host_note(metrics: pd.DataFrame) -> str:
-    """HOST_NOTE where a cell is host-dependent, else ''."""
-    return HOST_NOTE if _host_dependent(metrics).any() else ""
+    """The compact table's note on its device time: GPU_ALONE_NOTE where a cell has a device-time
+    speedup, HOST_NOTE where one is host-dependent; '' for neither."""
+    notes = (GPU_ALONE_NOTE if metrics["device_speedup"].notna().any() else "",
+             HOST_NOTE if _host_dependent(metrics).any() else "")  # fmt: skip
+    return " ".join(note for note in notes if note)
 
 
 def device_note(launch_bound: float) -> str:
