@@ -179,11 +179,12 @@ def _margin(equivalence: float) -> str:
 
 
 def compact_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE) -> Table:
-    """The per-cell table in eight columns, to fit a terminal: the cell (its workload and backend), its
-    median step, the speedup its verdict rests on (`e2e` where end to end) with its interval, the
-    verdict (the status where the cell did not complete), compile s, break-even steps, the accuracy
-    check's result, and why: data- or launch-bound, or the error of a cell that did not complete. A
-    column no cell has a value in is left out."""
+    """The per-cell table in nine columns, to fit a terminal: the cell (its workload and backend), its
+    median step, the speedup its verdict rests on (`e2e` where end to end) with its interval (HOST_MARK
+    where host-dependent), `GPU alone` (the device-time speedup), the verdict (the status where the
+    cell did not complete), compile s, break-even steps, the accuracy check's result, and why: data- or
+    launch-bound, or the error of a cell that did not complete. A column no cell has a value in is
+    left out."""
     speed, e2e = decisive_speedup(metrics)
     completed = metrics["status"] == COMPLETED
     verdicts = verdict_texts(metrics, reasons=False, one_run=ONE_RUN_MARK).where(completed, metrics["status"])
