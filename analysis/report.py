@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from analysis.cells.busy import LAUNCH_BOUND
+from analysis.cells.device_time import LAUNCH_BOUND
 from analysis.cells.metrics import cell_metrics
 from analysis.cells.standings import auto_max_repeats
 from analysis.reading.collect import load_sweep
@@ -64,7 +64,8 @@ def analyze(
     `equivalence`: the margin of practical equivalence of the verdicts (0: none; None: the margin the
     sweep's repeats=auto cells were decided with, analysis/studies/auto_repeats.py, else EQUIVALENCE);
     `data_bound`: the share of step time waiting for data above which a cell's verdict rests on
-    end-to-end throughput; `launch_bound`: the GPU's idle share above which a cell is launch-bound."""
+    end-to-end throughput; `launch_bound`: the share of a side's measured step the GPU idles above which
+    it is launch-bound."""
     sweep_dir = Path(sweep_dir)
     data = load_sweep(sweep_dir, warn)
     if equivalence is None:

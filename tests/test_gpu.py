@@ -931,7 +931,7 @@ def matmul_step(device: torch.device) -> Step:
 def test_a_launch_bound_step_is_labelled_so_and_a_matmul_bound_one_is_not() -> None:
     """The two extremes on either side of the label's threshold (LAUNCH_BOUND: the measured step's share
     the GPU idled, 1 - GPU time / measured step)."""
-    from analysis.cells.busy import LAUNCH_BOUND
+    from analysis.cells.device_time import LAUNCH_BOUND
     from workloads.cell.step_timer import step_timer
     from workloads.instruments.profiled_window import MIN_STEPS, WINDOWS, profiled_windows
 

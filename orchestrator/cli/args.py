@@ -225,10 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=_fraction(below_one=False),
         default=None,
         metavar="FRACTION",
-        help="a cell whose GPU idled more than this share of its profiled window (and that is not "
-        "data-bound) is labelled launch-bound: the host, not its kernels, sets its pace",
+        help="a side (compiled or eager) whose GPU idles more than this share of its measured step (and "
+        "that is not data-bound) is labelled launch-bound: the host, not its kernels, sets its pace",
     )
-    launch_bound.default_home = "analysis.cells.busy:LAUNCH_BOUND"  # type: ignore[attr-defined]
+    launch_bound.default_home = "analysis.cells.device_time:LAUNCH_BOUND"  # type: ignore[attr-defined]
 
     compare = commands.add_parser(
         "compare",

@@ -7,7 +7,7 @@ Each cell runs in a fresh `python -m workloads.run` process (no Hydra): gpt smal
 inductor and cudagraphs, and resnet50 (timm) bf16 inductor at a small and a large batch; compiled
 cells measure paired, so their eager side is profiled too. Per cell it prints the measured median
 step, the busy share of each side with its profiled step (the profiler's cost shows beside the
-median), the host's µs per tiny op, the label analysis gives (analysis/cells/busy.py LAUNCH_BOUND), and
+median), the host's µs per tiny op, the label analysis gives (analysis/cells/device_time.py LAUNCH_BOUND), and
 the compiled cells' accuracy check with its cost.
 It checks that every share lies in (0, 1] and that the cudagraphs cell's is above 0 (CUPTI reported
 the replayed kernels); exit 1 if not.
@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from analysis.cells.busy import LAUNCH_BOUND
+from analysis.cells.device_time import LAUNCH_BOUND
 from tests.benchmarks.paired_gpu import run_cell
 
 
