@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
@@ -22,6 +24,7 @@ from analysis.cells.metrics import cell_metrics
 from analysis.reading.collect import SweepData, load_sweep
 from analysis.rendering.figure_layout import DPI, FIGSIZE, MAX_ROWS, rows_height
 from analysis.rendering.palette import KNOWN
+from analysis.rendering.text import fmt_number
 from analysis.report import analyze, write_report
 from analysis.studies.sweep.figures import (
     FIGURES,
@@ -31,13 +34,27 @@ from analysis.studies.sweep.figures import (
     speedup_figure,
     step_time_figure,
 )
-from tests.analysis_sweeps import TRAINING_FIGURES, WARMUP_MS, write_cell, write_seminar_sweep
+from tests.analysis_sweeps import (
+    TRAINING_FIGURES,
+    WARMUP_MS,
+    write_cell,
+    write_paired_replicates,
+    write_seminar_sweep,
+)
+from workloads.contract.schema import write_parquet_atomic
 
 
 @pytest.fixture(scope="module")
 def seminar(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepData, pd.DataFrame]:
     data = load_sweep(write_seminar_sweep(tmp_path_factory.mktemp("seminar")), warn=None)
-    return data, cell_metrics(data)
+    return data, cell_metrics(data).assign(  # TEMP until cell_metrics has the sides' columns
+        eager_step_ms=np.nan,
+        gpu_ms=np.nan,
+        eager_gpu_ms=np.nan,
+        device_speedup=np.nan,
+        device_speedup_low=np.nan,
+        device_speedup_high=np.nan,
+    )
 
 
 def report_figures(sweep: Path) -> dict[str, list[Path]]:
@@ -270,3 +287,109 @@ def test_a_warm_compile_is_a_second_point_with_its_own_break_even(tmp_path: Path
     }
     assert {(350, False), (50, True)} <= points
     assert ax.get_xlim()[0] < 50
+
+
+#: A paired inductor cell of gpt tiny, 3 replicates of 4 pairs: eager blocks about 16 ms, compiled 14
+#: (paired speedup about 1.14x); the separate eager cell ran at 207 ms in a process of its own.
+EAGER_BLOCKS, COMPILED_BLOCKS = (16.0, 15.5, 16.5, 16.2), (14.0, 13.8, 14.1, 14.3)
+#: GPU time per step of the compiled and the eager side (from the profiled windows).
+GPU_MS, EAGER_GPU_MS = 12.0, 15.0
+
+
+@pytest.fixture(scope="module")
+def paired(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepData, pd.DataFrame]:
+    sweep = tmp_path_factory.mktemp("paired")
+    write_cell(sweep, "e", "eager", step_ms=[207.0, 206.0, 208.0], data_ms=[0.0] * len(WARMUP_MS) + [0.5] * 3)
+    blocks = [[([e, e], [c, c, c]) for e, c in zip(EAGER_BLOCKS, COMPILED_BLOCKS)]] * 3
+    steps = write_paired_replicates(sweep, "p", "inductor", blocks) / "steps.parquet"
+    # The workload times each step's wait for data, as it does on either side: 0.5 ms of every step.
+    table = pq.read_table(steps)
+    waits = pa.array(np.full(len(table), 0.5), pa.float64())
+    write_parquet_atomic(
+        table.set_column(table.schema.get_field_index("data_time_ms"), "data_time_ms", waits), steps
+    )
+    data = load_sweep(sweep, warn=None)
+    metrics = cell_metrics(data)
+    eager_step = float(np.median(EAGER_BLOCKS))  # TEMP until cell_metrics has the sides' columns
+    paired_row = metrics["cell_id"] == "p"
+    return data, metrics.assign(
+        eager_step_ms=np.where(paired_row, eager_step, np.nan),
+        gpu_ms=np.where(paired_row, GPU_MS, np.nan),
+        eager_gpu_ms=np.where(paired_row, EAGER_GPU_MS, np.nan),
+        device_speedup=np.where(paired_row, EAGER_GPU_MS / GPU_MS, np.nan),
+        device_speedup_low=np.where(paired_row, EAGER_GPU_MS / GPU_MS - 0.01, np.nan),
+        device_speedup_high=np.where(paired_row, EAGER_GPU_MS / GPU_MS + 0.01, np.nan),
+    )
+
+
+def test_a_paired_cell_s_step_panel_shows_its_own_eager_side_and_the_gpu_time(paired) -> None:
+    data, metrics = paired
+    cell = metrics.set_index("cell_id").loc["p"]
+    assert cell["speedup_method"] == "paired" and cell["speedup"] < 1.2  # not 207 / 14
+    fig = step_time_figure(metrics, data.steps)
+    (ax,) = [ax for ax in fig.axes if ax.get_visible() and ax.lines]
+    inductor = to_hex(KNOWN["inductor"])
+    levels = [line for line in ax.lines if line.get_linestyle() == "--"]
+    # Its own eager side, in its colour, at the step its speedup is over; not at the eager cell's.
+    assert [(to_hex(line.get_color()), *set(line.get_ydata())) for line in levels] == [
+        (inductor, pytest.approx(cell["eager_step_ms"]))
+    ]
+    assert cell["eager_step_ms"] == pytest.approx(cell["median_step_ms"] * cell["speedup"], rel=0.02)
+    diamonds = {
+        line.get_markerfacecolor() == "white": set(line.get_ydata())
+        for line in ax.lines
+        if line.get_marker() == "d"
+    }
+    assert diamonds == {False: {cell["gpu_ms"]}, True: {cell["eager_gpu_ms"]}}
+    low, high = ax.get_ylim()
+    assert low < cell["gpu_ms"] and 207 < high
+    legend = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert "eager (paired, same process): its measured step" in legend and "GPU time per step" in legend
+
+
+def test_the_time_per_cell_rows_show_a_paired_cell_s_eager_side_and_the_gpu_share(paired) -> None:
+    data, metrics = paired
+    cell = metrics.set_index("cell_id").loc["p"]
+    ax, values = data_wait_figure(metrics, data.steps).axes
+    assert tick_texts(ax) == ["gpt tiny · eager", "gpt tiny · inductor", "↳ eager (paired, same process)"]
+    texts = tick_texts(values)
+    assert texts[1].startswith(f"{fmt_number(cell['mean_step_ms'])} ms/step") and texts[1].endswith(
+        ", GPU 12.00 ms"
+    )
+    assert texts[2] == f"{fmt_number(cell['eager_step_ms'])} ms/step (median), GPU 15.00 ms"
+    inner = {
+        round(bar.get_y() + bar.get_height() / 2): bar.get_width()
+        for bar in ax.patches
+        if bar.get_hatch() == "...."
+    }
+    # The share of each side's step the GPU worked; the eager cell has no GPU time: no inner bar.
+    assert inner == pytest.approx(
+        {1: 100 * GPU_MS / cell["mean_step_ms"], 2: 100 * EAGER_GPU_MS / cell["eager_step_ms"]}
+    )
+
+
+def test_the_forest_plot_sets_the_device_time_speedup_beside_the_wall_one(paired) -> None:
+    data, metrics = paired
+    cell = metrics.set_index("cell_id").loc["p"]
+    fig = speedup_figure(metrics, data.steps)
+    ax, values = fig.axes
+    (wall,) = [line for line in ax.lines if line.get_marker() == "o"]
+    (device,) = [line for line in ax.lines if line.get_marker() == "D"]
+    assert list(wall.get_xdata()) == pytest.approx([cell["speedup"]])
+    assert list(device.get_xdata()) == pytest.approx([EAGER_GPU_MS / GPU_MS])
+    assert device.get_ydata()[0] > wall.get_ydata()[0]  # below it, in its row
+    wall_text = f"{cell['speedup']:.2f}x [{cell['speedup_low']:.2f}, {cell['speedup_high']:.2f}]"
+    assert tick_texts(values) == [f"{wall_text} · GPU time 1.25x [1.24, 1.26]"]
+    assert ax.get_xlim()[1] > 1.26
+
+
+def test_cells_without_gpu_time_draw_no_gpu_marks(seminar) -> None:
+    data, metrics = seminar
+    step_axes = step_time_figure(metrics, data.steps).axes
+    assert not [line for ax in step_axes for line in ax.lines if line.get_marker() in ("d", "D")]
+    assert not [line for ax in step_axes for line in ax.lines if line.get_linestyle() == "--"]
+    ax = data_wait_figure(metrics, data.steps).axes[0]
+    assert not [bar for bar in ax.patches if bar.get_hatch() == "...."]
+    assert not [
+        line for line in speedup_figure(metrics, data.steps).axes[0].lines if line.get_marker() == "D"
+    ]

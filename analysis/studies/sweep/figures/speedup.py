@@ -1,5 +1,6 @@
-"""What compiling gained: the forest plot of every compiled cell's speedup, and the speedup against
-the compile time it cost, with the curves of breaking even."""
+"""What compiling gained: the forest plot of every compiled cell's speedup (of the wall step, and of the
+GPU time per step beside it where measured), and the speedup against the compile time it cost, with
+the curves of breaking even."""
 
 from __future__ import annotations
 
@@ -32,12 +33,17 @@ from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED
 
 #: Steps to break even that the compile-time figure draws a line for (those its range reaches).
 BREAK_EVEN_STEPS = (10, 100, 1_000, 10_000, 100_000, 1_000_000)
+#: A cell's device-time speedup (eager GPU time per step / compiled; analysis/cells/metrics.py) with
+#: its interval, drawn this far (in rows) below its wall speedup.
+DEVICE_SPEEDUP, DEVICE_OFFSET = ["device_speedup", "device_speedup_low", "device_speedup_high"], 0.3
 
 
 def speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     """A forest plot: every compiled cell's speedup over eager with its 95% interval on a log axis,
     fastest on top; hollow where the verdict rests on end-to-end throughput (data-bound); cells
-    without a speedup (failed, not_compiled, no eager cell) at the bottom, saying why."""
+    without a speedup (failed, not_compiled, no eager cell) at the bottom, saying why. Beside each
+    cell's wall speedup, where its GPU time per step was measured, a diamond: its device-time
+    speedup, the same ratio of the GPU's time alone, which the host's speed does not move."""
     title = "Speedup over eager, 95% bootstrap interval over runs, then steps"
     compiled = metrics[metrics["backend"] != BASELINE_BACKEND]
     if compiled.empty:
@@ -73,11 +79,25 @@ def speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
                     capsize=2,
                     ms=5,
                 )
+    device = compiled.loc[order, DEVICE_SPEEDUP].set_axis(["value", "low", "high"], axis=1)
+    on_gpu = device["value"].notna().to_numpy()
+    for backend in sorted(set(backends[on_gpu])):
+        mine = (backends == backend) & on_gpu
+        ax.errorbar(
+            device["value"][mine],
+            y[mine] + DEVICE_OFFSET,
+            xerr=whiskers(*(device[c][mine] for c in device)),
+            fmt="D",
+            color=palette[backend],
+            capsize=2,
+            ms=4,
+        )
     status = compiled["status"].loc[order].to_numpy()
     ax.scatter(np.ones((~has).sum()), y[~has], marker="x", color=NO_VALUE, zorder=3)
     ax.axvline(1.0, color="0.3", linewidth=1, linestyle="--")
     ax.set_xscale("log")
-    low, high = rows["low"].fillna(rows["value"]), rows["high"].fillna(rows["value"])
+    bounds = pd.concat([rows, device])
+    low, high = bounds["low"].fillna(bounds["value"]), bounds["high"].fillna(bounds["value"])
     limits = (min(1.0, low.min()) / 1.1, max(1.0, high.max()) * 1.1)
     ax.set_xlim(*limits)
     plain_log_axis(ax.xaxis, *limits)
@@ -88,8 +108,10 @@ def speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     value_labels(
         ax,
         [
-            fmt_speedup(*v) + (" e2e" if hollow else "") if ok else (s if s != COMPLETED else "no eager cell")
-            for v, ok, hollow, s in zip(rows.to_numpy(), has, e2e, status)
+            fmt_speedup(*v) + (" e2e" if hollow else "") + (f" · GPU time {fmt_speedup(*d)}" if gpu else "")
+            if ok
+            else (s if s != COMPLETED else "no eager cell")
+            for v, ok, hollow, s, d, gpu in zip(rows.to_numpy(), has, e2e, status, device.to_numpy(), on_gpu)
         ],
     )
     handles = [
@@ -100,6 +122,18 @@ def speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
         handles.append(
             Line2D(
                 [], [], color="0.3", marker="o", mfc="white", linestyle="", label="end to end (data-bound)"
+            )
+        )
+    if on_gpu.any():
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="0.3",
+                marker="D",
+                ms=4,
+                linestyle="",
+                label="device-time speedup (of the GPU time per step)",
             )
         )
     if (~has).any():
