@@ -91,15 +91,29 @@ COMPILE_WORKERS_FIELDS: list[pa.Field] = [
         "compile_workers_cpus", pa.float64()
     ),  # CPUs busy with them in the window (of node_cpus_busy_other)
 ]
-#: Why the cell is fast or slow: the GPU's busy share in a profiled window after measuring
-#: (workloads/instruments/profiled_window.py); null on the CPU, for distributed cells, without CUPTI.
+#: Why the cell is fast or slow, per side (`eager_`: a paired cell's eager side, under force_eager):
+#: short profiled windows after measuring (workloads/instruments/profiled_window.py); null on the
+#: CPU, for distributed cells, without CUPTI (the host time: on the CPU and for distributed cells).
 PROFILED_WINDOW_FIELDS: list[pa.Field] = [
-    pa.field("gpu_busy_share", pa.float64()),  # the device's activity (streams merged) / the window's span
-    pa.field("eager_gpu_busy_share", pa.float64()),  # a paired cell's eager side, in a window of its own
-    pa.field("profiled_steps", pa.int64()),  # steps in each side's window
-    pa.field("profiled_step_ms", pa.float64()),  # the window's span / its steps: the profiler's cost beside
+    pa.field(
+        "gpu_ms_per_step", pa.float64()
+    ),  # the device's work (streams merged) per step: median of windows
+    pa.field("eager_gpu_ms_per_step", pa.float64()),
+    pa.field("gpu_ms_windows", pa.list_(pa.float64())),  # each window's GPU ms per step
+    pa.field("eager_gpu_ms_windows", pa.list_(pa.float64())),
+    pa.field("launches_per_step", pa.float64()),  # host calls that put work on the device (a graph: one)
+    pa.field("eager_launches_per_step", pa.float64()),
+    pa.field("kernels_per_step", pa.float64()),  # kernels the device ran per step
+    pa.field("eager_kernels_per_step", pa.float64()),
+    pa.field("host_ms_per_step", pa.float64()),  # host time to issue a step on an idle device, unprofiled
+    pa.field("eager_host_ms_per_step", pa.float64()),
+    pa.field("gpu_busy_share", pa.float64()),  # GPU time / the windows' span (the profiler slows the host)
+    pa.field("eager_gpu_busy_share", pa.float64()),
+    pa.field("device_windows", pa.int64()),  # profiled windows per side
+    pa.field("profiled_steps", pa.int64()),  # steps in each window
+    pa.field("profiled_step_ms", pa.float64()),  # the windows' span / their steps: the profiler's cost beside
     pa.field("eager_profiled_step_ms", pa.float64()),  # ... the median step; the eager side's
-    pa.field("profile_s", pa.float64()),  # wall seconds of the windows, their unprofiled steps and traces
+    pa.field("profile_s", pa.float64()),  # wall seconds of it all: host steps, windows, traces
 ]
 #: The GPU boards' energy from NVML's total-energy counter, read with the device synchronised at the
 #: windows' ends (workloads/instruments/gpu_energy.py, docs/measurement.md "Energy"); J and W of all

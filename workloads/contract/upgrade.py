@@ -22,7 +22,9 @@ encoding changed so far; such a change would be one more step here. The history,
   issue 27): null in older files, as where no counter was read, nothing to lift; run's
   `eager_peak_mem_bytes` (issue 38): null in older files, whose paired cells' `peak_mem_bytes` is
   their process's, both sides' (analysis reads no memory ratio from it), nothing to lift; run's
-  `idle_settled`, `energy_update_s` and `energy_edge_share` (issue 38): null in older files, nothing to lift.
+  `idle_settled`, `energy_update_s` and `energy_edge_share` (issue 38): null in older files, nothing to lift;
+  the device time per side (issue 39: `gpu_ms_per_step`, launches, kernels, the host's time per step):
+  `_gpu_time` from the one window's busy share and span, the others null.
 
 A cell's config.yaml has one step too (`lift_config`, read by `sweep_dir.read_cell_config` and
 `workloads.cell.config.load_cell_config`): `measure.max_repeats` and `measure.equivalence` moved
@@ -52,6 +54,11 @@ LIFT_INPUTS = (
     "mean_step_ms",
     "measured_s",
     "e2e_items_per_s",
+    *(
+        f"{side}{name}"
+        for side in ("", "eager_")
+        for name in ("gpu_ms_per_step", "gpu_busy_share", "profiled_step_ms")
+    ),
 )
 
 
@@ -83,13 +90,23 @@ def _end_to_end(runs: pa.Table) -> pa.Table:
     return _replace(runs, "e2e_items_per_s", pc.if_else(before, pc.coalesce(e2e, at_mean), e2e))
 
 
+def _gpu_time(runs: pa.Table) -> pa.Table:
+    """Within version 2, before the GPU time per step (issue 39): a row with a profiled window's busy
+    share has it as the share times the window's span per step, over its one window."""
+    for side in ("", "eager_"):
+        name = f"{side}gpu_ms_per_step"
+        product = pc.multiply(runs.column(f"{side}gpu_busy_share"), runs.column(f"{side}profiled_step_ms"))
+        runs = _replace(runs, name, pc.coalesce(runs.column(name), product))
+    return runs
+
+
 def lift(table: pa.Table, kind: pa.Schema) -> pa.Table:
     """Rows scanned from files of `kind` (RUN_SCHEMA, STEPS_SCHEMA or MANIFEST_SCHEMA; a run table with
     LIFT_INPUTS among its columns) as the current schema has them. Steps and manifest files only
     gained columns: theirs read as null, nothing to lift."""
     if kind is not RUN_SCHEMA:
         return table
-    for step in (_one_process, _replicate_zero, _end_to_end):
+    for step in (_one_process, _replicate_zero, _end_to_end, _gpu_time):
         table = step(table)
     return table
 
