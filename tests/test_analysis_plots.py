@@ -2,7 +2,9 @@
 shows what it claims to — the forest plot's points and intervals are the speedups, sorted and
 labelled, and fit for 1 and for 200 cells; the parts of the data-wait bars add up; the step-time
 panels cover the measured steps and mark the warm-up; the break-even counts are compile time /
-(eager step - compiled step); a backend has one colour in every figure."""
+(eager step - compiled step); a backend has one colour in every figure; a paired cell shows its own
+eager side (not the separate eager cell) and each side's GPU time per step, and the forest plot its
+device-time speedup beside the wall one."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from analysis.cells.metrics import cell_metrics
 from analysis.reading.collect import SweepData, load_sweep
 from analysis.rendering.figure_layout import DPI, FIGSIZE, MAX_ROWS, rows_height
 from analysis.rendering.palette import KNOWN
-from analysis.rendering.text import fmt_number
+from analysis.rendering.text import fmt_number, fmt_speedup
 from analysis.report import analyze, write_report
 from analysis.studies.sweep.figures import (
     FIGURES,
@@ -292,16 +294,22 @@ def test_a_warm_compile_is_a_second_point_with_its_own_break_even(tmp_path: Path
 #: A paired inductor cell of gpt tiny, 3 replicates of 4 pairs: eager blocks about 16 ms, compiled 14
 #: (paired speedup about 1.14x); the separate eager cell ran at 207 ms in a process of its own.
 EAGER_BLOCKS, COMPILED_BLOCKS = (16.0, 15.5, 16.5, 16.2), (14.0, 13.8, 14.1, 14.3)
-#: GPU time per step of the compiled and the eager side (from the profiled windows).
-GPU_MS, EAGER_GPU_MS = 12.0, 15.0
+#: GPU time per step of the compiled and the eager side in each replicate's three profiled windows.
+GPU_WINDOWS, EAGER_GPU_WINDOWS = (11.9, 12.0, 12.1), (14.9, 15.0, 15.1)
+GPU_MS, EAGER_GPU_MS = float(np.median(GPU_WINDOWS)), float(np.median(EAGER_GPU_WINDOWS))
 
 
 @pytest.fixture(scope="module")
 def paired(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepData, pd.DataFrame]:
     sweep = tmp_path_factory.mktemp("paired")
-    write_cell(sweep, "e", "eager", step_ms=[207.0, 206.0, 208.0], data_ms=[0.0] * len(WARMUP_MS) + [0.5] * 3)
+    waits = [0.0] * len(WARMUP_MS) + [0.5] * 3
+    write_cell(sweep, "e", "eager", step_ms=[207.0, 206.0, 208.0], data_ms=waits)
     blocks = [[([e, e], [c, c, c]) for e, c in zip(EAGER_BLOCKS, COMPILED_BLOCKS)]] * 3
-    steps = write_paired_replicates(sweep, "p", "inductor", blocks) / "steps.parquet"
+    gpu = {
+        "gpu_ms_per_step": GPU_MS, "gpu_ms_windows": list(GPU_WINDOWS), "device_windows": 3,
+        "eager_gpu_ms_per_step": EAGER_GPU_MS, "eager_gpu_ms_windows": list(EAGER_GPU_WINDOWS),
+    }  # fmt: skip
+    steps = write_paired_replicates(sweep, "p", "inductor", blocks, **gpu) / "steps.parquet"
     # The workload times each step's wait for data, as it does on either side: 0.5 ms of every step.
     table = pq.read_table(steps)
     waits = pa.array(np.full(len(table), 0.5), pa.float64())
@@ -309,16 +317,21 @@ def paired(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepData, pd.Data
         table.set_column(table.schema.get_field_index("data_time_ms"), "data_time_ms", waits), steps
     )
     data = load_sweep(sweep, warn=None)
-    metrics = cell_metrics(data)
-    eager_step = float(np.median(EAGER_BLOCKS))  # TEMP until cell_metrics has the sides' columns
+    return data, _temp_sides(cell_metrics(data))
+
+
+def _temp_sides(metrics: pd.DataFrame) -> pd.DataFrame:
+    """TEMP until cell_metrics has the sides' columns (branch i39-attribution)."""
     paired_row = metrics["cell_id"] == "p"
-    return data, metrics.assign(
-        eager_step_ms=np.where(paired_row, eager_step, np.nan),
-        gpu_ms=np.where(paired_row, GPU_MS, np.nan),
-        eager_gpu_ms=np.where(paired_row, EAGER_GPU_MS, np.nan),
-        device_speedup=np.where(paired_row, EAGER_GPU_MS / GPU_MS, np.nan),
-        device_speedup_low=np.where(paired_row, EAGER_GPU_MS / GPU_MS - 0.01, np.nan),
-        device_speedup_high=np.where(paired_row, EAGER_GPU_MS / GPU_MS + 0.01, np.nan),
+    value = lambda v: np.where(paired_row, v, np.nan)  # noqa: E731
+    ratio = EAGER_GPU_MS / GPU_MS
+    return metrics.assign(
+        eager_step_ms=value(float(np.median(EAGER_BLOCKS))),
+        gpu_ms=value(GPU_MS),
+        eager_gpu_ms=value(EAGER_GPU_MS),
+        device_speedup=value(ratio),
+        device_speedup_low=value(ratio - 0.01),
+        device_speedup_high=value(ratio + 0.01),
     )
 
 
@@ -334,13 +347,19 @@ def test_a_paired_cell_s_step_panel_shows_its_own_eager_side_and_the_gpu_time(pa
     assert [(to_hex(line.get_color()), *set(line.get_ydata())) for line in levels] == [
         (inductor, pytest.approx(cell["eager_step_ms"]))
     ]
+    # Per replicate the median of its eager blocks' medians (all replicates alike here).
+    assert cell["eager_step_ms"] == pytest.approx(np.median(EAGER_BLOCKS))
     assert cell["eager_step_ms"] == pytest.approx(cell["median_step_ms"] * cell["speedup"], rel=0.02)
+    # The GPU time per step of each side: filled diamonds for its own steps, hollow for its eager side.
     diamonds = {
-        line.get_markerfacecolor() == "white": set(line.get_ydata())
+        line.get_markerfacecolor() == "white": (to_hex(line.get_color()), *set(line.get_ydata()))
         for line in ax.lines
         if line.get_marker() == "d"
     }
-    assert diamonds == {False: {cell["gpu_ms"]}, True: {cell["eager_gpu_ms"]}}
+    assert diamonds == {
+        False: (inductor, pytest.approx(GPU_MS)),
+        True: (inductor, pytest.approx(EAGER_GPU_MS)),
+    }
     low, high = ax.get_ylim()
     assert low < cell["gpu_ms"] and 207 < high
     legend = [text.get_text() for text in fig.legends[0].get_texts()]
@@ -374,13 +393,17 @@ def test_the_forest_plot_sets_the_device_time_speedup_beside_the_wall_one(paired
     fig = speedup_figure(metrics, data.steps)
     ax, values = fig.axes
     (wall,) = [line for line in ax.lines if line.get_marker() == "o"]
-    (device,) = [line for line in ax.lines if line.get_marker() == "D"]
+    (errorbar,) = [c for c in ax.containers if c.lines[0].get_marker() == "D"]
+    device, _, (bars,) = errorbar.lines
     assert list(wall.get_xdata()) == pytest.approx([cell["speedup"]])
     assert list(device.get_xdata()) == pytest.approx([EAGER_GPU_MS / GPU_MS])
     assert device.get_ydata()[0] > wall.get_ydata()[0]  # below it, in its row
-    wall_text = f"{cell['speedup']:.2f}x [{cell['speedup_low']:.2f}, {cell['speedup_high']:.2f}]"
-    assert tick_texts(values) == [f"{wall_text} · GPU time 1.25x [1.24, 1.26]"]
-    assert ax.get_xlim()[1] > 1.26
+    ((low, high),) = [segment[:, 0] for segment in bars.get_segments()]
+    assert (low, high) == pytest.approx((cell["device_speedup_low"], cell["device_speedup_high"]))
+    wall_text = fmt_speedup(cell["speedup"], cell["speedup_low"], cell["speedup_high"])
+    device_text = fmt_speedup(cell["device_speedup"], low, high)
+    assert tick_texts(values) == [f"{wall_text} · GPU time {device_text}"]
+    assert ax.get_xlim()[1] > high
 
 
 def test_cells_without_gpu_time_draw_no_gpu_marks(seminar) -> None:
