@@ -44,7 +44,7 @@ def speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
     without a speedup (failed, not_compiled, no eager cell) at the bottom, saying why. Beside each
     cell's wall speedup, where its GPU time per step was measured, a diamond: its device-time
     speedup, the same ratio of the GPU's time alone, which the host's speed does not move."""
-    title = "Speedup over eager, 95% bootstrap interval over runs, then steps"
+    title = "Speedup over eager with its 95% interval (over runs, or within one run)"
     compiled = metrics[metrics["backend"] != BASELINE_BACKEND]
     if compiled.empty:
         fig, ax = figure(title)
@@ -226,7 +226,7 @@ def compile_speedup_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure
         ax,
         (x_low, x_high),
         (y_low, y_high),
-        "compile time, in steps of the eager cell (compile s / eager step)",
+        "compile time, in eager steps (compile s / the eager step its speedup is over)",
         "speedup over eager (95% interval)",
     )
     ax.legend(fontsize="small", loc="upper left")
