@@ -17,7 +17,7 @@ from typing import NamedTuple, TextIO
 
 import pandas as pd
 
-from analysis.cells.busy import LAUNCH_BOUND
+from analysis.cells.device_time import LAUNCH_BOUND
 from analysis.cells.metrics import cell_metrics
 from analysis.cells.standings import auto_max_repeats
 from analysis.reading.collect import load_sweep

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from analysis.cells.busy import LAUNCH_BOUND
+from analysis.cells.device_time import LAUNCH_BOUND
 from analysis.cells.metrics import cell_metrics
 from analysis.cells.standings import auto_max_repeats
 from analysis.reading.collect import load_sweep

@@ -100,7 +100,7 @@ def test_the_per_cell_table_fits_a_terminal_and_the_full_one_is_a_flag_away(
     verdicts = {columns(line)[3] for line in table[2:]}
     assert {"faster†", "no difference†"} <= verdicts and "†: from one run" in out  # one run each
     full = cells_table(run(capsys, str(sweep), "--no-plots", "--full")[1])
-    assert {"p5–p95 ms", "GPU busy", "e2e speedup [95% CI]", "error"} <= set(columns(full[0]))
+    assert {"p5–p95 ms", "GPU ms/step", "e2e speedup [95% CI]", "error"} <= set(columns(full[0]))
     assert len(full) == len(table) and max(map(len, full)) > 160
     page = (sweep / "report" / "index.md").read_text()
     assert "\n".join(full) in page and "\n".join(table) not in page  # the report keeps every column
@@ -147,7 +147,7 @@ def test_a_partly_broken_sweep_is_analysed_as_far_as_it_goes(
 def test_the_help_shows_each_default_read_from_its_home(capsys: pytest.CaptureFixture[str]) -> None:
     """`analyze --help` and `compare --help` quote no numbers of their own: each default is the value
     of the analysis constant it names (orchestrator/cli/args.py `default_home`)."""
-    from analysis.cells.busy import LAUNCH_BOUND
+    from analysis.cells.device_time import LAUNCH_BOUND
     from analysis.compare import THRESHOLD
     from analysis.statistics.verdicts import DATA_BOUND
 

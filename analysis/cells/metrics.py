@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells.breakeven import BREAK_EVEN_COLUMNS, break_even_columns
-from analysis.cells.busy import BUSY_COLUMNS, LAUNCH_BOUND, busy_columns
 from analysis.cells.cost import COST_COLUMNS, cost_columns
+from analysis.cells.device_time import DEVICE_COLUMNS, LAUNCH_BOUND, device_columns
 from analysis.cells.energy import ENERGY_COLUMNS, energy_columns
 from analysis.cells.paired import PAIRED_COLUMNS, pair_ratios, paired_cells, use_paired
 from analysis.cells.uncertainty import (
@@ -64,7 +64,7 @@ METRIC_COLUMNS = [
     "status", "error", "replicates", "measured_steps", "mean_step_ms", "std_step_ms", "median_step_ms",
     "p5_step_ms", "p95_step_ms", "replicate_spread", "unstable", "items_per_s", "e2e_items_per_s", "mfu_mean",
     "mfu_std", "e2e_mfu", "speedup", "speedup_low", "speedup_high", "interval", "interval_level",
-    *PAIRED_COLUMNS, "e2e_speedup", "e2e_speedup_low", "e2e_speedup_high", "data_bound", *BUSY_COLUMNS,
+    *PAIRED_COLUMNS, "e2e_speedup", "e2e_speedup_low", "e2e_speedup_high", "data_bound", *DEVICE_COLUMNS,
     "verdict", "verdict_basis",
     "baseline_cell_id", "compile_time_s", "compile_cache_hits", *BREAK_EVEN_COLUMNS, "first_step_ms",
     "peak_mem_bytes", "peak_mem_ratio",
@@ -241,8 +241,9 @@ def cell_metrics(
 ) -> pd.DataFrame:
     """One row per cell (CELL_COLUMNS), ordered by `sort_cells`. `equivalence`: the margin of practical
     equivalence of the verdicts, also the tolerance of `unstable` where above UNSTABLE_TOLERANCE;
-    `data_bound`: the data-wait share above which a cell is data-bound; `launch_bound`: the GPU's idle
-    share above which it is launch-bound (analysis/cells/busy.py); `auto_max_repeats`: the cells run
+    `data_bound`: the data-wait share above which a cell is data-bound; `launch_bound`: the share of a
+    side's measured step the GPU idles above which it is launch-bound (analysis/cells/device_time.py);
+    `auto_max_repeats`: the cells run
     with repeats=auto, their max_repeats by id (analysis/cells/standings.py `auto_max_repeats`)."""
     if not 0 <= equivalence < 1 or not 0 <= data_bound <= 1 or not 0 <= launch_bound <= 1:
         raise ValueError(
@@ -272,7 +273,9 @@ def cell_metrics(
     cells["interval"] = interval_texts(replicas.replicates, across, compared)
     cells["interval_level"] = np.where(compared, level, np.nan)
     verdicts(cells, compared, base, data_bound, equivalence)
-    cells[BUSY_COLUMNS] = busy_columns(cells, data.replicates, launch_bound)
+    device = device_columns(cells, data, paired, base, level, launch_bound)
+    # Joined and consolidated: a column inserted at a time, the frame passes pandas' 100 blocks (it warns).
+    cells = pd.concat([cells.drop(columns=cells.columns.intersection(DEVICE_COLUMNS)), device], axis=1).copy()
     cells[BREAK_EVEN_COLUMNS] = break_even_columns(
         cells, cells["verdict_basis"] == E2E_BASIS, data.replicates
     )

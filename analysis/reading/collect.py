@@ -46,9 +46,18 @@ from workloads.contract.vocabulary import (
 #: A GEMM cell's own run.parquet columns that analysis/cells/gemm.py reads (its shape and recipe are axes).
 #: The cold and warm compile times of `compile.measure=cold_warm` (analysis/cells/breakeven.py).
 COMPILE_COLD, COMPILE_WARM = "compile_cold_s", "compile_warm_s"
-#: The GPU's busy share of the profiled window, of the cell's steps and of a paired cell's eager side,
-#: and the host's speed (analysis/cells/busy.py).
-BUSY_READ = ("gpu_busy_share", "eager_gpu_busy_share", "host_op_us")
+#: Per side (a cell's own steps, a paired cell's eager side), its profiled windows' GPU ms per step
+#: (their median, and each window's), launches and kernels per step and the host's unprofiled ms per
+#: step; and the host's speed before measuring (analysis/cells/device_time.py).
+DEVICE_READ = (
+    *(
+        f"{side}{name}"
+        for side in ("", "eager_")
+        for name in ("gpu_ms_per_step", "gpu_ms_windows", "launches_per_step", "kernels_per_step",
+                     "host_ms_per_step")
+    ),
+    "host_op_us",
+)  # fmt: skip
 GEMM_READ = (
     "gemm_bytes",
     "peak_gbps",
@@ -82,7 +91,7 @@ RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
     "ddp_graph_splits", "rank_median_step_ms", "graph_break_reasons", "recompile_reasons",
     "paired",  # measured paired: its pairs give its speedup (analysis/cells/paired.py)
     COMPILE_COLD, COMPILE_WARM,  # cold and warm compile times (analysis/cells/breakeven.py)
-    *BUSY_READ,  # the GPU's busy share and the host's speed (analysis/cells/busy.py)
+    *DEVICE_READ,  # device time per side and the host's speed (analysis/cells/device_time.py)
     *ENERGY_READ,
     "started_at", "finished_at",  # an attempt's process held its devices in between (analysis/cells/cost.py)
 )])  # fmt: skip

@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a cell whose GPU idled more than this share of its profiled window (and that is not "
         "data-bound) is labelled launch-bound: the host, not its kernels, sets its pace",
     )
-    launch_bound.default_home = "analysis.cells.busy:LAUNCH_BOUND"  # type: ignore[attr-defined]
+    launch_bound.default_home = "analysis.cells.device_time:LAUNCH_BOUND"  # type: ignore[attr-defined]
 
     compare = commands.add_parser(
         "compare",

@@ -194,7 +194,7 @@ def cmd_analyze(
     launch_bound: float | None = None,
     full: bool = False,
 ) -> int:
-    from analysis.cells.busy import LAUNCH_BOUND
+    from analysis.cells.device_time import LAUNCH_BOUND
     from analysis.report import analyze, render_tables, write_report
     from analysis.statistics.verdicts import DATA_BOUND
 

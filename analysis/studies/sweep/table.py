@@ -11,9 +11,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.cells.busy import LAUNCH_BOUND, bound_texts, busy_texts
 from analysis.cells.cost import NOTE as COST_NOTE
 from analysis.cells.cost import cost_texts
+from analysis.cells.device_texts import (
+    compact_why,
+    device_note,
+    device_speedup_texts,
+    gpu_alone_texts,
+    host_marked,
+    host_note,
+    side_columns,
+)
+from analysis.cells.device_time import LAUNCH_BOUND
 from analysis.cells.metrics import ACCURACY_COLUMNS, cell_metrics
 from analysis.cells.standings import auto_max_repeats
 from analysis.cells.uncertainty import WITHIN_ONE_PROCESS
@@ -122,6 +131,7 @@ def summary_table(
                              zip(metrics["speedup"], metrics["speedup_low"], metrics["speedup_high"])],
         "vs eager": method_texts(metrics),
         "interval": interval_texts(metrics),
+        "device speedup [95% CI]": device_speedup_texts(metrics),
         "e2e speedup [95% CI]": [fmt_speedup(*v) for v in
                                  zip(metrics["e2e_speedup"], metrics["e2e_speedup_low"],
                                      metrics["e2e_speedup_high"])],
@@ -138,8 +148,7 @@ def summary_table(
         "accuracy": [fmt_accuracy(*values, full=True) for values in
                      zip(*(metrics[column] for column in ACCURACY_COLUMNS))],
         "data wait": metrics["data_wait_share"].map(fmt_percent),
-        "GPU busy": busy_texts(metrics),
-        "bound": bound_texts(metrics),
+        **side_columns(metrics),
         "error": [short_error(e) if s != COMPLETED else "" for s, e in
                   zip(metrics["status"], metrics["error"])],
     })  # fmt: skip
@@ -164,10 +173,7 @@ def summary_table(
         "cells. Accuracy: a few training steps compiled against eager on the same batches and state, dropout "
         "off: pass or fail_accuracy, each loss, gradient and updated parameter against an fp64 copy where it "
         "fits (the worst tensor, its relative L2 error and limit; eager's own error). Data wait: "
-        "share of step time spent waiting for batches. GPU busy: share of a short profiled window after "
-        "measuring that the GPU worked (median over runs; a paired cell's eager side in parentheses); "
-        f"launch-bound where it idled more than {fmt_percent(launch_bound, digits=0)} of it and the cell "
-        "is not data-bound, with the host's µs per tiny op before measuring. Break-even: steps (and "
+        f"share of step time spent waiting for batches. {device_note(launch_bound)} Break-even: steps (and "
         "GPU-minutes) after which compiling pays for itself, with the cold compile, and the warm one where "
         f"measured (see the break-even table). {PEAK_NOTE} {COST_NOTE}"
     )
@@ -193,15 +199,16 @@ def compact_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE) -> Ta
     text = pd.DataFrame({
         "cell": cell_labels(metrics),
         "median ms": metrics["median_step_ms"].map(fmt_number),
-        "speedup [95% CI]": [fmt_speedup(*v) + (" e2e" if end else "") if not is_null(v[0]) else ""
-                             for v, end in zip(speed.to_numpy(), e2e)],
+        "speedup [95% CI]": host_marked([fmt_speedup(*v) + (" e2e" if end else "") if not is_null(v[0])
+                                         else "" for v, end in zip(speed.to_numpy(), e2e)], metrics),
+        "GPU alone": gpu_alone_texts(metrics),
         "verdict": verdicts,
         "compile s": compile_texts(metrics),
         "break-even steps": _cold_warm(metrics, "break_even_steps", whole=True),
         "accuracy": [_accuracy_result(result, worst) for result, worst in
                      zip(metrics["accuracy"], metrics["accuracy_worst_tensor"])],
         "why": [short_error(e, COMPACT_ERROR_WIDTH) if s != COMPLETED else bound for s, e, bound in
-                zip(metrics["status"], metrics["error"], bound_texts(metrics, host_speed=False))],
+                zip(metrics["status"], metrics["error"], compact_why(metrics))],
     })  # fmt: skip
     used = [column for column in text.columns if column == "cell" or (text[column] != "").any()]
     verdict = (
@@ -210,7 +217,8 @@ def compact_table(metrics: pd.DataFrame, equivalence: float = EQUIVALENCE) -> Ta
         "undecided."
     )
     note = (
-        " ".join(part for part in (verdict, interval_note(metrics, ONE_RUN_MARK)) if part) + f"\n{FULL_TABLE}"
+        " ".join(part for part in (verdict, interval_note(metrics, ONE_RUN_MARK), host_note(metrics)) if part)
+        + f"\n{FULL_TABLE}"
     )
     return Table(SUMMARY, "Cells", metrics, text[used], note)
 

@@ -1,0 +1,214 @@
+"""The per-cell table's texts of device time (analysis/cells/device_time.py): each side's GPU ms,
+launches and µs per launch, which side is launch-bound, the device-time speedup or why a cell has
+none, and where the host, not the GPU, sets a wall speedup: host-dependent, and what would close a gap
+between the two speedups (by the model of `predicted_step_ms`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.cells.device_time import predicted_step_ms
+from analysis.cells.paired import PAIRED
+from analysis.rendering.text import fmt_count, fmt_number, fmt_speedup, is_null
+
+#: The device-time speedup's interval must clear the wall speedup's by this much, relative (its low
+#: end above the wall interval's high end x 1.05), for the table to say what would close the gap:
+#: a 5% gain is one compiling is used for, and a smaller gap is within what two hosts' paired wall
+#: speedups differ by (gpt small inductor: 1.370x and 1.361x on two H100s).
+GAP = 0.05
+#: The mark of a wall speedup that is the host's (one side launch-bound, the other not), in the
+#: compact table, and what it means.
+HOST_MARK = "‡"
+HOST_NOTE = (
+    f"{HOST_MARK}: host-dependent, one side launch-bound and the other not: the wall speedup is this "
+    "host's (at its µs per launch), `GPU alone` is what the kernels give on any host."
+)
+
+
+def no_device_time(metrics: pd.DataFrame) -> list[str]:
+    """Why a completed cell has no device time, plainly ('' where it has one or did not complete):
+    the CPU, several processes (the profiled windows run in one-process cells), or not measured."""
+    texts = []
+    for status, gpu, device, world in zip(
+        metrics["status"], metrics["gpu_ms"], metrics["device"], metrics["world_size"]
+    ):
+        if status != "completed" or not is_null(gpu):
+            texts.append("")
+        elif not is_null(device) and str(device).startswith("cpu"):
+            texts.append("no device time (CPU)")
+        elif not is_null(world) and int(world) > 1:
+            texts.append(f"no device time ({int(world)} processes)")
+        else:
+            texts.append("no device time (not measured)")
+    return texts
+
+
+def device_speedup_texts(metrics: pd.DataFrame) -> list[str]:
+    """`1.38x [1.37, 1.39]`, or why a completed cell has none (`no_device_time`)."""
+    speedups = zip(metrics["device_speedup"], metrics["device_speedup_low"], metrics["device_speedup_high"])
+    return [fmt_speedup(*v) or why for v, why in zip(speedups, no_device_time(metrics))]
+
+
+def side_texts(metrics: pd.DataFrame, column: str, fmt=fmt_number) -> list[str]:
+    """`7.40`, or `7.40 (eager 7.50)` for a paired cell: a per-side column of each side."""
+    texts = []
+    for own, eager in zip(metrics[column], metrics[f"eager_{column}"]):
+        text = fmt(own)
+        texts.append(f"{text} (eager {fmt(eager)})" if text and not is_null(eager) else text)
+    return texts
+
+
+def bound_texts(metrics: pd.DataFrame) -> list[str]:
+    """`data-bound`, `launch-bound`, `eager launch-bound`, `both launch-bound`, or ''."""
+    texts = []
+    for data, own, eager in zip(
+        metrics["data_bound"], metrics["launch_bound"], metrics["eager_launch_bound"]
+    ):
+        own, eager = not is_null(own) and bool(own), not is_null(eager) and bool(eager)
+        if not is_null(data) and bool(data):
+            texts.append("data-bound")
+        else:
+            texts.append({(True, True): "both launch-bound", (True, False): "launch-bound",
+                          (False, True): "eager launch-bound"}.get((own, eager), ""))  # fmt: skip
+    return texts
+
+
+def _bound_us(row: pd.Series, eager_cell: pd.Series | None) -> object:
+    """The µs per launch (older sweeps: µs per tiny op) of a host-dependent cell's launch-bound side."""
+    if row["speedup_method"] == PAIRED:
+        side = "" if row["launch_bound"] else "eager_"
+        source = row
+    else:
+        side, source = "", row if row["launch_bound"] or eager_cell is None else eager_cell
+    us = source[f"{side}host_us_per_launch"]
+    return (us, "launch") if not is_null(us) else (source["host_op_us"], "tiny op")
+
+
+def host_texts(metrics: pd.DataFrame) -> list[str]:
+    """Per cell, what the host does to its wall speedup: where host-dependent, `1.95x on this host at
+    7.6 µs/launch; 1.01x on the GPU alone`; where the device-time speedup clears the wall one by more
+    than GAP and the compiled side is launch-bound, what would close the gap (`gap_text`); else ''."""
+    by_id = metrics.set_index("cell_id", drop=False)
+    texts = []
+    for _, row in metrics.iterrows():
+        parts = []
+        if row["host_dependent"] is True or row["host_dependent"] == 1:
+            base = row["baseline_cell_id"]
+            eager_cell = by_id.loc[base] if not is_null(base) and base in by_id.index else None
+            us, unit = _bound_us(row, eager_cell)
+            at = "" if is_null(us) else f" at {float(us):.1f} µs/{unit}"
+            parts.append(
+                f"{fmt_speedup(row['speedup'])} on this host{at}; {fmt_speedup(row['device_speedup'])} "
+                "on the GPU alone"
+            )
+        gap = gap_text(row)
+        texts.append("; ".join([*parts, gap] if gap else parts))
+    return texts
+
+
+def closes_gap(row: pd.Series) -> bool:
+    """Whether the device-time speedup lies well above the wall speedup (its interval's low end, or
+    itself without one, above the wall interval's high end, or the wall speedup, by more than GAP)
+    and the compiled side is launch-bound: the host eats what the kernels gained."""
+    device = row["device_speedup_low"] if not is_null(row["device_speedup_low"]) else row["device_speedup"]
+    wall = row["speedup_high"] if not is_null(row["speedup_high"]) else row["speedup"]
+    bound = not is_null(row["launch_bound"]) and bool(row["launch_bound"])
+    return bound and not is_null(device) and not is_null(wall) and float(device) > float(wall) * (1 + GAP)
+
+
+def gap_text(row: pd.Series) -> str:
+    """What would close a cell's gap between its device-time and wall speedups (`closes_gap`): the
+    launches a compiled step makes and their µs, and what CUDA graphs would make of it, by the model
+    with one launch per step: `412 launches/step at 15.0 µs: 6.2 ms of host for 12.8 ms of GPU;
+    CUDA graphs (mode=reduce-overhead) replay them as one launch: ~12.8 ms, 1.41x`."""
+    if not closes_gap(row):
+        return ""
+    launches, us, gpu = row["launches_per_step"], row["host_us_per_launch"], row["gpu_ms"]
+    if is_null(launches) or is_null(us):
+        return f"the host eats the GPU's {fmt_speedup(row['device_speedup'])}: launches not measured"
+    graphed = float(predicted_step_ms(gpu, 1, us))
+    host = float(launches) * float(us) / 1e3
+    # The eager side stays as measured: the wall speedup scaled by the compiled step's change.
+    predicted = fmt_speedup(float(row["speedup"]) * float(row["median_step_ms"]) / graphed)
+    return (
+        f"{fmt_count(launches)} launches/step at {float(us):.1f} µs: {fmt_number(host)} ms of host for "
+        f"{fmt_number(gpu)} ms of GPU; CUDA graphs (mode=reduce-overhead) replay them as one launch: "
+        f"~{fmt_number(graphed)} ms, {predicted}"
+    )
+
+
+def side_columns(metrics: pd.DataFrame) -> dict[str, list[str]]:
+    """The full per-cell table's device-time columns of each side, why a side is slow, and what the host
+    does to the wall speedup (`host_texts`)."""
+    return {
+        "GPU ms/step": side_texts(metrics, "gpu_ms"),
+        "launches/step": side_texts(
+            metrics, "launches_per_step", lambda v: "" if is_null(v) else f"{v:,.0f}"
+        ),
+        "µs/launch": side_texts(metrics, "host_us_per_launch", lambda v: "" if is_null(v) else f"{v:.1f}"),
+        "bound": bound_texts(metrics),
+        "host": host_texts(metrics),
+    }
+
+
+def _host_dependent(metrics: pd.DataFrame) -> np.ndarray:
+    return metrics["host_dependent"].fillna(False).astype(bool).to_numpy()
+
+
+def host_marked(texts: list[str], metrics: pd.DataFrame) -> list[str]:
+    """The compact table's speedups, HOST_MARK after those of host-dependent cells."""
+    return [
+        f"{text}{HOST_MARK}" if text and mark else text for text, mark in zip(texts, _host_dependent(metrics))
+    ]
+
+
+def gpu_alone_texts(metrics: pd.DataFrame) -> list[str]:
+    """The compact table's device-time speedup (`1.01x`), or why a cell has none where another has one
+    (`no device time (CPU)`): a column only a sweep with device time has."""
+    texts = [fmt_speedup(value) for value in metrics["device_speedup"]]
+    if not any(texts):
+        return texts
+    compared = metrics["speedup"].notna().to_numpy()
+    return [
+        text or (why if shown else "") for text, why, shown in zip(texts, no_device_time(metrics), compared)
+    ]
+
+
+def compact_why(metrics: pd.DataFrame) -> list[str]:
+    """The compact table's why of a completed cell: `data-bound`, which side is launch-bound, and for a
+    host-dependent cell the launch-bound side's µs per launch (`eager launch-bound, 7.6 µs/launch`)."""
+    by_id = metrics.set_index("cell_id", drop=False)
+    texts = []
+    for (_, row), bound, mark in zip(metrics.iterrows(), bound_texts(metrics), _host_dependent(metrics)):
+        if mark:
+            base = row["baseline_cell_id"]
+            us, unit = _bound_us(row, by_id.loc[base] if base in by_id.index else None)
+            side = bound or "eager cell launch-bound"
+            bound = side if is_null(us) else f"{side}, {float(us):.1f} µs/{unit}"
+        texts.append(bound)
+    return texts
+
+
+def host_note(metrics: pd.DataFrame) -> str:
+    """HOST_NOTE where a cell is host-dependent, else ''."""
+    return HOST_NOTE if _host_dependent(metrics).any() else ""
+
+
+def device_note(launch_bound: float) -> str:
+    """The full table's note on its device-time columns."""
+    return (
+        "Device time, per side (a paired cell's eager side in parentheses), from short profiled windows "
+        "after measuring, over the completed runs: GPU ms/step, the union of the device's kernel and copy "
+        "intervals per step (the GPU's durations, the same on any host); launches/step, host calls that put "
+        "work on the device (a CUDA-graph replay: one); µs/launch, the host's unprofiled time to issue a "
+        "step / its launches. Device speedup: eager GPU ms / compiled GPU ms, its interval as the "
+        "speedup's (over runs, or within one process over the profiled windows); `no device time` on the "
+        f"CPU and for cells of several processes. Bound: a side is launch-bound where the GPU idles more "
+        f"than {100 * launch_bound:.0f}% of its measured step (1 - GPU ms / step) and the cell is not "
+        "data-bound. Host: where one side is launch-bound and the other not, the wall speedup is this "
+        "host's, beside the GPU's; where the device speedup's interval clears the wall one's by more than "
+        f"{100 * GAP:.0f}% and the compiled side is launch-bound, what would close the gap, by the model "
+        "step = max(GPU ms, launches x µs/launch)."
+    )
