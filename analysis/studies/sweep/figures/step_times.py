@@ -33,11 +33,15 @@ PANEL_COLUMNS, PANEL_INCHES = 3, 2.4
 GPU_MARKS = 9
 #: The legend's entries of a paired cell's eager side and of the GPU time per step, after the backends'.
 SIDE_LEGEND = {
-    "~eager side": Line2D([], [], color="0.3", linestyle="--", label=f"{PAIRED_EAGER}: its measured step"),
-    "~gpu": Line2D([], [], color="0.3", marker="d", ms=4, linestyle="", label="GPU time per step"),
-    "~gpu eager side": Line2D(
-        [], [], color="0.3", marker="d", ms=4, mfc="white", linestyle="", label="… of the paired eager side"
-    ),
+    "~eager side": {"linestyle": "--", "label": f"{PAIRED_EAGER}: its measured step"},
+    "~gpu": {"marker": "d", "ms": 4, "linestyle": "", "label": "GPU time per step"},
+    "~gpu eager side": {
+        "marker": "d",
+        "ms": 4,
+        "mfc": "white",
+        "linestyle": "",
+        "label": "… of the paired eager side",
+    },
 }
 
 
@@ -54,14 +58,14 @@ def _draw_levels(ax, cell: pd.Series, measured: pd.Series, color: str, legend: d
     x = np.linspace(measured.min(), measured.max(), GPU_MARKS)
     if pd.notna(cell["eager_step_ms"]):
         ax.plot(x[[0, -1]], [cell["eager_step_ms"]] * 2, color=color, linewidth=1.2, linestyle="--")
-        legend.setdefault("~eager side", SIDE_LEGEND["~eager side"])
+        legend.setdefault("~eager side", Line2D([], [], color="0.3", **SIDE_LEGEND["~eager side"]))
     for key, gpu_ms, fill in (
         ("~gpu", cell["gpu_ms"], color),
         ("~gpu eager side", cell["eager_gpu_ms"], "white"),
     ):
         if pd.notna(gpu_ms):
             ax.plot(x, np.full(GPU_MARKS, gpu_ms), color=color, marker="d", ms=3.5, mfc=fill, linestyle="")
-            legend.setdefault(key, SIDE_LEGEND[key])
+            legend.setdefault(key, Line2D([], [], color="0.3", **SIDE_LEGEND[key]))
 
 
 def step_time_figure(metrics: pd.DataFrame, steps: pd.DataFrame) -> Figure:
