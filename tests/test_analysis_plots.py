@@ -2,7 +2,9 @@
 shows what it claims to — the forest plot's points and intervals are the speedups, sorted and
 labelled, and fit for 1 and for 200 cells; the parts of the data-wait bars add up; the step-time
 panels cover the measured steps and mark the warm-up; the break-even counts are compile time /
-(eager step - compiled step); a backend has one colour in every figure."""
+(eager step - compiled step); a backend has one colour in every figure; a paired cell shows its own
+eager side (not the separate eager cell) and each side's GPU time per step, and the forest plot its
+device-time speedup beside the wall one."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
@@ -22,6 +26,7 @@ from analysis.cells.metrics import cell_metrics
 from analysis.reading.collect import SweepData, load_sweep
 from analysis.rendering.figure_layout import DPI, FIGSIZE, MAX_ROWS, rows_height
 from analysis.rendering.palette import KNOWN
+from analysis.rendering.text import fmt_number, fmt_speedup
 from analysis.report import analyze, write_report
 from analysis.studies.sweep.figures import (
     FIGURES,
@@ -31,7 +36,14 @@ from analysis.studies.sweep.figures import (
     speedup_figure,
     step_time_figure,
 )
-from tests.analysis_sweeps import TRAINING_FIGURES, WARMUP_MS, write_cell, write_seminar_sweep
+from tests.analysis_sweeps import (
+    TRAINING_FIGURES,
+    WARMUP_MS,
+    write_cell,
+    write_paired_replicates,
+    write_seminar_sweep,
+)
+from workloads.contract.schema import write_parquet_atomic
 
 
 @pytest.fixture(scope="module")
@@ -270,3 +282,118 @@ def test_a_warm_compile_is_a_second_point_with_its_own_break_even(tmp_path: Path
     }
     assert {(350, False), (50, True)} <= points
     assert ax.get_xlim()[0] < 50
+
+
+#: A paired inductor cell of gpt tiny, 3 replicates of 4 pairs: eager blocks about 16 ms, compiled 14
+#: (paired speedup about 1.14x); the separate eager cell ran at 207 ms in a process of its own.
+EAGER_BLOCKS, COMPILED_BLOCKS = (16.0, 15.5, 16.5, 16.2), (14.0, 13.8, 14.1, 14.3)
+#: GPU time per step of the compiled and the eager side, per replicate (the median of its windows).
+GPU_RUNS, EAGER_GPU_RUNS = (11.9, 12.0, 12.1), (15.1, 14.9, 15.0)
+#: Over the replicates (geometric means): a device-time speedup of about 1.25x.
+GPU_MS, EAGER_GPU_MS = (float(np.exp(np.mean(np.log(runs)))) for runs in (GPU_RUNS, EAGER_GPU_RUNS))
+
+
+@pytest.fixture(scope="module")
+def paired(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepData, pd.DataFrame]:
+    sweep = tmp_path_factory.mktemp("paired")
+    waits = [0.0] * len(WARMUP_MS) + [0.5] * 3
+    write_cell(sweep, "e", "eager", step_ms=[207.0, 206.0, 208.0], data_ms=waits)
+    blocks = [[([e, e], [c, c, c]) for e, c in zip(EAGER_BLOCKS, COMPILED_BLOCKS)]] * 3
+    gpu = [
+        {"gpu_ms_per_step": ms, "gpu_ms_windows": [ms - 0.1, ms, ms + 0.1], "device_windows": 3,
+         "eager_gpu_ms_per_step": eager, "eager_gpu_ms_windows": [eager - 0.1, eager, eager + 0.1]}
+        for ms, eager in zip(GPU_RUNS, EAGER_GPU_RUNS)
+    ]  # fmt: skip
+    steps = write_paired_replicates(sweep, "p", "inductor", blocks, replicate_run=gpu) / "steps.parquet"
+    # The workload times each step's wait for data, as it does on either side: 0.5 ms of every step.
+    table = pq.read_table(steps)
+    waits = pa.array(np.full(len(table), 0.5), pa.float64())
+    write_parquet_atomic(
+        table.set_column(table.schema.get_field_index("data_time_ms"), "data_time_ms", waits), steps
+    )
+    data = load_sweep(sweep, warn=None)
+    return data, cell_metrics(data)
+
+
+def test_a_paired_cell_s_step_panel_shows_its_own_eager_side_and_the_gpu_time(paired) -> None:
+    data, metrics = paired
+    cell = metrics.set_index("cell_id").loc["p"]
+    assert cell["speedup_method"] == "paired" and cell["speedup"] < 1.2  # not 207 / 14
+    fig = step_time_figure(metrics, data.steps)
+    (ax,) = [ax for ax in fig.axes if ax.get_visible() and ax.lines]
+    inductor = to_hex(KNOWN["inductor"])
+    levels = [line for line in ax.lines if line.get_linestyle() == "--"]
+    # Its own eager side, in its colour, at the step its speedup is over; not at the eager cell's.
+    assert [(to_hex(line.get_color()), *set(line.get_ydata())) for line in levels] == [
+        (inductor, pytest.approx(cell["eager_step_ms"]))
+    ]
+    # Per replicate the median of its eager blocks' medians (all replicates alike here).
+    assert cell["eager_step_ms"] == pytest.approx(np.median(EAGER_BLOCKS))
+    assert cell["eager_step_ms"] == pytest.approx(cell["median_step_ms"] * cell["speedup"], rel=0.02)
+    # The GPU time per step of each side: filled diamonds for its own steps, hollow for its eager side.
+    diamonds = {
+        line.get_markerfacecolor() == "white": (to_hex(line.get_color()), *set(line.get_ydata()))
+        for line in ax.lines
+        if line.get_marker() == "d"
+    }
+    assert diamonds == {
+        False: (inductor, pytest.approx(GPU_MS)),
+        True: (inductor, pytest.approx(EAGER_GPU_MS)),
+    }
+    low, high = ax.get_ylim()
+    assert low < cell["gpu_ms"] and 207 < high
+    legend = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert "eager (paired, same process): its measured step" in legend and "GPU time per step" in legend
+
+
+def test_the_time_per_cell_rows_show_a_paired_cell_s_eager_side_and_the_gpu_share(paired) -> None:
+    data, metrics = paired
+    cell = metrics.set_index("cell_id").loc["p"]
+    ax, values = data_wait_figure(metrics, data.steps).axes
+    assert tick_texts(ax) == ["gpt tiny · eager", "gpt tiny · inductor", "↳ eager (paired, same process)"]
+    texts = tick_texts(values)
+    assert texts[1].startswith(f"{fmt_number(cell['mean_step_ms'])} ms/step") and texts[1].endswith(
+        ", GPU 12.00 ms"
+    )
+    assert texts[2] == f"{fmt_number(cell['eager_step_ms'])} ms/step (median), GPU 15.00 ms"
+    inner = {
+        round(bar.get_y() + bar.get_height() / 2): bar.get_width()
+        for bar in ax.patches
+        if bar.get_hatch() == "...."
+    }
+    # The share of each side's step the GPU worked; the eager cell has no GPU time: no inner bar.
+    assert inner == pytest.approx(
+        {1: 100 * GPU_MS / cell["mean_step_ms"], 2: 100 * EAGER_GPU_MS / cell["eager_step_ms"]}
+    )
+
+
+def test_the_forest_plot_sets_the_device_time_speedup_beside_the_wall_one(paired) -> None:
+    data, metrics = paired
+    cell = metrics.set_index("cell_id").loc["p"]
+    fig = speedup_figure(metrics, data.steps)
+    ax, values = fig.axes
+    (wall,) = [line for line in ax.lines if line.get_marker() == "o"]
+    (errorbar,) = [c for c in ax.containers if c.lines[0].get_marker() == "D"]
+    device, _, (bars,) = errorbar.lines
+    assert list(wall.get_xdata()) == pytest.approx([cell["speedup"]])
+    assert list(device.get_xdata()) == pytest.approx([EAGER_GPU_MS / GPU_MS])  # of the runs' ratios, too
+    assert device.get_ydata()[0] > wall.get_ydata()[0]  # below it, in its row
+    ((low, high),) = [segment[:, 0] for segment in bars.get_segments()]
+    assert (low, high) == pytest.approx((cell["device_speedup_low"], cell["device_speedup_high"]))
+    assert low < EAGER_GPU_MS / GPU_MS < high  # over the runs' ratios: 1.27x, 1.24x, 1.24x
+    wall_text = fmt_speedup(cell["speedup"], cell["speedup_low"], cell["speedup_high"])
+    device_text = fmt_speedup(cell["device_speedup"], low, high)
+    assert tick_texts(values) == [f"{wall_text} · GPU time {device_text}"]
+    assert ax.get_xlim()[1] > high
+
+
+def test_cells_without_gpu_time_draw_no_gpu_marks(seminar) -> None:
+    data, metrics = seminar
+    step_axes = step_time_figure(metrics, data.steps).axes
+    assert not [line for ax in step_axes for line in ax.lines if line.get_marker() in ("d", "D")]
+    assert not [line for ax in step_axes for line in ax.lines if line.get_linestyle() == "--"]
+    ax = data_wait_figure(metrics, data.steps).axes[0]
+    assert not [bar for bar in ax.patches if bar.get_hatch() == "...."]
+    assert not [
+        line for line in speedup_figure(metrics, data.steps).axes[0].lines if line.get_marker() == "D"
+    ]
