@@ -49,6 +49,9 @@ COMPILE_COLD, COMPILE_WARM = "compile_cold_s", "compile_warm_s"
 #: The GPU's busy share of the profiled window, of the cell's steps and of a paired cell's eager side,
 #: and the host's speed (analysis/cells/busy.py).
 BUSY_READ = ("gpu_busy_share", "eager_gpu_busy_share", "host_op_us")
+#: The GPU time per step of a cell's own steps (each profiled window's too), its launches per step
+#: and the host's time to issue a step (`compilebench compare`: a host change or a code change).
+DEVICE_READ = ("gpu_ms_per_step", "gpu_ms_windows", "launches_per_step", "host_ms_per_step")
 GEMM_READ = (
     "gemm_bytes",
     "peak_gbps",
@@ -83,6 +86,7 @@ RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
     "paired",  # measured paired: its pairs give its speedup (analysis/cells/paired.py)
     COMPILE_COLD, COMPILE_WARM,  # cold and warm compile times (analysis/cells/breakeven.py)
     *BUSY_READ,  # the GPU's busy share and the host's speed (analysis/cells/busy.py)
+    *DEVICE_READ,  # device time, launches and the host's issue time (analysis/compare/)
     *ENERGY_READ,
     "started_at", "finished_at",  # an attempt's process held its devices in between (analysis/cells/cost.py)
 )])  # fmt: skip

@@ -100,6 +100,18 @@ PROFILED_WINDOW_FIELDS: list[pa.Field] = [
     pa.field("profiled_step_ms", pa.float64()),  # the window's span / its steps: the profiler's cost beside
     pa.field("eager_profiled_step_ms", pa.float64()),  # ... the median step; the eager side's
     pa.field("profile_s", pa.float64()),  # wall seconds of the windows, their unprofiled steps and traces
+    # Issue 39's device-time columns (/work/notes/contract39.md), per side ("" own steps, eager_):
+    pa.field("gpu_ms_per_step", pa.float64()),  # GPU time per step, ms: median over the side's windows
+    pa.field("eager_gpu_ms_per_step", pa.float64()),
+    pa.field("gpu_ms_windows", pa.list_(pa.float64())),  # each window's GPU time per step
+    pa.field("eager_gpu_ms_windows", pa.list_(pa.float64())),
+    pa.field("launches_per_step", pa.float64()),  # host calls that put work on the device per step
+    pa.field("eager_launches_per_step", pa.float64()),
+    pa.field("kernels_per_step", pa.float64()),  # kernels the device ran per step
+    pa.field("eager_kernels_per_step", pa.float64()),
+    pa.field("host_ms_per_step", pa.float64()),  # the host's time to issue one step on an idle device
+    pa.field("eager_host_ms_per_step", pa.float64()),
+    pa.field("device_windows", pa.int64()),  # profiled windows per side
 ]
 #: The GPU boards' energy from NVML's total-energy counter, read with the device synchronised at the
 #: windows' ends (workloads/instruments/gpu_energy.py, docs/measurement.md "Energy"); J and W of all
