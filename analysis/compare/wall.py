@@ -1,0 +1,67 @@
+"""B/A of the measured (wall-clock) step and of end-to-end throughput of matched cells, each with a 95%
+interval as `analyze`'s speedups have it (analysis/cells/uncertainty.py `draws_ratio_interval`):
+Welch's over the runs where both cells ran 2 replicates or more, else the ratio of the two cells'
+bootstrap draws of their steps, which sees one run only (`within one process`); only the cells that
+need draws are drawn.
+
+Both sweeps' cells stand in one frame for it, B's after A's, each B cell against its A cell. A's
+cells are seeded by their ids, so A draws what `analyze` of A draws; B's ids are prefixed (`B_SEED`),
+so that a cell with the same id in both (a sweep copied, a rerun) is not resampled in lockstep with
+itself: the two sweeps are independent samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis.cells.uncertainty import (
+    RESAMPLES,
+    SEED,
+    WITHIN_ONE_PROCESS,
+    Draws,
+    across_runs,
+    draws_ratio_interval,
+    median_samples,
+)
+from analysis.reading.collect import SweepData
+from workloads.contract.vocabulary import COMPLETED
+
+#: What B's cell ids are prefixed with in the frame both sweeps' cells share (no id holds a '/':
+#: it names a directory).
+B_SEED = "B/"
+
+
+@dataclass(frozen=True)
+class WallRatios:
+    """Per matched cell, the 95% interval of B's median step / A's (`step_low`, `step_high`) and of B's
+    steps per ms end to end / A's (`rate_low`, `rate_high`), and what it rests on (`interval`)."""
+
+    step_low: np.ndarray
+    step_high: np.ndarray
+    rate_low: np.ndarray
+    rate_high: np.ndarray
+    interval: np.ndarray
+
+
+def run_counts_text(a_runs: np.ndarray, b_runs: np.ndarray) -> np.ndarray:
+    """`across 3+4 runs` where both sides have 2 runs or more, else `within one process`."""
+    texts = np.array([f"across {m}+{n} runs" for m, n in zip(a_runs, b_runs)], dtype=object)
+    return np.where(across_runs(a_runs, b_runs), texts, WITHIN_ONE_PROCESS)
+
+
+def wall_ratios(data_a: SweepData, data_b: SweepData, ids_a: list[str], ids_b: list[str]) -> WallRatios:
+    """The ratios' intervals of the completed cells `ids_b` of B against `ids_a` of A (pairwise)."""
+    n = len(ids_a)
+    cells = pd.DataFrame({"cell_id": [*ids_a, *(B_SEED + i for i in ids_b)], "status": COMPLETED})
+    b_steps = data_b.steps.assign(cell_id=B_SEED + data_b.steps["cell_id"].astype(str))
+    samples = median_samples(cells, pd.concat([data_a.steps, b_steps], ignore_index=True))
+    draws = Draws(cells, samples, RESAMPLES, SEED, np.full(2 * n, 0.95))
+    base = np.concatenate([np.arange(n), np.arange(n)])  # B's row n + k against A's row k
+    against_a = np.arange(2 * n) >= n
+    step = draws_ratio_interval(draws, "median", base, against_a, invert=False)
+    rate = draws_ratio_interval(draws, "rate", base, against_a, invert=False)
+    runs = samples.replicates
+    return WallRatios(step[0][n:], step[1][n:], rate[0][n:], rate[1][n:], run_counts_text(runs[:n], runs[n:]))
