@@ -1,8 +1,8 @@
 """What the GPU did and what the host paid per launch, per matched cell and sweep, from the run rows of
 its completed replicates (the cell's own steps: a paired cell's compiled side), and B/A of the GPU
 time with its 95% interval. The GPU time per step is the device's (kernel durations are the GPU's),
-so it holds across hosts where the wall step does not (docs/measurement.md); null on the CPU, for
-distributed cells and in sweeps before it was measured: `no device time`.
+so it holds across hosts where the wall step does not (two H100 hosts: to 0.3% or better, issue 39);
+null on the CPU, for distributed cells and in sweeps before it was measured: `no device time`.
 
     GPU time per step   a replicate's `gpu_ms_per_step` (the median over its profiled windows);
                         the cell's: the geometric mean over its replicates

@@ -5,7 +5,7 @@ bootstrap draws of their steps, which sees one run only (`within one process`); 
 need draws are drawn.
 
 Both sweeps' cells stand in one frame for it, B's after A's, each B cell against its A cell. A's
-cells are seeded by their ids, so A draws what `analyze` of A draws; B's ids are prefixed (`B_SEED`),
+cells are seeded by their ids, so A draws what `analyze` of A draws; B's ids are prefixed (`B_ID_PREFIX`),
 so that a cell with the same id in both (a sweep copied, a rerun) is not resampled in lockstep with
 itself: the two sweeps are independent samples.
 """
@@ -31,7 +31,7 @@ from workloads.contract.vocabulary import COMPLETED
 
 #: What B's cell ids are prefixed with in the frame both sweeps' cells share (no id holds a '/':
 #: it names a directory).
-B_SEED = "B/"
+B_ID_PREFIX = "B/"
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,8 @@ def run_counts_text(a_runs: np.ndarray, b_runs: np.ndarray) -> np.ndarray:
 def wall_ratios(data_a: SweepData, data_b: SweepData, ids_a: list[str], ids_b: list[str]) -> WallRatios:
     """The ratios' intervals of the completed cells `ids_b` of B against `ids_a` of A (pairwise)."""
     n = len(ids_a)
-    cells = pd.DataFrame({"cell_id": [*ids_a, *(B_SEED + i for i in ids_b)], "status": COMPLETED})
-    b_steps = data_b.steps.assign(cell_id=B_SEED + data_b.steps["cell_id"].astype(str))
+    cells = pd.DataFrame({"cell_id": [*ids_a, *(B_ID_PREFIX + i for i in ids_b)], "status": COMPLETED})
+    b_steps = data_b.steps.assign(cell_id=B_ID_PREFIX + data_b.steps["cell_id"].astype(str))
     samples = median_samples(cells, pd.concat([data_a.steps, b_steps], ignore_index=True))
     draws = Draws(cells, samples, RESAMPLES, SEED, np.full(2 * n, 0.95))
     base = np.concatenate([np.arange(n), np.arange(n)])  # B's row n + k against A's row k
