@@ -4,7 +4,7 @@
     throughput ratio  B's end-to-end items/s / A's (below 1: B is slower)
     GPU time ratio    B's GPU time per step / A's, and both hosts' µs per launch
 
-with their intervals (wall.py, device.py) and verdicts (verdicts.py); the cells in both but not
+with their intervals (ratios.py) and verdicts (verdicts.py); the cells in both but not
 completed in both, and those only one sweep has. And per compiled backend, the speedup over eager
 (analyze's `speedup`, the paired one where a cell measured paired) of the cells that have one in
 both sweeps: its geometric mean in A and in B, and the cell whose speedup changed most. A suite run
@@ -21,10 +21,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells.metrics import cell_metrics
-from analysis.compare.device import device_side, gpu_ratios
 from analysis.compare.matching import MATCHED_AXES, match
+from analysis.compare.ratios import device_side, gpu_ratios, wall_ratios
 from analysis.compare.verdicts import REGRESSION, THRESHOLD, classify, notes, verdicts
-from analysis.compare.wall import wall_ratios
 from analysis.reading.axes import backend_labels
 from analysis.reading.collect import load_sweep
 from analysis.statistics.bootstrap import geometric_mean
