@@ -13,7 +13,7 @@ import pytest
 
 from analysis.statistics.intervals import t_quantile
 from orchestrator.cli.main import main
-from tests.analysis_sweeps import H100, write_cell, write_manifest, write_replicates
+from tests.analysis_sweeps import H100, write_cell, write_manifest, write_paired_replicates, write_replicates
 
 
 def steps(median: float, seed: int, n: int = 40) -> list[float]:
@@ -232,7 +232,28 @@ def test_a_faster_host_is_a_host_change_not_an_improvement(
     code, cell, markdown = compared(capsys, b, a)  # a slower host: no regression, exit 0
     assert code == 0 and (cell["step_verdict"], cell["verdict"]) == ("regression", "host change")
     assert "| host change: 9.6 → 10.5 µs/launch, GPU time 5.58 → 5.59 ms |" in markdown
-    assert json.loads(run(capsys, b, a, "--format", "json")[1])["regressions"] == 0
+    result = json.loads(run(capsys, b, a, "--format", "json")[1])
+    assert (result["regressions"], result["host_changes"]) == (0, 1)
+
+
+def test_a_paired_cell_is_read_on_its_own_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A paired cell's step and GPU time are its compiled side's (its own steps); its eager side's GPU
+    time, here twice as long in B, is not what compare weighs: still a host change."""
+    for root, compiled_ms, gpu_ms, us, eager_gpu_ms in (
+        ("a", 11.57, 5.588, 10.5, 7.456),
+        ("b", 8.41, 5.581, 9.6, 15.0),
+    ):
+        blocks = [
+            [(steps(15.0, 10 * r + p, 5), steps(compiled_ms, 5 + 10 * r + p, 5)) for p in range(4)]
+            for r in range(3)
+        ]  # 3 runs of 4 pairs of 5-step blocks
+        write_paired_replicates(
+            tmp_path / root, "i", "inductor", blocks,
+            replicate_run=[device_run(gpu_ms, us, eager_gpu_ms_per_step=eager_gpu_ms)] * 3, **GPT_SMALL,
+        )  # fmt: skip
+    code, cell, _ = compared(capsys, tmp_path / "a", tmp_path / "b")
+    assert (code, cell["verdict"], cell["gpu_interval"]) == (0, "host change", "across 3+3 runs")
+    assert cell["gpu_ratio"] == pytest.approx(5.581 / 5.588)
 
 
 def test_less_gpu_time_is_an_improvement_whatever_the_host(
