@@ -240,6 +240,7 @@ ANALYSIS_ROOMS = {
     "reading": {"rendering", "reading"},
     "statistics": {"rendering", "statistics"},
     "cells": {"rendering", "reading", "statistics", "cells"},
+    "compare": {"rendering", "reading", "statistics", "cells", "compare"},
     "studies": {"rendering", "reading", "statistics", "cells", "studies"},
 }
 

@@ -237,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Match the cells of SWEEP_B with those of SWEEP_A by their axes (not torch version, cluster, "
             "GPU or date) and print B/A of the median step time and of end-to-end throughput with 95%% "
-            "bootstrap intervals. A regression: the step time interval lies above 1 + THRESHOLD. Exit 1 "
+            "intervals. A regression: the step time interval above 1 + THRESHOLD, not a host change. Exit 1 "
             "when there is one, else 0; 2 for bad input."
         ),
     )
