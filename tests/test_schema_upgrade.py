@@ -325,7 +325,8 @@ def test_rows_before_the_end_to_end_columns_have_it_at_their_mean_step() -> None
 def test_rows_before_the_gpu_time_have_it_from_their_window_s_busy_share() -> None:
     """The issue's gpt small inductor cell: its one window's busy share times its span per step."""
     before, now, none = lifted([
-        {"gpu_busy_share": 0.5, "profiled_step_ms": 11.2, "eager_gpu_busy_share": 0.4, "eager_profiled_step_ms": 18.6},
+        {"gpu_busy_share": 0.5, "profiled_step_ms": 11.2,
+         "eager_gpu_busy_share": 0.4, "eager_profiled_step_ms": 18.6},
         {"gpu_busy_share": 0.5, "profiled_step_ms": 11.2, "gpu_ms_per_step": 5.5},
         {"profiled_step_ms": 11.2},  # no device activity in the window
     ])  # fmt: skip

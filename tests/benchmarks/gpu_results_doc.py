@@ -57,6 +57,7 @@ from analysis.compare import compare, to_markdown  # noqa: E402
 from analysis.rendering.text import fmt_number, render_markdown  # noqa: E402
 from analysis.report import Analysis, analyze  # noqa: E402
 from analysis.studies.sweep.table import SUMMARY  # noqa: E402
+from tests.benchmarks.device_time_two_machines import host_model, machines  # noqa: E402
 from workloads.contract.sweep_dir import CELLS_DIR, MANIFEST_FILE, RUN_FILE  # noqa: E402
 
 DOC = REPO_ROOT / "docs" / "gpu-results.md"
@@ -277,6 +278,8 @@ KINDS = {
     "across": across,
     "compare": compared,
     "span": span,
+    "machines": machines,
+    "host_model": host_model,
 }
 
 
