@@ -251,9 +251,15 @@ def test_a_paired_cell_is_read_on_its_own_side(tmp_path: Path, capsys: pytest.Ca
             tmp_path / root, "i", "inductor", blocks,
             replicate_run=[device_run(gpu_ms, us, eager_gpu_ms_per_step=eager_gpu_ms)] * 3, **GPT_SMALL,
         )  # fmt: skip
-    code, cell, _ = compared(capsys, tmp_path / "a", tmp_path / "b")
+    code, cell, markdown = compared(capsys, tmp_path / "a", tmp_path / "b")
     assert (code, cell["verdict"], cell["gpu_interval"]) == (0, "host change", "across 3+3 runs")
     assert cell["gpu_ratio"] == pytest.approx(5.581 / 5.588)
+    # The per-backend speedups carry the device-time speedup of each sweep: its eager side's GPU time
+    # over its compiled side's.
+    (speedups,) = json.loads(run(capsys, tmp_path / "a", tmp_path / "b", "--format", "json")[1])["speedups"]
+    assert speedups["a_geomean_device_speedup"] == pytest.approx(7.456 / 5.588)
+    assert speedups["b_geomean_device_speedup"] == pytest.approx(15.0 / 5.581)
+    assert f"| {7.456 / 5.588:.3f}x → {15.0 / 5.581:.3f}x |" in markdown
 
 
 def test_less_gpu_time_is_an_improvement_whatever_the_host(

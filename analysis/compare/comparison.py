@@ -37,6 +37,8 @@ SPEEDUP_COLUMNS = [
     "a_geomean_speedup",
     "b_geomean_speedup",
     "geomean_ratio",
+    "a_geomean_device_speedup",
+    "b_geomean_device_speedup",
     "most_changed",
     "most_changed_a",
     "most_changed_b",
@@ -111,6 +113,9 @@ def _speedups(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     for backend, keys in a.groupby(backend_labels(a), sort=False).groups.items():
         a_speedup, b_speedup = a.loc[keys, "speedup"].to_numpy(float), b.loc[keys, "speedup"].to_numpy(float)
         a_mean, b_mean = geometric_mean(a_speedup)[0], geometric_mean(b_speedup)[0]
+        # The GPU time's speedup, which a host does not move: NaN where a cell of either sweep has none.
+        a_device, b_device = (side.loc[keys, "device_speedup"].to_numpy(float) for side in (a, b))
+        known = np.isfinite(a_device).all() and np.isfinite(b_device).all()
         most = int(np.argmax(np.abs(np.log(b_speedup / a_speedup))))
         rows.append(
             {
@@ -119,6 +124,8 @@ def _speedups(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
                 "a_geomean_speedup": a_mean,
                 "b_geomean_speedup": b_mean,
                 "geomean_ratio": b_mean / a_mean,
+                "a_geomean_device_speedup": geometric_mean(a_device)[0] if known else np.nan,
+                "b_geomean_device_speedup": geometric_mean(b_device)[0] if known else np.nan,
                 "most_changed": a.loc[keys, "label"].iloc[most],
                 "most_changed_a": a_speedup[most],
                 "most_changed_b": b_speedup[most],
