@@ -1,4 +1,4 @@
-"""The GPU's busy share of real cells (docs/measurement.md "Why a cell is fast or slow"): which cells
+"""The GPU's busy share of real cells (docs/measurement.md "Device time and the host"): which cells
 are launch-bound, and whether the kernels that CUDA graphs replay are seen.
 
     PYTHONPATH=. python tests/benchmarks/busy_share_gpu.py [--batches 16 256] [--min-seconds 2]
@@ -7,8 +7,9 @@ Each cell runs in a fresh `python -m workloads.run` process (no Hydra): gpt smal
 inductor and cudagraphs, and resnet50 (timm) bf16 inductor at a small and a large batch; compiled
 cells measure paired, so their eager side is profiled too. Per cell it prints the measured median
 step, the busy share of each side with its profiled step (the profiler's cost shows beside the
-median), the host's µs per tiny op, the label analysis gives (analysis/cells/device_time.py LAUNCH_BOUND), and
-the compiled cells' accuracy check with its cost.
+median), the host's µs per tiny op, the label analysis gives the cell's own side (its GPU time per step
+against its median step: analysis/cells/device_time.py LAUNCH_BOUND), and the compiled cells' accuracy
+check with its cost.
 It checks that every share lies in (0, 1] and that the cudagraphs cell's is above 0 (CUPTI reported
 the replayed kernels); exit 1 if not.
 """
@@ -35,8 +36,12 @@ def ms(value: object) -> str:
     return "-" if pd.isna(value) else f"{float(value):8.3f}"
 
 
-def label(busy: object) -> str:
-    return "" if pd.isna(busy) else ("launch-bound" if 1 - float(busy) > LAUNCH_BOUND else "")
+def label(gpu_ms: object, step_ms: object) -> str:
+    """The analysis' label of a side (analysis/cells/device_time.py): its GPU idle beyond LAUNCH_BOUND
+    of its measured step."""
+    if pd.isna(gpu_ms) or pd.isna(step_ms):
+        return ""
+    return "launch-bound" if 1 - float(gpu_ms) / float(step_ms) > LAUNCH_BOUND else ""
 
 
 def main() -> int:
@@ -68,12 +73,8 @@ def main() -> int:
                 f"{name:28} {ms(run['median_step_ms']):>9} {share(run['gpu_busy_share']):>6} "
                 f"{ms(run['profiled_step_ms']):>8} {share(run['eager_gpu_busy_share']):>10} "
                 f"{ms(run['eager_profiled_step_ms']):>8} {ms(run['host_op_us']):>10} "
-                f"{run['profiled_steps']!s:>5} {ms(run['profile_s']):>6}  {label(run['gpu_busy_share'])}"
-                + (
-                    f" (eager side {label(run['eager_gpu_busy_share']) or 'not launch-bound'})"
-                    if run["paired"]
-                    else ""
-                ),
+                f"{run['profiled_steps']!s:>5} {ms(run['profile_s']):>6}  "
+                f"{label(run['gpu_ms_per_step'], run['median_step_ms'])}",
                 flush=True,
             )
             if pd.notna(run["accuracy"]):
