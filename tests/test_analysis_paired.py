@@ -23,8 +23,9 @@ from analysis.rendering.text import fmt_speedup
 from analysis.report import analyze, write_report
 from analysis.studies.seminar.claims import check_claims
 from analysis.studies.suite import suite_tables
+from analysis.studies.sweep.speedup_texts import DISAGREES
 from analysis.studies.sweep.summaries import break_even_table, geomean_table
-from analysis.studies.sweep.table import DISAGREES, summary_table
+from analysis.studies.sweep.table import summary_table
 from tests.analysis_sweeps import GPT2, metrics_of, write_manifest, write_paired_replicates, write_replicates
 
 
