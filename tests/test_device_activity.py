@@ -171,24 +171,22 @@ def counted_step() -> tuple[SimpleNamespace, list[int]]:
 
 
 def finished(monkeypatch: pytest.MonkeyPatch, paired: bool, window=None) -> dict:
-    """GpuBusy's columns after a loop of median step 1 ms, each window replaced by one step: 0.5 ms of
-    GPU time per 1 ms where the compiled code ran, 0.25 where it did not (`window`: another
-    replacement), and the host's time one step too: 2 ms compiled, 4 ms not."""
+    """GpuBusy's columns after a loop of median step 1 ms, each side's windows replaced by one step
+    under its stance: 0.5 ms of GPU time per 1 ms where the compiled code ran, 0.25 where it did not
+    (`window`: another replacement)."""
     cell, calls = counted_step()
 
-    def one_step(step, device, steps, windows):
-        before = len(calls)
-        step()
-        gpu_ms = 0.5 if len(calls) > before else 0.25
-        return [Window(gpu_ms, 1.0, gpu_ms, 10.0, 12.0 if gpu_ms == 0.5 else 30.0)] * windows
-
-    def host_ms(step, device):
-        before = len(calls)
-        step()
-        return 2.0 if len(calls) > before else 4.0
+    def one_step(step, device, steps, windows, stances):
+        sides = []
+        for stance in stances:
+            before = len(calls)
+            with stance():
+                step()
+            gpu_ms = 0.5 if len(calls) > before else 0.25
+            sides += [Window(gpu_ms, 1.0, gpu_ms, 10.0, 12.0 if gpu_ms == 0.5 else 30.0)] * windows
+        return sides
 
     monkeypatch.setattr(profiled_window, "profiled_windows", window or one_step)
-    monkeypatch.setattr(profiled_window, "host_step_ms", host_ms)
     instrument = GpuBusy()
     instrument.before_loop(cell)
     rec = CellRecorder("c", 1)
@@ -205,7 +203,6 @@ def test_a_paired_cell_profiles_its_eager_side_under_force_eager(monkeypatch: py
     )
     assert columns["kernels_per_step"] == 12 and columns["eager_kernels_per_step"] == 30
     assert columns["launches_per_step"] == columns["eager_launches_per_step"] == 10
-    assert columns["host_ms_per_step"] == 2 and columns["eager_host_ms_per_step"] == 4
     assert columns["gpu_busy_share"] == 0.5 and columns["eager_gpu_busy_share"] == 0.25
     assert columns["profiled_steps"] == window_steps(1.0) and columns["device_windows"] == WINDOWS
     assert columns["profile_s"] > 0
@@ -218,12 +215,11 @@ def test_an_unpaired_cell_has_no_eager_side(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_no_device_activity_or_a_failure_gives_no_device_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    unseen = finished(monkeypatch, paired=True, window=lambda step, device, steps, windows: None)
+    unseen = finished(monkeypatch, paired=True, window=lambda step, device, steps, windows, stances: None)
     assert unseen["gpu_ms_per_step"] is None and unseen["eager_gpu_ms_per_step"] is None
     assert unseen["gpu_busy_share"] is None and unseen["launches_per_step"] is None
-    assert unseen["host_ms_per_step"] == 2  # the host's time needs no profiler
 
-    def fails(step, device, steps, windows):
+    def fails(step, device, steps, windows, stances):
         raise RuntimeError("CUPTI_ERROR_INSUFFICIENT_PRIVILEGES")
 
     assert finished(monkeypatch, paired=True, window=fails) == {}

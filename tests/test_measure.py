@@ -293,6 +293,20 @@ def test_loop_stops_at_the_count_the_ranks_agree_on(monkeypatch: pytest.MonkeyPa
     assert (len(measured(records)), reason) == (77, "min_seconds")
 
 
+def test_a_step_s_host_time_is_its_call_to_its_return() -> None:
+    """The host's time of a step that holds its host 5 ms: at least that, and (on the CPU, whose
+    clock is the device's) at most the step's own time, which also holds the bookkeeping before it."""
+
+    def held() -> tuple[torch.Tensor, float]:
+        until = time.perf_counter() + 0.005
+        while time.perf_counter() < until:
+            pass
+        return torch.zeros(()), 0.0
+
+    for times in step_timer.step_timer(torch.device("cpu")).block(held, 4):
+        assert 5.0 <= times.host_ms <= times.step_ms
+
+
 def test_loop_with_real_sleeps() -> None:
     """5 ms steps for 0.2 s: about 40 of them. A sleep lasts at least as long as asked, so at most
     40; a loaded machine oversleeps, so only a generous lower bound."""

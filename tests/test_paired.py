@@ -77,6 +77,10 @@ def test_a_paired_cell_writes_both_sides_block_by_block(tiny_cells) -> None:
     compiled = [s["step_time_ms"] for s in measured if s["side"] == "compiled"]
     assert run["measured_steps"] == 18 and run["median_step_ms"] == statistics.median(compiled)
     assert run["measured_s"] == pytest.approx(sum(compiled) / 1e3)
+    # Each side's host time per step: the median of its measured steps' time from call to return.
+    for prefix, side in (("", "compiled"), ("eager_", "eager")):
+        host = [s["host_time_ms"] for s in measured if s["side"] == side]
+        assert run[f"{prefix}host_ms_per_step"] == statistics.median(host) > 0
     # force_eager runs the same module: no recompile, no second graph, and both sides train one
     # model on one batch stream: the eager cell's curve, bitwise for aot_eager (test_workloads_equivalence)
     unpaired, eager = tiny_cells.get("gpt", "aot_eager").run, tiny_cells.get("gpt", "eager")

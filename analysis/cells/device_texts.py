@@ -64,6 +64,26 @@ def side_texts(metrics: pd.DataFrame, column: str, fmt=fmt_number) -> list[str]:
     return texts
 
 
+def launch_us_texts(metrics: pd.DataFrame) -> list[str]:
+    """`33.3`, or `≤75.1 (eager 33.3)` for a paired cell: each side's µs per launch, `≤` where the side
+    is not launch-bound (its host ran ahead of the GPU and may have waited for the queue of launches
+    to drain: an upper bound of the host's own)."""
+
+    def text(value: object, bound: object) -> str:
+        if is_null(value):
+            return ""
+        return f"{'' if not is_null(bound) and bool(bound) else '≤'}{float(value):.1f}"
+
+    texts = []
+    for own, own_bound, eager, eager_bound in zip(
+        metrics["host_us_per_launch"], metrics["launch_bound"],
+        metrics["eager_host_us_per_launch"], metrics["eager_launch_bound"],
+    ):  # fmt: skip
+        mine, theirs = text(own, own_bound), text(eager, eager_bound)
+        texts.append(f"{mine} (eager {theirs})" if mine and theirs else mine)
+    return texts
+
+
 def bound_texts(metrics: pd.DataFrame) -> list[str]:
     """`data-bound`, `launch-bound`, `eager launch-bound`, `both launch-bound`, or ''."""
     texts = []
@@ -162,7 +182,7 @@ def full_columns(metrics: pd.DataFrame) -> dict[str, list[str]]:
         "launches/step": side_texts(
             metrics, "launches_per_step", lambda v: "" if is_null(v) else f"{v:,.0f}"
         ),
-        "µs/launch": side_texts(metrics, "host_us_per_launch", lambda v: "" if is_null(v) else f"{v:.1f}"),
+        "µs/launch": launch_us_texts(metrics),
         "bound": bound_texts(metrics),
         "host": host_texts(metrics),
     }
@@ -218,9 +238,11 @@ def device_note(launch_bound: float) -> str:
         "Device time, per side (a paired cell's eager side in parentheses), from short profiled windows "
         "after measuring, over the completed runs: GPU ms/step, the union of the device's kernel and copy "
         "intervals per step (the GPU's durations, the same on any host); launches/step, host calls that put "
-        "work on the device (a CUDA-graph replay: one); µs/launch, the host's unprofiled time to issue a "
-        "step / its launches. Device speedup: eager GPU ms / compiled GPU ms, its interval as the "
-        "speedup's (over runs, or within one process over the profiled windows); `no device time` on the "
+        "work on the device (a CUDA-graph replay: one); µs/launch, the host's time per measured step (its "
+        "call to its return) / its launches, `≤` where the side is not launch-bound (its host may have "
+        "waited for the GPU's queue of launches). Device speedup: eager GPU ms / compiled GPU ms, its "
+        "interval as the speedup's (over runs, or within one process over the profiled windows); `no "
+        "device time` on the "
         f"CPU and for cells of several processes. Bound: a side is launch-bound where the GPU idles more "
         f"than {100 * launch_bound:.0f}% of its measured step (1 - GPU ms / step) and the cell is not "
         "data-bound. Host: where one side is launch-bound and the other not, the wall speedup is this "

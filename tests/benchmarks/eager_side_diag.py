@@ -74,7 +74,7 @@ def main() -> None:
     medians: dict[str, list[float]] = {name: [] for name in kinds}
     for round_ in range(ROUNDS):
         for name, block in list(kinds.items())[:: 1 if round_ % 2 == 0 else -1]:
-            medians[name].append(statistics.median(ms for ms, _, _ in block(BLOCK)))
+            medians[name].append(statistics.median(one.step_ms for one in block(BLOCK)))
     print(args.backend, {name: round(statistics.median(values), 3) for name, values in medians.items()})
 
 

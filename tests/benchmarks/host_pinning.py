@@ -90,7 +90,7 @@ def main() -> None:
             order.shuffle(sides)
             with condition(name, cpu):
                 for side, block in sides:
-                    blocks[name][side].append(statistics.median(ms for ms, _, _ in block(args.block)))
+                    blocks[name][side].append(statistics.median(one.step_ms for one in block(args.block)))
         host_us.append(op_overhead_us(cell.device))
     summary = {"arch": args.arch, "cpu": cpu, "host_op_us": [round(u, 2) for u in host_us if u is not None]}
     for name, sides in blocks.items():

@@ -204,7 +204,8 @@ class PairedLoop:
     def _paired(self, warmup_steps: int, steps: int, measure: MeasureConfig) -> str:
         last_ms = 0.0
         for _ in range(warmup_steps):  # one step a block: a failure keeps the steps before it
-            ((last_ms, _, _),) = self._report(self._block(COMPILED_SIDE, 1), "warmup", COMPILED_SIDE, None)
+            (last,) = self._report(self._block(COMPILED_SIDE, 1), "warmup", COMPILED_SIDE, None)
+            last_ms = last.step_ms
         k = max(measure.block_steps, math.ceil(measure.block_seconds * 1e3 / last_ms) if last_ms > 0 else 1)
         self._report(self._block(EAGER_SIDE, k - 1), "warmup", EAGER_SIDE, None)
         self._before_measuring()  # before the last warm-up step, as in the unpaired loop
@@ -218,8 +219,8 @@ class PairedLoop:
             for side in next(self.order):
                 times = self._block(side, k)
                 self._report(self._ended(side, times), "measure", side, pair)
-                medians[side] = statistics.median(ms for ms, _, _ in times)
-                seconds += sum(ms for ms, _, _ in times) / 1e3
+                medians[side] = statistics.median(one.step_ms for one in times)
+                seconds += sum(one.step_ms for one in times) / 1e3
             reason = rule.add(seconds, medians[EAGER_SIDE] / medians[COMPILED_SIDE])
             if reason is not None:
                 return reason
@@ -265,7 +266,9 @@ class PairedLoop:
         return times
 
     def _report(self, times: BlockTimes, phase: str, side: str, pair: int | None) -> BlockTimes:
-        for step_ms, data_ms, loss in times:
-            self.on_step(StepRecord(self.index, phase, step_ms, data_ms, loss, side, pair))
+        for one in times:
+            self.on_step(
+                StepRecord(self.index, phase, one.step_ms, one.data_ms, one.loss, side, pair, one.host_ms)
+            )
             self.index += 1
         return times

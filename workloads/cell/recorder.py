@@ -8,6 +8,7 @@ steps.parquet row per step:
     step_time_ms   the slowest rank's: DDP's gradient all-reduce makes every rank wait for the
                    slowest, so a global step has ended only when that rank's has
     data_time_ms   the longest wait for batches of any rank
+    host_time_ms   the longest host time to issue the step of any rank (its call to its return)
     loss           the mean over ranks: each rank trains on its own samples, and the mean is the
                    loss of the global batch
     items, tflops, mfu   of the global batch: all ranks' items and FLOPs, over all ranks' peaks
@@ -17,11 +18,12 @@ The run row's summary (median step, throughput, MFU, compile time) is computed f
 steps of the cell's own side (a paired cell's eager baseline steps are rows, not its steps), and
 so is the end-to-end one over the measured span: `measured_s` is the sum of the merged measured
 steps' times, `e2e_items_per_s` and `e2e_mfu` are all measured items and FLOPs over it,
-`data_wait_s` is the sum of the merged steps' waits for batches. `rank_*` columns keep each rank's
-median step, compile time, peak memory, host and GPU energy; the energies a rank reads of its own
-GPU (SUMMED_OVER_RANKS) travel in its report, and the cell's are their sums over the ranks. When a
-distributed cell fails, rank 0 does not gather (a collective would wait forever for a rank that
-died): its rows are then rank 0's own steps, and the sums null.
+`data_wait_s` is the sum of the merged steps' waits for batches, `host_ms_per_step` (and a paired
+cell's `eager_host_ms_per_step`, of its eager side's) the median host time of its measured steps.
+`rank_*` columns keep each rank's median step, compile time, peak memory, host and GPU energy; the
+energies a rank reads of its own GPU (SUMMED_OVER_RANKS) travel in its report, and the cell's are
+their sums over the ranks. When a distributed cell fails, rank 0 does not gather (a collective would
+wait forever for a rank that died): its rows are then rank 0's own steps, and the sums null.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ def merge_steps(reports: Sequence[RankReport]) -> list[MergedStep]:
             raise ValueError(f"ranks disagree on step {step}: {[(s.step, s.phase) for s in per_rank]}")
         times = [s.step_time_ms for s in per_rank]
         waits = [s.data_time_ms for s in per_rank]
+        hosts = [s.host_time_ms for s in per_rank if s.host_time_ms is not None]
         merged.append(
             MergedStep(
                 step=step,
@@ -84,6 +87,7 @@ def merge_steps(reports: Sequence[RankReport]) -> list[MergedStep]:
                 rank_data_time_ms=waits,
                 side=per_rank[0].side,
                 pair=per_rank[0].pair,
+                host_time_ms=max(hosts) if len(hosts) == len(per_rank) else None,
             )
         )
     return merged
@@ -103,6 +107,20 @@ def compile_time_s(
 def _phase_times(steps: Sequence[StepRecord], phase: str) -> list[float]:
     """The cell's own step times of `phase`: a paired cell's eager side is its baseline, not its steps."""
     return [s.step_time_ms for s in steps if s.phase == phase and s.side != EAGER_SIDE]
+
+
+def _host_times(merged: Sequence[MergedStep]) -> dict[str, float | None]:
+    """The median host time of the measured steps of each side: the cell's own, and a paired cell's
+    eager side's (None for a side without any)."""
+    columns: dict[str, float | None] = {}
+    for prefix, own in (("", True), ("eager_", False)):
+        times = [
+            step.host_time_ms
+            for step in merged
+            if step.phase == "measure" and (step.side != EAGER_SIDE) == own and step.host_time_ms is not None
+        ]
+        columns[f"{prefix}host_ms_per_step"] = statistics.median(times) if times else None
+    return columns
 
 
 class CellRecorder:
@@ -176,6 +194,7 @@ class CellRecorder:
             if compiles
             else None,
             **self._end_to_end(merged),
+            **_host_times(merged),
         )
 
     def _end_to_end(self, merged: Sequence[MergedStep]) -> dict[str, Any]:
@@ -215,6 +234,7 @@ class CellRecorder:
             "rank_data_time_ms": step.rank_data_time_ms,
             "side": step.side,
             "pair": step.pair,
+            "host_time_ms": step.host_time_ms,
         }
 
     def write(self, cell_dir: Path) -> None:

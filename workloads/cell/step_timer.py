@@ -5,6 +5,11 @@ stream; on the CPU, whose ops are synchronous, the host clock), so that it is th
 work took on the device. Both measured loops time their steps with it: the unpaired loop reads each
 step while later ones are queued (workloads/cell/train.py `run_steps`), the paired loop reads a
 block of steps at its end (`StepTimer.block`, workloads/cell/paired.py).
+
+It also takes the host's time from calling a step to its return: on a GPU the time to issue its
+launches, which paces a launch-bound step (the host never waits for the device inside a step; a
+step of a GPU-bound side that fills the queue of launches, about a thousand, waits for it to drain,
+so there the host's time is an upper bound of its own).
 """
 
 from __future__ import annotations
@@ -14,25 +19,36 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 Step = Callable[[], tuple[torch.Tensor, float]]
-#: (step time ms, data wait ms, loss) of a step.
-StepTimes = tuple[float, float, float]
+
+
+class StepTimes(NamedTuple):
+    """A step's time on the device, its wait for data and its host's time, ms; its loss."""
+
+    step_ms: float
+    data_ms: float
+    loss: float
+    host_ms: float
+
+
 #: The times of each step of a block.
 BlockTimes = list[StepTimes]
 
 
 @dataclass
 class Timed:
-    """A step queued on the device: its boundary marks, its wait for data (s), its loss as kept."""
+    """A step queued on the device: its boundary marks, its wait for data (s), its loss as kept, and
+    the host's time from calling it to its return (s)."""
 
     start: Any
     end: Any
     data_s: float
     loss: Any
+    host_s: float
 
 
 class StepTimer(ABC):
@@ -84,14 +100,15 @@ class HostTimer(StepTimer):
         self.start = time.perf_counter()
 
     def queue(self, step: Step) -> Timed:
+        called = time.perf_counter()
         loss, data_s = step()
         end = time.perf_counter()
-        timed = Timed(self.start, end, data_s, loss.item())
+        timed = Timed(self.start, end, data_s, loss.item(), end - called)
         self.start = end
         return timed
 
     def read(self, timed: Timed) -> StepTimes:
-        return (timed.end - timed.start) * 1e3, timed.data_s * 1e3, timed.loss
+        return StepTimes((timed.end - timed.start) * 1e3, timed.data_s * 1e3, timed.loss, timed.host_s * 1e3)
 
     def read_block(self, timed: list[Timed]) -> BlockTimes:
         return [self.read(one) for one in timed]
@@ -127,27 +144,30 @@ class CudaTimer(StepTimer):
         return mark
 
     def queue(self, step: Step) -> Timed:
+        called = time.perf_counter()
         loss, data_s = step()
+        host_s = time.perf_counter() - called
         if self.losses is not None:
             kept: Any = self.queued % len(self.losses)
             self.losses[kept].copy_(loss.detach().float(), non_blocking=True)
         else:
             kept = loss.detach().float()
         self.queued += 1
-        timed = Timed(self.start, self._mark(), data_s, kept)
+        timed = Timed(self.start, self._mark(), data_s, kept, host_s)
         self.start = timed.end
         return timed
 
     def read(self, timed: Timed) -> StepTimes:
         assert self.losses is not None, "a step is read alone with a lead (else: read_block)"
         timed.end.synchronize()
-        return timed.start.elapsed_time(timed.end), timed.data_s * 1e3, self.losses[timed.loss].item()
+        step_ms = timed.start.elapsed_time(timed.end)
+        return StepTimes(step_ms, timed.data_s * 1e3, self.losses[timed.loss].item(), timed.host_s * 1e3)
 
     def read_block(self, timed: list[Timed]) -> BlockTimes:
         self.start.synchronize()  # the last mark: the block's end (its start, for an empty block)
         values = torch.stack([one.loss for one in timed]).tolist() if timed else []
         return [
-            (one.start.elapsed_time(one.end), one.data_s * 1e3, value)
+            StepTimes(one.start.elapsed_time(one.end), one.data_s * 1e3, value, one.host_s * 1e3)
             for one, value in zip(timed, values, strict=True)
         ]
 

@@ -42,6 +42,8 @@ class StepRecord:
     """A paired cell's `compiled` or `eager` step (workloads/cell/paired.py); None unpaired."""
     pair: int | None = None
     """The pair of blocks a paired cell's measured step belongs to."""
+    host_time_ms: float | None = None
+    """The host's time from calling the step to its return (workloads/cell/step_timer.py)."""
 
 
 def _synced_alone(sync: bool) -> None:
@@ -224,8 +226,10 @@ def _run_timed(
     pending: deque[tuple[int, Timed]] = deque()
 
     def report(i: int, timed: Timed) -> StepRecord:
-        step_ms, data_ms, loss = timer.read(timed)
-        rec = StepRecord(i, _phase(i, warmup_steps), step_ms, data_ms, loss)
+        times = timer.read(timed)
+        rec = StepRecord(
+            i, _phase(i, warmup_steps), times.step_ms, times.data_ms, times.loss, host_time_ms=times.host_ms
+        )
         on_step(rec)
         return rec
 

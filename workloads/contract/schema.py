@@ -47,6 +47,7 @@ STEPS_SCHEMA = pa.schema(
         ("side", pa.string()),  # paired cells: compiled | eager (its force_eager baseline); null: unpaired
         ("pair", pa.int32()),  # paired cells' measured steps: which pair of blocks; null otherwise
         ("energy_j", pa.float64()),  # paired cells' measured steps: their block's GPU energy / its steps, J
+        ("host_time_ms", pa.float64()),  # the host's time from calling the step to its return; ranks' max
     ]
 )
 
@@ -105,8 +106,6 @@ PROFILED_WINDOW_FIELDS: list[pa.Field] = [
     pa.field("eager_launches_per_step", pa.float64()),
     pa.field("kernels_per_step", pa.float64()),  # kernels the device ran per step
     pa.field("eager_kernels_per_step", pa.float64()),
-    pa.field("host_ms_per_step", pa.float64()),  # host time to issue a step on an idle device, unprofiled
-    pa.field("eager_host_ms_per_step", pa.float64()),
     pa.field("gpu_busy_share", pa.float64()),  # GPU time / the windows' span (the profiler slows the host)
     pa.field("eager_gpu_busy_share", pa.float64()),
     pa.field("device_windows", pa.int64()),  # profiled windows per side
@@ -199,6 +198,8 @@ RUN_SCHEMA = pa.schema(
         ),  # why measuring stopped: steps | min_seconds | rel_ci | max_steps | max_seconds
         ("paired", pa.bool_()),  # measured against its own eager baseline in this process
         ("paired_fallback", pa.string()),  # why not, where paired is false: measured unpaired
+        ("host_ms_per_step", pa.float64()),  # the measured steps' median host_time_ms (the cell's own side)
+        ("eager_host_ms_per_step", pa.float64()),  # ... of a paired cell's eager side's measured steps
         ("compile_time_s", pa.float64()),
         (
             "compile_cold_s",

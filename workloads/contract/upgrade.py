@@ -24,7 +24,9 @@ encoding changed so far; such a change would be one more step here. The history,
   their process's, both sides' (analysis reads no memory ratio from it), nothing to lift; run's
   `idle_settled`, `energy_update_s` and `energy_edge_share` (issue 38): null in older files, nothing to lift;
   the device time per side (issue 39: `gpu_ms_per_step`, launches, kernels, the host's time per step):
-  `_gpu_time` from the one window's busy share and span, the others null.
+  `_gpu_time` from the one window's busy share and span, the others null; steps' `host_time_ms`: null
+  in older files (the packs of e8d5239/cf99355 have run rows' `host_ms_per_step` from 5 steps timed on
+  an idle device after measuring, not from their steps), nothing to lift.
 
 A cell's config.yaml has one step too (`lift_config`, read by `sweep_dir.read_cell_config` and
 `workloads.cell.config.load_cell_config`): `measure.max_repeats` and `measure.equivalence` moved

@@ -1,32 +1,32 @@
-"""Why a cell is fast or slow: short profiled windows after measuring give each side's GPU time per step,
-its launches and kernels per step, and the host's time to issue a step.
+"""Why a cell is fast or slow: short profiled windows after measuring give each side's GPU time per
+step and its launches and kernels per step.
 
 Once the loop finished and its row is summarised, the warm cell runs a few more steps per side (a
-paired cell's eager side under `force_eager`). First, for each side, HOST_STEPS steps each started on
-an idle device, whose host time to return is the host's time to issue a step (not profiled: CUPTI's
-callbacks would slow it). Then, for each side, one run under `torch.profiler` with the device's
-activity only, of WINDOWS windows of about WINDOW_S / WINDOWS seconds of steps at the measured median
-step (at least MIN_STEPS), the device idle before and after each. A window's bounds on the GPU's
-timeline are two marker copies, launched right before its first step and right after its last one
-returned: the step boundaries of the measured loop (workloads/cell/train.py). Within them
-(workloads/instruments/device_activity.py) the union of the device's work over the steps is the GPU
-time per step, which the profiler does not change (kernel durations are the GPU's), and so are the
-distinct launches and the kernels per step; the busy share is that union over the span, which a
-launch-bound step stretches under the profiler (`profiled_step_ms` beside the median step says by how
-much). None of these steps is in steps.parquet or in the loop's statistics.
+paired cell's eager side under `force_eager`) in one run under `torch.profiler` with the device's
+activity only: for each side one step (the switch of sides in no window), then WINDOWS windows of
+about WINDOW_S / WINDOWS seconds of steps at the measured median step (at least MIN_STEPS), the
+device idle before and after each. A window's bounds on the GPU's timeline are two marker copies,
+launched right before its first step and right after its last one returned: the step boundaries of
+the measured loop (workloads/cell/train.py). Within them (workloads/instruments/device_activity.py)
+the union of the device's work over the steps is the GPU time per step, which the profiler does not
+change (kernel durations are the GPU's), and so are the distinct launches and the kernels per step;
+the busy share is that union over the span, which a launch-bound step stretches under the profiler
+(`profiled_step_ms` beside the median step says by how much). None of these steps is in
+steps.parquet or in the loop's statistics. The host's time per step is the measured loop's own
+(workloads/cell/step_timer.py): CUPTI's callbacks would slow it here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import math
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,8 +49,6 @@ from workloads.instruments.environment import resolve_device
 #: and the fewest steps a window has: three windows give the GPU time an interval within one
 #: process, short beside the measuring (its cost: docs/measurement.md "Device time and the host").
 WINDOW_S, WINDOWS, MIN_STEPS = 0.2, 3, 2
-#: Steps each started on an idle device whose host time is taken (the median over them).
-HOST_STEPS = 5
 
 
 @dataclass(frozen=True)
@@ -93,71 +91,60 @@ def device_trace(run: Callable[[], None], device: torch.device) -> dict[str, Any
 
 
 def profiled_windows(
-    step: Callable[[], object], device: torch.device, steps: int, windows: int
+    step: Callable[[], object],
+    device: torch.device,
+    steps: int,
+    windows: int,
+    stances: Sequence[Callable[[], AbstractContextManager[object]]] = (contextlib.nullcontext,),
 ) -> list[Window] | None:
-    """`windows` windows of `steps` steps each, in one profiled run, the device idle before and after
-    each; None where the profiler saw no activity on the device (CUPTI unavailable, or not allowed)."""
+    """`windows` windows of `steps` steps under each of `stances` in turn (a side each), all in one
+    profiled run, the device idle before and after each; None where the profiler saw no activity on
+    the device (CUPTI unavailable, or not allowed)."""
     source = torch.zeros(MARKER_BYTES, dtype=torch.uint8, device=device)
     marker = torch.empty_like(source)
-    step()  # outside the profiler: a switch of sides (the first eager step after compiled ones) is in none
-    torch.cuda.synchronize(device)
 
     def run() -> None:
-        for _ in range(windows):
-            marker.copy_(source)  # a copy of MARKER_BYTES bytes: the window's bound
-            for _ in range(steps):
-                step()
-            marker.copy_(source)
-            torch.cuda.synchronize(device)
+        for stance in stances:
+            with stance():
+                step()  # in no window: a switch of sides (the first eager step after compiled ones)
+                torch.cuda.synchronize(device)
+                for _ in range(windows):
+                    marker.copy_(source)  # a copy of MARKER_BYTES bytes: the window's bound
+                    for _ in range(steps):
+                        step()
+                    marker.copy_(source)
+                    torch.cuda.synchronize(device)
 
+    torch.cuda.synchronize(device)
     activity = windows_activity(device_activity(device_trace(run, device)))
-    if activity is None or len(activity) != windows or any(w.busy_share is None for w in activity):
+    count = windows * len(stances)
+    if activity is None or len(activity) != count or any(w.busy_share is None for w in activity):
         return None
     return [Window.of(window, steps) for window in activity]
 
 
-def host_step_ms(step: Callable[[], object], device: torch.device, steps: int = HOST_STEPS) -> float:
-    """The median over `steps` steps of the host's time from calling the step to its return, each
-    started on an idle device: the time to issue it, none of it spent waiting for the device (a step
-    makes no synchronising call; the queue of launches holds about a thousand). Garbage is collected
-    first: the collection of earlier windows' traces is no step's."""
-    gc.collect()
-    times = []
-    for _ in range(steps):
-        torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - start) * 1e3)
-    torch.cuda.synchronize(device)
-    return statistics.median(times)
-
-
-def side_columns(prefix: str, host_ms: float, windows: list[Window] | None) -> dict[str, Any]:
-    """A side's run-row columns from its host time and its windows: medians over the windows, each
-    window's GPU time, the busy share and span per step over all of them; None where a window saw no
-    device activity."""
+def side_columns(prefix: str, windows: Sequence[Window] | None) -> dict[str, Any]:
+    """A side's run-row columns from its windows: medians over the windows, each window's GPU time, the
+    busy share and span per step over all of them; None where the profiler saw no device activity."""
     names = ("gpu_busy_share", "profiled_step_ms", "gpu_ms_per_step", "gpu_ms_windows",
              "launches_per_step", "kernels_per_step")  # fmt: skip
-    columns: dict[str, Any] = {f"{prefix}{name}": None for name in names}
-    columns[f"{prefix}host_ms_per_step"] = host_ms
     if not windows:
-        return columns
+        return {f"{prefix}{name}": None for name in names}
     launches = [window.launches for window in windows]
-    columns.update({
+    return {
         f"{prefix}gpu_busy_share": sum(w.gpu_ms for w in windows) / sum(w.step_ms for w in windows),
         f"{prefix}profiled_step_ms": statistics.mean(w.step_ms for w in windows),
         f"{prefix}gpu_ms_per_step": statistics.median(w.gpu_ms for w in windows),
         f"{prefix}gpu_ms_windows": [w.gpu_ms for w in windows],
         f"{prefix}launches_per_step": None if None in launches else statistics.median(launches),
         f"{prefix}kernels_per_step": statistics.median(w.kernels for w in windows),
-    })  # fmt: skip
-    return columns
+    }
 
 
 class GpuBusy(Instrument):
-    """After the loop finished: each side's GPU time, launches and kernels per step, the host's time
-    to issue a step (a paired cell's eager side too), the windows' size and cost; the window columns
-    None where the profiler saw no device activity."""
+    """After the loop finished: each side's GPU time, launches and kernels per step (a paired cell's
+    eager side too), the windows' size and cost; the window columns None where the profiler saw no
+    device activity."""
 
     @classmethod
     def for_cell(cls, cfg: CellConfig, world_size: int) -> Instrument:
@@ -188,14 +175,11 @@ class GpuBusy(Instrument):
             sides["eager_"] = lambda: torch.compiler.set_stance("force_eager")
         columns: dict[str, Any] = {}
         try:
-            host_ms = {}
-            for prefix, stance in sides.items():  # before any trace is read: its garbage is none of theirs
-                with stance():
-                    host_ms[prefix] = host_step_ms(step, device)
-            for prefix, stance in sides.items():
-                with stance():
-                    windows = profiled_windows(step, device, steps, WINDOWS)
-                columns.update(side_columns(prefix, host_ms[prefix], windows))
+            windows = profiled_windows(step, device, steps, WINDOWS, list(sides.values()))
+            for i, prefix in enumerate(sides):
+                columns.update(
+                    side_columns(prefix, windows[i * WINDOWS : (i + 1) * WINDOWS] if windows else None)
+                )
         except Exception as error:  # noqa: BLE001 - a probe after the measuring never fails the attempt
             print(f"compilebench: no profiled window ({type(error).__name__}: {error})", file=sys.stderr)
             return {}
