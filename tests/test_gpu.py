@@ -978,7 +978,7 @@ def test_a_window_s_gpu_time_and_launches_are_the_device_s_not_the_host_s() -> N
           f"{slow.step_ms:.3f} ms, launches {fast.launches} / {slow.launches}, "
           f"kernels {fast.kernels}")  # fmt: skip
     assert fast.launches == slow.launches == fast.kernels == 200
-    assert slow.gpu_ms == pytest.approx(fast.gpu_ms, rel=0.1) and slow.step_ms > fast.step_ms + 1.5
+    assert slow.gpu_ms == pytest.approx(fast.gpu_ms, rel=0.1) and slow.step_ms > fast.step_ms + 1.0
     dense_step = matmul_step(device)
     dense = profiled_window(dense_step, device, 5)
     measured = statistics.median(one.step_ms for one in step_timer(device).block(dense_step, 10))
@@ -990,7 +990,7 @@ def test_a_window_s_gpu_time_and_launches_are_the_device_s_not_the_host_s() -> N
     host = {name: statistics.median(one.host_ms for one in step_timer(device).block(step, 20))
             for name, step in (("fast", tiny), ("slow", slowed(tiny, 2000)))}  # fmt: skip
     print(f"host ms a step: {host}")
-    assert host["slow"] > host["fast"] + 1.5, host
+    assert host["slow"] > host["fast"] + 1.0, host
 
 
 def test_a_cuda_graph_s_replay_is_one_launch_of_all_its_kernels() -> None:
