@@ -5,7 +5,8 @@ belongs to the kernels.
 Each CUDA cell of one process profiles short windows of each side after measuring (workloads/
 instruments/profiled_window.py; prose: docs/measurement.md "Device time and the host"): its GPU ms per
 step (kernel and copy intervals, streams merged; the GPU's durations, which the profiler does not
-slow), launches and kernels per step, and the host's unprofiled time to issue a step. Per cell, over
+slow), launches and kernels per step; its measured steps give the host's time per step (each step's
+call to its return, workloads/cell/step_timer.py). Per cell, over
 its completed replicates: GPU ms the geometric mean, counts the median, µs per launch (host ms per
 step / launches) the median of each run's. The device-time speedup is eager GPU ms / compiled GPU ms
 with its interval as the wall speedup's: over runs where there are 2 or more (t for a paired cell's
@@ -15,7 +16,8 @@ The model of a side's step on a host of another speed (`predicted_step_ms`): the
 launches one after another while the GPU runs what it has been given, so a step takes the longer of
 the two, max(GPU ms, launches x µs per launch / 1000). It ignores the overlap's edges (near balance a
 step takes somewhat longer than either), a step whose host waits on the device (`.item()`, a
-synchronising copy), which adds the two, and a launch queue that fills and throttles the host.
+synchronising copy), which adds the two, and a GPU-bound side's host time, which is the pace of the
+full launch queue it waited on, an upper bound of its own.
 """
 
 from __future__ import annotations

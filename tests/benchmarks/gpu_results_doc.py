@@ -264,7 +264,7 @@ def span(packs: Packs, sweeps: list[str]) -> str:
 
 
 def compared(packs: Packs, sweeps: list[str]) -> str:
-    """`compilebench compare A B` of two sweeps (analysis/compare.py), the packs named as A and B."""
+    """`compilebench compare A B` of two sweeps (analysis/compare/), the packs named as A and B."""
     a, b = sweeps
     comparison = compare(packs.sweep_dir(a), packs.sweep_dir(b), warn=None)
     text = to_markdown(comparison, Path(a), Path(b))
