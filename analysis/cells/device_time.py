@@ -22,6 +22,9 @@ full launch queue it waited on, an upper bound of its own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -55,26 +58,63 @@ DEVICE_COLUMNS = [
 ]  # fmt: skip
 
 
-def _per_run(data: SweepData, cells: pd.DataFrame) -> pd.DataFrame:
-    """The completed replicates' rows of `cells`, with `code` (the cell's position) and, for paired
-    ones, `eager_step_ms` (the median of the run's eager blocks)."""
-    runs = data.replicates[data.replicates["status"] == COMPLETED].copy()
-    runs["code"] = pd.Index(cells["cell_id"]).get_indexer(runs["cell_id"].astype(object))
-    eager = data.pairs.groupby(["cell_id", REPEAT])["eager_ms"].median().rename("eager_step_ms")
-    runs = runs.join(eager, on=["cell_id", REPEAT]) if len(eager) else runs.assign(eager_step_ms=np.nan)
+@dataclass(frozen=True)
+class DeviceSide:
+    """One side of each of some cells, over their completed runs: the logs of each run's GPU ms per
+    step and of every window's (pooled over the runs: an interval within one process), and the medians
+    over the runs of launches and kernels per step, µs per launch (host ms per step x 1000 / launches)
+    and the host's µs per tiny op (NaN where not measured)."""
+
+    runs: RunLogs
+    windows: RunLogs
+    launches_per_step: np.ndarray
+    kernels_per_step: np.ndarray
+    us_per_launch: np.ndarray
+    host_op_us: np.ndarray
+
+    @property
+    def gpu_ms_per_step(self) -> np.ndarray:
+        """The geometric mean over the cell's runs (NaN where none measured it)."""
+        return np.where(self.runs.count > 0, np.exp(self.runs.mean), np.nan)
+
+
+def completed_runs(replicates: pd.DataFrame, cell_ids: Sequence[str]) -> pd.DataFrame:
+    """The completed replicates' rows of these cells, with `code`: the cell's position in `cell_ids`."""
+    runs = replicates[replicates["status"] == COMPLETED].copy()
+    runs["code"] = pd.Index(cell_ids).get_indexer(runs["cell_id"].astype(object))
     return runs[runs["code"] >= 0].reset_index(drop=True)
 
 
-def _geometric_mean(code: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    logs = RunLogs.from_values(code, values, n)
-    return np.where(logs.count > 0, np.exp(logs.mean), np.nan)
+def _median(code: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """The median of each cell's known values (NaN for none)."""
+    return pd.Series(values, dtype=float).groupby(code).median().reindex(range(n)).to_numpy(float)
 
 
-def _window_logs(runs: pd.DataFrame, column: str, n: int) -> RunLogs:
-    """Each cell's profiled windows of one side (`column`: the run rows' list of them), every
-    completed run's pooled: for an interval within one process."""
-    windows = runs[["code", column]].explode(column).dropna()
-    return RunLogs.from_values(windows["code"].to_numpy(np.int64), windows[column].to_numpy(float), n)
+def device_side(runs: pd.DataFrame, n: int, side: str = "") -> DeviceSide:
+    """The DeviceSide of `side` ("" or "eager_") of `n` cells from their `completed_runs`."""
+    code = runs["code"].to_numpy(np.int64)
+    column = lambda name: runs[f"{side}{name}"].to_numpy(float)  # noqa: E731
+    windows = [np.asarray(w if w is not None else [], dtype=float) for w in runs[f"{side}gpu_ms_windows"]]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        us_per_launch = column("host_ms_per_step") * 1e3 / column("launches_per_step")
+    return DeviceSide(
+        RunLogs.from_values(code, column("gpu_ms_per_step"), n),
+        RunLogs.from_values(
+            np.repeat(code, [len(w) for w in windows]), np.concatenate([np.empty(0), *windows]), n
+        ),
+        _median(code, column("launches_per_step"), n),
+        _median(code, column("kernels_per_step"), n),
+        _median(code, np.where(np.isfinite(us_per_launch), us_per_launch, np.nan), n),
+        _median(code, runs["host_op_us"].to_numpy(float), n),
+    )
+
+
+def _per_run(data: SweepData, cells: pd.DataFrame) -> pd.DataFrame:
+    """`completed_runs` of `cells` with, for paired ones, `eager_step_ms` (the median of the run's
+    eager blocks)."""
+    runs = completed_runs(data.replicates, cells["cell_id"])
+    eager = data.pairs.groupby(["cell_id", REPEAT])["eager_ms"].median().rename("eager_step_ms")
+    return runs.join(eager, on=["cell_id", REPEAT]) if len(eager) else runs.assign(eager_step_ms=np.nan)
 
 
 def predicted_step_ms(gpu_ms: object, launches: object, us_per_launch: object) -> np.ndarray:
@@ -112,15 +152,20 @@ def launch_bound_sides(gpu_ms: np.ndarray, step_ms: np.ndarray, threshold: float
 
 
 def _speedup(
-    runs: pd.DataFrame, columns: pd.DataFrame, paired: np.ndarray, base: np.ndarray, level: np.ndarray
+    runs: pd.DataFrame,
+    sides: dict[str, DeviceSide],
+    columns: pd.DataFrame,
+    paired: np.ndarray,
+    base: np.ndarray,
+    level: np.ndarray,
 ) -> None:
     """device_speedup, its interval and what the interval rests on, into `columns`."""
     n = len(columns)
     code = runs["code"].to_numpy(np.int64)
     own, eager = (runs[f"{side}gpu_ms_per_step"].to_numpy(float) for side in SIDES)
     gpu, eager_gpu = columns["gpu_ms"].to_numpy(float), columns["eager_gpu_ms"].to_numpy(float)
-    own_runs = RunLogs.from_values(code, own, n)
-    windows = {side: _window_logs(runs, f"{side}gpu_ms_windows", n) for side in SIDES}
+    own_runs = sides[""].runs
+    windows = {side: sides[side].windows for side in SIDES}
     has_base = base >= 0
     at = np.where(has_base, base, 0)
     centre = np.where(paired, eager_gpu / gpu, np.where(has_base, gpu[at] / gpu, np.nan))
@@ -168,21 +213,15 @@ def device_columns(
     runs = _per_run(data, cells)
     code = runs["code"].to_numpy(np.int64)
     columns = pd.DataFrame(index=cells.index)
-    for side in SIDES:
-        columns[f"{side}gpu_ms"] = _geometric_mean(code, runs[f"{side}gpu_ms_per_step"].to_numpy(float), n)
-    columns["eager_step_ms"] = np.where(
-        paired, _geometric_mean(code, runs["eager_step_ms"].to_numpy(float), n), np.nan
-    )
-    with np.errstate(invalid="ignore", divide="ignore"):
-        for side in SIDES:
-            runs[f"{side}host_us_per_launch"] = (
-                runs[f"{side}host_ms_per_step"].to_numpy(float) * 1e3 / runs[f"{side}launches_per_step"]
-            )
-    medians = [f"{side}{name}" for name in ("launches_per_step", "kernels_per_step", "host_us_per_launch")
-               for side in SIDES] + ["host_op_us"]  # fmt: skip
-    median = runs.groupby("code")[medians].median().reindex(range(n))
-    for column in medians:
-        columns[column] = median[column].to_numpy(float)
+    sides = {side: device_side(runs, n, side) for side in SIDES}
+    for side, device in sides.items():
+        columns[f"{side}gpu_ms"] = device.gpu_ms_per_step
+        columns[f"{side}launches_per_step"] = device.launches_per_step
+        columns[f"{side}kernels_per_step"] = device.kernels_per_step
+        columns[f"{side}host_us_per_launch"] = device.us_per_launch
+    columns["host_op_us"] = sides[""].host_op_us
+    eager_runs = RunLogs.from_values(code, runs["eager_step_ms"].to_numpy(float), n)
+    columns["eager_step_ms"] = np.where(paired & (eager_runs.count > 0), np.exp(eager_runs.mean), np.nan)
     done = (cells["status"] == COMPLETED).to_numpy() & ~cells["data_bound"].to_numpy(bool)
     steps = {"": cells["median_step_ms"].to_numpy(float), "eager_": columns["eager_step_ms"].to_numpy(float)}
     for side in SIDES:
@@ -193,7 +232,7 @@ def device_columns(
             columns[f"{side}launches_per_step"],
             columns[f"{side}host_us_per_launch"],
         )
-    _speedup(runs, columns, paired, base, level)
+    _speedup(runs, sides, columns, paired, base, level)
     own, eager = columns["launch_bound"].to_numpy(bool), columns["eager_launch_bound"].to_numpy(bool)
     has_base = (base >= 0) & (base != np.arange(n))
     other = np.where(paired, eager, np.where(has_base, own[np.where(has_base, base, 0)], own))

@@ -20,9 +20,10 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
+from analysis.cells.device_time import completed_runs, device_side
 from analysis.cells.metrics import cell_metrics
 from analysis.compare.matching import MATCHED_AXES, match
-from analysis.compare.ratios import device_side, gpu_ratios, wall_ratios
+from analysis.compare.ratios import gpu_ratios, wall_ratios
 from analysis.compare.verdicts import REGRESSION, THRESHOLD, classify, notes, verdicts
 from analysis.reading.axes import backend_labels
 from analysis.reading.collect import load_sweep
@@ -151,7 +152,10 @@ def compare(
     a, b, rest = a[done], b[done], (a[~done], b[~done])
     ids_a, ids_b = a["cell_id"].tolist(), b["cell_id"].tolist()
     wall = wall_ratios(data[0], data[1], ids_a, ids_b)
-    device_a, device_b = device_side(data[0].replicates, ids_a), device_side(data[1].replicates, ids_b)
+    device_a, device_b = (
+        device_side(completed_runs(sweep.replicates, ids), len(ids))
+        for sweep, ids in zip(data, (ids_a, ids_b))
+    )
     gpu = gpu_ratios(device_a, device_b)
     value = lambda frame, column: frame[column].to_numpy(float)  # noqa: E731
     step_ratio = value(b, "median_step_ms") / value(a, "median_step_ms")

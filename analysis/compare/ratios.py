@@ -9,17 +9,12 @@ ids, so A draws what `analyze` of A draws; B's ids are prefixed (`B_ID_PREFIX`),
 the same id in both (a sweep copied, a rerun) is not resampled in lockstep with itself: the two
 sweeps are independent samples.
 
-What the GPU did and what the host paid per launch, per cell and sweep, from the run rows of its
-completed replicates (the cell's own steps: a paired cell's compiled side). The GPU time per step is
-the device's (kernel durations are the GPU's), so it holds across hosts where the wall step does not
-(two H100 hosts: to 0.3% or better, issue 39); null on the CPU, for distributed cells and in sweeps
-before it was measured: `no device time`.
-
-    GPU time per step   a replicate's `gpu_ms_per_step` (the median over its profiled windows);
-                        the cell's: the geometric mean over its replicates
-    µs per launch       host_ms_per_step * 1e3 / launches_per_step per replicate; median over them
-    host_op_us          the host's µs per tiny op before measuring, median over replicates: the
-                        host's speed where launches were not counted (sweeps before issue 39)
+What the GPU did and what the host paid per launch, per cell and sweep, are the cells' own side's
+(a paired cell's compiled side) `DeviceSide` (analysis/cells/device_time.py), as `analyze` has them:
+the GPU time per step, the geometric mean over its completed replicates, holds across hosts where
+the wall step does not (kernel durations are the GPU's); µs per launch and `host_op_us` (the host's
+speed where launches were not counted) the medians. Null on the CPU, for distributed cells and in
+sweeps before it was measured: `no device time`.
 
 B/A of the GPU time: Welch's interval over the runs' values where both cells ran 2 replicates or
 more (analysis/statistics/intervals.py), else Welch's over their profiled windows (`gpu_ms_windows`,
@@ -34,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.cells.device_time import DeviceSide
 from analysis.cells.uncertainty import (
     RESAMPLES,
     SEED,
@@ -44,7 +40,7 @@ from analysis.cells.uncertainty import (
     median_samples,
 )
 from analysis.reading.collect import SweepData
-from analysis.statistics.intervals import RunLogs, welch_interval
+from analysis.statistics.intervals import welch_interval
 from workloads.contract.vocabulary import COMPLETED
 
 #: What B's cell ids are prefixed with in the frame both sweeps' cells share (no id holds a '/':
@@ -83,49 +79,6 @@ def wall_ratios(data_a: SweepData, data_b: SweepData, ids_a: list[str], ids_b: l
     rate = draws_ratio_interval(draws, "rate", base, against_a, invert=False)
     runs = samples.replicates
     return WallRatios(step[0][n:], step[1][n:], rate[0][n:], rate[1][n:], run_counts_text(runs[:n], runs[n:]))
-
-
-@dataclass(frozen=True)
-class DeviceSide:
-    """One sweep's matched cells (in order): per cell the logs of its runs' GPU time per step and of
-    its windows', and the medians over its replicates of launches per step, µs per launch and
-    host_op_us (NaN where not measured)."""
-
-    runs: RunLogs
-    windows: RunLogs
-    launches_per_step: np.ndarray
-    us_per_launch: np.ndarray
-    host_op_us: np.ndarray
-
-    @property
-    def gpu_ms_per_step(self) -> np.ndarray:
-        """The geometric mean over the cell's replicates (NaN where none measured it)."""
-        return np.where(self.runs.count > 0, np.exp(self.runs.mean), np.nan)
-
-
-def _median(code: np.ndarray, values: np.ndarray, cells: int) -> np.ndarray:
-    """The median of each cell's known values (NaN for none)."""
-    known = pd.Series(values, dtype=float).groupby(code).median()
-    return known.reindex(range(cells)).to_numpy(float)
-
-
-def device_side(replicates: pd.DataFrame, cell_ids: list[str]) -> DeviceSide:
-    """The DeviceSide of these cells from a sweep's replicate rows (SweepData.replicates)."""
-    rows = replicates[replicates["status"] == COMPLETED]
-    code = pd.Index(cell_ids).get_indexer(rows["cell_id"].astype(object))
-    rows, code, n = rows[code >= 0], code[code >= 0], len(cell_ids)
-    column = lambda name: rows[name].to_numpy(float)  # noqa: E731
-    windows = [np.asarray(w if w is not None else [], dtype=float) for w in rows["gpu_ms_windows"]]
-    window_code = np.repeat(code, [len(w) for w in windows])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        us_per_launch = column("host_ms_per_step") * 1e3 / column("launches_per_step")
-    return DeviceSide(
-        RunLogs.from_values(code, column("gpu_ms_per_step"), n),
-        RunLogs.from_values(window_code, np.concatenate([np.empty(0), *windows]), n),
-        _median(code, column("launches_per_step"), n),
-        _median(code, np.where(np.isfinite(us_per_launch), us_per_launch, np.nan), n),
-        _median(code, column("host_op_us"), n),
-    )
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.compare.ratios import DeviceSide, GpuRatios
+from analysis.cells.device_time import DeviceSide
+from analysis.compare.ratios import GpuRatios
 from analysis.rendering.text import fmt_number
 
 #: The default threshold of a regression (`--threshold`): B slower than A by more than 5%.
