@@ -95,9 +95,7 @@ def _model_rows(by_label: dict[str, pd.Series]) -> Iterator[dict[str, str]]:
         others = [other for other_label, other in by_label.items() if other_label != label]
         for side_name, side in SIDES.items():
             measured = _steps(cell, side)
-            own = predicted_step_ms(
-                cell[f"{side}gpu_ms"], cell[f"{side}launches_per_step"], cell[f"{side}host_us_per_launch"]
-            )
+            own = cell[f"{side}predicted_step_ms"]  # the model at this side's own numbers
             host_ms = cell[f"{side}launches_per_step"] * cell[f"{side}host_us_per_launch"] / 1e3
             row = {
                 "machine": label,
