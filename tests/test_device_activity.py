@@ -22,11 +22,9 @@ from workloads.instruments import profiled_window
 from workloads.instruments.base import Instrument
 from workloads.instruments.device_activity import (
     MARKER_BYTES,
-    busy_share,
+    WindowActivity,
     busy_time,
     device_activity,
-    gpu_intervals,
-    span,
     windows_activity,
 )
 from workloads.instruments.profiled_window import MIN_STEPS, WINDOW_S, WINDOWS, GpuBusy, Window, window_steps
@@ -48,7 +46,6 @@ WINDOW = (0.0, 10.0)
 )
 def test_busy_time_by_hand(intervals: list[tuple[float, float]], busy: float) -> None:
     assert busy_time(intervals, WINDOW) == busy
-    assert busy_share(intervals, WINDOW) == busy / (WINDOW[1] - WINDOW[0])
 
 
 def test_busy_time_against_counting_covered_ticks() -> None:
@@ -62,9 +59,8 @@ def test_busy_time_against_counting_covered_ticks() -> None:
         assert busy_time(intervals, (low, high)) == covered
 
 
-def test_empty_window_and_span() -> None:
-    assert busy_share([(0, 1)], (5.0, 5.0)) is None
-    assert span([]) is None and span([(3, 4), (1, 2), (2, 7)]) == (1, 7)
+def test_an_empty_window_has_no_busy_share() -> None:
+    assert WindowActivity(busy_ms=0.0, span_ms=0.0, kernels=0, launches=0).busy_share is None
 
 
 def trace_event(cat: str, ts: float, dur: float, ph: str = "X", **extra) -> dict:
@@ -88,10 +84,9 @@ def test_the_device_work_of_a_chrome_trace() -> None:
             trace_event("kernel", 160.0, 0.0, ph="i"),  # not a complete event
         ]
     }
-    intervals = gpu_intervals(trace)
+    intervals = [(piece.start, piece.end) for piece in device_activity(trace)]
     assert sorted(intervals) == [(100, 110), (105, 115), (130, 135), (140, 142.5), (150, 151)]
-    assert span(intervals) == (100, 151)
-    assert busy_share(intervals, span(intervals)) == pytest.approx((15 + 5 + 2.5 + 1) / 51)
+    assert busy_time(intervals, (100, 151)) == pytest.approx(15 + 5 + 2.5 + 1)
 
 
 def test_a_real_exported_trace_is_read_and_its_host_events_left_out(tmp_path: Path) -> None:
@@ -101,7 +96,7 @@ def test_a_real_exported_trace_is_read_and_its_host_events_left_out(tmp_path: Pa
     profiler.export_chrome_trace(str(tmp_path / "trace.json"))
     trace = json.loads((tmp_path / "trace.json").read_text())
     assert any(event.get("ph") == "X" and event.get("cat") == "cpu_op" for event in trace["traceEvents"])
-    assert gpu_intervals(trace) == []
+    assert device_activity(trace) == []
 
 
 def test_windows_count_launches_and_kernels_between_their_markers() -> None:
@@ -183,7 +178,7 @@ def finished(monkeypatch: pytest.MonkeyPatch, paired: bool, window=None) -> dict
             with stance():
                 step()
             gpu_ms = 0.5 if len(calls) > before else 0.25
-            sides += [Window(gpu_ms, 1.0, gpu_ms, 10.0, 12.0 if gpu_ms == 0.5 else 30.0)] * windows
+            sides += [Window(1.0, gpu_ms, 10.0, 12.0 if gpu_ms == 0.5 else 30.0)] * windows
         return sides
 
     monkeypatch.setattr(profiled_window, "profiled_windows", window or one_step)

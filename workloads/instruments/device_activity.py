@@ -1,8 +1,8 @@
 """The device's activity in a profiled window: how long it worked, how many kernels, how many launches.
 
 Busy time is the union of the intervals of the device's activity (kernels, copies, fills), all
-streams merged, so two overlapping kernels count once; the busy share is that union within the
-window over the window's length. The rest is time the GPU idled: waiting for the host to launch
+streams merged, so two overlapping kernels count once; a window's busy share is that union over the
+window's length. The rest is time the GPU idled: waiting for the host to launch
 work (a launch-bound step), for data, or for nothing queued at all. Kernel durations are the GPU's
 own (CUPTI's timestamps), so busy time is the same on a slower host, where the window's span is not.
 
@@ -79,20 +79,6 @@ def busy_time(intervals: Iterable[Interval], window: Interval) -> float:
     return total
 
 
-def busy_share(intervals: Iterable[Interval], window: Interval) -> float | None:
-    """busy_time / the window's length, in [0, 1]; None for an empty window."""
-    length = window[1] - window[0]
-    return busy_time(intervals, window) / length if length > 0 else None
-
-
-def span(intervals: Iterable[Interval]) -> Interval | None:
-    """From the earliest start to the latest end; None for no intervals."""
-    intervals = list(intervals)
-    if not intervals:
-        return None
-    return min(start for start, _ in intervals), max(end for _, end in intervals)
-
-
 def device_activity(trace: Mapping[str, Any]) -> list[Activity]:
     """Every complete event of the device's work (GPU_WORK) in a Chrome trace (`{"traceEvents": [...]}`)."""
     activity = []
@@ -104,11 +90,6 @@ def device_activity(trace: Mapping[str, Any]) -> list[Activity]:
             end = start + float(event["dur"])
             activity.append(Activity(start, end, cat == KERNEL, _id(args.get("correlation")), marker))
     return activity
-
-
-def gpu_intervals(trace: Mapping[str, Any]) -> list[Interval]:
-    """The (start, end) µs of the device's work in a Chrome trace."""
-    return [(piece.start, piece.end) for piece in device_activity(trace)]
 
 
 def windows_activity(activity: list[Activity]) -> list[WindowActivity] | None:
@@ -126,7 +107,7 @@ def windows_activity(activity: list[Activity]) -> list[WindowActivity] | None:
         windows.append(
             WindowActivity(
                 busy_ms=busy_time(((piece.start, piece.end) for piece in inner), bounds) / 1e3,
-                span_ms=(end.end - begin.start) / 1e3,
+                span_ms=(bounds[1] - bounds[0]) / 1e3,
                 kernels=sum(piece.kernel for piece in inner),
                 launches=None if None in correlations else len(correlations),
             )

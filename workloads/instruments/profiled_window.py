@@ -53,10 +53,9 @@ WINDOW_S, WINDOWS, MIN_STEPS = 0.2, 3, 2
 
 @dataclass(frozen=True)
 class Window:
-    """One profiled window of a side: the GPU's busy share, the span per step, and per step the GPU
-    time, the launches (None where the trace has no correlation ids) and the kernels."""
+    """One profiled window of a side, per step: its span, the GPU time, the launches (None where the
+    trace has no correlation ids) and the kernels."""
 
-    busy_share: float
     step_ms: float
     gpu_ms: float
     launches: float | None
@@ -66,7 +65,7 @@ class Window:
     def of(cls, activity: WindowActivity, steps: int) -> Window:
         launches = None if activity.launches is None else activity.launches / steps
         per_step = activity.span_ms / steps, activity.busy_ms / steps
-        return cls(activity.busy_share, *per_step, launches, activity.kernels / steps)
+        return cls(*per_step, launches, activity.kernels / steps)
 
 
 def window_steps(median_step_ms: float | None) -> int:
