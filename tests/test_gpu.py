@@ -961,7 +961,8 @@ def slowed(step: Step, host_us: float) -> Step:
 def test_a_window_s_gpu_time_and_launches_are_the_device_s_not_the_host_s() -> None:
     """Item 1 of issue 39: the tiny ops' GPU time per step and their launches (one per add) do not move
     when the host is 2 ms slower per step, where the window's span per step does; a matmul-bound step's
-    GPU time is its measured step."""
+    GPU time is its window's whole span. Not against a step measured at another moment: four 8192²
+    matmuls, bound by the board's power, took 5.5 to 6.3 ms a step between runs on one H100 kind."""
     from workloads.cell.step_timer import step_timer
     from workloads.instruments.profiled_window import WINDOWS, profiled_windows
 
@@ -979,12 +980,10 @@ def test_a_window_s_gpu_time_and_launches_are_the_device_s_not_the_host_s() -> N
           f"kernels {fast.kernels}")  # fmt: skip
     assert fast.launches == slow.launches == fast.kernels == 200
     assert slow.gpu_ms == pytest.approx(fast.gpu_ms, rel=0.1) and slow.step_ms > fast.step_ms + 1.0
-    dense_step = matmul_step(device)
-    dense = profiled_window(dense_step, device, 5)
-    measured = statistics.median(one.step_ms for one in step_timer(device).block(dense_step, 10))
-    print(f"matmuls: GPU {dense.gpu_ms:.3f} ms a step, measured {measured:.3f} ms, "
+    dense = profiled_window(matmul_step(device), device, 5)
+    print(f"matmuls: GPU {dense.gpu_ms:.3f} ms a step, span {dense.step_ms:.3f} ms, "
           f"launches {dense.launches}")  # fmt: skip
-    assert dense.gpu_ms == pytest.approx(measured, rel=0.05) and dense.kernels == 4
+    assert dense.gpu_ms == pytest.approx(dense.step_ms, rel=0.05) and dense.kernels == 4
     assert dense.launches >= 4  # cuBLAS may fill its workspace: a memset is a launch too
     # The loop's host time per step (step_timer): the slowed step's 2 ms more, give or take the host's.
     host = {name: statistics.median(one.host_ms for one in step_timer(device).block(step, 20))
