@@ -6,6 +6,7 @@ tests/test_analysis_busy.py; on the GPU: tests/test_gpu.py."""
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import random
@@ -27,7 +28,15 @@ from workloads.instruments.device_activity import (
     device_activity,
     windows_activity,
 )
-from workloads.instruments.profiled_window import MIN_STEPS, WINDOW_S, WINDOWS, GpuBusy, Window, window_steps
+from workloads.instruments.profiled_window import (
+    MIN_STEPS,
+    WINDOW_S,
+    WINDOWS,
+    GpuBusy,
+    Window,
+    collector_paused,
+    window_steps,
+)
 
 WINDOW = (0.0, 10.0)
 
@@ -124,6 +133,8 @@ def test_windows_count_launches_and_kernels_between_their_markers() -> None:
         ]
     }
     first, second = windows_activity(device_activity(trace))
+    # kineto writes a trace stream by stream, not in time order: the windows are the same
+    assert windows_activity(device_activity({"traceEvents": trace["traceEvents"][::-1]})) == [first, second]
     assert first.kernels == 5 and first.launches == 4
     assert first.busy_ms == pytest.approx((8 + 2 + 6) / 1e3) and first.span_ms == pytest.approx(0.05)
     assert first.busy_share == pytest.approx(16 / 50)
@@ -132,6 +143,17 @@ def test_windows_count_launches_and_kernels_between_their_markers() -> None:
     assert windows_activity(device_activity({"traceEvents": uncorrelated}))[0].launches is None
     assert windows_activity(device_activity({"traceEvents": trace["traceEvents"][:-1]})) is None  # unpaired
     assert windows_activity(device_activity({"traceEvents": [work("kernel", 1.0, 1.0, 1)]})) is None
+
+
+def test_a_trace_is_read_with_the_garbage_collector_paused_and_left_as_it_was() -> None:
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            with collector_paused():
+                assert not gc.isenabled()
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
 
 
 def test_the_windows_cover_about_window_s_and_each_at_least_min_steps() -> None:

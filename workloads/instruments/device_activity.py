@@ -21,9 +21,10 @@ Pure arithmetic on (start, end) pairs, and the reading of them from a Chrome tra
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 #: (start, end) of one interval, in any one unit (the Chrome trace's: µs).
 Interval = tuple[float, float]
@@ -38,10 +39,10 @@ KERNEL, COPY = "kernel", "gpu_memcpy"
 MARKER_BYTES = 7919
 
 
-@dataclass(frozen=True)
-class Activity:
+class Activity(NamedTuple):
     """One piece of the device's work: its interval (µs), whether it is a kernel or a window's marker,
-    and the correlation id of the host call that launched it (None where the trace has none)."""
+    and the correlation id of the host call that launched it (None where the trace has none). A tuple:
+    a trace holds tens of thousands of them."""
 
     start: float
     end: float
@@ -98,11 +99,13 @@ def windows_activity(activity: list[Activity]) -> list[WindowActivity] | None:
     markers = sorted((piece for piece in activity if piece.marker), key=lambda piece: piece.start)
     if not markers or len(markers) % 2:
         return None
-    work = [piece for piece in activity if not piece.marker]
+    work = sorted((piece for piece in activity if not piece.marker), key=lambda piece: piece.start)
+    starts = [piece.start for piece in work]  # sorted: a window's work is a slice
     windows = []
     for begin, end in zip(markers[::2], markers[1::2]):
         bounds = (begin.start, end.end)
-        inner = [piece for piece in work if bounds[0] <= piece.start and piece.end <= bounds[1]]
+        first, last = bisect_left(starts, bounds[0]), bisect_right(starts, bounds[1])
+        inner = [piece for piece in work[first:last] if piece.end <= bounds[1]]
         correlations = {piece.correlation for piece in inner}
         windows.append(
             WindowActivity(
