@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from analysis.cells.device_texts import GAP, HOST_MARK
-from analysis.cells.device_time import LAUNCH_BOUND, predicted_speedup, predicted_step_ms
+from analysis.cells.device_time import LAUNCH_BOUND, predicted_step_ms
 from analysis.cells.metrics import cell_metrics
 from analysis.reading.collect import load_sweep
 from analysis.rendering.text import fmt_speedup
@@ -262,9 +262,20 @@ def test_the_model_predicts_a_host_dependent_speedup_on_a_faster_host(tmp_path: 
     metrics = cell_metrics(load_sweep(tmp_path, warn=None))
     cell = metrics.iloc[0]
     eager_host = cell["eager_launches_per_step"] * cell["eager_host_us_per_launch"] / 1e3
-    here, faster = predicted_speedup(metrics), predicted_speedup(metrics, 0.8)
-    assert here[0] == pytest.approx(eager_host / cell["gpu_ms"])
-    assert faster[0] == pytest.approx(0.8 * eager_host / cell["gpu_ms"])
+
+    def speedup(host_factor: float) -> float:  # the model's eager step over its compiled step
+        eager, compiled = (
+            predicted_step_ms(
+                cell[f"{side}gpu_ms"], cell[f"{side}launches_per_step"],
+                cell[f"{side}host_us_per_launch"] * host_factor,
+            )
+            for side in ("eager_", "")
+        )  # fmt: skip
+        return float(eager / compiled)
+
+    assert cell["eager_predicted_step_ms"] == pytest.approx(eager_host)
+    assert speedup(1.0) == pytest.approx(eager_host / cell["gpu_ms"])
+    assert speedup(0.8) == pytest.approx(0.8 * eager_host / cell["gpu_ms"])
 
 
 def test_a_cell_without_windows_has_its_device_speedup_without_an_interval(tmp_path: Path) -> None:

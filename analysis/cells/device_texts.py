@@ -57,11 +57,7 @@ def device_speedup_texts(metrics: pd.DataFrame) -> list[str]:
 
 def side_texts(metrics: pd.DataFrame, column: str, fmt=fmt_number) -> list[str]:
     """`7.40`, or `7.40 (eager 7.50)` for a paired cell: a per-side column of each side."""
-    texts = []
-    for own, eager in zip(metrics[column], metrics[f"eager_{column}"]):
-        text = fmt(own)
-        texts.append(f"{text} (eager {fmt(eager)})" if text and not is_null(eager) else text)
-    return texts
+    return _both_sides([fmt(v) for v in metrics[column]], [fmt(v) for v in metrics[f"eager_{column}"]])
 
 
 def launch_us_texts(metrics: pd.DataFrame) -> list[str]:
@@ -69,19 +65,18 @@ def launch_us_texts(metrics: pd.DataFrame) -> list[str]:
     is not launch-bound (its host ran ahead of the GPU and may have waited for the queue of launches
     to drain: an upper bound of the host's own)."""
 
-    def text(value: object, bound: object) -> str:
-        if is_null(value):
-            return ""
-        return f"{'' if not is_null(bound) and bool(bound) else '≤'}{float(value):.1f}"
+    def texts(prefix: str) -> list[str]:
+        values = zip(metrics[f"{prefix}host_us_per_launch"], metrics[f"{prefix}launch_bound"])
+        return [
+            "" if is_null(v) else f"{'' if not is_null(bound) and bool(bound) else '≤'}{float(v):.1f}"
+            for v, bound in values
+        ]
 
-    texts = []
-    for own, own_bound, eager, eager_bound in zip(
-        metrics["host_us_per_launch"], metrics["launch_bound"],
-        metrics["eager_host_us_per_launch"], metrics["eager_launch_bound"],
-    ):  # fmt: skip
-        mine, theirs = text(own, own_bound), text(eager, eager_bound)
-        texts.append(f"{mine} (eager {theirs})" if mine and theirs else mine)
-    return texts
+    return _both_sides(texts(""), texts("eager_"))
+
+
+def _both_sides(own: list[str], eager: list[str]) -> list[str]:
+    return [f"{mine} (eager {theirs})" if mine and theirs else mine for mine, theirs in zip(own, eager)]
 
 
 def bound_texts(metrics: pd.DataFrame) -> list[str]:

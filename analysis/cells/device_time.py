@@ -128,21 +128,6 @@ def predicted_step_ms(gpu_ms: object, launches: object, us_per_launch: object) -
     return np.where(np.isnan(gpu) | np.isnan(host), np.nan, np.fmax(gpu, host))
 
 
-def predicted_speedup(metrics: pd.DataFrame, host_factor: float = 1.0) -> np.ndarray:
-    """Each paired cell's wall speedup by the model on a host whose launches take `host_factor` times
-    this host's µs (e.g. another host's µs per launch / this one's): its eager side's predicted step
-    over its compiled side's (`predicted_step_ms` of each, from `metrics`' device columns); NaN where a
-    side lacks GPU time, launches or µs per launch."""
-    eager, compiled = (
-        predicted_step_ms(
-            metrics[f"{side}gpu_ms"], metrics[f"{side}launches_per_step"],
-            metrics[f"{side}host_us_per_launch"].to_numpy(float) * host_factor,
-        )
-        for side in ("eager_", "")
-    )  # fmt: skip
-    return eager / compiled
-
-
 def launch_bound_sides(gpu_ms: np.ndarray, step_ms: np.ndarray, threshold: float) -> np.ndarray:
     """Whether a side whose GPU works `gpu_ms` of its measured `step_ms` is launch-bound: the GPU idles
     more than `threshold` of the step (False where either is unknown)."""
