@@ -154,3 +154,13 @@ def test_the_fp8_gemm_experiment_expands(tmp_path: Path) -> None:
     assert f"{14 * 2 * 2} cell(s)" in shown.stdout
     assert "max-autotune-no-cudagraphs" in shown.stdout and "tensorwise" in shown.stdout
     assert not (tmp_path / "sw").exists()  # nothing written
+
+
+def test_the_fp8_gemm_experiment_plans_on_the_seminar_cluster_s_h100s(tmp_path: Path) -> None:
+    """Issue 40 item 5: the experiment made for the H100 (fp8 needs compute capability 8.9+) is placed
+    on grete's H100 partition, not refused for the profile's A100 default."""
+    shown = cli(tmp_path, "sweep", "+experiment=fp8_gemm", "cluster=grete", "--dry-run",
+                f"hydra.sweep.dir={tmp_path / 'sw'}")  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    rows = [line for line in shown.stdout.splitlines() if "| gemm " in line]
+    assert len(rows) == 14 * 2 * 2 and all("grete-h100" in row and "gpu:H100:1" in row for row in rows)
