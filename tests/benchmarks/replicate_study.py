@@ -20,12 +20,15 @@ inductor cache between calls, as a cluster's shared cache would.
     tests/benchmarks/device_time_two_machines.py): device_time_gpt (gpt small bf16 inductor and cudagraphs,
     resnet18 bf16 batch 32 channels-last and mobilenetv3_large_100 at the timm_train suite's settings,
     inductor), device_time_cnn (resnet50d and efficientnetv2_rw_s, the suite models that moved most,
-    inductor); repeats 3, paired, no eager cells
+    inductor); repeats 3, paired, no eager cells. `--neighbours N` runs the parts' sweeps (named
+    NAME_neighbours N) beside N processes that spin on the CPU, another job's busy CPUs on the node: a
+    slower host for the same GPU, what `compilebench compare` must call a host change
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import subprocess
 import sys
 import tarfile
@@ -277,11 +280,24 @@ def timm_peer(runs: list[tuple[str, int, list[str]]]) -> None:
         subprocess.call(command)
 
 
+@contextlib.contextmanager
+def neighbours(count: int):
+    """`count` processes spinning on the CPU for as long as the block runs (none for 0)."""
+    spinning = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for process in spinning:
+            process.kill()
+            process.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=sorted(PARTS), nargs="+", required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="+", metavar="SWEEP", help="of the parts' sweeps, run only these")
+    parser.add_argument("--neighbours", type=int, default=0, help="processes spinning beside the sweeps")
     args = parser.parse_args()
     subprocess.call(
         [
@@ -296,7 +312,10 @@ def main() -> None:
         for name, overrides in PARTS[part]:
             if args.only and name not in args.only:
                 continue
-            sweep(name, overrides)
+            if args.neighbours:
+                name = f"{name}_neighbours{args.neighbours}"
+            with neighbours(args.neighbours):
+                sweep(name, overrides)
             with tarfile.open(
                 args.out / f"{name}.tar.gz", "w:gz"
             ) as tar:  # back even if a later part runs out of time
