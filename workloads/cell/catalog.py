@@ -132,7 +132,11 @@ def check_gemm(cfg: CellConfig) -> None:
     if cfg.model.name != GEMM_FAMILY:
         if shape_keys:
             raise ConfigError(f"model.{shape_keys[0]} is a GEMM's dimension: it goes with model=gemm")
+        if cfg.model.kernel is not None:
+            raise ConfigError(f"model.kernel={cfg.model.kernel} is a GEMM kernel: it goes with model=gemm")
         return
+    if cfg.model.kernel is not None:
+        check_triton_kernel(cfg)
     if cfg.precision.name not in GEMM_PRECISIONS:
         raise ConfigError(f"model=gemm runs in {GEMM_PRECISIONS}, not precision={cfg.precision.name}")
     if cfg.precision.name == "fp8" and cfg.precision.recipe not in GEMM_RECIPES:
@@ -151,6 +155,20 @@ def check_gemm(cfg: CellConfig) -> None:
         raise ConfigError("model=gemm measures its compile once (compile.measure=once)")
     if batch := [key for key in ("batch_size", "grad_accum") if getattr(cfg, key) is not None]:
         raise ConfigError(f"model=gemm has no {batch[0]}: its shape is model.m, model.n, model.k")
+
+
+def check_triton_kernel(cfg: CellConfig) -> None:
+    """model.kernel: the post's kernels are fp8 with one scale per tensor, launched as written."""
+    if (cfg.precision.name, cfg.precision.recipe) != ("fp8", "tensorwise"):
+        raise ConfigError(
+            f"model.kernel={cfg.model.kernel} is an fp8 GEMM with tensorwise scales: it needs "
+            f"precision.name=fp8 precision.recipe=tensorwise, not {cfg.precision.name}/{cfg.precision.recipe}"
+        )
+    if cfg.backend.name != BASELINE_BACKEND:
+        raise ConfigError(
+            f"model.kernel={cfg.model.kernel} runs the Triton kernel as written: backend=eager, "
+            f"not {cfg.backend.name}"
+        )
 
 
 def check_cell(cfg: CellConfig, submitting: bool = False) -> None:

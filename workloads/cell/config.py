@@ -34,6 +34,9 @@ DATA_SOURCES = ("synthetic", "text", "bin", "imagefolder", "custom")
 DIST_BACKENDS = ("auto", "nccl", "gloo")
 #: `compile.measure`: one compile with whatever the caches hold, or a cold and a warm one.
 COMPILE_MEASURES = ("once", "cold_warm")
+#: model=gemm's Triton fp8 kernels (workloads/gemm/triton_fp8.py): the FP8 post's data-parallel
+#: "base" matmul and its SplitK TK-GEMM.
+GEMM_KERNELS = ("triton_base", "triton_splitk")
 
 
 #: The metadata of a CellConfig field that is the sweep's own setting, not the cell's (`repeats`, ...).
@@ -66,6 +69,10 @@ class ModelConfig:
     """model=gemm: columns of B and of the product; null = the size preset's."""
     k: int | None = None
     """model=gemm: the inner dimension; null = the size preset's."""
+    kernel: str | None = None
+    """model=gemm with precision.name=fp8 (tensorwise), backend=eager: the GEMM runs one of the
+    post's Triton kernels instead of cuBLAS, `triton_base` (data-parallel) or `triton_splitk`, at the
+    tile configuration timed fastest for the cell's shape (docs/gemm.md); null = cuBLAS."""
 
 
 @dataclass
@@ -261,6 +268,10 @@ class CellConfig:
             value = getattr(self.model, key[6:]) if key.startswith("model.") else getattr(self, key)
             if value is not None and value <= 0:
                 raise ConfigError(f"{key} must be positive, got {value}")
+        if self.model.kernel not in (None, *GEMM_KERNELS):
+            raise ConfigError(
+                f"model.kernel must be one of {GEMM_KERNELS} or null, got {self.model.kernel!r}"
+            )
         if self.precision.name not in PRECISIONS:
             raise ConfigError(
                 f"precision.name must be one of {tuple(PRECISIONS)}, got {self.precision.name!r}"

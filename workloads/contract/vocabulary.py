@@ -54,6 +54,12 @@ def _compile_mode(config: Mapping[str, Any]) -> str | None:
     return compile_mode(config_value(config, "backend.name"), config_value(config, "backend.mode"))
 
 
+def _backend(config: Mapping[str, Any]) -> str | None:
+    # A GEMM cell with model.kernel runs the post's Triton kernel, not eager's cuBLAS: the kernel is its
+    # treatment, and its speedup is over the eager (cuBLAS) cell of its shape, as a compiled cell's.
+    return config_value(config, "model.kernel") or config_value(config, "backend.name")
+
+
 def _arch(config: Mapping[str, Any]) -> str | None:
     # A custom model's target names what is built, as a timm name does (two targets: two workloads).
     return config_value(config, "model.arch") or config_value(config, "model.target")
@@ -111,7 +117,7 @@ AXES: tuple[Axis, ...] = (
     Axis("model", pa.string(), WORKLOAD, "model.name", headline=True),
     Axis("arch", pa.string(), WORKLOAD, "model.arch", _arch),
     Axis("size", pa.string(), WORKLOAD, "size", headline=True),
-    Axis("backend", pa.string(), TREATMENT, "backend.name", headline=True),
+    Axis("backend", pa.string(), TREATMENT, "backend.name", _backend, headline=True),
     Axis("compile_mode", pa.string(), TREATMENT, "backend.mode", _compile_mode, headline=True),
     Axis("fullgraph", pa.bool_(), TREATMENT, "backend.fullgraph", flag="fullgraph"),
     Axis("regional", pa.bool_(), TREATMENT, "backend.regional", flag="regional"),

@@ -91,7 +91,7 @@ class GemmCell:
         cfg = self.cfg
         dynamo_records.reset_compile_stats()
         operands = make_operands(self.shape, cfg.precision.name, cfg.precision.recipe, self.device, cfg.seed)
-        self.gemm = build_gemm(cfg.backend, cfg.precision.name, operands)
+        self.gemm = build_gemm(cfg.backend, cfg.precision.name, operands, cfg.model.kernel)
         self.steps = GemmSteps(self.gemm, self.device)
         return self.steps
 
@@ -112,6 +112,17 @@ class GemmCell:
     def peak_memory(self) -> int | None:
         return torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
 
+    def _kernel_name(self) -> str | None:
+        """The Triton kernel with its tiles, inductor's choice, or for eager the library."""
+        gemm, chosen = self.gemm, self.autotuner.last
+        assert gemm is not None, "build() first"
+        if gemm.name is not None:
+            return gemm.name
+        if gemm.compiled:
+            return chosen.kernel if chosen else None
+        # Eager is torch.mm / torch._scaled_mm: cuBLAS(Lt) on CUDA, oneDNN or ATen's own on the CPU.
+        return EAGER_KERNELS[self.device.type]
+
     def summarise(self, reports: list[RankReport]) -> None:
         """The summary of CellRecorder, and the gemm_* columns from it."""
         cfg, rec, gemm = self.cfg, self.rec, self.gemm
@@ -127,11 +138,8 @@ class GemmCell:
                 rec.peak,
                 peak_gbps(rec.run.get("gpu_name")),
             ),
-            # Eager is torch.mm / torch._scaled_mm: cuBLAS(Lt) on CUDA, oneDNN or ATen's own on the CPU.
-            gemm_kernel=(chosen.kernel if chosen else None)
-            if gemm.compiled
-            else EAGER_KERNELS[self.device.type],
-            gemm_autotune_us=chosen.us if chosen and gemm.compiled else None,
+            gemm_kernel=self._kernel_name(),
+            gemm_autotune_us=(chosen.us if chosen else None) if gemm.compiled else gemm.tuned_us,
         )
         if gemm.compiled:
             rec.run.update(dynamo_records.compile_stats().columns())

@@ -1,5 +1,7 @@
 """The timed GEMM: its operands and the callable that multiplies them, as cuBLAS runs it
-(`backend=eager`) or as `torch.compile` does with the cell's backend, mode and options.
+(`backend=eager`), as `torch.compile` does with the cell's backend, mode and options, or as one of
+the post's Triton kernels does (`model.kernel`: workloads/gemm/triton_fp8.py, tuned and checked by
+workloads/gemm/triton_tuning.py).
 
 bf16/fp16 call `torch.mm`; fp8 calls `torch._scaled_mm` (private_torch.scaled_mm) with e4m3
 operands quantised once, outside the timed call, as an inference GEMM reads weights and activations
@@ -30,6 +32,10 @@ class Gemm:
 
     call: Callable[[], torch.Tensor]
     compiled: bool
+    name: str | None = None
+    """A Triton kernel's name and tile configuration (`triton_splitk 64x64x512 split4 w8 s3`)."""
+    tuned_us: float | None = None
+    """The tuner's own timing of that kernel (triton.testing.do_bench), µs."""
 
 
 def _fp8_quantised(x: torch.Tensor, rowwise_dim: int | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,8 +68,16 @@ def matmul(precision: str) -> Callable[..., torch.Tensor]:
     return scaled_mm if precision == "fp8" else torch.mm
 
 
-def build_gemm(backend: BackendConfig, precision: str, operands: tuple[torch.Tensor, ...]) -> Gemm:
-    """The GEMM as the backend runs it; a dynamo backend compiles at the first call."""
+def build_gemm(
+    backend: BackendConfig, precision: str, operands: tuple[torch.Tensor, ...], kernel: str | None = None
+) -> Gemm:
+    """The GEMM as the backend runs it (a dynamo backend compiles at the first call), or the Triton
+    `kernel` at its tuned tile configuration, checked against the reference (KernelMismatch if not)."""
+    if kernel is not None:
+        from workloads.gemm.triton_tuning import tune  # imports Triton: only cells that run it
+
+        tuned = tune(kernel, *operands)
+        return Gemm(tuned.gemm, False, tuned.name, tuned.us)
     fn = matmul(precision)
     compiled = backend.name != BASELINE_BACKEND
     if compiled:
