@@ -28,7 +28,7 @@ from workloads.cell.config import (  # noqa: E402
 )
 from workloads.contract.vocabulary import COMPLETED, NOT_SUPPORTED, axes_from_config  # noqa: E402
 from workloads.gemm import triton_fp8  # noqa: E402
-from workloads.gemm.kernel_check import KernelMismatch, check_product, reference  # noqa: E402
+from workloads.gemm.kernel_check import KernelMismatch, ProductCheck, reference  # noqa: E402
 from workloads.gemm.kernels import make_operands  # noqa: E402
 from workloads.gemm.shapes import GemmShape  # noqa: E402
 from workloads.gemm.triton_fp8 import Fp8Gemm, TileConfig  # noqa: E402
@@ -57,7 +57,7 @@ def test_the_kernels_match_the_dequantised_product_at_an_odd_shape(tiles: TileCo
     gemm = Fp8Gemm(tiles, *operands)
     first = gemm()
     assert first.dtype == torch.bfloat16 and first.shape == (ODD.m, ODD.n)
-    assert check_product(tiles.label, first, *operands) < 1
+    assert ProductCheck(*operands)(tiles.label, first) < 1
     # SplitK leaves its workspace and counters zero, so that the next call (a CUDA graph's replay)
     # starts clean: the second product is the first, bit for bit.
     assert not gemm.work.any() and not gemm.count.any()
@@ -86,13 +86,14 @@ def test_the_bound_refuses_a_product_that_missed_part_of_k() -> None:
     beyond the bound although each is right to bf16 in most of its terms."""
     operands = make_operands(GemmShape(24, 48, 256), "fp8", "tensorwise", CPU, seed=5)
     a, b, scale_a, scale_b = operands
+    check = ProductCheck(*operands)
     short = reference(a[:, :224], b[:224], scale_a, scale_b).to(torch.bfloat16)
     with pytest.raises(KernelMismatch, match="beyond the fp8/bf16 error bound"):
-        check_product("short K", short, *operands)
+        check("short K", short)
     right = reference(*operands).to(torch.bfloat16)
-    assert check_product("reference", right, *operands) < 1
+    assert check("reference", right) < 1
     with pytest.raises(KernelMismatch):
-        check_product("rows shifted", right.roll(1, dims=0), *operands)
+        check("rows shifted", right.roll(1, dims=0))
 
 
 @interpreted
@@ -100,8 +101,9 @@ def test_on_the_cpu_the_tuner_runs_the_spaces_first_point_checked() -> None:
     operands = make_operands(GemmShape(5, 64, 96), "fp8", "tensorwise", CPU, seed=1)
     tuned = tune("triton_splitk", *operands)
     assert tuned.name == "triton_splitk 64x64x512 split4 w8 s3" and tuned.us is None
+    assert 0 < tuned.worst_check < 1
     assert tuned.gemm.config == SPACE["triton_splitk"][0]
-    assert check_product(tuned.name, tuned.gemm(), *operands) < 1
+    assert ProductCheck(*operands)(tuned.name, tuned.gemm()) < 1
 
 
 def kernel_config(**values) -> dict:
@@ -166,8 +168,9 @@ def test_every_candidate_passes_the_check_at_the_post_s_shapes_on_the_gpu(kernel
     twice: the SplitK workspace must come back zero), M = 37 not a multiple of any tile."""
     operands = make_operands(GemmShape(m, 8192, 8192), "fp8", "tensorwise", torch.device("cuda"), seed=0)
     tuned = tune(kernel, *operands)
-    print(f"{kernel} M={m}: {tuned.name}, {tuned.us:.1f} µs (do_bench), {tuned.timed} timed")
-    assert tuned.timed >= 1 and tuned.us > 0
+    print(f"{kernel} M={m}: {tuned.name}, {tuned.us:.1f} µs (do_bench), {tuned.timed} timed, "
+          f"worst error {tuned.worst_check:.3f} of the bound")  # fmt: skip
+    assert tuned.timed >= 1 and tuned.us > 0 and tuned.worst_check < 1
 
 
 @pytest.mark.gpu
@@ -184,3 +187,23 @@ def test_a_triton_kernel_cell_times_the_post_s_shape_on_the_gpu(kernel: str, tmp
     assert run["backend"] == kernel and run["gemm_us"] > 0
     if run["gemm_floor_us"] is not None:
         assert 0 < run["gemm_roofline_share"] <= 1
+
+
+def test_a_triton_kernel_cell_is_compared_with_cublas_in_the_gemm_table(tmp_path: Path) -> None:
+    """Its backend axis is the kernel's name: the GEMM table's row `fp8 tensorwise triton_splitk`,
+    with its speedup over the cuBLAS cell of its shape (the post's "over cuBLAS FP8")."""
+    from analysis.report import analyze
+    from tests.analysis_sweeps import write_gemm_cell
+
+    for cell_id, backend, precision, us in (("bf16", "eager", "bf16", 48.0), ("fp8", "eager", "fp8", 25.9),
+                                            ("tk", "triton_splitk", "fp8", 22.0)):  # fmt: skip
+        recipe = "tensorwise" if precision == "fp8" else None
+        kernel = {"gemm_kernel": "triton_splitk 16x64x512 split8 w4 s3", "compile_mode": None}
+        write_gemm_cell(tmp_path, cell_id, backend, precision, 16, [us - 0.1, us, us + 0.1], recipe=recipe,
+                        **(kernel if backend != "eager" else {}))  # fmt: skip
+    rows = analyze(tmp_path, warn=None).gemm.set_index("implementation")
+    assert list(rows.index) == ["bf16 cuBLAS", "fp8 tensorwise cuBLAS", "fp8 tensorwise triton_splitk"]
+    splitk = rows.loc["fp8 tensorwise triton_splitk"]
+    assert splitk["gemm_kernel"] == "triton_splitk 16x64x512 split8 w4 s3"
+    assert splitk["vs_fp8_cublas"] == pytest.approx(25.9 / 22.0)
+    assert splitk["vs_bf16_cublas"] == pytest.approx(48.0 / 22.0)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workloads.gemm.kernel_check import check_product
+from workloads.gemm.kernel_check import ProductCheck
 from workloads.gemm.triton_fp8 import Fp8Gemm, TileConfig
 
 #: model.kernel -> its candidates (block_m, block_n, block_k, split_k, num_warps, num_stages).
@@ -57,6 +57,8 @@ class Tuned:
     """do_bench's median of the chosen one, µs (None: not timed, on the CPU)."""
     timed: int
     """Candidates timed (those that compiled for this GPU)."""
+    worst_check: float
+    """The largest |c - r| / bound any candidate's product reached (kernel_check.py; < 1)."""
 
 
 def _compiles(gemm: Fp8Gemm) -> torch.Tensor | None:
@@ -75,26 +77,26 @@ def tune(
 ) -> Tuned:
     """The fastest checked candidate of `kernel`'s space at these operands (module docstring);
     KernelMismatch (from the check) where any candidate's product is wrong."""
-    space = SPACE[kernel]
+    space, check = SPACE[kernel], ProductCheck(a, b, scale_a, scale_b)
     if a.device.type != "cuda":
         gemm = Fp8Gemm(space[0], a, b, scale_a, scale_b)
         name = f"{kernel} {space[0].label}"
-        check_product(name, gemm(), a, b, scale_a, scale_b)
-        return Tuned(gemm, name, None, 0)
+        return Tuned(gemm, name, None, 0, check(name, gemm()))
 
     from triton.testing import do_bench
 
     timings: list[tuple[float, Fp8Gemm]] = []
+    worst = 0.0
     for config in space:
         gemm = Fp8Gemm(config, a, b, scale_a, scale_b)
         product = _compiles(gemm)
         if product is None:
             continue
-        check_product(f"{kernel} {config.label}", product, a, b, scale_a, scale_b)
-        # Again after a call that started from the workspace the first one left: it must be zero.
-        check_product(f"{kernel} {config.label} (second call)", gemm(), a, b, scale_a, scale_b)
+        # Twice: the second call starts from the workspace the first left, which must be zero.
+        worst = max(worst, check(f"{kernel} {config.label}", product))
+        worst = max(worst, check(f"{kernel} {config.label} (second call)", gemm()))
         timings.append((do_bench(gemm, warmup=WARMUP_MS, rep=REP_MS) * 1e3, gemm))
     if not timings:
         raise RuntimeError(f"{kernel}: no candidate of its space fits this GPU")
     us, best = min(timings, key=lambda timed: timed[0])
-    return Tuned(best, f"{kernel} {best.config.label}", us, len(timings))
+    return Tuned(best, f"{kernel} {best.config.label}", us, len(timings), worst)
