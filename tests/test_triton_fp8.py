@@ -199,12 +199,12 @@ def test_a_triton_kernel_cell_is_compared_with_cublas_in_the_gemm_table(tmp_path
     for cell_id, backend, precision, us in (("bf16", "eager", "bf16", 48.0), ("fp8", "eager", "fp8", 25.9),
                                             ("tk", "triton_splitk", "fp8", 22.0)):  # fmt: skip
         recipe = "tensorwise" if precision == "fp8" else None
-        kernel = {"gemm_kernel": "triton_splitk 16x64x512 split8 w4 s3", "compile_mode": None}
+        kernel = {"gemm_kernel": "triton_splitk 64x64x256 split8 w4 s4", "compile_mode": None}
         write_gemm_cell(tmp_path, cell_id, backend, precision, 16, [us - 0.1, us, us + 0.1], recipe=recipe,
                         **(kernel if backend != "eager" else {}))  # fmt: skip
     rows = analyze(tmp_path, warn=None).gemm.set_index("implementation")
     assert list(rows.index) == ["bf16 cuBLAS", "fp8 tensorwise cuBLAS", "fp8 tensorwise triton_splitk"]
     splitk = rows.loc["fp8 tensorwise triton_splitk"]
-    assert splitk["gemm_kernel"] == "triton_splitk 16x64x512 split8 w4 s3"
+    assert splitk["gemm_kernel"] == "triton_splitk 64x64x256 split8 w4 s4"
     assert splitk["vs_fp8_cublas"] == pytest.approx(25.9 / 22.0)
     assert splitk["vs_bf16_cublas"] == pytest.approx(48.0 / 22.0)

@@ -5,11 +5,17 @@ first point runs, checked as on a GPU.
 
 The space is made for the post's shapes (N = K = 8192, M = 1..64; docs/gemm.md): its first SplitK
 point is the post's own choice (TK-GEMM: 64x64x512 tiles, SPLIT_K = 4, 8 warps, 3 stages), the
-others vary one thing each: a 16-row tile for M <= 16 (a 64-row tile reads 4x the rows of A it
-needs), SPLIT_K 2 and 8, a 256-deep K step with more stages. The base kernel's space is four of the
-fp8 points of Triton's matmul tutorial (its 256-row tiles left out: at M <= 64 three quarters of
-their rows would be padding) and two 16-row tiles, so that the base is not slow for its tiles' waste
-alone. 8 + 6 candidates, a few seconds of Triton compilation each: a cell tunes in about a minute.
+others vary SPLIT_K (2, 8), the tile's width (32, 128) and the K step (256, with 4 stages). The
+base kernel's space is four of the fp8 points of Triton's matmul tutorial (its 256-row tiles left
+out: at M <= 64 three quarters of their rows would be padding) and two narrower tiles, 64 x 64 and
+64 x 32: at M <= 64 they give 128 and 256 programs for an H100's 132 SMs, the tutorial's 32 to 128.
+Every tile has 64 rows or more: Triton then uses Hopper's wgmma, whose accumulation `PROMOTE_EVERY`
+controls (triton_fp8.py); for 16- or 32-row tiles it uses mma.sync, where it does not, and the
+check's bound would not hold for certain. Compiled for sm_90 with Triton 3.8 (2026-11-28, no GPU:
+triton.compile to a cubin), all 14 points are wgmma with that promotion, pipelined in 48 to 192 KiB
+of shared memory (an H100 block has 227 KiB). The rows beyond M are masked, never read from memory:
+at M = 16 a 64-row tile costs tensor-core work, not bandwidth. 8 + 6 candidates, a few seconds of
+Triton compilation each: a cell tunes in about a minute.
 """
 
 from __future__ import annotations
@@ -25,12 +31,12 @@ from workloads.gemm.triton_fp8 import Fp8Gemm, TileConfig
 SPACE: dict[str, tuple[TileConfig, ...]] = {
     "triton_splitk": (
         TileConfig(64, 64, 512, 4, 8, 3),  # the post's TK-GEMM
-        TileConfig(16, 64, 512, 4, 4, 3),
         TileConfig(64, 64, 512, 2, 8, 3),
         TileConfig(64, 64, 512, 8, 8, 3),
-        TileConfig(16, 64, 512, 8, 4, 3),
+        TileConfig(64, 32, 512, 4, 4, 3),
+        TileConfig(64, 128, 512, 2, 8, 2),  # 3 stages would need 288 KiB of shared memory
         TileConfig(64, 64, 256, 4, 4, 4),
-        TileConfig(16, 64, 256, 8, 4, 4),
+        TileConfig(64, 64, 256, 8, 4, 4),
         TileConfig(64, 128, 256, 4, 8, 4),
     ),
     "triton_base": (
@@ -38,8 +44,8 @@ SPACE: dict[str, tuple[TileConfig, ...]] = {
         TileConfig(128, 128, 128, 1, 4, 4),
         TileConfig(64, 128, 64, 1, 4, 4),
         TileConfig(128, 64, 64, 1, 4, 4),
-        TileConfig(16, 64, 256, 1, 4, 4),
-        TileConfig(16, 128, 128, 1, 4, 4),
+        TileConfig(64, 64, 128, 1, 4, 4),
+        TileConfig(64, 32, 256, 1, 4, 4),
     ),
 }
 #: triton.testing.do_bench's warm-up and measuring budget per candidate, ms (it empties L2 between
