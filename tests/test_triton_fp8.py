@@ -10,9 +10,14 @@ import os
 
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton.jit decorates the kernel
+#: Where there is no GPU the kernel is decorated for the interpreter: the variable is set while the
+#: kernel's module is imported and while this file's tests run (`interpreting`), not for the other
+#: files' tests of this process.
+_SET_HERE = not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ
+if _SET_HERE:
+    os.environ["TRITON_INTERPRET"] = "1"
 
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pyarrow.parquet as pq  # noqa: E402
@@ -35,10 +40,26 @@ from workloads.gemm.triton_fp8 import Fp8Gemm, TileConfig  # noqa: E402
 from workloads.gemm.triton_tuning import SPACE, tune  # noqa: E402
 from workloads.run import run_cell  # noqa: E402
 
+if _SET_HERE:
+    del os.environ["TRITON_INTERPRET"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def interpreting() -> Iterator[None]:
+    """TRITON_INTERPRET again while this file's tests run: Triton reads it again as it runs a kernel
+    (the interpreter imports parts of Triton lazily, which check it)."""
+    if _SET_HERE:
+        os.environ["TRITON_INTERPRET"] = "1"
+    yield
+    if _SET_HERE:
+        os.environ.pop("TRITON_INTERPRET", None)
+
+
 CPU = torch.device("cpu")
 interpreted = pytest.mark.skipif(
     torch.cuda.is_available() or type(triton_fp8._fp8_gemm).__name__ != "InterpretedFunction",
-    reason="the interpreter tests run the kernel on CPU tensors: in a process of their own, without CUDA",
+    reason="the interpreter tests run the kernel on CPU tensors: where there is no GPU, and the kernel's "
+    "module was first imported by this file",
 )
 #: M, N not multiples of the 16 x 32 tiles; K = 200 is 6.25 blocks of 32: the last split's block is
 #: partial and, with SPLIT_K = 3 or 4, the splits get 3, 2, 2 (or 2, 2, 2, 1) blocks.

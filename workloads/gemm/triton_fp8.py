@@ -61,11 +61,14 @@ def _fp8_gemm(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, GROUP_M: tl.constexpr, PROMOTE_EVERY: tl.constexpr,
 ):  # fmt: skip
+    # Only builtins (no tl.cdiv, tl.minimum, tl.zeros): those are @triton.jit functions of Triton's
+    # library, which the interpreter cannot call where Triton was imported before TRITON_INTERPRET
+    # was set (inductor imports it in a test process before tests/test_triton_fp8.py sets it).
     pid, pid_k = tl.program_id(0), tl.program_id(1)
-    grid_m, grid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    grid_m, grid_n = (M + BLOCK_M - 1) // BLOCK_M, (N + BLOCK_N - 1) // BLOCK_N
     band = GROUP_M * grid_n
     first_m = (pid // band) * GROUP_M
-    band_m = tl.minimum(grid_m - first_m, GROUP_M)
+    band_m = tl.where(grid_m - first_m < GROUP_M, grid_m - first_m, GROUP_M)
     tile_m = first_m + (pid % band) % band_m
     tile_n = (pid % band) // band_m
 
@@ -75,8 +78,8 @@ def _fp8_gemm(
     in_m, in_n = offs_m < M, offs_n < N
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in range(0, tl.cdiv(K, BLOCK_K * SPLIT_K)):
+    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32)
+    for step in range(0, (K + BLOCK_K * SPLIT_K - 1) // (BLOCK_K * SPLIT_K)):
         k_left = K - step * BLOCK_K * SPLIT_K  # this program's K blocks: pid_k, pid_k + SPLIT_K, ...
         a = tl.load(a_ptrs, mask=in_m[:, None] & (offs_k[None, :] < k_left), other=0.0)
         b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & in_n[None, :], other=0.0)
@@ -99,7 +102,7 @@ def _fp8_gemm(
         if arrived == SPLIT_K - 1:
             total = tl.load(work_ptrs, mask=in_c, cache_modifier=".cg")  # from L2, where the atomics are
             tl.store(c_ptrs, (total * scale).to(tl.bfloat16), mask=in_c)
-            tl.store(work_ptrs, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), mask=in_c)
+            tl.store(work_ptrs, tl.full((BLOCK_M, BLOCK_N), 0.0, dtype=tl.float32), mask=in_c)
             tl.store(count_ptr + pid, 0)
 
 
