@@ -1,11 +1,15 @@
 """The cell-process runner that both executors use: one replicate (or rank) of a cell as its own
 `python -m workloads.run CONFIG` process, its output in the cell's logs/, and how it ended.
 
-The workload records its own status (workloads/run.py); `CellProcess.finish` is the one place that
-turns a process's end into the attempt's outcome: it trusts run.parquet over the exit code, and
-records a `failed` (or, where the memory cgroup counts a kill, `oom`) attempt for a process killed
-before it could write one. The local executor (orchestrator/executors/local.py) starts these in turn; each
-Slurm task starts its own (orchestrator/executors/slurm/job.py).
+The process is this Python's, or, for a cell of a named environment (`environment=NAME`), the
+environment's: `bash SWEEP_DIR/environments/NAME.sh -m workloads.run ...`
+(orchestrator/grid/environments.py). The workload records its own status (workloads/run.py);
+`CellProcess.finish` is the one place that turns a process's end into the attempt's outcome: it
+trusts run.parquet over the exit code, and records a `failed` (or, where the memory cgroup counts a
+kill, `oom`) attempt for a process that ended before it could write one: killed, or never able to
+start the workload (an environment without torch, a Python too old, a venv that is not there: its
+last line of stderr says which). The local executor (orchestrator/executors/local.py) starts these
+in turn; each Slurm task starts its own (orchestrator/executors/slurm/job.py).
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ from pathlib import Path
 
 from orchestrator.grid.cells import Cell
 from workloads.contract.attempts import missing_repeats, newest_attempt, record_killed_attempt
-from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, config_path
+from workloads.contract.sweep_dir import (
+    LOGS_DIR,
+    cell_dir,
+    config_path,
+    environment_launcher,
+    read_cell_config,
+)
 from workloads.contract.vocabulary import COMPLETED, FAILED, OOM
 from workloads.local.child_env import child_env
 
@@ -130,8 +140,12 @@ class CellProcess:
             newest_attempt(directory) if self.rank == 0 else (self.attempts_before, None, None)
         )
         wrote_attempt = attempts > self.attempts_before
-        if code < 0 and self.rank == 0 and not wrote_attempt:  # killed by a signal it could not catch
-            status, reason = self._killed(signal.Signals(-code).name)
+        if self.rank == 0 and not wrote_attempt:
+            if code < 0:  # killed by a signal it could not catch
+                status, reason = self._killed(signal.Signals(-code).name)
+            else:  # it never got to run the cell: its environment could not start the workload
+                last_words = _last_line(self.stderr_log) or "(no output)"
+                status, reason = FAILED, f"ended before it wrote a result: {last_words}"
             record_killed_attempt(directory, self.cell_id, self.repeat, status, reason, self.started_at)
             return Outcome(self.cell_id, status, seconds, f"exit {code}: {reason} [{self.stderr_log}]")
         status = status if wrote_attempt and status and status != COMPLETED else FAILED
@@ -162,8 +176,10 @@ def start_cell(
     logs = directory / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)
     attempts_before = newest_attempt(directory)[0]
+    environment = read_cell_config(directory, None).get("environment")
+    python = ["bash", str(environment_launcher(sweep_dir, environment))] if environment else [sys.executable]
     command = [
-        sys.executable,
+        *python,
         "-m",
         "workloads.run",
         str(config_path(sweep_dir, cell_id)),

@@ -67,6 +67,8 @@ class SlurmProfile:
     env: dict[str, str] = field(default_factory=dict)
     setup: list[str] = field(default_factory=list)
     sbatch_extra: dict[str, Any] = field(default_factory=dict)
+    environments: dict[str, Any] = field(default_factory=dict)
+    """Named environments (`environment=NAME`), checked by orchestrator/grid/environments.py."""
 
 
 @dataclass(frozen=True, order=True)
