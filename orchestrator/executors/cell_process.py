@@ -143,10 +143,13 @@ class CellProcess:
         if self.rank == 0 and not wrote_attempt:
             if code < 0:  # killed by a signal it could not catch
                 status, reason = self._killed(signal.Signals(-code).name)
-            else:  # it never got to run the cell: its environment could not start the workload
+            else:  # it ended without a result: e.g. its environment could not start the workload
                 last_words = _last_line(self.stderr_log) or "(no output)"
                 status, reason = FAILED, f"ended before it wrote a result: {last_words}"
-            record_killed_attempt(directory, self.cell_id, self.repeat, status, reason, self.started_at)
+            try:
+                record_killed_attempt(directory, self.cell_id, self.repeat, status, reason, self.started_at)
+            except OSError as exc:  # a full filesystem, as the cell's own write found it
+                reason += f" (not recorded: {exc})"
             return Outcome(self.cell_id, status, seconds, f"exit {code}: {reason} [{self.stderr_log}]")
         status = status if wrote_attempt and status and status != COMPLETED else FAILED
         if wrote_attempt and isinstance(error, str) and error.strip():
