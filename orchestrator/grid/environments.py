@@ -1,20 +1,27 @@
-"""Named software environments of a cluster profile (`cluster.environments`) and their launchers.
+"""How a job or a cell's process gets its software: the site template's setup lines, and the named
+environments of a cluster profile (`cluster.environments`) with their launchers.
+
+The site template (`sbatch_templates/<name>.sh.tmpl`, its rules in sbatch_templates/README.md:
+`{field}` placeholders, every value shell-quoted, a list repeating its line, a mapping per entry)
+is filled from the profile's own `modules`, `venv`, `conda_env` and `env` at the start of a job
+script's `# setup` section (orchestrator/executors/slurm/sbatch.py), and from a named
+environment's at the start of its launcher.
 
 An environment is a way to get a Python with torch: a venv, a conda environment, environment
 modules, verbatim setup lines, or a container image run through a container runtime. The axis
 `environment=NAME,...` sweeps them; a cell without one runs as before, in the Python that runs the
 orchestrator's side of the job (the profile's own `modules`/`venv`/`conda_env`, unnamed).
-
 A cell of a named environment runs `bash SWEEP_DIR/environments/NAME.sh -m workloads.run CONFIG
 --repeat N` (orchestrator/executors/cell_process.py), locally and in a Slurm task alike: the
-launcher sets the environment up with the site template's lines (orchestrator/grid/setup_lines.py),
-the same that begin a job script, then the environment's `setup` lines, and execs its `python`.
-Only the cell's process runs there, so the environment needs what `workloads` imports (torch,
-numpy, pandas, pyarrow, pyyaml; timm for timm models), not the orchestrator (docs/clusters.md).
+launcher sets the environment up with the template's lines, then the environment's `setup` lines,
+and execs its `python`. Only the cell's process runs there, so the environment needs what
+`workloads` imports (torch, numpy, pandas, pyarrow, pyyaml; timm for timm models), not the
+orchestrator (docs/clusters.md, "Software environments").
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping
@@ -22,14 +29,71 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from orchestrator.grid.profile import ProfileError
-from orchestrator.grid.setup_lines import template_lines, template_path
+from orchestrator.grid.package_data import TEMPLATES_DIR
+from orchestrator.grid.profile import VARIABLE_NAME, ProfileError
 from workloads.contract.atomic import atomic_output
 from workloads.contract.sweep_dir import environment_launcher
 
+TEMPLATE_SUFFIX = ".sh.tmpl"
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?:\.(name|value))?\}")
+
+
+def template_path(name: str, profile: str) -> Path:
+    """The template `name` (`default`, or a path with a `/`) of cluster `profile`; ProfileError if none."""
+    path = Path(name).expanduser() if "/" in name else TEMPLATES_DIR / f"{name}{TEMPLATE_SUFFIX}"
+    if not path.is_file():
+        known = ", ".join(
+            sorted(p.name[: -len(TEMPLATE_SUFFIX)] for p in TEMPLATES_DIR.glob(f"*{TEMPLATE_SUFFIX}"))
+        )
+        raise ProfileError(f"cluster {profile}: sbatch_template {name!r} not found ({path}); known: {known}")
+    return path
+
+
+def _entries(fields: Any, name: str, template: Path) -> list[Any]:
+    """The values one template line is repeated for: [] drops the line."""
+    if not hasattr(fields, name):
+        raise ProfileError(f"{template}: unknown profile field {{{name}}}")
+    value = getattr(fields, name)
+    if name == "venv" and value:
+        value = os.path.expanduser(value)  # inside quotes the shell would not expand `~`
+    if value is None or value == "" or value == [] or value == {}:
+        return []
+    if isinstance(value, Mapping):
+        return list(value.items())
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _fill(line: str, entry: Any, template: Path) -> str:
+    def one(match: re.Match) -> str:
+        part = match.group(2)
+        if isinstance(entry, tuple) != (part is not None):
+            raise ProfileError(f"{template}: {match.group(0)} does not fit the value {entry!r}")
+        value = entry if part is None else entry[0 if part == "name" else 1]
+        return shlex.quote(str(value))
+
+    return _PLACEHOLDER.sub(one, line)
+
+
+def template_lines(template: Path, fields: Any) -> list[str]:
+    """The template filled from `fields` (a profile, or an environment: an object with the
+    template's field names as attributes)."""
+    lines = []
+    for line in template.read_text().splitlines():
+        if line.startswith("##") or not line.strip():
+            continue
+        names = {match.group(1) for match in _PLACEHOLDER.finditer(line)}
+        if len(names) > 1:
+            raise ProfileError(f"{template}: one profile field per line, got {sorted(names)} in {line!r}")
+        if not names:
+            lines.append(line)
+            continue
+        lines += [_fill(line, entry, template) for entry in _entries(fields, names.pop(), template)]
+    return lines
+
+
 #: A name that is a file name and a plain Hydra value (`environment=torch2.11`): a letter first.
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
-_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: What runs a program inside `image` unless the environment says otherwise: Apptainer with the
 #: node's NVIDIA driver and GPUs bound in.
 CONTAINER_EXEC = "apptainer exec --nv"
@@ -79,15 +143,12 @@ def _environment(profile: str, name: str, values: Any) -> Environment:
         if key in given and not (isinstance(given[key], str) and given[key].strip()):
             raise _fail(profile, f"{where}.{key} must be a non-empty string, got {given[key]!r}")
     variables = given.get("env", {})
-    if not isinstance(variables, Mapping) or not all(_VARIABLE.fullmatch(str(k)) for k in variables):
+    if not isinstance(variables, Mapping) or not all(VARIABLE_NAME.fullmatch(str(k)) for k in variables):
         raise _fail(profile, f"{where}.env must map variable names to values, got {variables!r}")
     given["env"] = {str(k): str(v) for k, v in variables.items()}
-    environment = Environment(**given)
-    if not any((environment.modules, environment.venv, environment.conda_env, environment.setup)) and (
-        environment.image is None
-    ):
+    if not any(given.get(key) for key in ("modules", "venv", "conda_env", "setup", "image")):
         raise _fail(profile, f"{where} says nothing: give venv, conda_env, modules, image or setup")
-    return environment
+    return Environment(**given)
 
 
 def environments_of(cluster: Mapping[str, Any]) -> dict[str, Environment]:
@@ -133,8 +194,7 @@ def write_launchers(sweep_dir: Path, cluster: Mapping[str, Any], names: Iterable
     paths = []
     for name in sorted({name for name in names if name is not None}):
         path = environment_launcher(sweep_dir, name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_output(path) as fh:
+        with atomic_output(path) as fh:  # whole: a task of the sweep may start it at any moment
             fh.write(launcher_text(cluster, name).encode())
         paths.append(path)
     return paths

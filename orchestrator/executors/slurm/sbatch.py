@@ -20,9 +20,9 @@ from typing import Any
 
 from submitit import SlurmExecutor
 
+from orchestrator.grid.environments import template_lines, template_path
 from orchestrator.grid.private_apis import RenderOnlyExecutor, convert_mem, submission_script_text
 from orchestrator.grid.profile import ProfileError, Resources, SlurmProfile
-from orchestrator.grid.setup_lines import template_lines, template_path
 from workloads.contract.sweep_dir import COMPILE_CACHE_DIR, SUBMITIT_DIR
 from workloads.instruments.compile_cache import BASE_ENV
 
