@@ -12,13 +12,16 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from orchestrator.cli.main import main
 from orchestrator.grid.environments import environments_of
 from orchestrator.grid.expand import GridError, expand
 from orchestrator.grid.profile import ProfileError
+from tests.analysis_sweeps import metrics_of, write_cell
 from tests.helpers import TINY, cli, slurm_cli, wait_until_done
 from tests.slurm.cluster import LocalSlurm
 from workloads.contract.vocabulary import COMPLETED, FAILED
@@ -148,3 +151,25 @@ def test_each_slurm_job_runs_its_cell_in_its_own_environment(
         assert runs[name].python_prefix == str(venv) and runs[name].slurm_job_id
     assert runs["missing"].status == FAILED
     assert f"{missing}/bin/activate: No such file or directory" in runs["missing"].error
+
+
+def test_a_compiled_cell_is_compared_with_the_eager_cell_of_its_own_environment(tmp_path: Path) -> None:
+    """Two environments, eager and inductor in each, eager twice as fast in the newer one: each
+    speedup is over its own environment's eager; a sweep written before the column (no
+    `environment` column) analyses as it did."""
+    old, new = [20.0, 21.0, 22.0, 20.5], [10.0, 10.5, 11.0, 10.2]
+    compiled = [8.0, 8.2, 8.4, 8.1]
+    for environment, eager in (("torch211", old), ("torch215", new)):
+        write_cell(tmp_path, f"e-{environment}", "eager", step_ms=eager, environment=environment)
+        write_cell(tmp_path, f"i-{environment}", "inductor", step_ms=compiled, environment=environment)
+    cells = metrics_of(tmp_path)
+    for environment, eager in (("torch211", old), ("torch215", new)):
+        speedup = cells[f"i-{environment}"]["speedup"]
+        assert speedup == pytest.approx(np.median(eager) / np.median(compiled)), environment
+    before = tmp_path / "before"
+    for cell_id, backend, steps in (("e", "eager", old), ("i", "inductor", compiled)):
+        path = write_cell(before, cell_id, backend, step_ms=steps) / "run.parquet"
+        pq.write_table(
+            pq.read_table(path).drop_columns(["environment", "python_version", "python_prefix"]), path
+        )
+    assert metrics_of(before)["i"]["speedup"] == pytest.approx(np.median(old) / np.median(compiled))
