@@ -6,9 +6,9 @@ environment's: `bash SWEEP_DIR/environments/NAME.sh -m workloads.run ...`
 (orchestrator/grid/environments.py). The workload records its own status (workloads/run.py);
 `CellProcess.finish` is the one place that turns a process's end into the attempt's outcome: it
 trusts run.parquet over the exit code, and records a `failed` (or, where the memory cgroup counts a
-kill, `oom`) attempt for a process that ended before it could write one: killed, or never able to
-start the workload (an environment without torch, a Python too old, a venv that is not there: its
-last line of stderr says which). The local executor (orchestrator/executors/local.py) starts these
+kill, `oom`) attempt for a process that ended before it could write one: killed, or, in a named
+environment, never able to start the workload (no torch, a Python too old, a venv that is not
+there: its last line of stderr says which). The local executor (orchestrator/executors/local.py) starts these
 in turn; each Slurm task starts its own (orchestrator/executors/slurm/job.py).
 """
 
@@ -109,6 +109,8 @@ class CellProcess:
     process: subprocess.Popen
     attempts_before: int
     stderr_log: Path
+    environment: str | None = None
+    """The named environment it runs in (`environment=NAME`); None: this Python."""
     oom_kills_before: int | None = field(default_factory=memory_oom_kills)
     started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
@@ -140,10 +142,13 @@ class CellProcess:
             newest_attempt(directory) if self.rank == 0 else (self.attempts_before, None, None)
         )
         wrote_attempt = attempts > self.attempts_before
-        if self.rank == 0 and not wrote_attempt:
-            if code < 0:  # killed by a signal it could not catch
+        # Recorded: a process killed by a signal it could not catch, and one of a named environment
+        # that ended without a result (the environment could not start the workload). A process of
+        # this Python's that did is a job failure that the logs and the scheduler explain.
+        if self.rank == 0 and not wrote_attempt and (code < 0 or self.environment is not None):
+            if code < 0:
                 status, reason = self._killed(signal.Signals(-code).name)
-            else:  # it ended without a result: e.g. its environment could not start the workload
+            else:
                 last_words = _last_line(self.stderr_log) or "(no output)"
                 status, reason = FAILED, f"ended before it wrote a result: {last_words}"
             try:
@@ -194,7 +199,7 @@ def start_cell(
         process = subprocess.Popen(
             command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=child_env(env)
         )
-    return CellProcess(sweep_dir, cell_id, rank, repeat, process, attempts_before, stderr_log)
+    return CellProcess(sweep_dir, cell_id, rank, repeat, process, attempts_before, stderr_log, environment)
 
 
 def run_cell_process(sweep_dir: Path, cell: Cell | str, rank: int = 0, repeat: int = 0) -> Outcome:

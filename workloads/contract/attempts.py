@@ -97,8 +97,8 @@ def record_killed_attempt(
     directory: Path, cell_id: str, repeat: int, status: str, error: str, started_at: datetime
 ) -> None:
     """A run row for an attempt whose process ended before it could write one (the kernel's OOM
-    killer sends SIGKILL, which no process can catch; an environment whose Python cannot import the
-    workload): written by the process that started it, so that the attempt is a recorded status,
+    killer sends SIGKILL, which no process can catch; a named environment whose Python cannot
+    import the workload): written by the process that started it, so that the attempt is a recorded status,
     not a cell without a result."""
     directory = Path(directory)
     row = {
