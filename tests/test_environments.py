@@ -7,6 +7,7 @@ The dry run's launchers on a Slurm profile are golden files (tests/test_slurm_ex
 from __future__ import annotations
 
 import platform
+import re
 import subprocess
 import sys
 import sysconfig
@@ -55,6 +56,8 @@ def test_the_environment_is_part_of_the_cell_id() -> None:
     assert [c.cell_id for c in null] == [c.cell_id for c in plain]
     assert not {c.cell_id for c in plain} & {c.cell_id for c in swept.cells}
     assert [row["environment"] for row in swept.rows()] == ["a", "b"]  # the dry run's grid shows it
+    assert [c.label for c in swept.cells] == ["gpt/tiny/eager/fp32 in a", "gpt/tiny/eager/fp32 in b"]
+    assert plain[0].label == "gpt/tiny/eager/fp32"
 
 
 @pytest.mark.parametrize(
@@ -108,6 +111,7 @@ def test_each_cell_runs_in_its_own_environment_and_a_broken_one_is_recorded(tmp_
         timeout=600,
     )
     assert result.returncode == 1, result.stdout + result.stderr  # two cells failed
+    assert re.search(r"gpt/tiny/eager/fp32 in missing \(\w+\) \.\.\. failed in .*: exit 1: ", result.stdout)
     runs = pd.concat(pd.read_parquet(path) for path in sweep.glob("cells/*/run.parquet"))
     rows = {row.environment: row for row in runs.itertuples()}
     assert sorted(rows) == ["bare", "missing", "one", "two"] and len(runs) == 4
