@@ -266,6 +266,41 @@ def test_dry_run_grid_and_golden_scripts(capsys, no_slurm_here, tmp_path: Path) 
     assert [p.name for p in sweep.iterdir()] == ["sbatch"]  # no configs, no manifest, no submitit pickles
 
 
+def _setup_section(script: str) -> list[str]:
+    lines = script.splitlines()
+    return lines[lines.index("# setup") + 1 : lines.index("# command")]
+
+
+def test_dry_run_writes_the_launcher_of_each_environment(capsys, no_slurm_here, tmp_path: Path) -> None:
+    """environment=... on Grete: the cells of three environments share their job array (equal
+    resources), whose setup is the job's own; what sets each environment up is its launcher, the
+    script a cell's process runs (golden files): modules and a venv, a conda environment with a
+    variable, a container image."""
+    sweep = tmp_path / "sweep"
+    code, out, err = sweep_cli(
+        capsys,
+        "cluster=grete",
+        "model=gpt",
+        "+cluster.environments.torch211.modules=[cuda/12.4,python/3.11]",
+        "+cluster.environments.torch211.venv=/user/me/venvs/torch 2.11",
+        "+cluster.environments.torch215.conda_env=torch215",
+        "+cluster.environments.torch215.env.PYTHONNOUSERSITE=1",
+        "+cluster.environments.ngc.image=/images/pytorch 25.09.sif",
+        "+cluster.environments.ngc.setup=['export APPTAINER_BIND=/scratch']",
+        "environment=torch211,torch215,ngc",
+        f"hydra.sweep.dir={sweep}",
+        "--dry-run",
+    )
+    assert code == 0, err
+    assert "3 cell(s): 3 in 1 job array(s)" in out and "ngc.sh, torch211.sh, torch215.sh" in out
+    script = (sweep / "sbatch" / "dryrun-00.sh").read_text()
+    assert _setup_section(script) == _setup_section((GOLDEN_DIR / "grete_a100_array.sh").read_text())
+    launchers = sorted((sweep / "environments").iterdir())
+    assert [p.name for p in launchers] == ["ngc.sh", "torch211.sh", "torch215.sh"]
+    for path in launchers:
+        check_golden(f"grete_environment_{path.name}", path.read_text())
+
+
 def test_job_names_carry_the_sweep_name() -> None:
     """squeue tells sweeps apart (the golden scripts show `compilebench-sweep`; tests/test_status.py
     finds the name in the local Slurm's queue); no space or shell character gets into the name."""

@@ -1,11 +1,15 @@
 """The cell-process runner that both executors use: one replicate (or rank) of a cell as its own
 `python -m workloads.run CONFIG` process, its output in the cell's logs/, and how it ended.
 
-The workload records its own status (workloads/run.py); `CellProcess.finish` is the one place that
-turns a process's end into the attempt's outcome: it trusts run.parquet over the exit code, and
-records a `failed` (or, where the memory cgroup counts a kill, `oom`) attempt for a process killed
-before it could write one. The local executor (orchestrator/executors/local.py) starts these in turn; each
-Slurm task starts its own (orchestrator/executors/slurm/job.py).
+The process is this Python's, or, for a cell of a named environment (`environment=NAME`), the
+environment's: `bash SWEEP_DIR/environments/NAME.sh -m workloads.run ...`
+(orchestrator/grid/environments.py). The workload records its own status (workloads/run.py);
+`CellProcess.finish` is the one place that turns a process's end into the attempt's outcome: it
+trusts run.parquet over the exit code, and records a `failed` (or, where the memory cgroup counts a
+kill, `oom`) attempt for a process that ended before it could write one: killed, or, in a named
+environment, never able to start the workload (no torch, a Python too old, a venv that is not
+there: its last line of stderr says which). The local executor (orchestrator/executors/local.py) starts these
+in turn; each Slurm task starts its own (orchestrator/executors/slurm/job.py).
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ from pathlib import Path
 
 from orchestrator.grid.cells import Cell
 from workloads.contract.attempts import missing_repeats, newest_attempt, record_killed_attempt
-from workloads.contract.sweep_dir import LOGS_DIR, cell_dir, config_path
+from workloads.contract.sweep_dir import (
+    LOGS_DIR,
+    cell_dir,
+    config_path,
+    environment_launcher,
+    read_cell_config,
+)
 from workloads.contract.vocabulary import COMPLETED, FAILED, OOM
 from workloads.local.child_env import child_env
 
@@ -99,6 +109,8 @@ class CellProcess:
     process: subprocess.Popen
     attempts_before: int
     stderr_log: Path
+    environment: str | None = None
+    """The named environment it runs in (`environment=NAME`); None: this Python."""
     oom_kills_before: int | None = field(default_factory=memory_oom_kills)
     started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
@@ -130,9 +142,19 @@ class CellProcess:
             newest_attempt(directory) if self.rank == 0 else (self.attempts_before, None, None)
         )
         wrote_attempt = attempts > self.attempts_before
-        if code < 0 and self.rank == 0 and not wrote_attempt:  # killed by a signal it could not catch
-            status, reason = self._killed(signal.Signals(-code).name)
-            record_killed_attempt(directory, self.cell_id, self.repeat, status, reason, self.started_at)
+        # Recorded: a process killed by a signal it could not catch, and one of a named environment
+        # that ended without a result (the environment could not start the workload). A process of
+        # this Python's that did is a job failure that the logs and the scheduler explain.
+        if self.rank == 0 and not wrote_attempt and (code < 0 or self.environment is not None):
+            if code < 0:
+                status, reason = self._killed(signal.Signals(-code).name)
+            else:
+                last_words = _last_line(self.stderr_log) or "(no output)"
+                status, reason = FAILED, f"ended before it wrote a result: {last_words}"
+            try:
+                record_killed_attempt(directory, self.cell_id, self.repeat, status, reason, self.started_at)
+            except OSError as exc:  # a full filesystem, as the cell's own write found it
+                reason += f" (not recorded: {exc})"
             return Outcome(self.cell_id, status, seconds, f"exit {code}: {reason} [{self.stderr_log}]")
         status = status if wrote_attempt and status and status != COMPLETED else FAILED
         if wrote_attempt and isinstance(error, str) and error.strip():
@@ -162,8 +184,10 @@ def start_cell(
     logs = directory / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)
     attempts_before = newest_attempt(directory)[0]
+    environment = read_cell_config(directory, None).get("environment")
+    python = ["bash", str(environment_launcher(sweep_dir, environment))] if environment else [sys.executable]
     command = [
-        sys.executable,
+        *python,
         "-m",
         "workloads.run",
         str(config_path(sweep_dir, cell_id)),
@@ -175,7 +199,7 @@ def start_cell(
         process = subprocess.Popen(
             command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=child_env(env)
         )
-    return CellProcess(sweep_dir, cell_id, rank, repeat, process, attempts_before, stderr_log)
+    return CellProcess(sweep_dir, cell_id, rank, repeat, process, attempts_before, stderr_log, environment)
 
 
 def run_cell_process(sweep_dir: Path, cell: Cell | str, rank: int = 0, repeat: int = 0) -> Outcome:

@@ -48,9 +48,11 @@ class Cell:
 
     @property
     def label(self) -> str:
-        """Short human name, e.g. `gpt/tiny/inductor (max-autotune)/fp32`."""
+        """Short human name, e.g. `gpt/tiny/inductor (max-autotune)/fp32`, with ` in torch215` for a cell
+        of a named environment."""
         a = self.axes
-        return f"{a['model']}/{a['size']}/{backend_label(a)}/{a['precision']}"
+        where = f" in {a['environment']}" if a.get("environment") else ""
+        return f"{a['model']}/{a['size']}/{backend_label(a)}/{a['precision']}{where}"
 
 
 @dataclass

@@ -36,6 +36,7 @@ from orchestrator.grid.config_groups import (
     search_dirs,
     search_path_override,
 )
+from orchestrator.grid.environments import check_cell_environments
 from orchestrator.grid.errors import one_line
 from orchestrator.grid.package_data import CONF_DIR
 from orchestrator.grid.private_apis import (
@@ -46,6 +47,7 @@ from orchestrator.grid.private_apis import (
     group_exists,
     split_sweep,
 )
+from orchestrator.grid.profile import ProfileError
 from workloads.cell.catalog import check_cell
 from workloads.cell.config import ConfigError, cell_config_from_dict, config_digest, moved_key
 from workloads.contract.sweep_dir import SMOKE_DIR
@@ -238,7 +240,12 @@ def expand(
     clusters = {json.dumps(c.config.get("cluster"), sort_keys=True) for c in cells.values()}
     if len(clusters) > 1:
         raise GridError("the cluster differs between cells; sweep one cluster at a time")
-    return Grid(cells=list(cells.values()), sweep_dir=sweep_dir, cluster=json.loads(clusters.pop()) or {})
+    cluster = json.loads(clusters.pop()) or {}
+    try:  # an environment the profile does not define: refused before anything is written
+        check_cell_environments(cluster, (cell.config.get("environment") for cell in cells.values()))
+    except ProfileError as exc:
+        raise GridError(str(exc)) from None
+    return Grid(cells=list(cells.values()), sweep_dir=sweep_dir, cluster=cluster)
 
 
 #: What `sweep --smoke` appends to the user's overrides (a later override of a key wins, also over

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.grid.cells import Cell, Grid
+from orchestrator.grid.environments import write_launchers
 from workloads.contract.attempts import missing_repeats
 from workloads.contract.sweep_dir import (
     SweepDirError,
@@ -48,14 +49,21 @@ def record_grid(grid: Grid, job_ids: dict[str, str] | None = None) -> Path:
 
 
 def prepare(grid: Grid) -> dict[str, str]:
-    """Write every cell's config.yaml and the manifest; runs nothing. A scheduler's job ids
+    """Write every cell's config.yaml, the manifest and the launcher of each named environment
+    (orchestrator/grid/environments.py); runs nothing. A scheduler's job ids
     recorded by an earlier run of the sweep are kept (and returned): they are the last job
     of each cell until a new one is submitted."""
     job_ids = recorded_job_ids(grid.sweep_dir) if grid.executor != "local" else {}
     for cell in grid.cells:
         write_cell_config(grid.sweep_dir, cell.cell_id, cell.config)
+    write_launchers(grid.sweep_dir, grid.cluster, environment_names(grid))
     record_grid(grid, job_ids)
     return job_ids
+
+
+def environment_names(grid: Grid) -> set[str]:
+    """The named environments the grid's cells run in."""
+    return {cell.config["environment"] for cell in grid.cells if cell.config.get("environment")}
 
 
 def read_grid(sweep_dir: Path) -> Grid:

@@ -32,7 +32,8 @@ from workloads.cell.config import DistributedConfig, distributed_section
 #: Compile-cache policies: one directory for the whole sweep (warm compiles), or a fresh one per job.
 COMPILE_CACHES = ("shared", "per_job")
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: A shell variable's name (the keys of `env`).
+VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class ProfileError(ValueError):
@@ -67,6 +68,8 @@ class SlurmProfile:
     env: dict[str, str] = field(default_factory=dict)
     setup: list[str] = field(default_factory=list)
     sbatch_extra: dict[str, Any] = field(default_factory=dict)
+    environments: dict[str, Any] = field(default_factory=dict)
+    """Named environments (`environment=NAME`), checked by orchestrator/grid/environments.py."""
 
 
 @dataclass(frozen=True, order=True)
@@ -185,7 +188,7 @@ def load_profile(cluster: Mapping[str, Any]) -> SlurmProfile:
         lines = getattr(profile, key)
         if any("\n" in line for line in lines):
             raise _fail(name, f"{key} must be a list of one-line strings, got {lines!r}")
-    if not all(_ENV_NAME.fullmatch(key) for key in profile.env):
+    if not all(VARIABLE_NAME.fullmatch(key) for key in profile.env):
         raise _fail(name, f"env must map variable names to values, got {profile.env!r}")
     return profile
 

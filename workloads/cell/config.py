@@ -226,6 +226,9 @@ class CellConfig:
     """auto (cuda when available), cuda, or cpu."""
     peak_tflops: float | None = None
     """Override the GPU peak used for MFU; null = looked up from the GPU name and precision."""
+    environment: str | None = None
+    """The named software environment of the cluster profile (`cluster.environments`) whose Python runs
+    the cell (orchestrator/grid/environments.py); null = the profile's own modules/venv/conda_env."""
     cell_id: str | None = None
     """Stable id given by the orchestrator; null = derived from the config by `run_cell`."""
     # The sweep's own settings: how many replicates of the cell run and when they stop. More
@@ -502,6 +505,10 @@ _LATER_KEYS: dict[str, dict[str, Any]] = {
 }
 
 
+#: Top-level keys added after cells existed, with the value at which they stay out of the digest.
+_LATER_TOP_LEVEL_KEYS: dict[str, Any] = {"environment": None}
+
+
 @functools.cache
 def _sweep_settings() -> tuple[str, ...]:
     """The names of the fields marked SWEEP_SETTING."""
@@ -519,6 +526,9 @@ def config_digest(cfg: CellConfig | Mapping[str, Any]) -> str:
     for section, defaults in _later_section_defaults().items():
         if values.get(section) == defaults:
             del values[section]
+    for key, default in _LATER_TOP_LEVEL_KEYS.items():  # and top-level keys (`environment`)
+        if key in values and values[key] == default:
+            del values[key]
     for section, keys in _LATER_KEYS.items():  # likewise keys added to a section (model.target)
         if isinstance(part := values.get(section), Mapping):
             values[section] = {k: v for k, v in part.items() if not (k in keys and v == keys[k])}

@@ -96,9 +96,10 @@ def next_attempt(directory: Path) -> int:
 def record_killed_attempt(
     directory: Path, cell_id: str, repeat: int, status: str, error: str, started_at: datetime
 ) -> None:
-    """A run row for an attempt whose process was killed before it could write one (the kernel's
-    OOM killer sends SIGKILL, which no process can catch): written by the process that started it,
-    so that the attempt is a recorded status, not a cell without a result."""
+    """A run row for an attempt whose process ended before it could write one (the kernel's OOM
+    killer sends SIGKILL, which no process can catch; a named environment whose Python cannot
+    import the workload): written by the process that started it, so that the attempt is a recorded status,
+    not a cell without a result."""
     directory = Path(directory)
     row = {
         **axes_from_config(read_cell_config(directory, None)),

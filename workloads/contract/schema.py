@@ -245,6 +245,8 @@ RUN_SCHEMA = pa.schema(
         *ENERGY_FIELDS,  # the GPUs' energy
         *GEMM_FIELDS,  # model=gemm's GEMM
         ("torch_version", pa.string()),
+        ("python_version", pa.string()),  # e.g. 3.12.3: of the Python that ran the cell (its environment's)
+        ("python_prefix", pa.string()),  # that Python's sys.prefix: which venv or conda env it was
         ("triton_version", pa.string()),
         ("cuda_version", pa.string()),
         ("timm_version", pa.string()),

@@ -56,9 +56,20 @@ SMOKE_DIR = "smoke"  # the sweep of `sweep --smoke`
 REPORT_DIR = "report"  # `analyze`'s tables, figures and index page
 COMPILE_CACHE_DIR = "compile_cache"  # cluster.compile_cache=shared
 TASKS_DIR = "tasks"  # packed Slurm tasks: the place of each that has the device
+ENVIRONMENTS_DIR = "environments"  # <name>.sh: the launcher of each named environment a cell runs in
 #: What a sweep directory may hold at its top level; anything else means it is somebody else's.
 SWEEP_ENTRIES = frozenset(
-    {MANIFEST_FILE, CELLS_DIR, SBATCH_DIR, SUBMITIT_DIR, SMOKE_DIR, REPORT_DIR, COMPILE_CACHE_DIR, TASKS_DIR}
+    {
+        MANIFEST_FILE,
+        CELLS_DIR,
+        SBATCH_DIR,
+        SUBMITIT_DIR,
+        SMOKE_DIR,
+        REPORT_DIR,
+        COMPILE_CACHE_DIR,
+        TASKS_DIR,
+        ENVIRONMENTS_DIR,
+    }
 )
 
 #: libyaml's emitter and parser where PyYAML was built with them (the same YAML, ~20x faster
@@ -114,6 +125,11 @@ def cell_dir(sweep_dir: Path, cell_id: str) -> Path:
 
 def config_path(sweep_dir: Path, cell_id: str) -> Path:
     return cell_dir(sweep_dir, cell_id) / CONFIG_FILE
+
+
+def environment_launcher(sweep_dir: Path, environment: str) -> Path:
+    """The script that runs a Python of the named environment (`bash LAUNCHER -m workloads.run ...`)."""
+    return Path(sweep_dir) / ENVIRONMENTS_DIR / f"{environment}.sh"
 
 
 def cell_dirs(sweep_dir: Path) -> list[Path]:

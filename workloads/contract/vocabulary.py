@@ -13,7 +13,8 @@ Roles say how analysis treats an axis:
                each other agree on all of them
     treatment  how it is compiled (backend, mode, flags): what a comparison varies; the backend
                label names them
-    hardware   where it ran (device, GPU); known once the cell has run
+    hardware   where it ran (device, GPU, the named software environment): a compiled cell is
+               compared with the eager cell of the same environment; mostly known once it has run
     processes  how many processes trained it together (DDP)
 
 This module imports nothing heavy (no torch, no pandas): the Slurm task and `status` use it.
@@ -132,6 +133,8 @@ AXES: tuple[Axis, ...] = (
     Axis("gemm_m", pa.int64(), WORKLOAD, "model.m", label="M"),
     Axis("gemm_n", pa.int64(), WORKLOAD, "model.n", label="N"),
     Axis("gemm_k", pa.int64(), WORKLOAD, "model.k", label="K"),
+    # The cluster profile's named software environment (`environment=NAME`); null: the profile's own.
+    Axis("environment", pa.string(), HARDWARE, "environment"),
     Axis("device", pa.string(), HARDWARE, None),
     Axis("gpu_name", pa.string(), HARDWARE, None, label="gpu"),
     Axis("world_size", pa.int64(), PROCESSES, "distributed.tasks_per_node", _processes, label="procs"),

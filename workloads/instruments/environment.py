@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import platform
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -94,6 +96,8 @@ def describe_environment(device: torch.device) -> dict[str, object]:
         "device": str(device),
         "gpu_name": gpu_name,
         "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "python_prefix": sys.prefix,
         "triton_version": _version("triton"),
         "cuda_version": torch.version.cuda,
         "timm_version": _version("timm"),

@@ -24,6 +24,8 @@ from orchestrator.executors.slurm.plan import (
     write_dry_run,
 )
 from orchestrator.grid.cells import Cell, Grid
+from orchestrator.grid.environments import write_launchers
+from orchestrator.grid.files import environment_names
 from orchestrator.grid.profile import ProfileError
 from workloads.contract.sweep_dir import SBATCH_DIR
 
@@ -55,12 +57,18 @@ class SlurmExecutor(Executor[SlurmPlan]):
 
     def dry_run(self, plan: SlurmPlan) -> str:
         paths = write_dry_run(plan)
+        launchers = write_launchers(plan.grid.sweep_dir, plan.grid.cluster, environment_names(plan.grid))
+        environments = (
+            f"; environment launchers in {launchers[0].parent}/ ({', '.join(p.name for p in launchers)})"
+            if launchers
+            else ""
+        )
         return (
             f"{len(plan.grid.cells)} cell(s){plan.grid.auto_note()}: {plan.cells_submitted} in "
             f"{len(paths)} job array(s){describe_packing(plan)}, "
             f"{len(plan.skipped)} not submitted (completed or queued); scripts in "
-            f"{plan.grid.sweep_dir / SBATCH_DIR}/ ({', '.join(p.name for p in paths) or 'none'}); "
-            "nothing submitted (--dry-run)"
+            f"{plan.grid.sweep_dir / SBATCH_DIR}/ ({', '.join(p.name for p in paths) or 'none'})"
+            f"{environments}; nothing submitted (--dry-run)"
         )
 
     def run(self, plan: SlurmPlan, wait: Follow | None = None) -> Ran:

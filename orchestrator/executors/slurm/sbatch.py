@@ -12,7 +12,6 @@ The text is always produced by submitit's own `SlurmExecutor._make_submission_fi
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -21,75 +20,23 @@ from typing import Any
 
 from submitit import SlurmExecutor
 
-from orchestrator.grid.package_data import TEMPLATES_DIR
+from orchestrator.grid.environments import template_lines, template_path
 from orchestrator.grid.private_apis import RenderOnlyExecutor, convert_mem, submission_script_text
 from orchestrator.grid.profile import ProfileError, Resources, SlurmProfile
 from workloads.contract.sweep_dir import COMPILE_CACHE_DIR, SUBMITIT_DIR
 from workloads.instruments.compile_cache import BASE_ENV
 
-TEMPLATE_SUFFIX = ".sh.tmpl"
 #: Every job's name starts with this; the sweep directory's name follows (`job_name`).
 JOB_NAME = "compilebench"
 #: What a job name keeps of the sweep directory's name; anything else becomes `_`.
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?:\.(name|value))?\}")
 _OPTION = re.compile(r"[a-z][a-z0-9_-]*")
-
-
-def template_path(profile: SlurmProfile) -> Path:
-    name = profile.sbatch_template
-    path = Path(name).expanduser() if "/" in name else TEMPLATES_DIR / f"{name}{TEMPLATE_SUFFIX}"
-    if not path.is_file():
-        known = ", ".join(
-            sorted(p.name[: -len(TEMPLATE_SUFFIX)] for p in TEMPLATES_DIR.glob(f"*{TEMPLATE_SUFFIX}"))
-        )
-        raise ProfileError(
-            f"cluster {profile.name}: sbatch_template {name!r} not found ({path}); known: {known}"
-        )
-    return path
-
-
-def _entries(profile: SlurmProfile, name: str, template: Path) -> list[Any]:
-    """The values one template line is repeated for: [] drops the line."""
-    if not hasattr(profile, name):
-        raise ProfileError(f"{template}: unknown profile field {{{name}}}")
-    value = getattr(profile, name)
-    if name == "venv" and value:
-        value = os.path.expanduser(value)  # inside quotes the shell would not expand `~`
-    if value is None or value == "" or value == [] or value == {}:
-        return []
-    if isinstance(value, Mapping):
-        return list(value.items())
-    return list(value) if isinstance(value, list) else [value]
-
-
-def _fill(line: str, entry: Any, template: Path) -> str:
-    def one(match: re.Match) -> str:
-        part = match.group(2)
-        if isinstance(entry, tuple) != (part is not None):
-            raise ProfileError(f"{template}: {match.group(0)} does not fit the value {entry!r}")
-        value = entry if part is None else entry[0 if part == "name" else 1]
-        return shlex.quote(str(value))
-
-    return _PLACEHOLDER.sub(one, line)
 
 
 def preamble_lines(profile: SlurmProfile) -> list[str]:
     """The site template filled from the profile (see sbatch_templates/README.md)."""
-    template = template_path(profile)
-    lines = []
-    for line in template.read_text().splitlines():
-        if line.startswith("##") or not line.strip():
-            continue
-        names = {match.group(1) for match in _PLACEHOLDER.finditer(line)}
-        if len(names) > 1:
-            raise ProfileError(f"{template}: one profile field per line, got {sorted(names)} in {line!r}")
-        if not names:
-            lines.append(line)
-            continue
-        lines += [_fill(line, entry, template) for entry in _entries(profile, names.pop(), template)]
-    return lines
+    return template_lines(template_path(profile.sbatch_template, profile.name), profile)
 
 
 def compile_cache_lines(policy: str, sweep_dir: Path) -> list[str]:
