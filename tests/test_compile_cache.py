@@ -66,24 +66,25 @@ def test_cold_and_warm_compiles_are_separate_processes(tmp_path: Path) -> None:
 
 def test_a_compile_from_another_compiles_cache_is_marked_warm(tmp_path: Path) -> None:
     """A local sweep shares its compile cache (as a packed task's cells do): two inductor cells of
-    the same graphs (seeds 1 and 2), two replicates each. The first compile is cold (dynamo's
-    counters: misses only), every later one hits its entries. Analysis breaks each cell even on a
-    cold compile where it had one, although the replicate that speaks for it compiled warm, and
-    marks the other cell's compile (warm) in the cell table and the break-even table."""
+    the same graphs (seeds 1 and 2), two replicates each, paired (each times its own eager side, so
+    no eager cell is needed for a speedup). The first compile is cold (dynamo's counters: misses
+    only), every later one hits its entries. Analysis breaks each cell even on a cold compile where
+    it had one, although the replicate that speaks for it compiled warm, and marks the other cell's
+    compile (warm) in the cell table and the break-even table."""
     sweep = tmp_path / "sw"
     result = cli(
         tmp_path,
         "sweep",
         *TINY,
-        "backend=eager,inductor",
+        "backend=inductor",
         "seed=1,2",
         "repeats=2",
         f"hydra.sweep.dir={sweep}",
     )
     assert result.returncode == 0, result.stderr
     runs = pd.concat(pd.read_parquet(path) for path in sweep.glob("cells/*/run.parquet"))
-    runs = runs[runs["backend"] == "inductor"].sort_values("started_at")
-    assert (runs["status"] == "completed").all(), runs["error"].tolist()
+    runs = runs.sort_values("started_at")
+    assert (runs["status"] == "completed").all() and runs["paired"].all(), runs["error"].tolist()
     first, later = runs.iloc[0], runs.iloc[1:]
     assert first["fx_graph_cache_hits"] == 0 and first["fx_graph_cache_misses"] > 0
     assert (later["fx_graph_cache_hits"] > 0).all() and (later["fx_graph_cache_misses"] == 0).all()

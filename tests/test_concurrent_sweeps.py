@@ -56,7 +56,7 @@ def test_analyze_while_cells_are_writing(tmp_path: Path) -> None:
         "steps=3",
         "seed=1,2",
         "measure.max_steps=null",
-        "measure.min_seconds=8",
+        "measure.min_seconds=4",  # both cells: the sweep is stopped within a 0.1 s poll of the second's line
         "hydra.sweep.dir=sw",
         text=True,
         stdout=subprocess.PIPE,
