@@ -59,10 +59,8 @@ from tests.slurm.cluster import LocalSlurm, memory_cgroup_unavailable
 from tests.slurm.fixtures import REQUIRE_ENV, SlurmClusters, slurm_required
 
 #: Seconds a LONG cell measures once its log says `measuring`, however fast the machine: the
-#: margin within which a fault sent then arrives (scancel and a daemon's kill take milliseconds; six
-#: USR2s and scancels arrived 0.0-0.8 s after the line, on 2 cores at load 5). Every LONG cell not
-#: hit (a bystander, a requeued or retried attempt) measures all of it.
-MEASURE_S = 4
+#: margin within which a fault sent then arrives (scancel and a daemon's kill take milliseconds).
+MEASURE_S = 8
 #: A tiny cell that trains for MEASURE_S seconds on a CPU: long enough to be hit while it runs.
 LONG = [
     "cluster=test_slurm",
