@@ -159,6 +159,9 @@ def test_a_kernel_cell_for_the_cpu_is_refused_before_submission(tmp_path: Path) 
 def test_the_kernel_enters_the_cell_id_only_when_set_and_names_the_treatment() -> None:
     plain = cell_config_from_dict(kernel_config())
     assert config_digest(cell_config_from_dict(kernel_config(kernel=None))) == config_digest(plain)
+    older = cell_config_to_dict(plain)  # as written before model.kernel existed: the same cell
+    del older["model"]["kernel"]
+    assert config_digest(older) == config_digest(plain)
     base, splitk = (
         cell_config_from_dict(kernel_config(kernel=name)) for name in ("triton_base", "triton_splitk")
     )

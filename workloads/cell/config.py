@@ -497,7 +497,7 @@ def _later_section_defaults() -> dict[str, dict[str, Any]]:
 
 #: Keys added to a section after cells existed, with the value at which they stay out of the digest.
 _LATER_KEYS: dict[str, dict[str, Any]] = {
-    "model": {"target": None, "m": None, "n": None, "k": None},
+    "model": {"target": None, "m": None, "n": None, "k": None, "kernel": None},
     "precision": {"recipe": PrecisionConfig.recipe},
     "measure": {
         k: getattr(MeasureConfig, k) for k in ("paired", "block_seconds", "block_steps", "min_pairs")
