@@ -5,8 +5,9 @@
 Per case, one prepared bf16 cell on the GPU, compiled and warmed up, then `repeats` times each: the
 profiled windows of both sides as a cell runs them (workloads/instruments/profiled_window.py), and the
 same profiled run taken apart into its stages (the profiler's start, the steps, its stop, the Chrome
-trace's export and reading, the windows' arithmetic), in one process; the first repeat is the
-process's first profiler, as in a cell. Then the windows at smaller WINDOW_S: their steps, cost and
+trace's export and reading, the windows' arithmetic: read with the garbage collector paused, as a cell
+reads them since 50dbd48), in one process, both sides warmed up first; the first repeat's stages are
+the process's first profiler, as in a cell. Then the windows at smaller WINDOW_S: their steps, cost and
 the spread of the GPU time per step over the windows (max / min - 1).
 """
 
@@ -31,9 +32,9 @@ from workloads.train_cell import prepare_cell
 
 
 def stages(step, device, steps: int, sides) -> dict[str, float]:
-    """Seconds of each stage of one profiled run of both sides' windows."""
-    source = torch.zeros(pw.MARKER_BYTES, dtype=torch.uint8, device=device)
-    marker = torch.empty_like(source)
+    """Seconds of each stage of one profiled run of both sides' windows, read as a cell reads them
+    (the garbage collector paused)."""
+    run = pw.windows_run(step, device, steps, pw.WINDOWS, sides)
     times, t = {}, time.perf_counter()
 
     def lap(name: str) -> None:
@@ -44,29 +45,21 @@ def stages(step, device, steps: int, sides) -> dict[str, float]:
     profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
     profiler.__enter__()
     lap("start")
-    for stance in sides:
-        with stance():
-            step()
-            torch.cuda.synchronize(device)
-            for _ in range(pw.WINDOWS):
-                marker.copy_(source)
-                for _ in range(steps):
-                    step()
-                marker.copy_(source)
-                torch.cuda.synchronize(device)
+    run()
+    torch.cuda.synchronize(device)
     lap("steps")
     profiler.__exit__(None, None, None)
     lap("stop")
     kineto_events(profiler)
     lap("kineto_events")
-    with tempfile.TemporaryDirectory() as directory:
+    with tempfile.TemporaryDirectory() as directory, pw.collector_paused():
         path = Path(directory, "trace.json")
         profiler.export_chrome_trace(str(path))
         lap("export")
         trace = json.loads(path.read_text())
         lap("read")
-    windows = windows_activity(device_activity(trace))
-    lap("windows")
+        windows = windows_activity(device_activity(trace))
+        lap("windows")
     times["events"] = float(len(trace.get("traceEvents", [])))
     times["device"] = float(sum(w.kernels for w in windows or []))
     return times

@@ -110,16 +110,15 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def profiled_windows(
-    step: Callable[[], object],
-    device: torch.device,
-    steps: int,
-    windows: int,
-    stances: Sequence[Callable[[], AbstractContextManager[object]]] = (contextlib.nullcontext,),
-) -> list[Window] | None:
-    """`windows` windows of `steps` steps under each of `stances` in turn (a side each), all in one
-    profiled run, the device idle before and after each; None where the profiler saw no activity on
-    the device (CUPTI unavailable, or not allowed)."""
+#: The sides' context managers, one a side (`force_eager` for a paired cell's eager side).
+Stances = Sequence[Callable[[], AbstractContextManager[object]]]
+
+
+def windows_run(
+    step: Callable[[], object], device: torch.device, steps: int, windows: int, stances: Stances
+) -> Callable[[], None]:
+    """What the profiler records: `windows` windows of `steps` steps under each of `stances` in turn (a
+    side each), each bounded by two marker copies, the device idle before and after each."""
     source = torch.zeros(MARKER_BYTES, dtype=torch.uint8, device=device)
     marker = torch.empty_like(source)
 
@@ -135,6 +134,19 @@ def profiled_windows(
                     marker.copy_(source)
                     torch.cuda.synchronize(device)
 
+    return run
+
+
+def profiled_windows(
+    step: Callable[[], object],
+    device: torch.device,
+    steps: int,
+    windows: int,
+    stances: Stances = (contextlib.nullcontext,),
+) -> list[Window] | None:
+    """The windows of `windows_run`, all in one profiled run, per step; None where the profiler saw no
+    activity on the device (CUPTI unavailable, or not allowed)."""
+    run = windows_run(step, device, steps, windows, stances)
     torch.cuda.synchronize(device)
     with collector_paused():
         activity = windows_activity(device_activity(device_trace(run, device)))
