@@ -172,9 +172,8 @@ def check_cell_environments(cluster: Mapping[str, Any], names: Iterable[str | No
     raise _fail(profile, f"environment={','.join(unknown)} is not defined ({have}; docs/clusters.md)")
 
 
-def launcher_text(cluster: Mapping[str, Any], name: str) -> str:
-    """The launcher script of environment `name` of this profile: its setup, then its Python."""
-    environment = environments_of(cluster)[name]
+def launcher_text(cluster: Mapping[str, Any], name: str, environment: Environment) -> str:
+    """The launcher script of this profile's environment `name`: its setup, then its Python."""
     profile = str(cluster.get("name", "?"))
     template = template_path(str(cluster.get("sbatch_template") or "default"), profile)
     lines = [
@@ -189,12 +188,12 @@ def launcher_text(cluster: Mapping[str, Any], name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_launchers(sweep_dir: Path, cluster: Mapping[str, Any], names: Iterable[str | None]) -> list[Path]:
+def write_launchers(sweep_dir: Path, cluster: Mapping[str, Any], names: Iterable[str]) -> list[Path]:
     """Write the launcher of each of these environments into SWEEP_DIR/environments/."""
-    paths = []
-    for name in sorted({name for name in names if name is not None}):
+    defined, paths = environments_of(cluster), []
+    for name in sorted(set(names)):
         path = environment_launcher(sweep_dir, name)
         with atomic_output(path) as fh:  # whole: a task of the sweep may start it at any moment
-            fh.write(launcher_text(cluster, name).encode())
+            fh.write(launcher_text(cluster, name, defined[name]).encode())
         paths.append(path)
     return paths
