@@ -79,9 +79,12 @@ def test_the_gemm_columns_are_in_the_run_schema() -> None:
         "gemm_kernel",
         "gemm_autotune_us",
         "gemms_per_replay",
+        "sm_clock_mhz",
+        "clock_samples",
+        "clock_limits",
     }
     assert {field.name for field in GEMM_FIELDS} == names
-    assert names | {"gemm_m", "gemm_n", "gemm_k"} <= set(RUN_SCHEMA.names)
+    assert names | {"gemm_m", "gemm_n", "gemm_k", "gemm_timing"} <= set(RUN_SCHEMA.names)
 
 
 def test_a_tiny_bf16_gemm_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:

@@ -17,14 +17,15 @@ from analysis.cells.uncertainty import RESAMPLES, median_intervals, median_ratio
 from analysis.reading.axes import reference_positions
 from analysis.reading.collect import GEMM_READ, SweepData
 from analysis.rendering.text import is_null
-from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, backend_label
+from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, NO_CLOCK_LIMITS, backend_label
 
 GEMM_MODEL = "gemm"
 SHAPE = ["gemm_m", "gemm_n", "gemm_k"]
 #: The GEMM cell's own columns, as collect.py reads them (absent in older files: null).
 RUN_COLUMNS = [*SHAPE, "fp8_recipe", *GEMM_READ]
-#: Where one shape's implementations are compared: the same shape on the same kind of GPU.
-SAME_SHAPE = [*SHAPE, "gpu_name"]
+#: Where one shape's implementations are compared: the same shape on the same kind of GPU, timed the
+#: same way (`gemm_timing`: a burst's µs and a sustained one's are different quantities).
+SAME_SHAPE = [*SHAPE, "gemm_timing", "gpu_name"]
 BF16, FP8 = "bf16", "fp8"
 #: Our own bootstrap stream (metrics.py's are 0-4): these draws are independent of the training tables'.
 _STREAM = (26,)
@@ -61,8 +62,16 @@ def _run_rows(replicates: pd.DataFrame) -> pd.DataFrame:
             values = own[column].dropna()
             numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
             row[column] = (values.median() if numeric else values.iloc[0]) if len(values) else None
+        row["clock_limits"] = _any_limits(own["clock_limits"].dropna())
         rows.append(row)
     return pd.DataFrame(rows, columns=["cell_id", *RUN_COLUMNS])
+
+
+def _any_limits(limits: pd.Series) -> str | None:
+    """The clock limits (`sw_power_cap,sw_thermal`) of any of a cell's replicates: `none` where none
+    had one; None where none was measured."""
+    names = dict.fromkeys(name for text in limits for name in text.split(",") if name != NO_CLOCK_LIMITS)
+    return (",".join(names) or NO_CLOCK_LIMITS) if len(limits) else None
 
 
 def _references(cells: pd.DataFrame, precision: str) -> np.ndarray:
@@ -92,10 +101,11 @@ def _speedups(cells: pd.DataFrame, steps: pd.DataFrame, resamples: int, precisio
 
 
 def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLES) -> pd.DataFrame:
-    """One row per GEMM cell (empty without any): its shape, implementation, µs per GEMM with its 95%
-    interval, TFLOP/s, GB/s, roofline floor and share, bound, kernel, the autotuner's µs, its
-    speedups over bf16 cuBLAS and fp8 cuBLAS at the same shape, and the GPU's J per GEMM and power
-    (analysis/cells/energy.py: a GEMM cell's J per step is per GEMM)."""
+    """One row per GEMM cell (empty without any): its shape, implementation, timing mode, µs per GEMM
+    with its 95% interval, TFLOP/s, GB/s, roofline floor and share, bound, kernel, the autotuner's µs,
+    its speedups over bf16 cuBLAS and fp8 cuBLAS at the same shape and timing, the GPU's J per GEMM and
+    power (analysis/cells/energy.py: a GEMM cell's J per step is per GEMM), and its mean SM clock and
+    clock limits while it ran (null: not measured)."""
     ours = metrics[gemm_mask(metrics)]
     if ours.empty:
         return pd.DataFrame()
@@ -106,6 +116,7 @@ def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLE
             "precision",
             "backend",
             "compile_mode",
+            "gemm_timing",
             "gpu_name",
             "median_step_ms",
             "measured_steps",
@@ -129,5 +140,7 @@ def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLE
     cells["autotune_ratio"] = cells["us"] / cells["gemm_autotune_us"].astype(float)
     _speedups(cells, data.steps, resamples, BF16, "vs_bf16_cublas")
     _speedups(cells, data.steps, resamples, FP8, "vs_fp8_cublas")
-    order = cells.sort_values([*SHAPE, "precision", "fp8_recipe", "backend"], na_position="first").index
+    order = cells.sort_values(
+        [*SHAPE, "gemm_timing", "precision", "fp8_recipe", "backend"], na_position="first"
+    ).index
     return cells.loc[order].drop(columns="median_step_ms").reset_index(drop=True)

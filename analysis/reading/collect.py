@@ -59,6 +59,9 @@ GEMM_READ = (
     "gemm_kernel",
     "gemm_autotune_us",
     "gemms_per_replay",
+    "sm_clock_mhz",
+    "clock_samples",
+    "clock_limits",
 )
 #: The energy of a cell's measured and warm-up windows and of its compile, and its power
 #: (analysis/cells/energy.py; the cost of an answer: analysis/cells/cost.py); null where not measured

@@ -18,7 +18,7 @@ from typing import Any
 from workloads.cell.config import BackendConfig, CellConfig, ConfigError
 from workloads.cell.fp8 import missing_extra
 from workloads.cell.support import plan_refusal
-from workloads.contract.vocabulary import BASELINE_BACKEND, short_error
+from workloads.contract.vocabulary import BASELINE_BACKEND, SUSTAINED, short_error
 
 #: The size presets of every model family.
 SIZES = ("tiny", "small", "medium", "large", "xl")
@@ -134,6 +134,11 @@ def check_gemm(cfg: CellConfig) -> None:
             raise ConfigError(f"model.{shape_keys[0]} is a GEMM's dimension: it goes with model=gemm")
         if cfg.model.kernel is not None:
             raise ConfigError(f"model.kernel={cfg.model.kernel} is a GEMM kernel: it goes with model=gemm")
+        if cfg.model.timing != SUSTAINED:
+            raise ConfigError(
+                f"model.timing={cfg.model.timing} is how a GEMM is timed: it goes with model=gemm "
+                "(a training cell measures its steps as they come)"
+            )
         return
     if cfg.model.kernel is not None:
         check_triton_kernel(cfg)

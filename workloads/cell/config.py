@@ -26,7 +26,13 @@ import yaml
 
 from workloads.cell.precision import PRECISIONS
 from workloads.contract.upgrade import MOVED_CONFIG_KEYS, lift_config
-from workloads.contract.vocabulary import AUTO_REPEATS, BASELINE_BACKEND, EQUIVALENCE
+from workloads.contract.vocabulary import (
+    AUTO_REPEATS,
+    BASELINE_BACKEND,
+    EQUIVALENCE,
+    GEMM_TIMINGS,
+    SUSTAINED,
+)
 
 #: Inductor compile modes accepted for `backend.mode` (None and "default" mean the default mode).
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -73,6 +79,10 @@ class ModelConfig:
     """model=gemm with precision.name=fp8 (tensorwise), backend=eager: the GEMM runs one of the
     post's Triton kernels instead of cuBLAS, `triton_base` (data-parallel) or `triton_splitk`, at the
     tile configuration timed fastest for the cell's shape (docs/gemm.md); null = cuBLAS."""
+    timing: str = SUSTAINED
+    """model=gemm: how the GEMM is timed, one of GEMM_TIMINGS: `sustained` (the measured loop's seconds of
+    CUDA-graph replays) or `burst` (`steps` short bursts of replays, each after an idle pause; their
+    median) (docs/gemm.md "Timing modes")."""
 
 
 @dataclass
@@ -275,6 +285,8 @@ class CellConfig:
             raise ConfigError(
                 f"model.kernel must be one of {GEMM_KERNELS} or null, got {self.model.kernel!r}"
             )
+        if self.model.timing not in GEMM_TIMINGS:
+            raise ConfigError(f"model.timing must be one of {GEMM_TIMINGS}, got {self.model.timing!r}")
         if self.precision.name not in PRECISIONS:
             raise ConfigError(
                 f"precision.name must be one of {tuple(PRECISIONS)}, got {self.precision.name!r}"
@@ -497,7 +509,7 @@ def _later_section_defaults() -> dict[str, dict[str, Any]]:
 
 #: Keys added to a section after cells existed, with the value at which they stay out of the digest.
 _LATER_KEYS: dict[str, dict[str, Any]] = {
-    "model": {"target": None, "m": None, "n": None, "k": None, "kernel": None},
+    "model": {"target": None, "m": None, "n": None, "k": None, "kernel": None, "timing": SUSTAINED},
     "precision": {"recipe": PrecisionConfig.recipe},
     "measure": {
         k: getattr(MeasureConfig, k) for k in ("paired", "block_seconds", "block_steps", "min_pairs")

@@ -132,8 +132,8 @@ ENERGY_FIELDS: list[pa.Field] = [
     pa.field("compile_energy_j", pa.float64()),  # warmup_energy_j less its steps at the measured J/step, >= 0
     pa.field("energy_edge_share", pa.float64()),  # paired: compiled blocks' seconds between their steps
 ]
-#: model=gemm: one GEMM's time, throughput and roofline (workloads/gemm/shapes.py, docs/gemm.md); null
-#: in training cells.
+#: model=gemm: one GEMM's time, throughput and roofline (workloads/gemm/shapes.py, docs/gemm.md), and the
+#: clocks it ran at; null in training cells. How it was timed is the axis `gemm_timing`.
 GEMM_FIELDS: list[pa.Field] = [
     pa.field("gemm_us", pa.float64()),  # median µs per GEMM (median_step_ms: one step is one GEMM)
     pa.field("gemm_tflops", pa.float64()),  # 2·M·N·K / gemm_us
@@ -146,6 +146,11 @@ GEMM_FIELDS: list[pa.Field] = [
     pa.field("gemm_kernel", pa.string()),  # cublas, or the kernel inductor's autotuner chose
     pa.field("gemm_autotune_us", pa.float64()),  # the autotuner's own timing of that kernel, µs
     pa.field("gemms_per_replay", pa.int64()),  # GEMMs per CUDA-graph replay (one step row)
+    # The GPU's clocks while the GEMMs ran (workloads/instruments/gpu_clocks.py; provenance's
+    # gpu_sm_clock_mhz is one reading at the end): null on the CPU and without NVML (not measured).
+    pa.field("sm_clock_mhz", pa.float64()),  # mean SM clock of NVML's samples in the measured window, MHz
+    pa.field("clock_samples", pa.int64()),  # how many samples: taken while GEMMs were queued on the GPU
+    pa.field("clock_limits", pa.string()),  # NVML's clock-limiting reasons in any sample: "sw_power_cap,..."
 ]
 
 #: Lookups of inductor's FX graph cache and of the AOTAutograd cache that hit, missed or

@@ -26,7 +26,9 @@ encoding changed so far; such a change would be one more step here. The history,
   the device time per side (issue 39: `gpu_ms_per_step`, launches, kernels, the host's time per step):
   `_gpu_time` from the one window's busy share and span, the others null; steps' `host_time_ms`: null
   in older files (the packs of e8d5239/cf99355 have run rows' `host_ms_per_step` from 5 steps timed on
-  an idle device after measuring, not from their steps), nothing to lift.
+  an idle device after measuring, not from their steps), nothing to lift; the GEMM cell's timing mode
+  (issue 40: the axis `gemm_timing`), `_sustained_gemms`: every GEMM cell before it was timed
+  sustained; its clocks (`sm_clock_mhz`, `clock_samples`, `clock_limits`): null, not measured.
 
 A cell's config.yaml has one step too (`lift_config`, read by `sweep_dir.read_cell_config` and
 `workloads.cell.config.load_cell_config`): `measure.max_repeats` and `measure.equivalence` moved
@@ -42,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workloads.contract.schema import RUN_SCHEMA
+from workloads.contract.vocabulary import SUSTAINED
 
 #: Config keys that moved: the old dotted key -> the new top-level one.
 MOVED_CONFIG_KEYS = {"measure.max_repeats": "max_repeats", "measure.equivalence": "equivalence"}
@@ -56,6 +59,8 @@ LIFT_INPUTS = (
     "mean_step_ms",
     "measured_s",
     "e2e_items_per_s",
+    "model",
+    "gemm_timing",
     *(
         f"{side}{name}"
         for side in ("", "eager_")
@@ -102,13 +107,21 @@ def _gpu_time(runs: pa.Table) -> pa.Table:
     return runs
 
 
+def _sustained_gemms(runs: pa.Table) -> pa.Table:
+    """Within version 2, before GEMM timing modes (issue 40): a GEMM cell's row without `gemm_timing`
+    was timed sustained, the only mode there was."""
+    before = pc.and_(pc.equal(runs.column("model"), "gemm"), pc.is_null(runs.column("gemm_timing")))
+    lifted = pc.if_else(pc.fill_null(before, False), SUSTAINED, runs.column("gemm_timing"))
+    return _replace(runs, "gemm_timing", lifted)
+
+
 def lift(table: pa.Table, kind: pa.Schema) -> pa.Table:
     """Rows scanned from files of `kind` (RUN_SCHEMA, STEPS_SCHEMA or MANIFEST_SCHEMA; a run table with
     LIFT_INPUTS among its columns) as the current schema has them. Steps and manifest files only
     gained columns: theirs read as null, nothing to lift."""
     if kind is not RUN_SCHEMA:
         return table
-    for step in (_one_process, _replicate_zero, _end_to_end, _gpu_time):
+    for step in (_one_process, _replicate_zero, _end_to_end, _gpu_time, _sustained_gemms):
         table = step(table)
     return table
 

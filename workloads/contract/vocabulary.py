@@ -61,6 +61,21 @@ def _backend(config: Mapping[str, Any]) -> str | None:
     return config_value(config, "model.kernel") or config_value(config, "backend.name")
 
 
+#: model=gemm's timing modes (`model.timing`; workloads/gemm/timing.py, bursts.py; docs/gemm.md "Timing
+#: modes"): seconds of CUDA-graph replays back to back, what a training or serving loop gets (the GPU's
+#: clocks under its power cap), or short bursts after an idle pause, as `triton.testing.do_bench` and
+#: profilers time.
+SUSTAINED, BURST = "sustained", "burst"
+GEMM_TIMINGS = (SUSTAINED, BURST)
+
+
+def _gemm_timing(config: Mapping[str, Any]) -> str | None:
+    # Only a GEMM cell (model=gemm) is timed either way; one configured before model.timing was sustained.
+    if config_value(config, "model.name") != "gemm":
+        return None
+    return config_value(config, "model.timing") or SUSTAINED
+
+
 def _arch(config: Mapping[str, Any]) -> str | None:
     # A custom model's target names what is built, as a timm name does (two targets: two workloads).
     return config_value(config, "model.arch") or config_value(config, "model.target")
@@ -133,6 +148,8 @@ AXES: tuple[Axis, ...] = (
     Axis("gemm_m", pa.int64(), WORKLOAD, "model.m", label="M"),
     Axis("gemm_n", pa.int64(), WORKLOAD, "model.n", label="N"),
     Axis("gemm_k", pa.int64(), WORKLOAD, "model.k", label="K"),
+    # ... and how it is timed: a burst's µs and a sustained one's are different quantities (docs/gemm.md).
+    Axis("gemm_timing", pa.string(), WORKLOAD, "model.timing", _gemm_timing, label="timing"),
     # The cluster profile's named software environment (`environment=NAME`); null: the profile's own.
     Axis("environment", pa.string(), HARDWARE, "environment"),
     Axis("device", pa.string(), HARDWARE, None),
@@ -207,6 +224,9 @@ COMPILED_SIDE, EAGER_SIDE = "compiled", "eager"
 #: A compiled cell's accuracy check (run.parquet `accuracy`, workloads/instruments/accuracy.py): every
 #: tensor within its limit, one beyond it, or the check itself failed; null: not checked.
 ACCURACY_PASS, ACCURACY_FAIL, ACCURACY_ERROR = "pass", "fail_accuracy", "error"
+#: run.parquet `clock_limits` of a GEMM cell whose GPU clocks were read and never limited
+#: (workloads/instruments/gpu_clocks.py); otherwise the reasons' names, comma-joined; null: not measured.
+NO_CLOCK_LIMITS = "none"
 #: What the check measured errors against (run.parquet `accuracy_reference`): an fp64 copy of the
 #: model, or eager's own run where that could not be made or run (out of memory) and for fp8.
 ACCURACY_FP64, ACCURACY_EAGER = "fp64", "eager"

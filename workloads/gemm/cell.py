@@ -1,13 +1,15 @@
 """`GemmCell`: what a GEMM cell's attempt builds and steps, the counterpart of workloads/train_cell.py's
 `TrainingCell`.
 
-Builds the operands and the GEMM (workloads/gemm/kernels.py), runs the measured loop of training
-cells over CUDA-graph replays of it (workloads/gemm/timing.py), and fills the run row: the summary
+Builds the operands and the GEMM (workloads/gemm/kernels.py), times CUDA-graph replays of it
+(workloads/gemm/timing.py) in the measured loop of training cells (`model.timing=sustained`) or in
+bursts after idle pauses (`burst`: workloads/gemm/bursts.py), and fills the run row: the summary
 of CellRecorder (a step is one GEMM: one item, 2·M·N·K FLOPs), the environment of a training cell,
 the columns of the instruments it shares with one (`gemm_instruments`: provenance, the GPU's
-energy per GEMM), and the gemm_* columns (workloads/gemm/shapes.py; docs/gemm.md). workloads/run.py
-runs it in the one attempt of every cell (`attempt`); fp8 where the device has no fp8 tensor cores
-raises NotSupported, recorded as `not_supported`.
+energy per GEMM), the GPU's clocks while it ran (workloads/instruments/gpu_clocks.py), and the
+gemm_* columns (workloads/gemm/shapes.py; docs/gemm.md). workloads/run.py runs it in the one
+attempt of every cell (`attempt`); fp8 where the device has no fp8 tensor cores raises NotSupported,
+recorded as `not_supported`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from workloads.cell.precision import PRECISIONS
 from workloads.cell.recorder import CellRecorder, RankReport
 from workloads.cell.support import require_fp8
 from workloads.cell.train import run_steps
+from workloads.contract.vocabulary import SUSTAINED
+from workloads.gemm.bursts import run_bursts
 from workloads.gemm.kernels import Gemm, build_gemm, make_operands
 from workloads.gemm.private_torch import AutotuneChoices
 from workloads.gemm.shapes import gemm_columns, gemm_flops, resolve_shape
@@ -28,6 +32,7 @@ from workloads.gemm.timing import GEMMS_PER_REPLAY, GemmSteps, per_gemm
 from workloads.instruments import dynamo_records
 from workloads.instruments.base import Instruments
 from workloads.instruments.environment import open_run_row, peak_gbps, peak_tflops, resolve_device
+from workloads.instruments.gpu_clocks import GpuClocks
 from workloads.instruments.gpu_energy import GpuEnergy
 from workloads.instruments.provenance import Provenance
 from workloads.instruments.registry import WaitForQuiet
@@ -39,17 +44,14 @@ EAGER_KERNELS = {"cuda": "cublas", "cpu": "aten"}
 NOT_PAIRED = "a GEMM cell times one kernel per cell: its eager (cuBLAS) baseline is a cell of its own"
 
 
-def gemm_instruments(cfg: CellConfig, ranks: Ranks) -> Instruments:
+def gemm_instruments(cfg: CellConfig, ranks: Ranks, clocks: GpuClocks) -> Instruments:
     """A GEMM cell's instruments, in the order of a training cell's (workloads/instruments/registry.py):
-    the waits for quiet, the GPU's energy (a step row is one GEMM of a replay of GEMMS_PER_REPLAY),
-    provenance. They read no more of the built cell than its device (GemmSteps has one)."""
-    return Instruments(
-        [
-            WaitForQuiet.for_process(),
-            GpuEnergy.for_cell(cfg, ranks, steps_per_row=GEMMS_PER_REPLAY),
-            Provenance(),
-        ]
-    )
+    the waits for quiet, the GPU's energy (a step row is one GEMM of a replay of GEMMS_PER_REPLAY;
+    sustained only: a burst cell's window is mostly its idle pauses), its clocks (sampled by the
+    loop), provenance. They read no more of the built cell than its device (GemmSteps has one)."""
+    sustained = cfg.model.timing == SUSTAINED
+    energy = GpuEnergy.for_cell(cfg, ranks, steps_per_row=GEMMS_PER_REPLAY) if sustained else None
+    return Instruments(filter(None, [WaitForQuiet.for_process(), energy, clocks, Provenance()]))
 
 
 class GemmCell:
@@ -61,8 +63,9 @@ class GemmCell:
     def __init__(self, cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> None:
         check_cell(cfg)
         self.cfg, self.rec, self.ranks = cfg, rec, ranks
-        self.instruments = gemm_instruments(cfg, ranks)
         self.device = device = resolve_device(cfg.device)
+        self.clocks = GpuClocks(device)
+        self.instruments = gemm_instruments(cfg, ranks, self.clocks)
         if cfg.precision.name == "fp8":
             require_fp8(device)
         open_run_row(rec.run, device)
@@ -92,22 +95,28 @@ class GemmCell:
         dynamo_records.reset_compile_stats()
         operands = make_operands(self.shape, cfg.precision.name, cfg.precision.recipe, self.device, cfg.seed)
         self.gemm = build_gemm(cfg.backend, cfg.precision.name, operands, cfg.model.kernel)
-        self.steps = GemmSteps(self.gemm, self.device)
+        # Sustained: a clock sample (at most every CLOCK_SAMPLE_GAP_S) right after a replay is queued;
+        # a burst cell samples halfway through each burst instead.
+        sustained = cfg.model.timing == SUSTAINED
+        self.steps = GemmSteps(self.gemm, self.device, after_replay=self.clocks.sample if sustained else None)
         return self.steps
 
     def measure(self) -> None:
-        cfg = self.cfg
-        assert self.steps is not None, "build() first"
+        cfg, steps = self.cfg, self.steps
+        assert steps is not None, "build() first"
+        on_step = per_gemm(self.rec.on_step)
         with self.autotuner.listening():
-            self.rec.run["stop_reason"] = run_steps(
-                self.steps,
-                cfg.warmup_steps,
-                cfg.steps,
-                self.device,
-                on_step=per_gemm(self.rec.on_step),
-                measure=cfg.measure,
-                before_measuring=self.instruments.before_measuring,
-            )
+            if cfg.model.timing == SUSTAINED:
+                stop_reason = run_steps(
+                    steps, cfg.warmup_steps, cfg.steps, self.device, on_step=on_step, measure=cfg.measure,
+                    before_measuring=self.instruments.before_measuring,
+                )  # fmt: skip
+            else:
+                stop_reason = run_bursts(
+                    steps, cfg.warmup_steps, cfg.steps, self.device, on_step,
+                    before_measuring=self.instruments.before_measuring, during_burst=self.clocks.sample,
+                )  # fmt: skip
+        self.rec.run["stop_reason"] = stop_reason
 
     def peak_memory(self) -> int | None:
         return torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None

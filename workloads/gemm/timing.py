@@ -6,6 +6,7 @@ cuBLAS pick its kernel) and captures G more in a CUDA graph; every step after it
 graph. A replay launches G kernels with one call, so the step's CUDA-event time is G GEMMs with no
 host launch gaps between them, which a 10 µs GEMM launched from Python would have. The step's
 row records that time / G: milliseconds per GEMM. On the CPU (tests) a step calls the GEMM G times.
+`model.timing=burst` times the same replays in bursts after idle pauses instead (workloads/gemm/bursts.py).
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ GEMMS_PER_REPLAY = 10
 class GemmSteps:
     """The step of `run_steps`: G GEMMs; returns (a zero loss on the device, no data wait)."""
 
-    def __init__(self, gemm: Gemm, device: torch.device):
-        self.gemm, self.device = gemm, device
+    def __init__(
+        self, gemm: Gemm, device: torch.device, after_replay: Callable[[], object] | None = None
+    ) -> None:
+        self.gemm, self.device, self.after_replay = gemm, device, after_replay
+        """`after_replay`: called once a replay is queued, while the GPU runs it (the clocks' sample)."""
         self.graph: torch.cuda.CUDAGraph | None = None
         self.no_loss = torch.zeros((), device=device)
 
@@ -40,6 +44,8 @@ class GemmSteps:
             if self.graph is None:
                 self.graph = self._capture()
             self.graph.replay()
+        if self.after_replay is not None:
+            self.after_replay()
         return self.no_loss, 0.0
 
     def _run_eagerly(self) -> None:

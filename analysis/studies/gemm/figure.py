@@ -25,10 +25,14 @@ def gemm_figure(cells: pd.DataFrame) -> Figure:
         figsize=(max(FIGSIZE[0], PANEL_INCHES * len(panels)), PANEL_INCHES), dpi=DPI, layout="constrained"
     )
     for ax, ((n, k, gpu), panel) in zip(fig.subplots(1, max(len(panels), 1), squeeze=False)[0], panels):
-        for name, rows in panel.sort_values("gemm_m").groupby("implementation"):
+        # Both timing modes in a panel: a line each, named by its mode.
+        timed = panel["gemm_timing"].nunique() > 1
+        lines = panel.sort_values("gemm_m").groupby(["implementation", "gemm_timing"], dropna=False)
+        for (name, timing), rows in lines:
             ax.errorbar(
                 rows["gemm_m"], rows["us"], yerr=[rows["us"] - rows["us_low"], rows["us_high"] - rows["us"]],
-                marker="o", label=name, linestyle="-" if "cuBLAS" in name else "--",
+                marker="o", label=f"{name}, {timing}" if timed else name,
+                linestyle="-" if "cuBLAS" in name else "--",
             )  # fmt: skip
         # The memory floor of each dtype: bytes moved / peak bandwidth (µs = bytes / (GB/s * 1e3)).
         for precision, rows in panel.dropna(subset=["gemm_bytes", "peak_gbps"]).groupby("precision"):

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 GEMM_TABLE = "gemm"
+#: The clock columns of a cell whose clocks were not read: on the CPU, without NVML, in older sweeps.
+NOT_MEASURED = "not measured"
 
 
 def _with_interval(value: object, low: object, high: object) -> str:
@@ -33,7 +35,7 @@ def gemm_table(cells: pd.DataFrame) -> Table:
     millijoules = cells[interval_columns("joules_per_step")].to_numpy(float) * 1e3
     text = pd.DataFrame({
         "M": cells["gemm_m"].map(_whole), "N": cells["gemm_n"].map(_whole), "K": cells["gemm_k"].map(_whole),
-        "implementation": cells["implementation"],
+        "implementation": cells["implementation"], "timing": cells["gemm_timing"].fillna(""),
         "µs [95%]": [_with_interval(*v) if ok else s for v, ok, s in
                      zip(cells[["us", "us_low", "us_high"]].values, done, cells["status"])],
         "TFLOP/s": cells["tflops"].map(fmt_number), "GB/s": cells["gbps"].map(fmt_number),
@@ -46,6 +48,8 @@ def gemm_table(cells: pd.DataFrame) -> Table:
         "vs fp8 cuBLAS": [fmt_speedup(*v) for v in cells[interval_columns("vs_fp8_cublas")].values],
         "mJ per GEMM": [_with_interval(*v) for v in millijoules],
         "W": cells["avg_power_w"].map(fmt_number),
+        "SM MHz": [NOT_MEASURED if is_null(v) else f"{v:.0f}" for v in cells["sm_clock_mhz"]],
+        "clock limits": cells["clock_limits"].fillna(NOT_MEASURED),
         "cell": cells["cell_id"],
     })  # fmt: skip
     note = (
@@ -58,7 +62,13 @@ def gemm_table(cells: pd.DataFrame) -> Table:
         "shape and GPU / this one's (fp8: of the same recipe), with the interval of the ratio. mJ per GEMM: "
         "the GPU board's energy over the measured window's GEMMs (NVML's counter), geometric mean over "
         "runs (its "
-        "interval from two runs on); W: the window's mean power."
+        "interval from two runs on); W: the window's mean power. timing: `sustained`, seconds of replays "
+        "back to back (the clocks a training or serving loop gets under the power cap), or `burst`, the "
+        "median of short bursts after idle pauses (as do_bench and profilers time; no energy: its window "
+        "is mostly the pauses); speedups are within one timing. SM MHz: NVML's SM clock, the mean of its "
+        "samples while the GEMMs ran; clock limits: NVML's clock-limiting reasons seen in any sample "
+        "(sw_power_cap: held at the power limit; sw_thermal, hw_thermal: too hot; none: the GPU's own "
+        'clocks). docs/gemm.md "Timing modes".'
     )
     return Table(GEMM_TABLE, "GEMMs: µs per GEMM against the roofline", cells, text, note)
 
