@@ -1204,6 +1204,42 @@ def test_a_gemm_cell_measures_its_joules_per_gemm(tmp_path: Path) -> None:
     assert run["items_per_joule"] == pytest.approx(1 / run["joules_per_step"])
 
 
+@pytest.mark.parametrize("timing", ["sustained", "burst"])
+def test_a_gemm_cell_records_its_clocks_in_either_timing(timing: str, tmp_path: Path) -> None:
+    """An fp8 cuBLAS GEMM (M = 4096, N = K = 8192: compute-bound, the shape whose sustained time the
+    power cap moved most in issue 40; bf16 on a GPU without fp8) timed each way: the mode recorded, a
+    plausible SM clock (above 100 MHz, at most the GPU's maximum) from NVML samples taken while GEMMs
+    ran (a sustained cell's at most every 10 ms; a burst cell's one per burst), the clock limits a
+    string of NVML's reason names or `none`; a burst cell's rows are its 20 bursts, without energy."""
+    from tests.helpers import gemm_config
+    from workloads.contract.vocabulary import NO_CLOCK_LIMITS
+    from workloads.instruments.gpu_clocks import CLOCK_LIMITS
+    from workloads.run import run_cell
+
+    fp8 = torch.cuda.get_device_capability() >= (8, 9)
+    precision = {"name": "fp8", "recipe": "tensorwise"} if fp8 else {"name": "bf16"}
+    config = gemm_config("cuda", size="small", precision=precision, steps=20, measure={"min_seconds": 3.0},
+                         model={"name": "gemm", "m": 4096, "timing": timing})  # fmt: skip
+    status = run_cell(cell_config_from_dict(config), tmp_path / "cell")
+    run = pq.read_table(tmp_path / "cell" / "run.parquet").to_pylist()[-1]
+    steps = pq.read_table(tmp_path / "cell" / "steps.parquet").to_pylist()
+    print(f"{timing} {precision['name']}: {run['gemm_us']} µs per GEMM at {run['sm_clock_mhz']} MHz "
+          f"({run['clock_samples']} samples; max {run['gpu_max_sm_clock_mhz']}), "
+          f"limits {run['clock_limits']}, {run['avg_power_w']} W of {run['gpu_power_limit_w']}")  # fmt: skip
+    assert status == "completed", run["error"]
+    assert run["gemm_timing"] == timing and run["gemm_us"] > 0
+    if run["clock_samples"] is None:
+        pytest.skip(f"{run['gpu_name']}: NVML read no clock (a MIG instance, or no NVML)")
+    assert 100 < run["sm_clock_mhz"] <= (run["gpu_max_sm_clock_mhz"] or math.inf)
+    names = run["clock_limits"].split(",")
+    assert names == [NO_CLOCK_LIMITS] or set(names) <= {*CLOCK_LIMITS.values()}, run["clock_limits"]
+    measured = [s for s in steps if s["phase"] == "measure"]
+    if timing == "burst":
+        assert len(measured) == 20 and run["clock_samples"] == 20 and run["energy_j"] is None
+    else:
+        assert run["measured_s"] >= 3.0 and run["clock_samples"] >= 100  # one per 10 ms at the most
+
+
 # --- the GPU's energy (workloads/instruments/gpu_energy.py) ---------------------------------------
 
 
