@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from analysis.report import analyze
+from analysis.studies.gemm.figure import gemm_figure
 from tests.analysis_sweeps import write_gemm_cell
 from tests.helpers import cli, gemm_config
 from workloads.cell.catalog import check_cell
@@ -49,6 +50,16 @@ def test_a_bad_timing_is_refused_before_submission(tmp_path: Path) -> None:
     assert shown.returncode == 2, shown.stdout
     assert "model.timing must be one of ('sustained', 'burst'), got 'idle'" in shown.stderr
     assert len(shown.stderr.strip().splitlines()) == 1 and not (tmp_path / "sw").exists()
+
+
+def test_both_timings_are_two_cells_of_a_sweep(tmp_path: Path) -> None:
+    shown = cli(tmp_path, "sweep", "model=gemm", "model.timing=sustained,burst", "device=cpu", "--dry-run",
+                f"hydra.sweep.dir={tmp_path / 'sw'}")  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    rows = [line for line in shown.stdout.splitlines() if "| gemm " in line]
+    assert (
+        len(rows) == 2 and rows[0].rstrip(" |").endswith(SUSTAINED) and rows[1].rstrip(" |").endswith(BURST)
+    )
 
 
 def test_the_timing_keeps_default_cell_ids_and_is_a_gemm_axis() -> None:
@@ -179,3 +190,10 @@ def test_the_gemm_table_shows_timing_and_clocks_and_old_sweeps_read_as_sustained
     assert text["timing"].to_dict() == {"fp8-burst": BURST, "bf16": SUSTAINED, "fp8": SUSTAINED}
     assert text.loc["fp8", "SM MHz"] == "not measured" and text.loc["fp8", "clock limits"] == "not measured"
     assert text.loc["fp8-burst", "SM MHz"] == "1980" and text.loc["fp8-burst", "clock limits"] == "none"
+    figure = gemm_figure(result.gemm)  # both timings in one panel: a line each, named by its mode
+    labels = {text.get_text() for text in figure.axes[0].get_legend().get_texts()}
+    assert {
+        "fp8 tensorwise cuBLAS, burst",
+        "fp8 tensorwise cuBLAS, sustained",
+        "bf16 cuBLAS, sustained",
+    } <= labels

@@ -4,5 +4,6 @@
 operands and the timed callables (cuBLAS, `torch.compile` or a Triton kernel), `private_torch` the
 private torch APIs they use, `triton_fp8` the post's Triton fp8 kernels, `triton_tuning` the choice of
 their tiles, `kernel_check` the error bound they pass before they are timed, `timing` the CUDA-graph
-replay, and `cell` puts them together as `GemmCell`, the counterpart of workloads/train_cell.py.
+replay (timed sustained), `bursts` its burst timing (`model.timing=burst`), and `cell` puts them
+together as `GemmCell`, the counterpart of workloads/train_cell.py.
 """
