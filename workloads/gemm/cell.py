@@ -56,14 +56,15 @@ def gemm_instruments(cfg: CellConfig, ranks: Ranks, clocks: GpuClocks) -> Instru
 
 class GemmCell:
     """What a GEMM cell's attempt (workloads/run.py `attempt`) builds and steps: the GEMM of the
-    cell's shape, timed by the measured loop over CUDA-graph replays (`ranks`: one process;
-    check_cell refuses more). Its run row is opened when it is made, before the instruments'
-    first moment."""
+    cell's shape, its CUDA-graph replays timed by the measured loop (sustained) or in bursts
+    (`ranks`: one process; check_cell refuses more). Its run row is opened when it is made, before
+    the instruments' first moment."""
 
     def __init__(self, cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> None:
         check_cell(cfg)
         self.cfg, self.rec, self.ranks = cfg, rec, ranks
         self.device = device = resolve_device(cfg.device)
+        self.sustained = cfg.model.timing == SUSTAINED
         self.clocks = GpuClocks(device)
         self.instruments = gemm_instruments(cfg, ranks, self.clocks)
         if cfg.precision.name == "fp8":
@@ -97,8 +98,8 @@ class GemmCell:
         self.gemm = build_gemm(cfg.backend, cfg.precision.name, operands, cfg.model.kernel)
         # Sustained: a clock sample (at most every CLOCK_SAMPLE_GAP_S) right after a replay is queued;
         # a burst cell samples halfway through each burst instead.
-        sustained = cfg.model.timing == SUSTAINED
-        self.steps = GemmSteps(self.gemm, self.device, after_replay=self.clocks.sample if sustained else None)
+        sample = self.clocks.sample if self.sustained else None
+        self.steps = GemmSteps(self.gemm, self.device, after_replay=sample)
         return self.steps
 
     def measure(self) -> None:
@@ -106,7 +107,7 @@ class GemmCell:
         assert steps is not None, "build() first"
         on_step = per_gemm(self.rec.on_step)
         with self.autotuner.listening():
-            if cfg.model.timing == SUSTAINED:
+            if self.sustained:
                 stop_reason = run_steps(
                     steps, cfg.warmup_steps, cfg.steps, self.device, on_step=on_step, measure=cfg.measure,
                     before_measuring=self.instruments.before_measuring,
