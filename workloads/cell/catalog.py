@@ -134,9 +134,13 @@ def check_gemm(cfg: CellConfig) -> None:
             raise ConfigError(f"model.{shape_keys[0]} is a GEMM's dimension: it goes with model=gemm")
         if cfg.model.kernel is not None:
             raise ConfigError(f"model.kernel={cfg.model.kernel} is a GEMM kernel: it goes with model=gemm")
+        if cfg.model.layer is not None:
+            raise ConfigError(f"model.layer={cfg.model.layer} is a layer of GEMMs: it goes with model=gemm")
         return
     if cfg.model.kernel is not None:
         check_triton_kernel(cfg)
+    if cfg.model.layer is not None:
+        check_layer(cfg)
     if cfg.precision.name not in GEMM_PRECISIONS:
         raise ConfigError(f"model=gemm runs in {GEMM_PRECISIONS}, not precision={cfg.precision.name}")
     if cfg.precision.name == "fp8" and cfg.precision.recipe not in GEMM_RECIPES:
@@ -168,6 +172,26 @@ def check_triton_kernel(cfg: CellConfig) -> None:
         raise ConfigError(
             f"model.kernel={cfg.model.kernel} runs the Triton kernel as written: backend=eager, "
             f"not {cfg.backend.name}"
+        )
+
+
+def check_layer(cfg: CellConfig) -> None:
+    """model.layer: the post's layer is fp8 with one scale per tensor, each GEMM cuBLAS's or the
+    Triton kernel's (model.kernel), launched as written; its shapes are the layer's own."""
+    if (cfg.precision.name, cfg.precision.recipe) != ("fp8", "tensorwise"):
+        raise ConfigError(
+            f"model.layer={cfg.model.layer} runs fp8 GEMMs with tensorwise scales: it needs "
+            f"precision.name=fp8 precision.recipe=tensorwise, not {cfg.precision.name}/{cfg.precision.recipe}"
+        )
+    if cfg.backend.name != BASELINE_BACKEND:
+        raise ConfigError(
+            f"model.layer={cfg.model.layer} launches its GEMMs as written (cuBLAS, or model.kernel's): "
+            f"backend=eager, not {cfg.backend.name}"
+        )
+    if given := [key for key in ("n", "k") if getattr(cfg.model, key) is not None]:
+        raise ConfigError(
+            f"model.layer={cfg.model.layer} has its own N and K per projection: model.{given[0]} does not "
+            "apply (model.m sets its tokens)"
         )
 
 

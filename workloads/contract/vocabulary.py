@@ -133,6 +133,8 @@ AXES: tuple[Axis, ...] = (
     Axis("gemm_m", pa.int64(), WORKLOAD, "model.m", label="M"),
     Axis("gemm_n", pa.int64(), WORKLOAD, "model.n", label="N"),
     Axis("gemm_k", pa.int64(), WORKLOAD, "model.k", label="K"),
+    # model=gemm's layer (model.layer): the GEMMs of a whole layer; null: one GEMM.
+    Axis("gemm_layer", pa.string(), WORKLOAD, "model.layer", label="layer"),
     # The cluster profile's named software environment (`environment=NAME`); null: the profile's own.
     Axis("environment", pa.string(), HARDWARE, "environment"),
     Axis("device", pa.string(), HARDWARE, None),
