@@ -141,14 +141,15 @@ needs_fp8 = pytest.mark.skipif(
 @needs_fp8
 @pytest.mark.parametrize("kernel", [None, *GEMM_KERNELS])
 def test_a_layer_cell_launched_and_as_a_graph_on_the_gpu(kernel: str | None, tmp_path: Path) -> None:
-    """The post's layer at M = 16: the graph's gaps are smaller than the launched layer's, and so is
-    its span; every window saw the layer's four GEMMs."""
+    """The post's layer at M = 16: the graph's gaps are smaller than the launched layer's, and the
+    launched and the graph layer ran the same kernels."""
     config = layer_config("cuda", kernel=kernel, m=16)
     status = run_cell(cell_config_from_dict({**config, "size": "small", "steps": 20}), tmp_path / "cell")
     run = pq.read_table(tmp_path / "cell" / "run.parquet").to_pylist()[-1]
     print({field.name: run[field.name] for field in LAYER_FIELDS}, run["gemm_kernel"], run["gemm_us"])
     assert status == COMPLETED, run["error"]
-    assert run["layer_launched_kernels"] == run["layer_graph_kernels"] == 4
+    # One kernel per GEMM at the least (cuBLAS may add a split-K reduction), the same in both ways.
+    assert run["layer_launched_kernels"] == run["layer_graph_kernels"] >= 4
     assert run["layer_launched_us"] > 0 and run["layer_graph_us"] > 0 and run["gemm_us"] > 0
     assert run["layer_graph_gap_us"] < run["layer_launched_gap_us"]
     assert run["layer_graph_speedup"] == pytest.approx(run["layer_launched_us"] / run["layer_graph_us"])

@@ -138,7 +138,7 @@ def check_gemm(cfg: CellConfig) -> None:
             raise ConfigError(f"model.layer={cfg.model.layer} is a layer of GEMMs: it goes with model=gemm")
         return
     if cfg.model.kernel is not None:
-        check_triton_kernel(cfg)
+        check_post_gemms(cfg, f"model.kernel={cfg.model.kernel}")
     if cfg.model.layer is not None:
         check_layer(cfg)
     if cfg.precision.name not in GEMM_PRECISIONS:
@@ -161,33 +161,21 @@ def check_gemm(cfg: CellConfig) -> None:
         raise ConfigError(f"model=gemm has no {batch[0]}: its shape is model.m, model.n, model.k")
 
 
-def check_triton_kernel(cfg: CellConfig) -> None:
-    """model.kernel: the post's kernels are fp8 with one scale per tensor, launched as written."""
+def check_post_gemms(cfg: CellConfig, what: str) -> None:
+    """`what` (`model.kernel=...`, `model.layer=...`): the post's GEMMs are fp8 with one scale per
+    tensor, run as written (cuBLAS's, or the Triton kernel's)."""
     if (cfg.precision.name, cfg.precision.recipe) != ("fp8", "tensorwise"):
         raise ConfigError(
-            f"model.kernel={cfg.model.kernel} is an fp8 GEMM with tensorwise scales: it needs "
-            f"precision.name=fp8 precision.recipe=tensorwise, not {cfg.precision.name}/{cfg.precision.recipe}"
+            f"{what} runs fp8 GEMMs with tensorwise scales: it needs precision.name=fp8 "
+            f"precision.recipe=tensorwise, not {cfg.precision.name}/{cfg.precision.recipe}"
         )
     if cfg.backend.name != BASELINE_BACKEND:
-        raise ConfigError(
-            f"model.kernel={cfg.model.kernel} runs the Triton kernel as written: backend=eager, "
-            f"not {cfg.backend.name}"
-        )
+        raise ConfigError(f"{what} runs its GEMMs as written: backend=eager, not {cfg.backend.name}")
 
 
 def check_layer(cfg: CellConfig) -> None:
-    """model.layer: the post's layer is fp8 with one scale per tensor, each GEMM cuBLAS's or the
-    Triton kernel's (model.kernel), launched as written; its shapes are the layer's own."""
-    if (cfg.precision.name, cfg.precision.recipe) != ("fp8", "tensorwise"):
-        raise ConfigError(
-            f"model.layer={cfg.model.layer} runs fp8 GEMMs with tensorwise scales: it needs "
-            f"precision.name=fp8 precision.recipe=tensorwise, not {cfg.precision.name}/{cfg.precision.recipe}"
-        )
-    if cfg.backend.name != BASELINE_BACKEND:
-        raise ConfigError(
-            f"model.layer={cfg.model.layer} launches its GEMMs as written (cuBLAS, or model.kernel's): "
-            f"backend=eager, not {cfg.backend.name}"
-        )
+    """model.layer: the post's GEMMs (check_post_gemms), at the layer's own N and K per projection."""
+    check_post_gemms(cfg, f"model.layer={cfg.model.layer}")
     if given := [key for key in ("n", "k") if getattr(cfg.model, key) is not None]:
         raise ConfigError(
             f"model.layer={cfg.model.layer} has its own N and K per projection: model.{given[0]} does not "

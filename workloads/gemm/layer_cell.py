@@ -58,7 +58,13 @@ def host_launch_us(step: Callable[[], object], device: torch.device, times: int)
 
 
 def captured(launch: Callable[[], object], device: torch.device) -> torch.cuda.CUDAGraph:
-    """One call of `launch` captured in a CUDA graph (the cell is warm: its loop ran it)."""
+    """One call of `launch` captured in a CUDA graph, after one on a side stream (as torch.cuda.graph's
+    docs ask: cuBLAS's workspace for a stream of its own is made there, not in the capture)."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        launch()
+    torch.cuda.current_stream(device).wait_stream(side)
     torch.cuda.synchronize(device)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

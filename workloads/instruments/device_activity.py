@@ -14,6 +14,10 @@ A launch is one host call that put work on the device: CUPTI gives every such ca
 and every activity it caused the same id, so the launches are the distinct ids of the activity. A
 CUDA graph's replay is one launch however many kernels it holds.
 
+The gaps between kernels (`kernel_gaps`) are the idle stretches between one kernel's end and the next
+one's start: within a layer launched kernel by kernel, the host's launch cost the device waited for
+(workloads/gemm/layer.py reads them of each window's work, `windows_work`).
+
 Pure arithmetic on (start, end) pairs, and the reading of them from a Chrome trace (what
 `torch.profiler` exports): no torch here, so that it is tested on hand-made traces
 (tests/test_device_activity.py).
