@@ -5,7 +5,8 @@ process group, turns signals and failures into a status and writes `steps.parque
 `run.parquet` into the cell directory; `attempt` builds the cell, runs its warm-up and measured
 steps and summarises them, with its instruments at their moments. What it builds and steps is the
 one parameter (`MeasuredCell`): a training cell (`workloads.train_cell.TrainingCell`) or, for
-model=gemm, a GEMM (`workloads.gemm.cell.GemmCell`). A distributed cell runs this in each of its
+model=gemm, a GEMM (`workloads.gemm.cell.GemmCell`) or a layer's GEMMs
+(`workloads.gemm.layer_cell.LayerCell`). A distributed cell runs this in each of its
 processes (workloads/cell/distributed.py): every rank trains and measures, and rank 0 gathers the ranks'
 steps and alone writes the files (workloads/cell/recorder.py).
 Whatever happens after the config is read — an exception, CUDA OOM, a compile error, SIGTERM
@@ -68,6 +69,7 @@ from workloads.contract.vocabulary import (
     axes_from_config,
 )
 from workloads.gemm.cell import GemmCell
+from workloads.gemm.layer_cell import LayerCell
 from workloads.instruments import cold_compile
 from workloads.instruments.base import Instrument
 from workloads.instruments.compile_workers import start_compile_workers, wait_until_idle
@@ -198,7 +200,8 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
         rec.run["dist_backend"] = ranks.backend
         # cold_warm: both compiles in a fresh cache directory of the attempt's own, not the sweep's.
         with cold_compile.private_caches(cfg):
-            cell = (GemmCell if cfg.model.name == GEMM_FAMILY else TrainingCell)(cfg, rec, ranks)
+            gemm = LayerCell if cfg.model.layer else GemmCell
+            cell = (gemm if cfg.model.name == GEMM_FAMILY else TrainingCell)(cfg, rec, ranks)
             status = attempt(cell, rec, ranks)
         finished = True  # every rank took part in the gather after its loop: all are here
     except (CellInterrupted, Exception) as err:  # a failed cell is a result to record, whatever the cause

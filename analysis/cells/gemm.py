@@ -50,21 +50,21 @@ def implementation(precision: object, recipe: object, backend: object, mode: obj
     return f"{dtype} {kernel}"
 
 
-def _run_rows(replicates: pd.DataFrame) -> pd.DataFrame:
-    """RUN_COLUMNS of each GEMM cell: the median of its completed replicates' values (the first for
+def run_rows(replicates: pd.DataFrame, columns: list[str] = RUN_COLUMNS) -> pd.DataFrame:
+    """`columns` of each GEMM cell: the median of its completed replicates' values (the first for
     text), or of its attempt that counts where none completed."""
     rows = []
     for cell_id, runs in replicates.groupby("cell_id", sort=False):
         done = runs[runs["status"] == COMPLETED]
         own = done if len(done) else runs
         row = {"cell_id": cell_id}
-        for column in RUN_COLUMNS:
+        for column in columns:
             values = own[column].dropna()
             numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
             row[column] = (values.median() if numeric else values.iloc[0]) if len(values) else None
         row["clock_limits"] = _any_limits(own["clock_limits"].dropna())
         rows.append(row)
-    return pd.DataFrame(rows, columns=["cell_id", *RUN_COLUMNS])
+    return pd.DataFrame(rows, columns=["cell_id", *columns])
 
 
 def _any_limits(limits: pd.Series) -> str | None:
@@ -106,7 +106,7 @@ def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLE
     its speedups over bf16 cuBLAS and fp8 cuBLAS at the same shape and timing, the GPU's J per GEMM and
     power (analysis/cells/energy.py: a GEMM cell's J per step is per GEMM), and its mean SM clock and
     clock limits while it ran (null: not measured)."""
-    ours = metrics[gemm_mask(metrics)]
+    ours = metrics[gemm_mask(metrics) & metrics["gemm_layer"].isna()]  # a layer's: gemm_layer.py
     if ours.empty:
         return pd.DataFrame()
     base = ours[
@@ -125,7 +125,7 @@ def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLE
         ]
     ]
     replicates = data.replicates[data.replicates["cell_id"].isin(ours["cell_id"])]
-    cells = base.merge(_run_rows(replicates), on="cell_id", how="left").reset_index(drop=True)
+    cells = base.merge(run_rows(replicates), on="cell_id", how="left").reset_index(drop=True)
     cells["us"] = cells["median_step_ms"].astype(float) * 1e3
     low, high = median_intervals(cells, data.steps, resamples, _STREAM)
     cells["us_low"], cells["us_high"] = low * 1e3, high * 1e3  # ms -> µs

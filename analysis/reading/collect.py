@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 
 from workloads.contract.attempts import counting_attempts, replicate_attempts
-from workloads.contract.schema import MANIFEST_SCHEMA, RUN_SCHEMA, STEPS_SCHEMA
+from workloads.contract.schema import LAYER_FIELDS, MANIFEST_SCHEMA, RUN_SCHEMA, STEPS_SCHEMA
 from workloads.contract.sweep_dir import (
     MANIFEST_FILE,
     RUN_FILE,
@@ -84,6 +84,7 @@ RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
     # fp8 cells' Linear layers swapped, and left in bf16 (analysis/studies/fp8.py)
     "fp8_linears", "fp8_skipped_head", "fp8_skipped_misaligned",
     *GEMM_READ,  # a GEMM cell's own columns (analysis/cells/gemm.py)
+    *(field.name for field in LAYER_FIELDS),  # and a layer cell's (analysis/cells/gemm_layer.py)
     "ddp_graph_splits", "rank_median_step_ms", "graph_break_reasons", "recompile_reasons",
     "paired",  # measured paired: its pairs give its speedup (analysis/cells/paired.py)
     COMPILE_COLD, COMPILE_WARM,  # cold and warm compile times (analysis/cells/breakeven.py)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from analysis.cells.gemm import gemm_cells, gemm_mask
+from analysis.cells.gemm_layer import layer_cells
 from analysis.reading.collect import SweepData
 from analysis.rendering.text import Table
 
@@ -49,8 +50,13 @@ class Loaded:
 
     @cached_property
     def gemm(self) -> pd.DataFrame:
-        """The GEMM cells' rows (analysis/cells/gemm.py), empty without any."""
+        """The GEMM cells' rows (analysis/cells/gemm.py), layer cells not among them; empty without any."""
         return gemm_cells(self.data, self.metrics)
+
+    @cached_property
+    def gemm_layers(self) -> pd.DataFrame:
+        """The layer cells' rows (analysis/cells/gemm_layer.py), empty without any."""
+        return layer_cells(self.data, self.metrics)
 
 
 class Study:

@@ -12,6 +12,7 @@ from analysis.studies.base import Study
 from analysis.studies.energy.tables import Energy
 from analysis.studies.fp8 import Fp8AgainstBf16
 from analysis.studies.gemm.claims import Fp8TritonClaims
+from analysis.studies.gemm.layer import Fp8TritonLayerClaims, GemmLayer
 from analysis.studies.gemm.table import Gemm
 from analysis.studies.reasons import Reasons
 from analysis.studies.scaling.table import Scaling
@@ -30,8 +31,10 @@ STUDIES: list[Study] = [
     Suite(),
     SeminarTables(),
     Gemm(),
+    GemmLayer(),
     SeminarClaims(),
     Fp8TritonClaims(),
+    Fp8TritonLayerClaims(),
 ]
 
 

@@ -139,9 +139,13 @@ def check_gemm(cfg: CellConfig) -> None:
                 f"model.timing={cfg.model.timing} is how a GEMM is timed: it goes with model=gemm "
                 "(a training cell measures its steps as they come)"
             )
+        if cfg.model.layer is not None:
+            raise ConfigError(f"model.layer={cfg.model.layer} is a layer of GEMMs: it goes with model=gemm")
         return
     if cfg.model.kernel is not None:
-        check_triton_kernel(cfg)
+        check_post_gemms(cfg, f"model.kernel={cfg.model.kernel}")
+    if cfg.model.layer is not None:
+        check_layer(cfg)
     if cfg.precision.name not in GEMM_PRECISIONS:
         raise ConfigError(f"model=gemm runs in {GEMM_PRECISIONS}, not precision={cfg.precision.name}")
     if cfg.precision.name == "fp8" and cfg.precision.recipe not in GEMM_RECIPES:
@@ -162,17 +166,25 @@ def check_gemm(cfg: CellConfig) -> None:
         raise ConfigError(f"model=gemm has no {batch[0]}: its shape is model.m, model.n, model.k")
 
 
-def check_triton_kernel(cfg: CellConfig) -> None:
-    """model.kernel: the post's kernels are fp8 with one scale per tensor, launched as written."""
+def check_post_gemms(cfg: CellConfig, what: str) -> None:
+    """`what` (`model.kernel=...`, `model.layer=...`): the post's GEMMs are fp8 with one scale per
+    tensor, run as written (cuBLAS's, or the Triton kernel's)."""
     if (cfg.precision.name, cfg.precision.recipe) != ("fp8", "tensorwise"):
         raise ConfigError(
-            f"model.kernel={cfg.model.kernel} is an fp8 GEMM with tensorwise scales: it needs "
-            f"precision.name=fp8 precision.recipe=tensorwise, not {cfg.precision.name}/{cfg.precision.recipe}"
+            f"{what} runs fp8 GEMMs with tensorwise scales: it needs precision.name=fp8 "
+            f"precision.recipe=tensorwise, not {cfg.precision.name}/{cfg.precision.recipe}"
         )
     if cfg.backend.name != BASELINE_BACKEND:
+        raise ConfigError(f"{what} runs its GEMMs as written: backend=eager, not {cfg.backend.name}")
+
+
+def check_layer(cfg: CellConfig) -> None:
+    """model.layer: the post's GEMMs (check_post_gemms), at the layer's own N and K per projection."""
+    check_post_gemms(cfg, f"model.layer={cfg.model.layer}")
+    if given := [key for key in ("n", "k") if getattr(cfg.model, key) is not None]:
         raise ConfigError(
-            f"model.kernel={cfg.model.kernel} runs the Triton kernel as written: backend=eager, "
-            f"not {cfg.backend.name}"
+            f"model.layer={cfg.model.layer} has its own N and K per projection: model.{given[0]} does not "
+            "apply (model.m sets its tokens)"
         )
 
 

@@ -43,6 +43,8 @@ COMPILE_MEASURES = ("once", "cold_warm")
 #: model=gemm's Triton fp8 kernels (workloads/gemm/triton_fp8.py): the FP8 post's data-parallel
 #: "base" matmul and its SplitK TK-GEMM.
 GEMM_KERNELS = ("triton_base", "triton_splitk")
+#: model=gemm's layers (workloads/gemm/layer.py): the GEMMs of a whole layer instead of one GEMM.
+GEMM_LAYERS = ("llama3_70b_attention",)
 
 
 #: The metadata of a CellConfig field that is the sweep's own setting, not the cell's (`repeats`, ...).
@@ -83,6 +85,10 @@ class ModelConfig:
     """model=gemm: how the GEMM is timed, one of GEMM_TIMINGS: `sustained` (the measured loop's seconds of
     CUDA-graph replays) or `burst` (`steps` short bursts of replays, each after an idle pause; their
     median) (docs/gemm.md "Timing modes")."""
+    layer: str | None = None
+    """model=gemm with precision.name=fp8 (tensorwise), backend=eager: the GEMMs of a whole layer
+    (`llama3_70b_attention`: its q, k, v and o projections at M = model.m tokens), launched one by
+    one and replayed as one CUDA graph (docs/gemm.md "The post's layer"); null = one GEMM."""
 
 
 @dataclass
@@ -287,6 +293,8 @@ class CellConfig:
             )
         if self.model.timing not in GEMM_TIMINGS:
             raise ConfigError(f"model.timing must be one of {GEMM_TIMINGS}, got {self.model.timing!r}")
+        if self.model.layer not in (None, *GEMM_LAYERS):
+            raise ConfigError(f"model.layer must be one of {GEMM_LAYERS} or null, got {self.model.layer!r}")
         if self.precision.name not in PRECISIONS:
             raise ConfigError(
                 f"precision.name must be one of {tuple(PRECISIONS)}, got {self.precision.name!r}"
@@ -509,7 +517,15 @@ def _later_section_defaults() -> dict[str, dict[str, Any]]:
 
 #: Keys added to a section after cells existed, with the value at which they stay out of the digest.
 _LATER_KEYS: dict[str, dict[str, Any]] = {
-    "model": {"target": None, "m": None, "n": None, "k": None, "kernel": None, "timing": SUSTAINED},
+    "model": {
+        "target": None,
+        "m": None,
+        "n": None,
+        "k": None,
+        "kernel": None,
+        "timing": SUSTAINED,
+        "layer": None,
+    },
     "precision": {"recipe": PrecisionConfig.recipe},
     "measure": {
         k: getattr(MeasureConfig, k) for k in ("paired", "block_seconds", "block_steps", "min_pairs")

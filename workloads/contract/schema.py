@@ -152,6 +152,26 @@ GEMM_FIELDS: list[pa.Field] = [
     pa.field("clock_samples", pa.int64()),  # how many samples: taken while GEMMs were queued on the GPU
     pa.field("clock_limits", pa.string()),  # NVML's clock-limiting reasons in any sample: "sw_power_cap,..."
 ]
+#: model=gemm with model.layer: the layer's GEMMs from profiled windows, each a single layer on an idle
+#: device, per way: `launched` one by one from Python, `graph` replayed as one CUDA graph
+#: (workloads/gemm/layer.py, docs/gemm.md "The post's layer"); null in other cells and older sweeps.
+LAYER_WAYS = ("launched", "graph")
+LAYER_FIELDS: list[pa.Field] = [
+    *(
+        pa.field(f"layer_{way}_{name}", pa.float64())
+        for way in LAYER_WAYS
+        for name in (
+            "us",  # the layer's span on the GPU: its first kernel's start to its last one's end, median
+            "idle_share",  # the span's time without a kernel running: 1 - (kernels' union / span)
+            "gap_us",  # median gap between consecutive kernels
+            "matmul_us",  # the union of the layer's kernels, median
+            "launch_us",  # the host's time to launch the layer (unprofiled), median
+            "kernels",  # kernels per layer, median
+        )
+    ),
+    pa.field("layer_graph_speedup", pa.float64()),  # layer_launched_us / layer_graph_us
+    pa.field("layer_windows", pa.int64()),  # profiled layers per way
+]
 
 #: Lookups of inductor's FX graph cache and of the AOTAutograd cache that hit, missed or
 #: bypassed it (dynamo's counters: workloads/instruments/dynamo_records.py).
@@ -249,6 +269,7 @@ RUN_SCHEMA = pa.schema(
         *PROFILED_WINDOW_FIELDS,  # and the GPU's busy share after it
         *ENERGY_FIELDS,  # the GPUs' energy
         *GEMM_FIELDS,  # model=gemm's GEMM
+        *LAYER_FIELDS,  # and its layer's
         ("torch_version", pa.string()),
         ("python_version", pa.string()),  # e.g. 3.12.3: of the Python that ran the cell (its environment's)
         ("python_prefix", pa.string()),  # that Python's sys.prefix: which venv or conda env it was

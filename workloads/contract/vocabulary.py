@@ -150,6 +150,8 @@ AXES: tuple[Axis, ...] = (
     Axis("gemm_k", pa.int64(), WORKLOAD, "model.k", label="K"),
     # ... and how it is timed: a burst's µs and a sustained one's are different quantities (docs/gemm.md).
     Axis("gemm_timing", pa.string(), WORKLOAD, "model.timing", _gemm_timing, label="timing"),
+    # model=gemm's layer (model.layer): the GEMMs of a whole layer; null: one GEMM.
+    Axis("gemm_layer", pa.string(), WORKLOAD, "model.layer", label="layer"),
     # The cluster profile's named software environment (`environment=NAME`); null: the profile's own.
     Axis("environment", pa.string(), HARDWARE, "environment"),
     Axis("device", pa.string(), HARDWARE, None),

@@ -14,6 +14,10 @@ A launch is one host call that put work on the device: CUPTI gives every such ca
 and every activity it caused the same id, so the launches are the distinct ids of the activity. A
 CUDA graph's replay is one launch however many kernels it holds.
 
+The gaps between kernels (`kernel_gaps`) are the idle stretches between one kernel's end and the next
+one's start: within a layer launched kernel by kernel, the host's launch cost the device waited for
+(workloads/gemm/layer.py reads them of each window's work, `windows_work`).
+
 Pure arithmetic on (start, end) pairs, and the reading of them from a Chrome trace (what
 `torch.profiler` exports): no torch here, so that it is tested on hand-made traces
 (tests/test_device_activity.py).
@@ -93,9 +97,10 @@ def device_activity(trace: Mapping[str, Any]) -> list[Activity]:
     return activity
 
 
-def windows_activity(activity: list[Activity]) -> list[WindowActivity] | None:
-    """Each window's activity, in order: the work between its two markers (the first and second, the
-    third and fourth, ...); None where the markers do not pair up (a window's copies not seen)."""
+def windows_work(activity: list[Activity]) -> list[list[Activity]] | None:
+    """Each window's work, in order: the activity between its two markers (the first and second, the
+    third and fourth, ...), sorted by start; None where the markers do not pair up (a window's copies
+    not seen)."""
     markers = sorted((piece for piece in activity if piece.marker), key=lambda piece: piece.start)
     if not markers or len(markers) % 2:
         return None
@@ -103,19 +108,42 @@ def windows_activity(activity: list[Activity]) -> list[WindowActivity] | None:
     starts = [piece.start for piece in work]  # sorted: a window's work is a slice
     windows = []
     for begin, end in zip(markers[::2], markers[1::2]):
-        bounds = (begin.start, end.end)
-        first, last = bisect_left(starts, bounds[0]), bisect_right(starts, bounds[1])
-        inner = [piece for piece in work[first:last] if piece.end <= bounds[1]]
+        first, last = bisect_left(starts, begin.start), bisect_right(starts, end.end)
+        windows.append([piece for piece in work[first:last] if piece.end <= end.end])
+    return windows
+
+
+def windows_activity(activity: list[Activity]) -> list[WindowActivity] | None:
+    """What the device did in each window (`windows_work`), in order; None where the markers do not
+    pair up."""
+    markers = sorted((piece.start, piece.end) for piece in activity if piece.marker)
+    work = windows_work(activity)
+    if work is None:
+        return None
+    windows = []
+    for (start, _), (_, end), inner in zip(markers[::2], markers[1::2], work):
         correlations = {piece.correlation for piece in inner}
         windows.append(
             WindowActivity(
-                busy_ms=busy_time(((piece.start, piece.end) for piece in inner), bounds) / 1e3,
-                span_ms=(bounds[1] - bounds[0]) / 1e3,
+                busy_ms=busy_time(((piece.start, piece.end) for piece in inner), (start, end)) / 1e3,
+                span_ms=(end - start) / 1e3,
                 kernels=sum(piece.kernel for piece in inner),
                 launches=None if None in correlations else len(correlations),
             )
         )
     return windows
+
+
+def kernel_gaps(intervals: Iterable[Interval]) -> list[float]:
+    """The idle time before each interval after the first, the intervals in order of start: its start
+    less the furthest end before it (0 where it starts before that: overlapping streams). For the
+    kernels of one stream, the gaps between consecutive kernels."""
+    gaps, reach = [], None
+    for start, end in sorted(intervals):
+        if reach is not None:
+            gaps.append(max(0.0, start - reach))
+        reach = end if reach is None else max(reach, end)
+    return gaps
 
 
 def _id(correlation: object) -> int | None:

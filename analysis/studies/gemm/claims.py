@@ -9,6 +9,7 @@ would put a kernel below the roofline's floor (bytes / peak bandwidth), which no
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import resources
 
 import pandas as pd
@@ -29,10 +30,16 @@ REPRODUCED, NOT_REPRODUCED, BEYOND_FLOOR, NOT_MEASURED = (
 NOTHING_TO_JUDGE = "nothing to judge: the sweep has no GEMM cells (model=gemm)"
 
 
-def load_claims() -> pd.DataFrame:
-    """The published claims: claim, kind, value, unit, m_min, m_max, n, k, compared_with, source."""
+#: The kinds of the claims about the post's layer, judged on layer cells (analysis/studies/gemm/layer.py).
+LAYER_KINDS = "layer_"
+
+
+def load_claims(layer: bool = False) -> pd.DataFrame:
+    """The published claims of one GEMM, or with `layer` those of the post's layer: claim, kind, value,
+    unit, m_min, m_max, n, k, compared_with, source."""
     with (resources.files("analysis") / "reference" / REFERENCE_FILE).open() as fh:
-        return pd.read_csv(fh)
+        claims = pd.read_csv(fh)
+    return claims[claims["kind"].str.startswith(LAYER_KINDS) == layer].reset_index(drop=True)
 
 
 def _shapes(claim: pd.Series) -> str:
@@ -163,6 +170,16 @@ def judge(cells: pd.DataFrame, claim: pd.Series) -> tuple[str, str, str]:
     return "", NOT_MEASURED, f"no cell runs the {claim['compared_with']}"
 
 
+def judged(
+    claims: pd.DataFrame, cells: pd.DataFrame, judge_one: Callable[[pd.DataFrame, pd.Series], tuple]
+) -> pd.DataFrame:
+    """The claims with `judge_one`'s (ours, verdict, reason) of each on `cells` as three columns."""
+    verdicts = [judge_one(cells, claim) for _, claim in claims.iterrows()]
+    return claims.assign(
+        ours=[v[0] for v in verdicts], verdict=[v[1] for v in verdicts], reason=[v[2] for v in verdicts]
+    )
+
+
 def claims_table(cells: pd.DataFrame) -> Table:
     """The post's claims with our verdicts; without GEMM cells, a table that says there is nothing to
     judge."""
@@ -170,10 +187,7 @@ def claims_table(cells: pd.DataFrame) -> Table:
     if cells.empty:
         return Table("fp8_triton_claims", title, pd.DataFrame(), pd.DataFrame(), NOTHING_TO_JUDGE)
     claims = load_claims()
-    judged = [judge(cells, claim) for _, claim in claims.iterrows()]
-    data = claims.assign(
-        ours=[j[0] for j in judged], verdict=[j[1] for j in judged], reason=[j[2] for j in judged]
-    )
+    data = judged(claims, cells, judge)
     text = pd.DataFrame({
         "claim (post)": data["claim"],
         "published": [_published(v, u) for v, u in zip(data["value"], data["unit"])],
