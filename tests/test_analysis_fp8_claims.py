@@ -207,3 +207,16 @@ def test_the_gemm_figure_has_a_series_per_triton_kernel(tmp_path: Path) -> None:
     assert series["fp8 tensorwise triton_base"].get_ydata() == pytest.approx([46.0] * 3)
     assert line.get_marker() == "s" and series["fp8 tensorwise cuBLAS"].get_marker() == "o"
     assert "fp8 tensorwise triton_splitk" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_the_gemm_table_has_each_row_over_base_triton_where_the_sweep_has_it(tmp_path: Path) -> None:
+    """`vs base Triton`: the base kernel's µs at the same shape over each row's, with the interval of
+    the ratio; a sweep without the base kernel has no such column."""
+    write_gemms(tmp_path / "a", 16, fp8=26.0, base=46.0, splitk=23.5)
+    table = next(t for t in analyze(tmp_path / "a", warn=None).tables if t.name == "gemm")
+    shown = dict(zip(table.text["implementation"], table.text["vs base Triton"]))
+    assert shown["fp8 tensorwise triton_splitk"].startswith(f"{46.0 / 23.5:.2f}x [")
+    assert shown["fp8 tensorwise cuBLAS"].startswith(f"{46.0 / 26.0:.2f}x [")
+    write_gemms(tmp_path / "b", 16, fp8=26.0, splitk=23.5)
+    table = next(t for t in analyze(tmp_path / "b", warn=None).tables if t.name == "gemm")
+    assert "vs base Triton" not in table.text and table.data["vs_triton_base"].isna().all()
