@@ -220,3 +220,23 @@ def test_the_gemm_table_has_each_row_over_base_triton_where_the_sweep_has_it(tmp
     write_gemms(tmp_path / "b", 16, fp8=26.0, splitk=23.5)
     table = next(t for t in analyze(tmp_path / "b", warn=None).tables if t.name == "gemm")
     assert "vs base Triton" not in table.text and table.data["vs_triton_base"].isna().all()
+
+
+def test_on_a_gpu_without_a_known_peak_the_claims_are_judged_without_a_floor(tmp_path: Path) -> None:
+    unknown = {"peak_gbps": None, "gemm_floor_us": None, "gpu_name": "a GPU of no peak table"}
+    for m, splitk in ((16, FASTER), (64, SLOWER)):
+        for name, us in (("fp8", 26.0), ("splitk", splitk)):
+            backend, precision, run = IMPLEMENTATIONS[name]
+            write_gemm_cell(
+                tmp_path, f"{name}-{m}", backend, precision, m, [us - 0.1, us, us + 0.1], **run, **unknown
+            )
+    claims = judged(tmp_path)
+    assert claims.loc["crossover", "verdict"] == REPRODUCED and claims.loc["crossover", "floor"] == ""
+    assert (
+        claims.loc["over_fp8_cublas", "verdict"] == NOT_REPRODUCED
+        and claims.loc["over_fp8_cublas", "floor"] == ""
+    )
+    assert (
+        claims.loc["dram_throughput", "floor"] == ""
+        and "of peak" not in claims.loc["dram_throughput", "ours"]
+    )

@@ -173,8 +173,10 @@ def _crossover(splitk: pd.DataFrame, claim: pd.Series, margin: float) -> Judged:
         )
     share = at["floor_share"]  # the floor / SplitK's µs; cuBLAS's µs is SplitK's x the speedup over it
     floor = (
-        f"{fmt_number(at['gemm_floor_us'])} µs at M = {ms[start]}: SplitK at {fmt_percent(share, 0)} of it, "
-        f"fp8 cuBLAS at {fmt_percent(share / at['vs_fp8_cublas'], 0)}"
+        ""
+        if is_null(share)  # a GPU without a peak in the project's tables
+        else f"{fmt_number(at['gemm_floor_us'])} µs at M = {ms[start]}: SplitK at {fmt_percent(share, 0)} "
+        f"of it, fp8 cuBLAS at {fmt_percent(share / at['vs_fp8_cublas'], 0)}"
     )
     won = splitk_ahead[splitk_ahead < ms[start]]
     if not len(won):
