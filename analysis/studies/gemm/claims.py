@@ -208,7 +208,7 @@ def _throughput(splitk: pd.DataFrame, claim: pd.Series, margin: float) -> Judged
     if floor:
         ours += f" ({fmt_percent(best['gbps'] / best['peak_gbps'], 0)} of peak)"
     verdict, reason = _against(best["gbps"], low, high, claim["value"], margin)
-    reason += "; ours is the bytes the GEMM must move / its time, the post's Nsight Compute's DRAM bytes"
+    reason += "; ours: the bytes the GEMM must move / its time; the post's: Nsight Compute's DRAM bytes"
     return Judged(ours, floor, verdict, reason)
 
 
