@@ -4,11 +4,13 @@ the refusals, and the fp8_gemm experiment's grid. The GPU tier runs it on a GPU 
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from orchestrator.grid.expand import GridError, expand
 from tests.helpers import REPO_ROOT, cli, gemm_config
 from workloads.cell.catalog import SIZES, check_cell
 from workloads.cell.config import ConfigError, cell_config_from_dict, config_digest
@@ -150,13 +152,66 @@ def test_the_shape_keys_leave_older_cell_ids_alone() -> None:
     )
 
 
+#: The experiment's M (N = K = 8192): 1 .. 8192, the powers of two.
+EXPERIMENT_MS = [2**i for i in range(14)]
+#: Its implementations: (precision, backend, mode, model.kernel).
+AUTOTUNE = "max-autotune-no-cudagraphs"
+IMPLEMENTATIONS = [
+    ("bf16", "eager", None, None), ("bf16", "inductor", AUTOTUNE, None),
+    ("fp8", "eager", None, None), ("fp8", "inductor", AUTOTUNE, None),
+    ("fp8", "eager", None, "triton_base"), ("fp8", "eager", None, "triton_splitk"),
+]  # fmt: skip
+
+
 def test_the_fp8_gemm_experiment_expands(tmp_path: Path) -> None:
     shown = cli(tmp_path, "sweep", "+experiment=fp8_gemm", "--dry-run", f"hydra.sweep.dir={tmp_path / 'sw'}")
     assert shown.returncode == 0, shown.stderr
-    # M = 1 .. 8192 (14 powers of two) x bf16, fp8 x eager, inductor max-autotune-no-cudagraphs
-    assert f"{14 * 2 * 2} cell(s)" in shown.stdout
+    # M = 1 .. 8192 (14 powers of two) x bf16, fp8 x eager, inductor, + fp8 triton_base and triton_splitk
+    assert f"{14 * 6} cell(s)" in shown.stdout
     assert "max-autotune-no-cudagraphs" in shown.stdout and "tensorwise" in shown.stdout
+    assert "triton_splitk" in shown.stdout and "triton_base" in shown.stdout
     assert not (tmp_path / "sw").exists()  # nothing written
+
+
+def _planned(cells) -> Counter:
+    return Counter(
+        (c.config["model"]["m"], c.config["precision"]["name"], c.config["backend"]["name"],
+         c.config["backend"]["mode"], c.config["model"]["kernel"])
+        for c in cells
+    )  # fmt: skip
+
+
+def test_the_fp8_gemm_experiment_plans_the_triton_kernels_in_fp8_only(tmp_path: Path) -> None:
+    """Issue 40 item 2: the post's Triton kernels at every M of the experiment, fp8 tensorwise through
+    eager only (each cell passed the catalogue's check as a submitted grid does), never a bf16 or
+    inductor cell with a kernel, which the catalogue refuses."""
+    grid = expand(["+experiment=fp8_gemm", f"hydra.sweep.dir={tmp_path}"])
+    assert _planned(grid.cells) == Counter((m, *i) for m in EXPERIMENT_MS for i in IMPLEMENTATIONS)
+    assert (
+        {c.config["model"]["n"] for c in grid.cells} == {c.config["model"]["k"] for c in grid.cells} == {8192}
+    )
+    assert {c.config["precision"]["recipe"] for c in grid.cells} == {"tensorwise"}
+    # The same implementations as a product of axes would plan refused cells: the sweep is refused whole.
+    with pytest.raises(GridError, match="model.kernel=triton_splitk runs fp8 GEMMs"):
+        expand(["model=gemm", "precision.name=bf16,fp8", "model.kernel=triton_splitk", "device=cuda"])
+    # One axis to restrict: the SplitK kernel against fp8 cuBLAS only.
+    some = expand(["+experiment=fp8_gemm", "experiment.implementation=fp8_cublas,fp8_triton_splitk"])
+    assert _planned(some.cells) == Counter((m, *i) for m in EXPERIMENT_MS for i in IMPLEMENTATIONS[2::3])
+
+
+def test_the_fp8_gemm_experiment_keeps_the_ids_of_its_cublas_and_inductor_cells(tmp_path: Path) -> None:
+    """The cells the experiment planned as a product of precision x backend before it had the Triton
+    kernels keep their ids: a re-run of a sweep made then finds them finished."""
+    ms = ",".join(map(str, EXPERIMENT_MS))
+    shape = ["model=gemm", "size=small", f"model.m={ms}", "model.n=8192", "model.k=8192",
+             "precision.name=bf16,fp8", "precision.recipe=tensorwise", "device=cuda"]  # fmt: skip
+    product = [
+        *expand([*shape, "backend=eager"]).cells,
+        *expand([*shape, "backend=inductor", f"backend.mode={AUTOTUNE}"]).cells,
+    ]
+    grid = expand(["+experiment=fp8_gemm", f"hydra.sweep.dir={tmp_path}"])
+    cublas_and_inductor = {c.cell_id for c in grid.cells if c.config["model"]["kernel"] is None}
+    assert len(product) == 14 * 4 and {c.cell_id for c in product} == cublas_and_inductor
 
 
 def test_the_fp8_gemm_experiment_plans_on_the_seminar_cluster_s_h100s(tmp_path: Path) -> None:
@@ -166,4 +221,4 @@ def test_the_fp8_gemm_experiment_plans_on_the_seminar_cluster_s_h100s(tmp_path: 
                 f"hydra.sweep.dir={tmp_path / 'sw'}")  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     rows = [line for line in shown.stdout.splitlines() if "| gemm " in line]
-    assert len(rows) == 14 * 2 * 2 and all("grete-h100" in row and "gpu:H100:1" in row for row in rows)
+    assert len(rows) == 14 * 6 and all("grete-h100" in row and "gpu:H100:1" in row for row in rows)

@@ -232,3 +232,24 @@ def test_a_triton_kernel_cell_is_compared_with_cublas_in_the_gemm_table(tmp_path
     assert splitk["gemm_kernel"] == "triton_splitk 64x64x256 split8 w4 s4"
     assert splitk["vs_fp8_cublas"] == pytest.approx(25.9 / 22.0)
     assert splitk["vs_bf16_cublas"] == pytest.approx(48.0 / 22.0)
+
+
+@pytest.mark.gpu
+@needs_fp8
+def test_the_experiment_s_kernel_cells_have_every_claim_of_the_post_judged_on_the_gpu(tmp_path: Path) -> None:
+    """Issue 40: `+experiment=fp8_gemm` runs the SplitK and base kernels beside cuBLAS (at M = 16 and
+    64: both sides of the post's crossover, and its DRAM claim's M), and `analyze --reference
+    fp8_triton` judges each of the post's claims on them: none is left `not measured`."""
+    from analysis.report import analyze
+    from analysis.studies.gemm.claims import NOT_MEASURED
+
+    implementations = "bf16_cublas,fp8_cublas,fp8_triton_base,fp8_triton_splitk"
+    shown = cli(tmp_path, "sweep", "+experiment=fp8_gemm", "model.m=16,64",
+                f"experiment.implementation={implementations}", "measure.min_seconds=1",
+                f"hydra.sweep.dir={tmp_path / 'sw'}", timeout=1800)  # fmt: skip
+    assert shown.returncode == 0, shown.stdout[-3000:] + shown.stderr[-3000:]
+    claims = next(
+        t for t in analyze(tmp_path / "sw", "fp8_triton", warn=None).tables if t.name.endswith("claims")
+    )
+    print(claims.text[["claim (post)", "ours [95%] (SplitK)", "floor allows", "verdict"]].to_string())
+    assert NOT_MEASURED not in set(claims.data["verdict"]), claims.data[["kind", "reason"]].to_string()

@@ -5,7 +5,8 @@ and `step_time_ms` the ms per GEMM, so its median step and the interval of it ar
 two-level bootstrap (analysis/statistics/bootstrap.py). Its own columns (`gemm_*`, `fp8_recipe`,
 `peak_gbps`) come from collect.py's replicate rows (`GEMM_READ`); the training tables use none of
 them. A sweep without GEMM cells has no GEMM table (analysis/studies/gemm/). An implementation is
-precision (+ fp8 recipe) x backend: eager is cuBLAS.
+precision (+ fp8 recipe) x backend: eager is cuBLAS, `triton_base`/`triton_splitk` the FP8 post's
+Triton kernels (`model.kernel`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from analysis.cells.uncertainty import RESAMPLES, median_intervals, median_ratio
 from analysis.reading.axes import reference_positions
 from analysis.reading.collect import GEMM_READ, SweepData
 from analysis.rendering.text import is_null
+from workloads.cell.config import GEMM_KERNELS
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, NO_CLOCK_LIMITS, backend_label
 
 GEMM_MODEL = "gemm"
@@ -27,6 +29,8 @@ RUN_COLUMNS = [*SHAPE, "fp8_recipe", *GEMM_READ]
 #: same way (`gemm_timing`: a burst's µs and a sustained one's are different quantities).
 SAME_SHAPE = [*SHAPE, "gemm_timing", "gpu_name"]
 BF16, FP8 = "bf16", "fp8"
+#: The backend axis of the FP8 post's Triton kernels (`model.kernel`): data-parallel and SplitK.
+TRITON_BASE, TRITON_SPLITK = GEMM_KERNELS
 #: Our own bootstrap stream (metrics.py's are 0-4): these draws are independent of the training tables'.
 _STREAM = (26,)
 
@@ -74,22 +78,30 @@ def _any_limits(limits: pd.Series) -> str | None:
     return (",".join(names) or NO_CLOCK_LIMITS) if len(limits) else None
 
 
-def _references(cells: pd.DataFrame, precision: str) -> np.ndarray:
-    """Position of each cell's completed cuBLAS cell of `precision` at its shape and GPU (-1: none); an
-    fp8 row against fp8 takes its own recipe's, any other row the representative of every recipe."""
-    cublas = (cells["backend"] == BASELINE_BACKEND) & (cells["precision"] == precision)
-    any_recipe = reference_positions(cells, SAME_SHAPE, cublas)
+def _references(cells: pd.DataFrame, precision: str, backend: str) -> np.ndarray:
+    """Position of each cell's completed `backend` cell of `precision` at its shape and GPU (-1: none);
+    an fp8 row against fp8 takes its own recipe's, any other row the representative of every recipe."""
+    reference = (cells["backend"] == backend) & (cells["precision"] == precision)
+    any_recipe = reference_positions(cells, SAME_SHAPE, reference)
     if precision != FP8:
         return any_recipe
-    own_recipe = reference_positions(cells, [*SAME_SHAPE, "fp8_recipe"], cublas)
+    own_recipe = reference_positions(cells, [*SAME_SHAPE, "fp8_recipe"], reference)
     return np.where(cells["precision"] == FP8, own_recipe, any_recipe)
 
 
-def _speedups(cells: pd.DataFrame, steps: pd.DataFrame, resamples: int, precision: str, column: str) -> None:
-    """`column` (+ `_low`, `_high`): the µs of the cuBLAS cell of `precision` at the same shape over each
-    cell's, with the 95% interval of the speedups (`median_ratio_intervals`)."""
+def _speedups(
+    cells: pd.DataFrame,
+    steps: pd.DataFrame,
+    resamples: int,
+    precision: str,
+    column: str,
+    backend: str = BASELINE_BACKEND,
+) -> None:
+    """`column` (+ `_low`, `_high`): the µs of the `backend` cell of `precision` at the same shape (the
+    cuBLAS cell unless told) over each cell's, with the 95% interval of the speedups
+    (`median_ratio_intervals`)."""
     value, low, high = (np.full(len(cells), np.nan) for _ in range(3))
-    reference = _references(cells, precision)
+    reference = _references(cells, precision, backend)
     which = np.flatnonzero((reference >= 0) & (cells["status"] == COMPLETED).to_numpy())
     us = cells["us"].to_numpy(float)
     value[which] = us[reference[which]] / us[which]
@@ -103,9 +115,9 @@ def _speedups(cells: pd.DataFrame, steps: pd.DataFrame, resamples: int, precisio
 def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLES) -> pd.DataFrame:
     """One row per GEMM cell (empty without any): its shape, implementation, timing mode, µs per GEMM
     with its 95% interval, TFLOP/s, GB/s, roofline floor and share, bound, kernel, the autotuner's µs,
-    its speedups over bf16 cuBLAS and fp8 cuBLAS at the same shape and timing, the GPU's J per GEMM and
-    power (analysis/cells/energy.py: a GEMM cell's J per step is per GEMM), and its mean SM clock and
-    clock limits while it ran (null: not measured)."""
+    its speedups over bf16 cuBLAS, fp8 cuBLAS and the base Triton fp8 kernel at the same shape and
+    timing, the GPU's J per GEMM and power (analysis/cells/energy.py: a GEMM cell's J per step is per
+    GEMM), and its mean SM clock and clock limits while it ran (null: not measured)."""
     ours = metrics[gemm_mask(metrics) & metrics["gemm_layer"].isna()]  # a layer's: gemm_layer.py
     if ours.empty:
         return pd.DataFrame()
@@ -140,6 +152,7 @@ def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLE
     cells["autotune_ratio"] = cells["us"] / cells["gemm_autotune_us"].astype(float)
     _speedups(cells, data.steps, resamples, BF16, "vs_bf16_cublas")
     _speedups(cells, data.steps, resamples, FP8, "vs_fp8_cublas")
+    _speedups(cells, data.steps, resamples, FP8, "vs_triton_base", TRITON_BASE)
     order = cells.sort_values(
         [*SHAPE, "gemm_timing", "precision", "fp8_recipe", "backend"], na_position="first"
     ).index

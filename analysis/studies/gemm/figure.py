@@ -1,6 +1,6 @@
-"""The GEMM figure: µs per GEMM against M (log-log), one line per implementation, with the roofline's
-floors: the memory floor per dtype (bytes / peak bandwidth at each M) and the compute floor where it
-binds. A panel per (N, K) and GPU."""
+"""The GEMM figure: µs per GEMM against M (log-log), one line per implementation (cuBLAS, inductor's
+choice, the FP8 post's Triton kernels), with the roofline's floors: the memory floor per dtype (bytes /
+peak bandwidth at each M) and the compute floor where it binds. A panel per (N, K) and GPU."""
 
 from __future__ import annotations
 
@@ -9,12 +9,19 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import ScalarFormatter
 
 from analysis.rendering.figure_layout import DPI, FIGSIZE
-from workloads.contract.vocabulary import COMPLETED
+from workloads.cell.config import GEMM_KERNELS
+from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED
 
 NAME = "gemm"
 #: The memory floor's line per dtype (others: grey).
 FLOOR_COLORS = {"bf16": "black", "fp8": "dimgrey"}
 PANEL_INCHES = 4.0
+#: A series' line by its backend: cuBLAS solid, the FP8 post's Triton kernels solid with squares, a
+#: compiled GEMM dashed.
+LINES = {BASELINE_BACKEND: {"linestyle": "-", "marker": "o"}} | {
+    kernel: {"linestyle": "-", "marker": "s"} for kernel in GEMM_KERNELS
+}
+COMPILED = {"linestyle": "--", "marker": "o"}
 
 
 def gemm_figure(cells: pd.DataFrame) -> Figure:
@@ -27,12 +34,13 @@ def gemm_figure(cells: pd.DataFrame) -> Figure:
     for ax, ((n, k, gpu), panel) in zip(fig.subplots(1, max(len(panels), 1), squeeze=False)[0], panels):
         # Both timing modes in a panel: a line each, named by its mode.
         timed = panel["gemm_timing"].nunique() > 1
-        lines = panel.sort_values("gemm_m").groupby(["implementation", "gemm_timing"], dropna=False)
-        for (name, timing), rows in lines:
+        lines = panel.sort_values("gemm_m").groupby(
+            ["implementation", "backend", "gemm_timing"], dropna=False
+        )
+        for (name, backend, timing), rows in lines:
             ax.errorbar(
                 rows["gemm_m"], rows["us"], yerr=[rows["us"] - rows["us_low"], rows["us_high"] - rows["us"]],
-                marker="o", label=f"{name}, {timing}" if timed else name,
-                linestyle="-" if "cuBLAS" in name else "--",
+                label=f"{name}, {timing}" if timed else name, **LINES.get(backend, COMPILED),
             )  # fmt: skip
         # The memory floor of each dtype: bytes moved / peak bandwidth (µs = bytes / (GB/s * 1e3)).
         for precision, rows in panel.dropna(subset=["gemm_bytes", "peak_gbps"]).groupby("precision"):

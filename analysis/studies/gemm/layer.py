@@ -21,6 +21,7 @@ from analysis.studies.gemm.claims import (
     NOT_MEASURED,
     NOT_REPRODUCED,
     REPRODUCED,
+    Judged,
     judged,
     load_claims,
 )
@@ -97,24 +98,26 @@ def layer_table(cells: pd.DataFrame) -> Table:
     )
 
 
-def judge(cells: pd.DataFrame, claim: pd.Series) -> tuple[str, str, str]:
-    """(ours, verdict, reason) of one layer claim on the layer table's rows."""
+def judge(cells: pd.DataFrame, claim: pd.Series) -> Judged:
+    """Our side of one layer claim on the layer table's rows."""
     column, unit = claim["kind"], claim["unit"]
     measured = cells[(cells["status"] == COMPLETED) & cells[column].notna()]
     if measured.empty:
-        return "", NOT_MEASURED, "no completed layer cell measured it"
+        return Judged("", "", NOT_MEASURED, "no completed layer cell measured it")
     label = lambda row: f"{row['implementation']}, M = {int(row['gemm_m'])}"  # noqa: E731
     ours = "; ".join(f"{label(row)}: {fmt_value(row[column], unit)}" for _, row in measured.iterrows())
     direction = DIRECTIONS[column]
     if direction is None:
-        return ours, NOT_JUDGED, "the post does not name its layer's GEMMs; ours: Llama3-70B's q, k, v and o"
+        return Judged(
+            ours, "", NOT_JUDGED, "the post does not name its layer's GEMMs; ours: Llama3-70B's q, k, v and o"
+        )
     best = measured.loc[measured[column].idxmax() if direction == AT_LEAST else measured[column].idxmin()]
     reached = best[column] >= claim["value"] if direction == AT_LEAST else best[column] <= claim["value"]
     extreme = "largest" if direction == AT_LEAST else "smallest"
     outcome = "reached" if reached else "not reached"
     reason = f"{extreme}: {fmt_value(best[column], unit)} ({label(best)}); {direction} "
     reason += f"{fmt_value(claim['value'], unit)} {outcome}"
-    return ours, REPRODUCED if reached else NOT_REPRODUCED, reason
+    return Judged(ours, "", REPRODUCED if reached else NOT_REPRODUCED, reason)
 
 
 def layer_claims_table(cells: pd.DataFrame) -> Table:

@@ -46,12 +46,15 @@ def gemm_table(cells: pd.DataFrame) -> Table:
         "measured / autotune": cells["autotune_ratio"].map(fmt_speedup),
         "vs bf16 cuBLAS": [fmt_speedup(*v) for v in cells[interval_columns("vs_bf16_cublas")].values],
         "vs fp8 cuBLAS": [fmt_speedup(*v) for v in cells[interval_columns("vs_fp8_cublas")].values],
+        "vs base Triton": [fmt_speedup(*v) for v in cells[interval_columns("vs_triton_base")].values],
         "mJ per GEMM": [_with_interval(*v) for v in millijoules],
         "W": cells["avg_power_w"].map(fmt_number),
         "SM MHz": [NOT_MEASURED if is_null(v) else f"{v:.0f}" for v in cells["sm_clock_mhz"]],
         "clock limits": cells["clock_limits"].fillna(NOT_MEASURED),
         "cell": cells["cell_id"],
     })  # fmt: skip
+    if cells["vs_triton_base"].isna().all():  # no base Triton kernel cell: an empty column
+        text = text.drop(columns="vs base Triton")
     note = (
         "µs per GEMM: median over the replays (each replay's time / its GEMMs), geometric mean over runs, "
         "with its 95% interval (t over runs; one run: bootstrap of its replays). TFLOP/s = 2MNK / µs; "
@@ -59,7 +62,8 @@ def gemm_table(cells: pd.DataFrame) -> Table:
         "max(FLOPs / peak FLOP/s, bytes / peak bandwidth), and `of floor` the floor / measured (100%: at the "
         "roofline). `measured / autotune`: the replay's µs over the autotuner's own timing of its choice "
         "(above 1: the autotuner ranked it faster than it runs). Speedups: the cuBLAS cell's µs at the same "
-        "shape and GPU / this one's (fp8: of the same recipe), with the interval of the ratio. mJ per GEMM: "
+        "shape and GPU / this one's (fp8: of the same recipe; `vs base Triton`: of the FP8 post's "
+        "data-parallel Triton kernel), with the interval of the ratio. mJ per GEMM: "
         "the GPU board's energy over the measured window's GEMMs (NVML's counter), geometric mean over "
         "runs (its "
         "interval from two runs on); W: the window's mean power. timing: `sustained`, seconds of replays "
