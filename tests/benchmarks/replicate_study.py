@@ -21,8 +21,9 @@ inductor cache between calls, as a cluster's shared cache would.
     resnet18 bf16 batch 32 channels-last and mobilenetv3_large_100 at the timm_train suite's settings,
     inductor), device_time_cnn (resnet50d and efficientnetv2_rw_s, the suite models that moved most,
     inductor); repeats 3, paired, no eager cells. `--neighbours N` runs the parts' sweeps (named
-    NAME_neighbours N) beside N processes that spin on the CPU, another job's busy CPUs on the node: a
-    slower host for the same GPU, what `compilebench compare` must call a host change
+    NAME_neighbours N) beside N processes that spin on the CPU, another job's busy CPUs on the node. It
+    did not slow the host: resnet18 beside 16 on a 16-core H200 machine launched at 28.1 µs against 30.6
+    quiet (docs/gpu-results.md, 4782de5), so it shows what a busy node does, not a slower host
 """
 
 from __future__ import annotations
