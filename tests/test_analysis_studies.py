@@ -17,6 +17,7 @@ from analysis.report import analyze, write_report
 from analysis.studies import registry
 from analysis.studies.base import Loaded, Study
 from analysis.studies.gemm.claims import Fp8TritonClaims
+from analysis.studies.gemm.layer import Fp8TritonLayerClaims
 from analysis.studies.seminar.claims import SeminarClaims
 from tests.analysis_sweeps import TRAINING_FIGURES, write_cell
 
@@ -40,7 +41,10 @@ def test_a_reference_is_a_study_asked_for_by_name() -> None:
     assert not any(isinstance(study, (SeminarClaims, Fp8TritonClaims)) for study in every)
     seminar = registry.studies_for("seminar")
     assert [type(s) for s in seminar if s not in every] == [SeminarClaims]
-    assert [type(s) for s in registry.studies_for("fp8_triton") if s not in every] == [Fp8TritonClaims]
+    assert [type(s) for s in registry.studies_for("fp8_triton") if s not in every] == [
+        Fp8TritonClaims,
+        Fp8TritonLayerClaims,
+    ]
 
 
 def test_a_new_study_is_one_subclass_in_the_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
