@@ -19,6 +19,7 @@ from analysis.studies.seminar.claims import SeminarClaims
 from analysis.studies.seminar.tables import SeminarTables
 from analysis.studies.suite import Suite
 from analysis.studies.sweep.summaries import SweepTables
+from analysis.studies.versions import Versions
 
 STUDIES: list[Study] = [
     SweepTables(),
@@ -26,6 +27,7 @@ STUDIES: list[Study] = [
     Energy(),
     AutoRepeats(),
     Fp8AgainstBf16(),
+    Versions(),
     Reasons(),
     Suite(),
     SeminarTables(),
