@@ -15,7 +15,8 @@ from tests.analysis_sweeps import write_cell, write_manifest, write_replicates
 #: Listed in this order by the sweep (the manifest), not by name.
 ORDER = ["zeta", "alpha", "mid"]
 #: Median step (ms) of each environment's eager and inductor cell, and cold compile seconds: alpha's
-#: eager step is 1.25x quicker than zeta's, its compiled step the same and its compile twice as long;
+#: eager step is 1.25x quicker than zeta's, its compiled step the same (its speedup smaller) and its
+#: compile twice as long;
 #: mid's inductor cell fails.
 EAGER_MS = {"zeta": 100.0, "alpha": 80.0, "mid": 80.0}
 COMPILED_MS = {"zeta": 50.0, "alpha": 50.0}
@@ -66,15 +67,21 @@ def test_the_version_table_reads_each_change_as_the_per_cell_table_does(tmp_path
     assert quicker / 1.02 < first["eager_low"] < quicker < first["eager_high"] < quicker * 1.02
     assert (first["eager_verdict"], first["compiled_verdict"]) == ("faster", "no difference")
     assert first["compile_verdict"] == "dearer" and first["compile_high"] < 0.55
+    smaller = quicker**-1  # the compiled step held: the speedup shrinks as eager got quicker
+    assert first["speedup_low"] < smaller < first["speedup_high"] < 1 / 1.02
+    assert first["speedup_verdict"] == "smaller"
     assert pd.isna(first["status_change"])
     assert second["status_change"] == NEWLY_FAILING and second["eager_verdict"] == "no difference"
     assert (
         np.isnan(second["compiled"]) and pd.isna(second["compiled_verdict"]) and np.isnan(second["compile"])
     )
     verdicts = tables[CHANGES_TABLE].text["verdict"].tolist()
-    assert verdicts == ["eager faster, compile dearer", "newly failing (completed → failed)"]
+    assert verdicts == ["eager faster, compile dearer, speedup smaller", "newly failing (completed → failed)"]
     page = (write_report(analysis, with_plots=False).parent / "index.html").read_text()
-    assert "what changed from one to the next" in page and "eager faster, compile dearer" in page
+    assert (
+        "what changed from one to the next" in page
+        and "eager faster, compile dearer, speedup smaller" in page
+    )
 
 
 def test_a_sweep_without_environments_has_no_version_table(tmp_path: Path) -> None:

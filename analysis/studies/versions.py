@@ -10,7 +10,7 @@ neighbouring environments, in the order the sweep lists them (the manifest's, wh
 table's interval (`median_ratio_intervals`) and the per-cell table's reading of it
 (`equivalence_verdict`, against the sweep's margin), so that `faster` here and there is one rule;
 old / new cold compile seconds, Welch's interval over the cells' cold replicates where both have 2;
-and a cell that completed in one environment and not in the next.
+new / old speedup (`_speedup_change`); and a cell that completed in one environment and not in the next.
 """
 
 from __future__ import annotations
@@ -21,7 +21,14 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells.breakeven import compile_warmth
-from analysis.cells.uncertainty import median_ratio_intervals
+from analysis.cells.uncertainty import (
+    RESAMPLES,
+    SEED,
+    Draws,
+    across_runs,
+    median_ratio_intervals,
+    median_samples,
+)
 from analysis.reading.axes import (
     SAME_WORKLOAD,
     axis_rows,
@@ -32,7 +39,8 @@ from analysis.reading.axes import (
 )
 from analysis.reading.collect import SweepData
 from analysis.rendering.text import Table, fmt_count, fmt_number, fmt_speedup, fmt_warm, is_null
-from analysis.statistics.intervals import RunLogs, welch_interval
+from analysis.statistics.bootstrap import percentile_interval
+from analysis.statistics.intervals import RunLogs, welch_interval, welch_product_interval
 from analysis.statistics.verdicts import equivalence_verdict
 from analysis.studies.base import Loaded, Study
 from workloads.contract.sweep_dir import read_manifest
@@ -45,6 +53,8 @@ WORKLOAD_AXES = [axis for axis in SAME_WORKLOAD if axis != ENVIRONMENT]
 ACROSS = [*WORKLOAD_AXES, *names(TREATMENT)]
 #: How an interval of old / new compile seconds reads (`equivalence_verdict`: above 1 the new is quicker).
 COMPILE_WORDS = {"faster": "cheaper", "slower": "dearer", "no difference": "no difference"}
+#: ... and of new speedup / old (`faster`: above 1, the new environment's speedup is the larger).
+SPEEDUP_WORDS = {"faster": "larger", "slower": "smaller", "no difference": "no difference"}
 NEWLY_FAILING, NEWLY_WORKING = "newly failing", "newly working"
 
 
@@ -110,6 +120,34 @@ def _step_change(data: SweepData, cells: pd.DataFrame, old: np.ndarray, new: np.
     return ratio, low, high, equivalence_verdict(low, high, margin)
 
 
+def _speedup_change(data: SweepData, cells: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame, margin: float):
+    """(new speedup / old, low, high, verdict) per pair: (new eager / new compiled) / (old eager / old
+    compiled) of the four cells' median steps, with Welch's interval over their runs where all four
+    have 2 or more, else the percentile interval of their bootstrap draws' same quotient."""
+    eager_old, eager_new = a["eager_position"].to_numpy(int), b["eager_position"].to_numpy(int)
+    old, new = a["position"].to_numpy(int), b["position"].to_numpy(int)
+    step = cells["median_step_ms"].to_numpy(float)
+    four = np.stack([eager_new, old, new, eager_old])  # top, top, bottom, bottom
+    ok = (four >= 0).all(axis=0)
+    ok[ok] = np.isfinite(step[four[:, ok]]).all(axis=0)
+    ratio, low, high = (np.full(len(a), np.nan) for _ in range(3))
+    if ok.any():
+        tops, bottoms = four[:2, ok], four[2:, ok]
+        ratio[ok] = step[tops].prod(axis=0) / step[bottoms].prod(axis=0)
+        samples = median_samples(cells, data.steps)
+        runs = RunLogs.of(samples, samples.replicate_medians())
+        low[ok], high[ok] = welch_product_interval(
+            [runs.take(p) for p in tops], [runs.take(p) for p in bottoms]
+        )
+        counts = samples.replicates[four[:, ok]]
+        boot = np.flatnonzero(ok)[~(across_runs(counts[0], counts[1]) & across_runs(counts[2], counts[3]))]
+        if len(boot):
+            draws = Draws(cells, samples, RESAMPLES, SEED, np.full(len(cells), 0.95))
+            got = [draws.get("median", four[k, boot]) for k in range(4)]
+            low[boot], high[boot] = percentile_interval(got[0] * got[1] / (got[2] * got[3]))
+    return ratio, low, high, equivalence_verdict(low, high, margin)
+
+
 def change_rows(data: SweepData, metrics: pd.DataFrame, rows: pd.DataFrame, margin: float) -> pd.DataFrame:
     """One row per pair of neighbouring environments of one cell in `version_rows`: old / new of the
     eager step, the compiled step and the cold compile seconds with intervals and verdicts, both
@@ -127,6 +165,9 @@ def change_rows(data: SweepData, metrics: pd.DataFrame, rows: pd.DataFrame, marg
     }.items():
         change = _step_change(data, cells, old.to_numpy(int), new.to_numpy(int), margin)
         out[side], out[f"{side}_low"], out[f"{side}_high"], out[f"{side}_verdict"] = change
+    speedup = _speedup_change(data, cells, a, b, margin)
+    out["speedup"], out["speedup_low"], out["speedup_high"], verdict = speedup
+    out["speedup_verdict"] = pd.Series(verdict, dtype=object).map(SPEEDUP_WORDS)
     done_a, done_b = (a["status"] == COMPLETED).to_numpy(), (b["status"] == COMPLETED).to_numpy()
     logs = _cold_compile_logs(data, cells["cell_id"])
     top, bottom = logs.take(a["position"].to_numpy(int)), logs.take(b["position"].to_numpy(int))
@@ -156,8 +197,8 @@ def _verdict_text(row: dict) -> str:
         return f"{row['status_change']} ({row['old_status']} → {row['new_status']})"
     said = [
         f"{side} {row[f'{side}_verdict']}"
-        for side in ("eager", "compiled", "compile")
-        if row[f"{side}_verdict"] in ("faster", "slower", "cheaper", "dearer")
+        for side in ("eager", "compiled", "compile", "speedup")
+        if row[f"{side}_verdict"] in ("faster", "slower", "cheaper", "dearer", "larger", "smaller")
     ]
     return ", ".join(said) if said else "no change decided"
 
@@ -196,6 +237,7 @@ def version_tables(loaded: Loaded) -> list[Table]:
         "compiled old/new [95% CI]": _ratios(changes, "compiled", 3),
         "compile s old/new [95% CI]": _ratios(changes, "compile", 3),
         "speedup old → new": _ratios(changes, "old_speedup") + " → " + _ratios(changes, "new_speedup"),
+        "speedup new/old [95% CI]": _ratios(changes, "speedup", 3),
         "verdict": [_verdict_text(row) for row in changes.to_dict("records")],
     })  # fmt: skip
     note = (
@@ -204,7 +246,9 @@ def version_tables(loaded: Loaded) -> list[Table]:
         "per-cell table's (Welch's over runs, else the bootstrap of one run), the compile's Welch's over "
         "the cells' cold replicates (none with one run). A verdict reads the interval as the per-cell "
         f"table does, against the equivalence margin ({margin}): faster / slower where it excludes 1, "
-        "no difference inside the margin; compile cheaper / dearer likewise."
+        "no difference inside the margin; compile cheaper / dearer likewise. Speedup new/old: the quotient "
+        "of the two environments' eager / compiled median steps (above 1 the speedup grew), Welch's "
+        "interval over the four cells' runs, else the quotient of their bootstrap draws: larger / smaller."
     )
     return [
         versions,
