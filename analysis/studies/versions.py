@@ -79,6 +79,24 @@ def _cold_compile_logs(data: SweepData, cell_ids: pd.Series) -> RunLogs:
     return RunLogs.from_values(code[keep], seconds[keep], len(cell_ids))
 
 
+def _cell_keys(rows: pd.DataFrame) -> list[str]:
+    """Per row, its cell across environments: its ACROSS axes as text, where a cell that failed before
+    it ran (its architecture, batch or device unknown: null) takes the one cell that agrees with it on
+    every axis it knows."""
+    texts = [[axis_text(value) for value in values] for values in axis_rows(rows, ACROSS)]
+    keys = ["\x1f".join(text) for text in texts]
+    known = dict(zip(keys, texts))
+    for i, text in enumerate(texts):
+        if "" in text:
+            matches = {
+                key
+                for key, other in known.items()
+                if key != keys[i] and all(mine in ("", theirs) for mine, theirs in zip(text, other))
+            }
+            keys[i] = matches.pop() if len(matches) == 1 else keys[i]
+    return keys
+
+
 def version_rows(data: SweepData, metrics: pd.DataFrame, order: list[str]) -> pd.DataFrame:
     """One row per compiled cell of a named environment (empty where fewer than two environments):
     its axes, `eager_position` and `position` in `metrics` (reset), the eager and compiled median
@@ -100,7 +118,7 @@ def version_rows(data: SweepData, metrics: pd.DataFrame, order: list[str]) -> pd
     rows[columns] = cells.iloc[compiled][columns].to_numpy()
     rows["compile_s"] = cells["break_even_compile_s"].to_numpy(float)[compiled]
     rows["compile_warm"] = cells["break_even_compile_warm"].to_numpy(object)[compiled]
-    rows["_cell"] = ["\x1f".join(map(axis_text, values)) for values in axis_rows(rows, ACROSS)]
+    rows["_cell"] = _cell_keys(rows)
     rows["_order"] = rows[ENVIRONMENT].map({name: i for i, name in enumerate(order)})
     first = rows.drop_duplicates("_cell")["_cell"]
     rows["_first"] = rows["_cell"].map({key: i for i, key in enumerate(first)})
