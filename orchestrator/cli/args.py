@@ -201,12 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="write the figures (PNG and SVG) into SWEEP_DIR/report/plots/ (default: yes)",
     )
-    analyze.add_argument(
-        "--equivalence",
-        type=_fraction(below_one=True),
-        default=None,
-        metavar="MARGIN",
-        help="margin of practical equivalence, e.g. 0.02: a speedup whose 95%% interval lies within "
+    _equivalence(
+        analyze,
+        "margin of practical equivalence, e.g. 0.02: a speedup whose 95%% interval lies within "
         "1 ± MARGIN is 'no difference' (not faster, slower or a disagreement with a claim), and "
         "replicates are unstable only where they disagree by more (default: the equivalence a "
         "repeats=auto sweep was decided with, else 0.02: within 1 ± 2%%)",
@@ -252,12 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the answer followed: the speedup over eager, the eager or compiled median step, or the "
         "status (a cell newly failing or newly working is a change for every quantity)",
     )
-    bisect.add_argument(
-        "--equivalence",
-        type=_fraction(below_one=True),
-        default=None,
-        metavar="MARGIN",
-        help="margin of practical equivalence: a change whose 95%% interval lies within 1 ± MARGIN is "
+    _equivalence(
+        bisect,
+        "margin of practical equivalence: a change whose 95%% interval lies within 1 ± MARGIN is "
         "no change (default: analyze's, 0.02)",
     )
     bisect.add_argument(
@@ -296,6 +290,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a table and lists (markdown) or one JSON object",
     )
     return parser
+
+
+def _equivalence(parser: argparse.ArgumentParser, text: str) -> None:
+    """`--equivalence MARGIN`: a fraction in [0, 1), None where not given (the command's default)."""
+    parser.add_argument(
+        "--equivalence", type=_fraction(below_one=True), default=None, metavar="MARGIN", help=text
+    )
 
 
 def _fraction(below_one: bool) -> Callable[[str], float]:
