@@ -110,12 +110,13 @@ def test_bisect_runs_the_ends_and_log2_probes_and_names_the_first_broken_environ
 
 
 def test_bisect_finds_the_environment_whose_compiled_step_is_slower(tmp_path: Path) -> None:
-    """a runs as this machine's Python does; b to e with ATen's scalar CPU kernels and MKL logging
-    every call (`env` of the environment: ATEN_CPU_CAPABILITY=default, MKL_VERBOSE=1), whose compiled
-    step of gpt tiny measured 35-290 ms against 16 ms at load 2.7 here (one run of 20 steps each). The change is at b, so every
-    comparison is against a and far outside the noise of a machine shared with other jobs (two
-    environments alike, one run each, were undecided at a 10% margin at load 3): ends, c, b run; d
-    does not. The sweep directory analyses with the version table's own verdict of a → b."""
+    """a runs as this machine's Python does; b to e with ATen's scalar CPU kernels and MKL logging every
+    call (`env` of the environment: ATEN_CPU_CAPABILITY=default, MKL_VERBOSE=1), whose compiled step
+    of gpt tiny measured 35-290 ms against 16 ms at load 2.7 here (one run of 20 steps each). The
+    change is at b, so every comparison is against a and far outside the noise of a machine shared
+    with other jobs (two environments alike, one run each, were undecided at a 10% margin at load 3):
+    ends, c, b run; d does not. The sweep directory analyses with the version table's own verdict of
+    a → b."""
     venvs = {name: make_venv(tmp_path / name) for name in "abcde"}
     slower = [
         f"+cluster.environments.{name}.env.{key}"
