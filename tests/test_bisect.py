@@ -1,6 +1,6 @@
 """`compilebench bisect`: the search's arithmetic with a judge of known answers, the refusals before
 anything runs, and real bisects over five virtual environments on the local executor, each running
-four of them: where the last four run Python's debug allocator and ATen's scalar CPU kernels (the
+four of them: where the last four run ATen's scalar CPU kernels and log every MKL call (the
 compiled step is slower there), and where the last three have no torch (the cell fails there)."""
 
 from __future__ import annotations
