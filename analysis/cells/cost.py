@@ -40,10 +40,12 @@ def _spent(cells: pd.DataFrame, attempts: pd.DataFrame) -> pd.DataFrame:
     device = attempts["cell_id"].map(cells.drop_duplicates("cell_id").set_index("cell_id")["device"])
     wall_s = (attempts["finished_at"] - attempts["started_at"]).dt.total_seconds()
     processes = pd.to_numeric(attempts["world_size"], errors="coerce").fillna(1)
+    # A cell that ended before it ran has no device (NaN, all of a sweep's may be): "" is no GPU.
+    on_gpu = device.fillna("").astype(str).str.split(":").str[0] == GPU_DEVICE
     energy = attempts[["energy_j", "warmup_energy_j"]].apply(pd.to_numeric, errors="coerce")
     per_attempt = pd.DataFrame({
         "cell_id": attempts["cell_id"],
-        "spent_gpu_s": (wall_s * processes).where(device.str.split(":").str[0] == GPU_DEVICE).astype(float),
+        "spent_gpu_s": (wall_s * processes).where(on_gpu).astype(float),
         "spent_j": energy.sum(axis=1, min_count=1).astype(float),
     })  # fmt: skip
     spent = per_attempt.groupby("cell_id").sum(min_count=1)

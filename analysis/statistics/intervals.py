@@ -141,12 +141,22 @@ def welch_interval(
     """(low, high) per cell of the ratio of top's centre to bottom's (e.g. the eager cell's median step over
     the compiled cell's: the speedup) with Welch's `level` interval of the difference of the log
     means, Welch-Satterthwaite degrees of freedom; low and high NaN unless both have 2 or more."""
+    return welch_product_interval([top], [bottom], level)
+
+
+def welch_product_interval(
+    tops: list[RunLogs], bottoms: list[RunLogs], level: np.ndarray | float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
+    """`welch_interval` of a product of ratios, per cell: prod(tops' centres) / prod(bottoms'), e.g. a
+    speedup in one environment over that in another (two cells each); the variance of the sum of log
+    means is the sum of theirs, its degrees of freedom Welch-Satterthwaite's over every part."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        top_var, bottom_var = top.sd**2 / top.count, bottom.sd**2 / bottom.count
-        error = np.sqrt(top_var + bottom_var)
-        df = (top_var + bottom_var) ** 2 / (top_var**2 / (top.count - 1) + bottom_var**2 / (bottom.count - 1))
-    # Both sides without spread (identical runs): no spread to scale, the interval is the point.
+        parts = [logs.sd**2 / logs.count for logs in (*tops, *bottoms)]
+        variance = sum(parts)
+        error = np.sqrt(variance)
+        df = variance**2 / sum(part**2 / (logs.count - 1) for part, logs in zip(parts, (*tops, *bottoms)))
+    # No part with spread (identical runs): no spread to scale, the interval is the point.
     df = np.where(error == 0, np.inf, df)
     half = np.where(error == 0, 0.0, _t_level(level, df) * error)
-    difference = top.mean - bottom.mean
+    difference = sum(logs.mean for logs in tops) - sum(logs.mean for logs in bottoms)
     return np.exp(difference - half), np.exp(difference + half)

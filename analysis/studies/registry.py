@@ -20,6 +20,7 @@ from analysis.studies.seminar.claims import SeminarClaims
 from analysis.studies.seminar.tables import SeminarTables
 from analysis.studies.suite import Suite
 from analysis.studies.sweep.summaries import SweepTables
+from analysis.studies.versions import Versions
 
 STUDIES: list[Study] = [
     SweepTables(),
@@ -27,6 +28,7 @@ STUDIES: list[Study] = [
     Energy(),
     AutoRepeats(),
     Fp8AgainstBf16(),
+    Versions(),
     Reasons(),
     Suite(),
     SeminarTables(),

@@ -61,7 +61,7 @@ def _positive_seconds(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of `compilebench` and its commands sweep, status, analyze and compare."""
+    """The parser of `compilebench` and its commands sweep, status, analyze, bisect and compare."""
     parser = argparse.ArgumentParser(
         prog="compilebench", description="Does torch.compile make my training faster? Sweep, run, analyse."
     )
@@ -201,12 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="write the figures (PNG and SVG) into SWEEP_DIR/report/plots/ (default: yes)",
     )
-    analyze.add_argument(
-        "--equivalence",
-        type=_fraction(below_one=True),
-        default=None,
-        metavar="MARGIN",
-        help="margin of practical equivalence, e.g. 0.02: a speedup whose 95%% interval lies within "
+    _equivalence(
+        analyze,
+        "margin of practical equivalence, e.g. 0.02: a speedup whose 95%% interval lies within "
         "1 ± MARGIN is 'no difference' (not faster, slower or a disagreement with a claim), and "
         "replicates are unstable only where they disagree by more (default: the equivalence a "
         "repeats=auto sweep was decided with, else 0.02: within 1 ± 2%%)",
@@ -229,6 +226,41 @@ def build_parser() -> argparse.ArgumentParser:
         "that is not data-bound) is labelled launch-bound: the host, not its kernels, sets its pace",
     )
     launch_bound.default_home = "analysis.cells.device_time:LAUNCH_BOUND"  # type: ignore[attr-defined]
+
+    bisect = commands.add_parser(
+        "bisect",
+        formatter_class=_DefaultsAtHome,
+        help="the first of an ordered list of environments where one cell's answer changed",
+        description=(
+            "Given one compiled cell (a sweep's overrides, backend=NAME) and environment=A,B,...,Z in order, "
+            "run the ends, then only the environments a binary search needs, each as a sweep into one "
+            "sweep directory, and name the first environment whose answer differs from A's, with both "
+            "neighbours' numbers. Exit 0 when found; 1 when the ends do not differ (within noise) or an "
+            "environment is undecided; 2 for bad input."
+        ),
+    )
+    bisect.add_argument(
+        "overrides", nargs="*", metavar="OVERRIDE", help="Hydra override, e.g. environment=a,b,c,d"
+    )
+    bisect.add_argument(
+        "--quantity",
+        choices=("speedup", "eager_step", "compiled_step", "status"),
+        default="speedup",
+        help="the answer followed: the speedup over eager, the eager or compiled median step, or the "
+        "status (a cell newly failing or newly working is a change for every quantity)",
+    )
+    _equivalence(
+        bisect,
+        "margin of practical equivalence: a change whose 95%% interval lies within 1 ± MARGIN is "
+        "no change (default: analyze's, 0.02)",
+    )
+    bisect.add_argument(
+        "--config-dir",
+        action="append",
+        type=Path,
+        metavar="DIR",
+        help="add DIR to the config search path, as for sweep; repeatable",
+    )
 
     compare = commands.add_parser(
         "compare",
@@ -258,6 +290,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a table and lists (markdown) or one JSON object",
     )
     return parser
+
+
+def _equivalence(parser: argparse.ArgumentParser, text: str) -> None:
+    """`--equivalence MARGIN`: a fraction in [0, 1), None where not given (the command's default)."""
+    parser.add_argument(
+        "--equivalence", type=_fraction(below_one=True), default=None, metavar="MARGIN", help=text
+    )
 
 
 def _fraction(below_one: bool) -> Callable[[str], float]:

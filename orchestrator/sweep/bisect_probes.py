@@ -1,0 +1,181 @@
+"""`compilebench bisect`: one cell over an ordered list of environments, run only where the search
+(orchestrator/sweep/bisection.py) asks, and judged as the version table judges neighbours.
+
+The overrides are a sweep's: one compiled cell (`backend=NAME`, no list) and `environment=a,b,...`.
+Each probe is a sweep of that cell in the environments not yet run, planned, prepared and run or
+submitted (and waited for) as `compilebench sweep` does, into one sweep directory that each probe
+adds to (its manifest kept in the order of `environment=`); replicates and pairing are the sweep's
+own. Where the answer needs it (the speedup, the eager step) the probe runs the cell's eager cell
+beside it (`backend=eager,NAME`). Two environments are compared by the version table's rows
+(analysis/studies/versions.py `change_rows`): the quantity's verdict (`equivalence_verdict` of its
+interval against the margin) decides CHANGED (faster, slower, larger, smaller), SAME (no difference)
+or UNDECIDED; a cell that completed in one and not the other is CHANGED whatever the quantity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import load_sweep
+from analysis.rendering.text import fmt_number, fmt_speedup, is_null
+from analysis.studies.versions import change_rows, version_rows
+from orchestrator.executors.base import EXIT_USAGE, Follow
+from orchestrator.executors.choice import executor_for
+from orchestrator.grid.cells import Grid
+from orchestrator.grid.expand import expand
+from orchestrator.sweep.bisection import CHANGED, SAME, UNDECIDED
+from orchestrator.sweep.driver import drive
+from workloads.contract.sweep_dir import check_sweep_dir, read_manifest, write_manifest
+from workloads.contract.vocabulary import BASELINE_BACKEND
+
+#: The answers bisect can follow -> the column of `change_rows` that reads their change.
+QUANTITIES = {
+    "speedup": "speedup",
+    "eager_step": "eager",
+    "compiled_step": "compiled",
+    "status": "status",
+}
+#: Those that need the eager cell beside the compiled one.
+WITH_EAGER = {"speedup", "eager_step"}
+
+
+class BisectError(ValueError):
+    """Overrides bisect cannot search; the message is one line."""
+
+
+def _take(overrides: Sequence[str], key: str) -> tuple[list[str], list[str]]:
+    """(the values of `key=a,b`, the other overrides); BisectError where `key` is given twice."""
+    given = [o for o in overrides if o.startswith(f"{key}=")]
+    if len(given) > 1:
+        raise BisectError(f"{key}= given {len(given)} times; give it once")
+    values = given[0].split("=", 1)[1].split(",") if given else []
+    return [v.strip() for v in values], [o for o in overrides if not o.startswith(f"{key}=")]
+
+
+@dataclass
+class Probes:
+    """The cell's overrides (without its environment), its sweep directory, and the environments run."""
+
+    overrides: list[str]
+    environments: list[str]
+    quantity: str
+    equivalence: float
+    sweep_dir: Path
+    config_dirs: Sequence[Path] = ()
+    ran: list[str] = field(default_factory=list)
+
+    def grid(self, environments: Sequence[str]) -> Grid:
+        return expand(
+            [*self.overrides, f"environment={','.join(environments)}", f"hydra.sweep.dir={self.sweep_dir}"],
+            config_dirs=self.config_dirs,
+        )
+
+    def run(self, environments: Sequence[str]) -> None:
+        """Run the cell in those of `environments` not run yet, as one sweep into the directory."""
+        todo = [e for e in environments if e not in self.ran]
+        if not todo:
+            return
+        print(f"bisect: running {', '.join(todo)}", flush=True)
+        grid = self.grid(todo)
+        executor = executor_for(grid)
+        code = drive(executor, executor.plan(grid), grid, None if executor.foreground else Follow())
+        if code == EXIT_USAGE:  # a failed cell is recorded and judged; a refused sweep is not
+            raise BisectError(f"the probe of {', '.join(todo)} was refused (above)")
+        self.ran.extend(todo)
+        self._list_in_order()
+
+    def _list_in_order(self) -> None:
+        """The manifest's rows in the order of `environment=` (a sweep puts its newest first), which
+        is the order `analyze`'s version table reads neighbours in."""
+        manifest = read_manifest(self.sweep_dir)
+        if manifest is None:
+            return
+        rank = {name: i for i, name in enumerate(self.environments)}
+        rows = manifest.astype(object).where(manifest.notna(), None).to_dict("records")
+        write_manifest(self.sweep_dir, sorted(rows, key=lambda row: rank.get(row["environment"], len(rank))))
+
+    def changes(self, old: str, new: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(the version rows of `old` and `new`, their change row), both environments run first."""
+        self.run([old, new])
+        data = load_sweep(self.sweep_dir, warn=None)
+        metrics = cell_metrics(data, equivalence=self.equivalence)
+        rows = version_rows(data, metrics, [old, new])
+        return rows, change_rows(data, metrics.reset_index(drop=True), rows, self.equivalence)
+
+    def judge(self, old: str, new: str) -> str:
+        """CHANGED, SAME or UNDECIDED: `new`'s answer against `old`'s (module doc)."""
+        _, change = self.changes(old, new)
+        if change.empty:
+            return UNDECIDED
+        row = change.iloc[0]
+        if not is_null(row["status_change"]):
+            return CHANGED
+        if self.quantity == "status":
+            return SAME
+        verdict = row[f"{QUANTITIES[self.quantity]}_verdict"]
+        if verdict in ("faster", "slower", "larger", "smaller"):
+            return CHANGED
+        return SAME if verdict == "no difference" else UNDECIDED
+
+    def evidence(self, old: str, new: str) -> str:
+        """The two environments' numbers and the change between them, as lines."""
+        rows, change = self.changes(old, new)
+        lines = [
+            f"  {row['environment']}: eager {fmt_number(row['eager_ms'])} ms, compiled "
+            f"{fmt_number(row['median_step_ms'])} ms, speedup "
+            f"{fmt_speedup(row['speedup'], row['speedup_low'], row['speedup_high']) or '-'}, {row['status']}"
+            for row in rows.to_dict("records")
+        ]
+        if not change.empty:
+            row = change.iloc[0]
+            said = [
+                f"{name} {fmt_speedup(row[c], row[f'{c}_low'], row[f'{c}_high'], 3)} ({row[f'{c}_verdict']})"
+                for name, c in (("eager old/new", "eager"), ("compiled old/new", "compiled"),
+                                ("speedup new/old", "speedup"))
+                if not is_null(row[c])
+            ]  # fmt: skip
+            if not is_null(row["status_change"]):
+                said.append(str(row["status_change"]))
+            lines.append(f"  {old} → {new}: {'; '.join(said) or 'nothing to compare'}")
+        return "\n".join(lines)
+
+
+def probes_for(
+    overrides: Sequence[str], quantity: str, equivalence: float, config_dirs: Sequence[Path] = ()
+) -> Probes:
+    """The probes of a bisect, every environment and the cell checked first (GridError, BisectError,
+    SweepDirError, ExecutorError: nothing is written or submitted)."""
+    environments, rest = _take(overrides, "environment")
+    if len(environments) < 2:
+        raise BisectError("bisect needs environment=A,B,... with two environments or more, in order")
+    if len(set(environments)) < len(environments):
+        raise BisectError(f"environment={','.join(environments)} names an environment twice")
+    backends, rest = _take(rest, "backend")
+    if len(backends) != 1 or backends[0] == BASELINE_BACKEND:
+        raise BisectError("bisect follows one compiled cell: give backend=NAME (one, not eager)")
+    both = [BASELINE_BACKEND, *backends] if quantity in WITH_EAGER else backends
+    chosen, rest = _take(rest, "hydra.sweep.dir")
+    rest.append(f"backend={','.join(both)}")
+    # One directory for every probe: the one chosen, else the one a sweep of these overrides gets now.
+    where = [f"hydra.sweep.dir={','.join(chosen)}"] if chosen else []
+    whole = expand([*rest, f"environment={','.join(environments)}", *where], config_dirs=config_dirs)
+    compiled = [c for c in whole.cells if c.config["backend"]["name"] != BASELINE_BACKEND]
+    if len(compiled) != len(environments):
+        raise BisectError(
+            f"bisect follows one cell: these overrides give {len(compiled)} compiled cells over "
+            f"{len(environments)} environments, not one each"
+        )
+    check_sweep_dir(whole.sweep_dir)
+    executor_for(whole).plan(whole)  # the profile and partition checked before anything runs
+    return Probes(rest, environments, quantity, equivalence, whole.sweep_dir, config_dirs)
+
+
+def report(probes: Probes, message: str) -> None:
+    """The bisect's answer, then which environments it ran and where their results are."""
+    ran = f"ran {len(probes.ran)} of {len(probes.environments)} environments ({', '.join(probes.ran)})"
+    print(f"{message}\n{ran}; results in {probes.sweep_dir}")
