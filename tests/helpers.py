@@ -17,6 +17,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -291,3 +292,20 @@ def take_turn_ahead(config: dict, turns_dir: Path) -> tuple[int, float]:
     assert not (turns_dir / f"{turns.IMPORTING_PREFIX}0").exists()  # done importing
     workers, cpu_s = done.stdout.split()
     return int(workers), float(cpu_s)
+
+
+def make_venv(path: Path, share_torch: bool = True) -> Path:
+    """`python -m venv --system-site-packages PATH`; where this Python is itself a venv (its torch
+    is not the system's), a .pth file adds this Python's site-packages, so the new one shares its
+    torch. `share_torch=False`: a bare venv, without torch."""
+    flags = ["--system-site-packages"] if share_torch else []
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", *flags, str(path)], check=True)
+    if share_torch:
+        purelib = sysconfig.get_paths(vars={"base": str(path), "platbase": str(path)})["purelib"]
+        Path(purelib, "compilebench_shared_torch.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return path
+
+
+def environments(**venvs: str) -> list[str]:
+    """Overrides defining one environment per venv directory, named as the keyword."""
+    return [f"+cluster.environments.{name}.venv={path}" for name, path in venvs.items()]

@@ -15,8 +15,7 @@ import pytest
 from analysis.report import analyze
 from analysis.studies.versions import CHANGES_TABLE, NEWLY_FAILING
 from orchestrator.sweep.bisection import CHANGED, SAME, UNDECIDED, NoChange, Undecided, bisect
-from tests.helpers import TINY, cli
-from tests.test_environments import environments, make_venv
+from tests.helpers import TINY, cli, environments, make_venv
 from workloads.contract.vocabulary import COMPLETED, FAILED
 
 NAMES = [f"env{i}" for i in range(9)]

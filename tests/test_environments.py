@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import platform
 import re
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -23,26 +20,9 @@ from orchestrator.grid.environments import environments_of
 from orchestrator.grid.expand import GridError, expand
 from orchestrator.grid.profile import ProfileError
 from tests.analysis_sweeps import metrics_of, write_cell
-from tests.helpers import TINY, cli, slurm_cli, wait_until_done
+from tests.helpers import TINY, cli, environments, make_venv, slurm_cli, wait_until_done
 from tests.slurm.cluster import LocalSlurm
 from workloads.contract.vocabulary import COMPLETED, FAILED
-
-
-def make_venv(path: Path, share_torch: bool = True) -> Path:
-    """`python -m venv --system-site-packages PATH`; where this Python is itself a venv (its torch
-    is not the system's), a .pth file adds this Python's site-packages, so the new one shares its
-    torch. `share_torch=False`: a bare venv, without torch."""
-    flags = ["--system-site-packages"] if share_torch else []
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", *flags, str(path)], check=True)
-    if share_torch:
-        purelib = sysconfig.get_paths(vars={"base": str(path), "platbase": str(path)})["purelib"]
-        Path(purelib, "compilebench_shared_torch.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return path
-
-
-def environments(**venvs: str) -> list[str]:
-    """Overrides defining one environment per venv directory, named as the keyword."""
-    return [f"+cluster.environments.{name}.venv={path}" for name, path in venvs.items()]
 
 
 def test_the_environment_is_part_of_the_cell_id() -> None:
