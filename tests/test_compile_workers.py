@@ -99,7 +99,10 @@ def test_the_wait_lasts_while_a_worker_works_and_ends_once_it_sleeps(start_cell)
             cell.stdin.flush()
 
     waited, _ = wait_until_idle(cell.pid, on_poll=on_poll)
-    assert cell.stdout.readline().strip() == "stopped"  # the wait outlasted the work
+    # The wait outlasted the work: it saw the worker busy until told to stop. Asserted before reading
+    # the worker's "stopped", which a worker never told to stop would never write (the read would hang).
+    assert len(polls) > QUIET_POLLS + 2, f"the wait ended while the worker spun: {polls}"
+    assert cell.stdout.readline().strip() == "stopped"
     assert all(cpus > IDLE_CPUS for cpus in polls[: QUIET_POLLS + 2])
     assert all(cpus <= IDLE_CPUS for cpus in polls[-QUIET_POLLS:])
     assert len(compile_workers_cpu_s(cell.pid)) == 1  # it did not wait for the worker's exit: idle is enough
