@@ -34,7 +34,7 @@ from analysis.statistics.decision import (
     decisions,
     spent_level,
 )
-from analysis.statistics.intervals import RunLogs, t_interval, welch_interval
+from analysis.statistics.intervals import RunLogs, t_interval, welch_interval, welch_product_interval
 from workloads.contract.vocabulary import COMPLETED, EQUIVALENCE
 
 #: Trials per case (cells, or sweeps), and the grid of issue 38: runs, between-run log sd, within-run
@@ -80,21 +80,31 @@ def coverage(
 ) -> dict[str, float]:
     """Share of `trials` cells whose 95% interval covers the truth: a cell's median step (10 ms,
     t interval), a paired speedup of 1.3x (t interval of the runs' median pair ratios), an unpaired
-    speedup of 1.3x (Welch, eager cell over compiled cell): the calls analysis/cells/metrics.py and
-    analysis/cells/paired.py make."""
+    speedup of 1.3x (Welch, eager cell over compiled cell), and that speedup's change in an environment
+    whose eager step is 1.1x quicker (Welch over the four cells): the calls analysis/cells/metrics.py,
+    analysis/cells/paired.py and analysis/studies/versions.py make."""
     rng = np.random.default_rng([seed, runs, int(between * 1e4), int(within * 1e4)])
     eager = replicate_samples(rng, trials, runs, 10.0, between, within, STEPS)
     compiled = replicate_samples(rng, trials, runs, 10.0 / 1.3, between, within, STEPS)
     ratios = replicate_samples(rng, trials, runs, 1.3, between, within, PAIRS)
+    # The same workload in a newer environment: eager 1.1x quicker, compiled as before, so its speedup is
+    # 1.3 / 1.1 of the older one's (analysis/studies/versions.py's change of speedup, four cells).
+    newer_eager = replicate_samples(rng, trials, runs, 10.0 / 1.1, between, within, STEPS)
+    newer_compiled = replicate_samples(rng, trials, runs, 10.0 / 1.3, between, within, STEPS)
     logs = {
         name: RunLogs.of(s, s.replicate_medians())
-        for name, s in (("e", eager), ("c", compiled), ("p", ratios))
-    }
+        for name, s in (
+            ("e", eager), ("c", compiled), ("p", ratios), ("e2", newer_eager), ("c2", newer_compiled)
+        )
+    }  # fmt: skip
     covers = lambda interval, truth: float(np.mean((interval[0] <= truth) & (truth <= interval[1])))  # noqa: E731
     return {
         "median step": covers(t_interval(logs["e"]), 10.0),
         "paired speedup": covers(t_interval(logs["p"]), 1.3),
         "unpaired speedup": covers(welch_interval(logs["e"], logs["c"]), 1.3),
+        "speedup, newer / older environment": covers(
+            welch_product_interval([logs["e2"], logs["c"]], [logs["c2"], logs["e"]]), 1 / 1.1
+        ),
     }
 
 
