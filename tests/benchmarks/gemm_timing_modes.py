@@ -35,16 +35,17 @@ import pyarrow.parquet as pq
 import torch
 
 from workloads.cell.config import BackendConfig, cell_config_from_dict
-from workloads.gemm.bursts import BURST_PAUSE_S
+from workloads.gemm.bursts import BURST_LEAD_REPLAYS, BURST_PAUSE_S, BURST_REPLAYS
 from workloads.gemm.kernels import build_gemm, make_operands
 from workloads.gemm.shapes import GemmShape
+from workloads.gemm.timing import GEMMS_PER_REPLAY
 from workloads.instruments.nvml import ClockReader
 from workloads.run import run_cell
 
-#: GEMMs per direct timing: the 200 of issue 40's direct timing, as many as a burst times.
-DIRECT_GEMMS = 200
-#: GEMMs queued untimed before each direct timing, as a burst's lead-in replays (2 x 10).
-DIRECT_LEAD_GEMMS = 20
+#: GEMMs per direct timing: as many as a burst times (200, issue 40's direct timing).
+DIRECT_GEMMS = BURST_REPLAYS * GEMMS_PER_REPLAY
+#: GEMMs queued untimed before each direct timing, as a burst's lead-in replays.
+DIRECT_LEAD_GEMMS = BURST_LEAD_REPLAYS * GEMMS_PER_REPLAY
 #: The checks' tolerance: burst against direct, and the sustained slowdown beyond the clocks'.
 TOLERANCE = 0.02
 N = K = 8192

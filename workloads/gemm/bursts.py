@@ -28,18 +28,18 @@ from workloads.cell.step_timer import step_timer
 from workloads.cell.train import StepRecord, synchronize
 from workloads.gemm.timing import GemmSteps
 
-#: The idle pause before each burst, s: long against the longest burst (BURST_REPLAYS x 10 GEMMs at
+#: The idle pause before each burst, s: long against the longest burst (BURST_REPLAYS x 100 GEMMs at
 #: M = 4096 fp8, ~405 µs each on an H100: 81 ms), so the board's power over a burst and its pause stays
 #: near half its sustained draw or less and its clocks start each burst where a GPU fresh from idle
 #: does; short enough that the default 20 bursts take ~4 s, a sustained cell's time. Whether it
 #: suffices is what tests/benchmarks/gemm_timing_modes.py checks against a direct timing.
 BURST_PAUSE_S = 0.2
-#: Replays before the timed ones, untimed: without them the first timed replay would wait on an idle
+#: Replays before the timed ones, untimed: without one the first timed replay would wait on an idle
 #: GPU for the host's launch of it.
-BURST_LEAD_REPLAYS = 2
+BURST_LEAD_REPLAYS = 1
 #: Replays timed per burst: 200 GEMMs, the direct CUDA-graph timing issue 40 compared with (its "200
 #: GEMMs a timing"): 5 ms at the post's M = 16 in fp8 on an H100, 81 ms at M = 4096.
-BURST_REPLAYS = 20
+BURST_REPLAYS = 2
 #: run.parquet `stop_reason` of a burst cell: it ran its `steps` bursts.
 BURST_STOP_REASON = "steps"
 
@@ -71,8 +71,8 @@ def run_bursts(
             steps()
         timer.begin(BURST_REPLAYS)
         timed = [timer.queue(steps) for _ in range(BURST_REPLAYS)]
-        if device.type == "cuda":  # halfway: the clocks the burst runs at, not those of its first replay
-            timed[BURST_REPLAYS // 2].end.synchronize()
+        if device.type == "cuda":  # halfway: the clocks the burst runs at, not those of its start
+            timed[BURST_REPLAYS // 2 - 1].end.synchronize()
         during_burst()
         replays = timer.read_block(timed)
         on_step(

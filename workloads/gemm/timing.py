@@ -19,11 +19,12 @@ import torch
 from workloads.cell.train import StepRecord
 from workloads.gemm.kernels import Gemm
 
-#: GEMMs per CUDA-graph replay (one step). One small GEMM (M = 16, N = K = 8192: ~25 µs in fp8 on
-#: an H100) is near the CUDA events' resolution and the cost of a replay's launch; ten in a row
-#: amortise both, as the FP8 post's measurement did (shared/reference/fp8_triton_2024_claims.md),
-#: while the L2 cache (50 MiB) holds no 64 MiB fp8 weight from one GEMM to the next.
-GEMMS_PER_REPLAY = 10
+#: GEMMs per CUDA-graph replay (one step). One small GEMM (M = 16, N = K = 8192: ~19 µs in fp8 on
+#: an H200) is near the CUDA events' resolution, and back-to-back replays leave ~10 µs between graphs
+#: that the loop's step time counts: with 10 GEMMs a replay, fp8 M = 1 read 20.15 µs against 18.84 in
+#: bursts at the same 1980 MHz (+7%), with 50 19.02 (+1%; H200, issue 40). 100 leave ~0.5%, while
+#: the L2 cache (50 MiB) holds no 64 MiB fp8 weight from one GEMM to the next.
+GEMMS_PER_REPLAY = 100
 
 
 class GemmSteps:
