@@ -14,6 +14,7 @@ from pathlib import Path
 from orchestrator.executors.slurm.scheduler import UNANSWERED_LIMIT_S, WAIT_INTERVAL_S
 from orchestrator.grid.config_groups import groups_help
 from orchestrator.grid.package_data import version
+from orchestrator.sweep.bisection import QUANTITIES
 
 
 class _SweepHelp(argparse.Action):
@@ -244,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bisect.add_argument(
         "--quantity",
-        choices=("speedup", "eager_step", "compiled_step", "status"),
+        choices=tuple(QUANTITIES),
         default="speedup",
         help="the answer followed: the speedup over eager, the eager or compiled median step, or the "
         "status (a cell newly failing or newly working is a change for every quantity)",

@@ -28,18 +28,11 @@ from orchestrator.executors.base import EXIT_USAGE, Follow
 from orchestrator.executors.choice import executor_for
 from orchestrator.grid.cells import Grid
 from orchestrator.grid.expand import expand
-from orchestrator.sweep.bisection import CHANGED, SAME, UNDECIDED
+from orchestrator.sweep.bisection import CHANGED, QUANTITIES, SAME, UNDECIDED
 from orchestrator.sweep.driver import drive
 from workloads.contract.sweep_dir import check_sweep_dir, read_manifest, write_manifest
 from workloads.contract.vocabulary import BASELINE_BACKEND
 
-#: The answers bisect can follow -> the column of `change_rows` that reads their change.
-QUANTITIES = {
-    "speedup": "speedup",
-    "eager_step": "eager",
-    "compiled_step": "compiled",
-    "status": "status",
-}
 #: Those that need the eager cell beside the compiled one.
 WITH_EAGER = {"speedup", "eager_step"}
 

@@ -17,6 +17,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 CHANGED, SAME, UNDECIDED = "changed", "same", "undecided"
+#: The answers bisect can follow (`--quantity`) -> the column of the version table's change rows
+#: (analysis/studies/versions.py `change_rows`) that reads their change.
+QUANTITIES = {
+    "speedup": "speedup",
+    "eager_step": "eager",
+    "compiled_step": "compiled",
+    "status": "status",
+}
 
 
 class NoChange(Exception):

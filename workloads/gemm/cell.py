@@ -30,7 +30,7 @@ from workloads.gemm.private_torch import AutotuneChoices
 from workloads.gemm.shapes import gemm_columns, gemm_flops, resolve_shape
 from workloads.gemm.timing import GEMMS_PER_REPLAY, GemmSteps, per_gemm
 from workloads.instruments import dynamo_records
-from workloads.instruments.base import Instruments
+from workloads.instruments.base import Instrument, Instruments
 from workloads.instruments.environment import open_run_row, peak_gbps, peak_tflops, resolve_device
 from workloads.instruments.gpu_clocks import GpuClocks
 from workloads.instruments.gpu_energy import GpuEnergy
@@ -61,16 +61,7 @@ class GemmCell:
     the instruments' first moment."""
 
     def __init__(self, cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> None:
-        check_cell(cfg)
-        self.cfg, self.rec, self.ranks = cfg, rec, ranks
-        self.device = device = resolve_device(cfg.device)
-        self.sustained = cfg.model.timing == SUSTAINED
-        self.clocks = GpuClocks(device)
-        self.instruments = gemm_instruments(cfg, ranks, self.clocks)
-        if cfg.precision.name == "fp8":
-            require_fp8(device)
-        open_run_row(rec.run, device)
-
+        self._open(cfg, rec, ranks)
         self.shape = shape = resolve_shape(cfg.size, cfg.model.m, cfg.model.n, cfg.model.k)
         rec.items_per_step, rec.flops_per_step = 1, gemm_flops(shape)
         rec.peak = cfg.peak_tflops or peak_tflops(
@@ -87,6 +78,19 @@ class GemmCell:
             paired=False,
             paired_fallback=NOT_PAIRED,
         )
+
+    def _open(self, cfg: CellConfig, rec: CellRecorder, ranks: Ranks, *more: Instrument) -> None:
+        """What every GEMM cell does first: check the config, find the device, open the run row;
+        its instruments are the GEMM cell's and `more` (measured after them)."""
+        check_cell(cfg)
+        self.cfg, self.rec, self.ranks = cfg, rec, ranks
+        self.device = device = resolve_device(cfg.device)
+        self.sustained = cfg.model.timing == SUSTAINED
+        self.clocks = GpuClocks(device)
+        self.instruments = Instruments([gemm_instruments(cfg, ranks, self.clocks), *more])
+        if cfg.precision.name == "fp8":
+            require_fp8(device)
+        open_run_row(rec.run, device)
         self.gemm: Gemm | None = None
         self.steps: GemmSteps | None = None
         self.autotuner = AutotuneChoices()

@@ -23,23 +23,18 @@ from typing import Any
 
 import torch
 
-from workloads.cell.catalog import check_cell
 from workloads.cell.config import CellConfig
 from workloads.cell.distributed import Ranks
 from workloads.cell.precision import PRECISIONS
 from workloads.cell.recorder import CellRecorder, RankReport
-from workloads.cell.support import require_fp8
-from workloads.contract.vocabulary import SUSTAINED
-from workloads.gemm.cell import EAGER_KERNELS, NOT_PAIRED, GemmCell, gemm_instruments
+from workloads.gemm.cell import EAGER_KERNELS, NOT_PAIRED, GemmCell
 from workloads.gemm.kernels import Gemm, build_gemm, make_operands
 from workloads.gemm.layer import LayerWindow, graph_speedup, layer_columns, layer_shapes, way_columns
-from workloads.gemm.private_torch import AutotuneChoices
 from workloads.gemm.shapes import resolve_shape
 from workloads.gemm.timing import GEMMS_PER_REPLAY, GemmSteps
-from workloads.instruments.base import Instrument, Instruments
+from workloads.instruments.base import Instrument
 from workloads.instruments.device_activity import device_activity, windows_work
-from workloads.instruments.environment import open_run_row, peak_gbps, peak_tflops, resolve_device
-from workloads.instruments.gpu_clocks import GpuClocks
+from workloads.instruments.environment import peak_gbps, peak_tflops
 from workloads.instruments.profiled_window import collector_paused, device_trace, windows_run
 
 #: Profiled layers per way, and host launch timings per way: enough for a median gap over 60 of the
@@ -119,16 +114,8 @@ class LayerCell(GemmCell):
     as a GEMM cell, per layer instead of per GEMM, with LayerWindows after its loop."""
 
     def __init__(self, cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> None:
-        check_cell(cfg)
         assert cfg.model.layer is not None, "LayerCell runs model.layer"
-        self.cfg, self.rec, self.ranks = cfg, rec, ranks
-        self.device = device = resolve_device(cfg.device)
-        self.sustained = cfg.model.timing == SUSTAINED
-        self.clocks = GpuClocks(device)
-        self.instruments = Instruments([gemm_instruments(cfg, ranks, self.clocks), LayerWindows(self)])
-        require_fp8(device)  # check_layer: a layer is fp8
-        open_run_row(rec.run, device)
-
+        self._open(cfg, rec, ranks, LayerWindows(self))  # fp8: check_layer refuses another precision
         m = resolve_shape(cfg.size, cfg.model.m, None, None).m
         self.shapes = layer_shapes(cfg.model.layer, m)
         gpu = rec.run.get("gpu_name")
@@ -145,9 +132,6 @@ class LayerCell(GemmCell):
             paired_fallback=NOT_PAIRED,
         )
         self.gemms: list[Gemm] = []
-        self.gemm: Gemm | None = None
-        self.steps: GemmSteps | None = None
-        self.autotuner = AutotuneChoices()
 
     def build(self) -> GemmSteps:
         cfg = self.cfg

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from analysis.rendering.text import Table, fmt_number, fmt_percent, fmt_speedup, is_null
+from analysis.rendering.text import Table, fmt_interval, fmt_number, fmt_percent, fmt_speedup, is_null
 from analysis.studies.base import Loaded, Study
 from analysis.studies.gemm.claims import (
     FP8_TRITON,
@@ -25,7 +25,6 @@ from analysis.studies.gemm.claims import (
     judged,
     load_claims,
 )
-from analysis.studies.gemm.table import _with_interval
 from workloads.contract.schema import LAYER_WAYS
 from workloads.contract.vocabulary import COMPLETED
 
@@ -79,7 +78,7 @@ def layer_table(cells: pd.DataFrame) -> Table:
         "matmul µs": cells["layer_launched_matmul_us"].map(fmt_number),
         "kernels": cells["layer_launched_kernels"].map(fmt_number),
         "host launch µs launched": host["launched"], "host launch µs graph": host["graph"],
-        "replayed µs [95%]": [_with_interval(*v) if ok else s for v, ok, s in
+        "replayed µs [95%]": [fmt_interval(*v) if ok else s for v, ok, s in
                               zip(cells[["us", "us_low", "us_high"]].values, done, cells["status"])],
         "floor µs": cells["gemm_floor_us"].map(fmt_number), "kernel": cells["gemm_kernel"].fillna(""),
         "cell": cells["cell_id"],

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from analysis.cells.gemm import interval_columns
-from analysis.rendering.text import Table, fmt_number, fmt_percent, fmt_speedup, is_null
+from analysis.rendering.text import Table, fmt_interval, fmt_number, fmt_percent, fmt_speedup, is_null
 from analysis.studies.base import Loaded, Study
 from workloads.contract.vocabulary import COMPLETED
 
@@ -21,14 +21,6 @@ GEMM_TABLE = "gemm"
 NOT_MEASURED = "not measured"
 
 
-def _with_interval(value: object, low: object, high: object) -> str:
-    """`25.6 [25.4, 25.9]` (µs, or any value with its interval)."""
-    if is_null(value):
-        return ""
-    interval = "" if is_null(low) or is_null(high) else f" [{fmt_number(low)}, {fmt_number(high)}]"
-    return f"{fmt_number(value)}{interval}"
-
-
 def gemm_table(cells: pd.DataFrame) -> Table:
     """The GEMM cells as a table: one row per (M, N, K, implementation)."""
     done = cells["status"] == COMPLETED
@@ -36,7 +28,7 @@ def gemm_table(cells: pd.DataFrame) -> Table:
     text = pd.DataFrame({
         "M": cells["gemm_m"].map(_whole), "N": cells["gemm_n"].map(_whole), "K": cells["gemm_k"].map(_whole),
         "implementation": cells["implementation"], "timing": cells["gemm_timing"].fillna(""),
-        "µs [95%]": [_with_interval(*v) if ok else s for v, ok, s in
+        "µs [95%]": [fmt_interval(*v) if ok else s for v, ok, s in
                      zip(cells[["us", "us_low", "us_high"]].values, done, cells["status"])],
         "TFLOP/s": cells["tflops"].map(fmt_number), "GB/s": cells["gbps"].map(fmt_number),
         "floor µs": cells["gemm_floor_us"].map(fmt_number),
@@ -47,7 +39,7 @@ def gemm_table(cells: pd.DataFrame) -> Table:
         "vs bf16 cuBLAS": [fmt_speedup(*v) for v in cells[interval_columns("vs_bf16_cublas")].values],
         "vs fp8 cuBLAS": [fmt_speedup(*v) for v in cells[interval_columns("vs_fp8_cublas")].values],
         "vs base Triton": [fmt_speedup(*v) for v in cells[interval_columns("vs_triton_base")].values],
-        "mJ per GEMM": [_with_interval(*v) for v in millijoules],
+        "mJ per GEMM": [fmt_interval(*v) for v in millijoules],
         "W": cells["avg_power_w"].map(fmt_number),
         "SM MHz": [NOT_MEASURED if is_null(v) else f"{v:.0f}" for v in cells["sm_clock_mhz"]],
         "clock limits": cells["clock_limits"].fillna(NOT_MEASURED),
