@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from orchestrator.grid.environments import MODULES_HOME
-from tests.helpers import TINY, cli, environments, make_venv, slurm_cli, wait_until_done
+from tests.helpers import BASH, TINY, cli, environments, make_venv, slurm_cli, wait_until_done
 from tests.slurm.cluster import LocalSlurm
 from workloads.contract.vocabulary import COMPLETED, FAILED
 
@@ -57,7 +58,7 @@ def test_a_cell_runs_in_its_modules_python_and_an_unknown_module_is_recorded(
 ) -> None:
     """A local sweep over a venv environment, a modules one and one naming a module that is not
     there: the first two cells each ran in their own Python (sys.prefix), the third is a failed
-    attempt whose error names the module."""
+    attempt whose error names the module; without the modules' init the launcher says so."""
     plain = make_venv(tmp_path / "venv-plain")
     sweep = tmp_path / "sweep"
     result = cli(
@@ -81,6 +82,16 @@ def test_a_cell_runs_in_its_modules_python_and_an_unknown_module_is_recorded(
         assert rows[name].python_prefix == str(venv)
     assert rows["unknown"].status == FAILED
     assert f"Unable to locate a modulefile for '{UNKNOWN}'" in rows["unknown"].error
+    nowhere = tmp_path / "no-modules"  # a MODULESHOME without an init: one line, the Python not run
+    launcher = sweep / "environments" / "mod.sh"
+    ended = subprocess.run(
+        [BASH, str(launcher), "-c", "print('ran')"],
+        env={**os.environ, "MODULESHOME": str(nowhere)},
+        capture_output=True,
+        text=True,
+    )
+    assert (ended.returncode, ended.stdout) == (1, ""), ended.stderr
+    assert ended.stderr.splitlines()[-1] == f"module: not defined, nor {nowhere}/init/bash"
 
 
 def test_each_slurm_job_loads_its_cells_modules(
