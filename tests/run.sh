@@ -13,6 +13,10 @@ if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then bash tests/slurm/
 if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null && ! command -v chromium >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || echo "run.sh: installing chromium failed: the report page tests skip (error under COMPILEBENCH_REQUIRE_BROWSER)" >&2
 fi
+# Environment Modules for the modules kind of a named environment (tests/test_environment_modules.py).
+if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null && [[ ! -f /usr/share/modules/init/bash ]]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq environment-modules >/dev/null || echo "run.sh: installing environment-modules failed: the modules environment tests skip (error under COMPILEBENCH_REQUIRE_MODULES)" >&2
+fi
 
 # What pip resolved: the versions a test run used (docs/testing.md lists those of the fresh runs).
 python3 -c 'from importlib.metadata import version as v; print("run.sh: python " + __import__("sys").version.split()[0], *(f"{n} {v(n)}" for n in ("torch", "timm", "hydra-core", "omegaconf", "submitit", "pandas", "numpy", "pyarrow", "matplotlib", "pytest", "setuptools")), sep=", ")'

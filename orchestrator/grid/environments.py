@@ -92,6 +92,21 @@ def template_lines(template: Path, fields: Any) -> list[str]:
     return lines
 
 
+#: Where Environment Modules lives when MODULESHOME is not set (Debian's `environment-modules`).
+MODULES_HOME = "/usr/share/modules"
+#: The launcher's first lines where the environment has `modules`: `module` is a shell function that
+#: a login shell gets from /etc/profile.d and exports to its children (Environment Modules and Lmod
+#: do by default), so a cell started by no login shell (cron, `sbatch --export=NONE`, CI) has none
+#: and would fail on "module: command not found"; it sources $MODULESHOME/init/bash instead (both
+#: implementations set MODULESHOME and have that file).
+MODULES_INIT = (
+    "if ! type module >/dev/null 2>&1; then  # no login shell passed `module` on: its bash init",
+    f'  modules_init="${{MODULESHOME:-{MODULES_HOME}}}/init/bash"',
+    '  [[ -f $modules_init ]] || { echo "module: not defined, nor $modules_init" >&2; exit 1; }',
+    '  source "$modules_init"',
+    "fi",
+)
+
 #: A name that is a file name and a plain Hydra value (`environment=torch2.11`): a letter first.
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
 #: What runs a program inside `image` unless the environment says otherwise: Apptainer with the
@@ -181,6 +196,7 @@ def launcher_text(cluster: Mapping[str, Any], name: str, environment: Environmen
         f"# compilebench environment {name} of cluster {profile}: each cell of environment={name}",
         '# runs `bash THIS -m workloads.run CONFIG --repeat N`; "$@" goes to the environment\'s python.',
         "set -e",
+        *(MODULES_INIT if environment.modules else ()),
         *template_lines(template, environment),
         *environment.setup,
         environment.python_command(),
