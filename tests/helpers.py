@@ -237,6 +237,15 @@ def wait_until_done(
     )
 
 
+def slurm_runs_by_environment(cluster: LocalSlurm, sweep: Path) -> dict[str, pd.Series]:
+    """Once the jobs of every cell in the sweep's manifest are done: each cell's last run row, keyed by
+    its environment (a sweep over `environment=`, one cell per environment)."""
+    manifest = pd.read_parquet(sweep / "manifest.parquet")
+    cell_dirs = [sweep / "cells" / cell_id for cell_id in manifest["cell_id"]]
+    wait_until_done(cluster, set(manifest["job_id"]), cell_dirs)
+    return {run.environment: run for run in (pd.read_parquet(d / "run.parquet").iloc[-1] for d in cell_dirs)}
+
+
 def reference_stop_reason(
     seconds: Sequence[float], fewest: int, m: MeasureConfig, values: Sequence[float] | None = None
 ) -> str | None:

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.grid.environments import MODULES_HOME
-from tests.helpers import BASH, TINY, cli, environments, make_venv, slurm_cli, wait_until_done
+from tests.helpers import BASH, TINY, cli, environments, make_venv, slurm_cli, slurm_runs_by_environment
 from tests.slurm.cluster import LocalSlurm
 from workloads.contract.vocabulary import COMPLETED, FAILED
 
@@ -111,11 +111,7 @@ def test_each_slurm_job_loads_its_cells_modules(
     submitted = slurm_cli(slurm_cluster, tmp_path, *args)
     assert submitted.returncode == 0, submitted.stderr
     assert "2 cell(s) on grete:shared" in submitted.stdout  # one array for both
-    sweep = tmp_path / "sw"
-    manifest = pd.read_parquet(sweep / "manifest.parquet")
-    cell_dirs = [sweep / "cells" / cell_id for cell_id in manifest["cell_id"]]
-    wait_until_done(slurm_cluster, set(manifest["job_id"]), cell_dirs)
-    runs = {run.environment: run for run in (pd.read_parquet(d / "run.parquet").iloc[-1] for d in cell_dirs)}
+    runs = slurm_runs_by_environment(slurm_cluster, tmp_path / "sw")
     assert runs["mod"].status == COMPLETED, runs["mod"].error
     assert runs["mod"].python_prefix == str(module_venv) and runs["mod"].slurm_job_id
     assert runs["unknown"].status == FAILED

@@ -20,7 +20,7 @@ from orchestrator.grid.environments import environments_of
 from orchestrator.grid.expand import GridError, expand
 from orchestrator.grid.profile import ProfileError
 from tests.analysis_sweeps import metrics_of, write_cell
-from tests.helpers import TINY, cli, environments, make_venv, slurm_cli, wait_until_done
+from tests.helpers import TINY, cli, environments, make_venv, slurm_cli, slurm_runs_by_environment
 from tests.slurm.cluster import LocalSlurm
 from workloads.contract.vocabulary import COMPLETED, FAILED
 
@@ -125,11 +125,7 @@ def test_each_slurm_job_runs_its_cell_in_its_own_environment(
     submitted = slurm_cli(slurm_cluster, tmp_path, *args)
     assert submitted.returncode == 0, submitted.stderr
     assert "3 cell(s) on grete:shared" in submitted.stdout  # one array for all three
-    sweep = tmp_path / "sw"
-    manifest = pd.read_parquet(sweep / "manifest.parquet")
-    cell_dirs = [sweep / "cells" / cell_id for cell_id in manifest["cell_id"]]
-    wait_until_done(slurm_cluster, set(manifest["job_id"]), cell_dirs)
-    runs = {run.environment: run for run in (pd.read_parquet(d / "run.parquet").iloc[-1] for d in cell_dirs)}
+    runs = slurm_runs_by_environment(slurm_cluster, tmp_path / "sw")
     for name, venv in (("one", one), ("two", two)):
         assert runs[name].status == COMPLETED, runs[name].error
         assert runs[name].python_prefix == str(venv) and runs[name].slurm_job_id
