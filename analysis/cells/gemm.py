@@ -112,6 +112,23 @@ def _speedups(
     cells[column], cells[f"{column}_low"], cells[f"{column}_high"] = value, low, high
 
 
+def measured_cells(
+    data: SweepData, base: pd.DataFrame, columns: list[str], resamples: int, stream: tuple[int, ...]
+) -> pd.DataFrame:
+    """`base` (metrics rows of GEMM cells) with `columns` of their replicates (`run_rows`), `us` (µs per
+    replayed GEMM, or layer) with its 95% interval from our bootstrap `stream`, and `implementation`."""
+    replicates = data.replicates[data.replicates["cell_id"].isin(base["cell_id"])]
+    cells = base.merge(run_rows(replicates, columns), on="cell_id", how="left").reset_index(drop=True)
+    cells["us"] = cells["median_step_ms"].astype(float) * 1e3
+    low, high = median_intervals(cells, data.steps, resamples, stream)
+    cells["us_low"], cells["us_high"] = low * 1e3, high * 1e3  # ms -> µs
+    cells["implementation"] = [
+        implementation(*values)
+        for values in cells[["precision", "fp8_recipe", "backend", "compile_mode"]].values
+    ]
+    return cells
+
+
 def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLES) -> pd.DataFrame:
     """One row per GEMM cell (empty without any): its shape, implementation, timing mode, µs per GEMM
     with its 95% interval, TFLOP/s, GB/s, roofline floor and share, bound, kernel, the autotuner's µs,
@@ -136,16 +153,8 @@ def gemm_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPLE
             "avg_power_w",
         ]
     ]
-    replicates = data.replicates[data.replicates["cell_id"].isin(ours["cell_id"])]
-    cells = base.merge(run_rows(replicates), on="cell_id", how="left").reset_index(drop=True)
-    cells["us"] = cells["median_step_ms"].astype(float) * 1e3
-    low, high = median_intervals(cells, data.steps, resamples, _STREAM)
-    cells["us_low"], cells["us_high"] = low * 1e3, high * 1e3  # ms -> µs
+    cells = measured_cells(data, base, RUN_COLUMNS, resamples, _STREAM)
     m, n, k = (cells[c].astype(float) for c in SHAPE)
-    cells["implementation"] = [
-        implementation(*values)
-        for values in cells[["precision", "fp8_recipe", "backend", "compile_mode"]].values
-    ]
     cells["tflops"] = 2 * m * n * k / (cells["us"] * 1e6)  # FLOP / µs / 1e6 = TFLOP/s
     cells["gbps"] = cells["gemm_bytes"].astype(float) / (cells["us"] * 1e3)  # bytes / µs / 1e3 = GB/s
     cells["floor_share"] = cells["gemm_floor_us"].astype(float) / cells["us"]

@@ -4,15 +4,15 @@ one against one CUDA graph (workloads/gemm/layer.py; docs/gemm.md "The post's la
 A layer cell is a GEMM cell whose GEMM is the layer: its measured replays are layers back to back
 (`us`, ms per layer x 1000, with the GEMM table's interval), and its `layer_*` columns come from the
 profiled windows of one layer each way after its loop, the median over its completed replicates
-(analysis/cells/gemm.py `run_rows`). Cells of sweeps before layers have no `gemm_layer`: none is one.
+(analysis/cells/gemm.py `measured_cells`). Cells of sweeps before layers have no `gemm_layer`: none is one.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from analysis.cells.gemm import gemm_mask, implementation, run_rows
-from analysis.cells.uncertainty import RESAMPLES, median_intervals
+from analysis.cells.gemm import gemm_mask, measured_cells
+from analysis.cells.uncertainty import RESAMPLES
 from analysis.reading.collect import SweepData
 from workloads.contract.schema import LAYER_FIELDS
 
@@ -36,14 +36,6 @@ def layer_cells(data: SweepData, metrics: pd.DataFrame, resamples: int = RESAMPL
         return pd.DataFrame()
     base = ours[["cell_id", "status", "gemm_layer", "precision", "backend", "compile_mode", "gpu_name",
                  "median_step_ms", "measured_steps"]]  # fmt: skip
-    replicates = data.replicates[data.replicates["cell_id"].isin(ours["cell_id"])]
-    cells = base.merge(run_rows(replicates, LAYER_COLUMNS), on="cell_id", how="left").reset_index(drop=True)
-    cells["us"] = cells["median_step_ms"].astype(float) * 1e3
-    low, high = median_intervals(cells, data.steps, resamples, _STREAM)
-    cells["us_low"], cells["us_high"] = low * 1e3, high * 1e3  # ms -> µs
-    cells["implementation"] = [
-        implementation(*values)
-        for values in cells[["precision", "fp8_recipe", "backend", "compile_mode"]].values
-    ]
+    cells = measured_cells(data, base, LAYER_COLUMNS, resamples, _STREAM)
     order = cells.sort_values(["gemm_layer", "gemm_m", "backend"], na_position="first").index
     return cells.loc[order].drop(columns="median_step_ms").reset_index(drop=True)

@@ -31,7 +31,7 @@ from workloads.gemm.cell import EAGER_KERNELS, NOT_PAIRED, GemmCell
 from workloads.gemm.kernels import Gemm, build_gemm, make_operands
 from workloads.gemm.layer import LayerWindow, graph_speedup, layer_columns, layer_shapes, way_columns
 from workloads.gemm.shapes import resolve_shape
-from workloads.gemm.timing import GEMMS_PER_REPLAY, GemmSteps
+from workloads.gemm.timing import GEMMS_PER_REPLAY, GemmSteps, captured
 from workloads.instruments.base import Instrument
 from workloads.instruments.device_activity import device_activity, windows_work
 from workloads.instruments.environment import peak_gbps, peak_tflops
@@ -52,21 +52,6 @@ def host_launch_us(step: Callable[[], object], device: torch.device, times: int)
         spent.append((time.perf_counter() - start) * 1e6)
     torch.cuda.synchronize(device)
     return spent
-
-
-def captured(launch: Callable[[], object], device: torch.device) -> torch.cuda.CUDAGraph:
-    """One call of `launch` captured in a CUDA graph, after one on a side stream (as torch.cuda.graph's
-    docs ask: cuBLAS's workspace for a stream of its own is made there, not in the capture)."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        launch()
-    torch.cuda.current_stream(device).wait_stream(side)
-    torch.cuda.synchronize(device)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        launch()
-    return graph
 
 
 def layer_windows(launch: Callable[[], object], device: torch.device) -> dict[str, Any]:

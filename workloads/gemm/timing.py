@@ -54,18 +54,23 @@ class GemmSteps:
             self.gemm.call()
 
     def _capture(self) -> torch.cuda.CUDAGraph:
-        # Warm up on a side stream, as torch.cuda.graph's docs ask: compilation, autotuning and
-        # cuBLAS's workspace happen here, not during the capture.
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            self._run_eagerly()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        torch.cuda.synchronize(self.device)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._run_eagerly()
-        return graph
+        return captured(self._run_eagerly, self.device)
+
+
+def captured(launch: Callable[[], object], device: torch.device) -> torch.cuda.CUDAGraph:
+    """One call of `launch` captured in a CUDA graph, after one on a side stream, as torch.cuda.graph's
+    docs ask: compilation, autotuning and cuBLAS's workspace for a stream of its own happen there, not
+    during the capture."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        launch()
+    torch.cuda.current_stream(device).wait_stream(side)
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch()
+    return graph
 
 
 def per_gemm(on_step: Callable[[StepRecord], None]) -> Callable[[StepRecord], None]:

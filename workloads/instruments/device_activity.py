@@ -97,10 +97,10 @@ def device_activity(trace: Mapping[str, Any]) -> list[Activity]:
     return activity
 
 
-def windows_work(activity: list[Activity]) -> list[list[Activity]] | None:
-    """Each window's work, in order: the activity between its two markers (the first and second, the
-    third and fourth, ...), sorted by start; None where the markers do not pair up (a window's copies
-    not seen)."""
+def _windows(activity: list[Activity]) -> list[tuple[Interval, list[Activity]]] | None:
+    """Each window's bounds (its first marker's start, its second's end) and its work, in order: the
+    activity between its two markers (the first and second, the third and fourth, ...), sorted by
+    start; None where the markers do not pair up (a window's copies not seen)."""
     markers = sorted((piece for piece in activity if piece.marker), key=lambda piece: piece.start)
     if not markers or len(markers) % 2:
         return None
@@ -109,21 +109,27 @@ def windows_work(activity: list[Activity]) -> list[list[Activity]] | None:
     windows = []
     for begin, end in zip(markers[::2], markers[1::2]):
         first, last = bisect_left(starts, begin.start), bisect_right(starts, end.end)
-        windows.append([piece for piece in work[first:last] if piece.end <= end.end])
+        windows.append(
+            ((begin.start, end.end), [piece for piece in work[first:last] if piece.end <= end.end])
+        )
     return windows
 
 
+def windows_work(activity: list[Activity]) -> list[list[Activity]] | None:
+    """Each window's work, in order, sorted by start (`_windows`); None where the markers do not pair up."""
+    windows = _windows(activity)
+    return None if windows is None else [inner for _, inner in windows]
+
+
 def windows_activity(activity: list[Activity]) -> list[WindowActivity] | None:
-    """What the device did in each window (`windows_work`), in order; None where the markers do not
-    pair up."""
-    markers = sorted((piece.start, piece.end) for piece in activity if piece.marker)
-    work = windows_work(activity)
-    if work is None:
+    """What the device did in each window (`_windows`), in order; None where the markers do not pair up."""
+    windows = _windows(activity)
+    if windows is None:
         return None
-    windows = []
-    for (start, _), (_, end), inner in zip(markers[::2], markers[1::2], work):
+    summaries = []
+    for (start, end), inner in windows:
         correlations = {piece.correlation for piece in inner}
-        windows.append(
+        summaries.append(
             WindowActivity(
                 busy_ms=busy_time(((piece.start, piece.end) for piece in inner), (start, end)) / 1e3,
                 span_ms=(end - start) / 1e3,
@@ -131,7 +137,7 @@ def windows_activity(activity: list[Activity]) -> list[WindowActivity] | None:
                 launches=None if None in correlations else len(correlations),
             )
         )
-    return windows
+    return summaries
 
 
 def kernel_gaps(intervals: Iterable[Interval]) -> list[float]:
