@@ -83,7 +83,7 @@ def test_the_per_cell_table_fits_a_terminal_and_the_full_one_is_a_flag_away(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The H100 seminar_llm sweep (6 cells) as measured, and a failed cell of one of its workloads."""
-    with tarfile.open(REPO_ROOT / "tests/benchmarks/results/h100_2026-11-21/seminar_llm.tar.gz") as tar:
+    with tarfile.open(REPO_ROOT / "docs/results/h100_2026-11-21/seminar_llm.tar.gz") as tar:
         tar.extractall(tmp_path, [m for m in tar if m.isfile() and "/submitit/" not in m.name], filter="data")
     sweep = tmp_path / "seminar_llm"
     eager = cell_metrics(load_sweep(sweep, warn=None)).query("backend == 'eager'").iloc[0]

@@ -60,10 +60,10 @@ def test_joules_between_two_readings() -> None:
     assert joules(3_500, 1_000) is None  # the counter went back: the driver reloaded
 
 
-#: An H100's counter, each update as a 2 ms poll saw it (tests/benchmarks/energy_counter_probe.py).
+#: An H100's counter, each update as a 2 ms poll saw it (examples/benchmarks/energy_counter_probe.py).
 H100_COUNTER = json.loads(
     (
-        Path(__file__).parent / "benchmarks/results/h100_2026-11-27_energy_counter/counter_series.json"
+        Path(__file__).parents[1] / "docs/results/h100_2026-11-27_energy_counter/counter_series.json"
     ).read_text()
 )["series"]
 

@@ -3,7 +3,7 @@ clocks every GEMM cell records (workloads/instruments/gpu_clocks.py): the config
 ids, a burst cell run for real on the CPU (its clocks not measured there), the clocks' bookkeeping on
 a stand-in NVML where a GPU is unavoidable, and the GEMM table's columns for new and old sweeps. The GPU
 tier runs a cell of each mode on a GPU (tests/test_gpu.py) and compares them with a direct timing
-(tests/benchmarks/gemm_timing_modes.py)."""
+(examples/benchmarks/gemm_timing_modes.py)."""
 
 from __future__ import annotations
 

@@ -173,7 +173,7 @@ def gpt2_step(backend: str) -> Callable[[torch.device], Step]:
 #: alternate, so that a drift of the clocks falls on both.
 ROUNDS, EVENT_STEPS, REF_STEPS = 3, 20, 20
 #: How far the event-timed median step (what every table uses) may be from the reference's fastest
-#: window. Measured (tests/benchmarks/results/gpu_tier_{h100,h200}_*.txt), event median against the
+#: window. Measured (docs/results/gpu_tier_{h100,h200}_*.txt), event median against the
 #: fastest window of 5: GPT-2 eager -0.75%, -0.60% (H100) and -0.14% (H200); inductor +0.31%,
 #: -0.12%, -0.37%; cudagraphs -0.41%, -0.62%, -0.67%; the memory-bound step against the fastest
 #: single step -0.04% (H200). 3% is four times the largest. (Against the windows' median instead,
@@ -297,7 +297,7 @@ def test_cuda_loop_does_not_run_slow_steps_past_the_rule() -> None:
 
 #: Steps of the comparison: 3 warm-up (dynamo compiles, cudagraph trees record) and 8 measured.
 ACCUM_STEPS = 11
-#: Measured on the H100 before this tier (tests/benchmarks/gpu_grid.py --grid accum-check, fp32,
+#: Measured on the H100 before this tier (examples/benchmarks/gpu_grid.py --grid accum-check, fp32,
 #: 4 micro-steps): max relative loss difference to eager 0 for cudagraphs, 1.2e-7 for
 #: reduce-overhead. 1e-5 leaves room for a few ulps over more steps; a gradient accumulated
 #: wrongly (the last micro-step's counted twice) changes the loss by far more (see the last test).

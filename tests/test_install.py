@@ -31,6 +31,7 @@ NOT_BUILT = shutil.ignore_patterns(
     ".git",
     "tests",
     "docs",
+    "examples",
     "__pycache__",
     "*.egg-info",
     "build",

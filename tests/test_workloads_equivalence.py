@@ -103,7 +103,7 @@ def test_compiled_optimizer_step_updates_like_eager(tiny_config, model):
     rounding. The ResNet's fp32 curve is no test of that: inductor's model alone, with weights one
     ulp apart, drifts up to 1.3e-4 from eager in 3 of 12 seeds, where a ReLU input smaller than its
     fp32 rounding error takes the other side of zero; in float64 the cell's curve is eager's to
-    3.7e-16 (tests/benchmarks/optimizer_drift.py)."""
+    3.7e-16 (examples/benchmarks/optimizer_drift.py)."""
     cfg = cell_config_from_dict(tiny_config(model, "inductor", backend={"compile_optimizer": True}))
     spec = build_model(cfg)
     eager_model = spec.module.to(torch.float64)

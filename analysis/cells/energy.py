@@ -64,7 +64,7 @@ ENERGY_COLUMNS = [
 ]  # fmt: skip
 #: The fewest updates of the counter a run's measured window spans for its J/step to count, and the
 #: update period assumed where a run did not record one (an H100's: every 0.100 s,
-#: tests/benchmarks/results/h100_2026-11-27_energy_counter/; the driver documents 20-100 ms).
+#: docs/results/h100_2026-11-27_energy_counter/; the driver documents 20-100 ms).
 MIN_WINDOW_UPDATES, ASSUMED_UPDATE_S = 10, 0.1
 #: The run columns of the GPU's power, the median over a cell's completed replicates in its row.
 POWER = ("avg_power_w", "idle_power_w")

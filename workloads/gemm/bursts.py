@@ -32,7 +32,7 @@ from workloads.gemm.timing import GemmSteps
 #: M = 4096 fp8, ~405 µs each on an H100: 81 ms), so the board's power over a burst and its pause stays
 #: near half its sustained draw or less and its clocks start each burst where a GPU fresh from idle
 #: does; short enough that the default 20 bursts take ~4 s, a sustained cell's time. Whether it
-#: suffices is what tests/benchmarks/gemm_timing_modes.py checks against a direct timing.
+#: suffices is what examples/benchmarks/gemm_timing_modes.py checks against a direct timing.
 BURST_PAUSE_S = 0.2
 #: Replays before the timed ones, untimed: without one the first timed replay would wait on an idle
 #: GPU for the host's launch of it.

@@ -34,7 +34,7 @@ from workloads.contract.vocabulary import EAGER_SIDE
 #: late) for at most IDLE_TIMEOUT_S, after which the last SETTLE_HALF_S's power is recorded as not
 #: settled. An H100 whose last process had just ended 5 s of bf16 matmuls drew 131 W for a second
 #: and 115 W the next, then 74 W: this settled after 3.9 s at 73.9 W, where halves of 0.5 s stopped on
-#: the plateau at 1.2 s and 130.6 W (tests/benchmarks/results/h100_2026-11-27_energy_counter/).
+#: the plateau at 1.2 s and 130.6 W (docs/results/h100_2026-11-27_energy_counter/).
 SETTLE_HALF_S, SETTLE_TOLERANCE, IDLE_TIMEOUT_S, IDLE_POLL_S = 1.0, 0.01, 10.0, 0.002
 #: An update of the counter as the poll saw it: (host seconds, mJ).
 Update = tuple[float, float]

@@ -50,7 +50,7 @@ from workloads.instruments.environment import resolve_device
 #: and the fewest steps a window has: three windows give the GPU time an interval within one
 #: process. Short, since the profiled steps and their trace are most of what the windows cost, which
 #: grows with the launches they hold: on an H100, gpt small inductor's 6 steps a window took 1.4-1.8 s,
-#: its 2 steps 0.6 s, their GPU times 0.3% and 0.5% apart (tests/benchmarks/window_cost.py);
+#: its 2 steps 0.6 s, their GPU times 0.3% and 0.5% apart (examples/benchmarks/window_cost.py);
 #: efficientnetv2_rw_s's 2 steps of 2,370-2,949 launches 3.7-4.5 s, 12-13% of a warm attempt
 #: (docs/measurement.md "Device time and the host"). A window of one step still sees all of it.
 WINDOW_S, WINDOWS, MIN_STEPS = 0.05, 3, 1

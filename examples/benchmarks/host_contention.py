@@ -5,7 +5,7 @@ eager op pays) of one process pinned to CPU 0, while spinning processes (a stand
 job's inductor compile workers) hold other CPUs: none, CPU 1, CPU N/2 (the hyperthread sibling of
 CPU 0 where the kernel numbers siblings that way), the other half, the own half. Also the CPU
 topology as the guest kernel sees it, and the hypervisor's steal over each condition.
-    python tests/benchmarks/host_contention.py [SECONDS_PER_CONDITION]
+    python examples/benchmarks/host_contention.py [SECONDS_PER_CONDITION]
 """
 
 from __future__ import annotations

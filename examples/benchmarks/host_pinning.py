@@ -2,7 +2,7 @@
 collector is off? Blocks of compiled and `force_eager` steps (a paired cell's two sides) under each
 condition, in ONE process, rounds in random order:
 
-    PYTHONPATH=. python tests/benchmarks/host_pinning.py --arch resnet50d [--rounds 10] [--block 20]
+    PYTHONPATH=. python examples/benchmarks/host_pinning.py --arch resnet50d [--rounds 10] [--block 20]
 
 Conditions: `free` (the thread may run on every allowed CPU, as a cell does today), `pinned` (the
 thread on one allowed CPU, not CPU 0), `nogc` (gc disabled during the block), `pinned_nogc`. Prints,

@@ -9,7 +9,7 @@ results/h100_2026-11-27_energy_counter/counter_series.json, which tests/test_ene
 - in one process, with its context: idle (`fresh`, 3 s), then 12 s after each of three loads, with
   NVML's power reading every 50 ms beside the updates (`power_mw`, [host seconds, mW]).
 
-    python3 tests/benchmarks/energy_counter_probe.py     # on the GPU machine, ~100 s; JSON in $OUT
+    python3 examples/benchmarks/energy_counter_probe.py     # on the GPU machine, ~100 s; JSON in $OUT
 """
 
 import json

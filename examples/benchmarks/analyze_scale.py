@@ -4,7 +4,7 @@ the orchestrator's manifest schema), then times the analysis (read every file, p
 with bootstrap intervals, all tables including the seminar comparison, the report's tables written)
 and, separately, the figures.
 
-    PYTHONPATH=. python3 tests/benchmarks/analyze_scale.py [--cells 1000] [--steps 1000] [--dir DIR]
+    PYTHONPATH=. python3 examples/benchmarks/analyze_scale.py [--cells 1000] [--steps 1000] [--dir DIR]
                                                            [--no-plots]
 
 The grid: gpt and resnet at five sizes x four precisions x five batch sizes = 200 workloads, each

@@ -1,7 +1,7 @@
 """The fp8 cross-check of issue 26: a 4-layer MLP, 4096 -> 16384 -> 4096 -> 16384 -> 4096, trained as a
 `model=custom` cell, every Linear fit for fp8 (no output head is kept in bf16):
 
-    PYTHONPATH=. compilebench sweep model=custom model.target=tests.benchmarks.fp8_mlp:build \
+    PYTHONPATH=. compilebench sweep model=custom model.target=examples.benchmarks.fp8_mlp:build \
         precision=bf16,fp8 backend=eager,inductor device=cuda
 
 A batch is ROWS rows of 4096 features regressed onto a random target (mean squared error); AdamW.

@@ -8,7 +8,7 @@ sinfo, each array's `scontrol show job` (partition, gres), the status table, and
 the GPU its workload saw and its median step time. The sweep directory is packed into OUT.
 
     bash tests/slurm/unpack_debs.sh .carry/slurm                  # where apt works
-    PYTHONPATH=/tmp/site:. python tests/benchmarks/slurm_gpu_sweep.py --prefix .carry/slurm \\
+    PYTHONPATH=/tmp/site:. python examples/benchmarks/slurm_gpu_sweep.py --prefix .carry/slurm \\
         --sweep-dir /tmp/sweeps/llm --out "$OUT" -- +experiment=seminar_llm steps=30
 """
 

@@ -1,6 +1,6 @@
 """nanoGPT's own train.py and our GPT cell, alternated on one machine, on the same synthetic tokens.
 
-    python tests/benchmarks/nanogpt_side_by_side.py --nanogpt PATH/TO/nanoGPT [--iters 15]
+    python examples/benchmarks/nanogpt_side_by_side.py --nanogpt PATH/TO/nanoGPT [--iters 15]
 
 PATH is an unmodified nanoGPT checkout kept outside the project (an ignored folder); it is
 run as a program, never imported. Both sides: train_gpt2 config (124M, 12 x 1024 tokens x 40

@@ -1,8 +1,8 @@
 """docs/gpu-results.md's derived blocks, re-derived from the committed result packs at HEAD.
 
-    python tests/benchmarks/gpu_results_doc.py              # check: exit 1 with a diff if the doc differs
-    python tests/benchmarks/gpu_results_doc.py --write      # rewrite the derived blocks in place
-    python tests/benchmarks/gpu_results_doc.py --verdicts   # every sweep's cells: cell_id, label -> verdict
+    python examples/benchmarks/gpu_results_doc.py            # check: exit 1 with a diff if the doc differs
+    python examples/benchmarks/gpu_results_doc.py --write     # rewrite the derived blocks in place
+    python examples/benchmarks/gpu_results_doc.py --verdicts  # every sweep's cells: cell_id, label -> verdict
 
 A derived block is whatever lies between a marker and its end; the prose around it stays hand-written:
 
@@ -10,7 +10,7 @@ A derived block is whatever lies between a marker and its end; the prose around 
     ...written by this script...
     <!-- /derived -->
 
-SWEEP names a tarball under tests/benchmarks/results/ (`h100_2026-11-25_energy_ba79a79/sw_gpt2b.tar.gz`),
+SWEEP names a tarball under docs/results/ (`h100_2026-11-25_energy_ba79a79/sw_gpt2b.tar.gz`),
 with `:SUBDIR` where the tarball holds several sweeps. Each is unpacked into a temporary directory and
 read the way `compilebench analyze SWEEP_DIR` reads it (analysis.report.analyze: the margin its
 repeats=auto cells were decided with), so a block shows what the analysis at HEAD makes of the pack.
@@ -57,12 +57,12 @@ from analysis.compare import compare, to_markdown  # noqa: E402
 from analysis.rendering.text import fmt_number, render_markdown  # noqa: E402
 from analysis.report import Analysis, analyze  # noqa: E402
 from analysis.studies.sweep.table import SUMMARY  # noqa: E402
-from tests.benchmarks.device_time_two_machines import host_model, machines  # noqa: E402
+from examples.benchmarks.device_time_two_machines import host_model, machines  # noqa: E402
 from workloads.contract.sweep_dir import CELLS_DIR, MANIFEST_FILE, RUN_FILE  # noqa: E402
 
 DOC = REPO_ROOT / "docs" / "gpu-results.md"
-RESULTS = REPO_ROOT / "tests" / "benchmarks" / "results"
-HINT = "run python tests/benchmarks/gpu_results_doc.py --write"
+RESULTS = REPO_ROOT / "docs" / "results"
+HINT = "run python examples/benchmarks/gpu_results_doc.py --write"
 #: A marker on a line of its own, what follows it, its end on a line of its own.
 BLOCK = re.compile(
     r"^(<!-- derived: (?P<spec>[^\n]+?) -->\n)(?P<body>.*?)^(<!-- /derived -->)$", re.DOTALL | re.MULTILINE

@@ -3,8 +3,8 @@
 Markdown table of each package's rooms per commit (folders, the most modules in one folder, modules
 over 350 lines, import arrows between its modules, and the executors' imports of `analysis`).
 
-    python tests/benchmarks/code_metrics.py [COMMIT ...]            # default: the working tree
-    python tests/benchmarks/code_metrics.py --rooms BEFORE AFTER    # the table of docs/architecture.md
+    python examples/benchmarks/code_metrics.py [COMMIT ...]            # default: the working tree
+    python examples/benchmarks/code_metrics.py --rooms BEFORE AFTER    # the table of docs/architecture.md
 
 A commit is read with `git show`, nothing is checked out. Lines are physical lines; "code" lines are
 those that are neither blank, nor comment, nor docstring.

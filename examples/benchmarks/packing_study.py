@@ -23,7 +23,7 @@ imported torch, timm and dynamo and made its CUDA context before its turn: its g
 on), unless it is the first of its task.
 
     bash tests/slurm/unpack_debs.sh .carry/slurm          # where apt works
-    PYTHONPATH=/tmp/site:. python tests/benchmarks/packing_study.py --prefix .carry/slurm \\
+    PYTHONPATH=/tmp/site:. python examples/benchmarks/packing_study.py --prefix .carry/slurm \\
         --root-dir /tmp/sweeps/pack_study --out "$OUT" -- +suite=timm_train measure.min_seconds=2 \\
         model.arch=vit_small_patch16_224,deit_small_patch16_224,resmlp_12_224,mobilenetv2_100,dla34,\\
 repvgg_a2,vit_base_patch16_224,deit_base_patch16_224,mixer_b16_224,resnet18,pit_s_224,lcnet_100
@@ -33,7 +33,7 @@ repvgg_a2,vit_base_patch16_224,deit_base_patch16_224,mixer_b16_224,resnet18,pit_
 
 A rehearsal on a machine without a GPU (one placeholder H100, CPU cells; its numbers mean nothing):
 
-    PYTHONPATH=. python tests/benchmarks/packing_study.py --rehearse --root-dir /tmp/pack-rehearsal \\
+    PYTHONPATH=. python examples/benchmarks/packing_study.py --rehearse --root-dir /tmp/pack-rehearsal \\
         --cells-per-task 2 -- model=gpt size=tiny backend=eager,inductor device=cpu precision=fp32 \\
         steps=3 measure.min_seconds=0.5 seed=0,1
 """
@@ -51,9 +51,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from examples.benchmarks.slurm_gpu_sweep import _packed, follow, real_gpus
 from orchestrator.executors.slurm.packing import split_place
 from orchestrator.executors.status import sweep_status
-from tests.benchmarks.slurm_gpu_sweep import _packed, follow, real_gpus
 from tests.slurm.cluster import LocalSlurm
 from tests.slurm.install import SlurmInstall
 from workloads.contract.attempts import replicate_attempts

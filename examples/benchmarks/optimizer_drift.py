@@ -24,7 +24,7 @@ The same update to a few ulps (2) and a drift that vanishes in float64 (1) mean 
 that differs, or a float64 drift near the fp32 one, would mean a bug. (3) and (4) say where the fp32
 drift comes from instead.
 
-    PYTHONPATH=. python3 tests/benchmarks/optimizer_drift.py    # CPU; 2 cores: 100 s, 40 s with a warm
+    PYTHONPATH=. python3 examples/benchmarks/optimizer_drift.py    # CPU; 2 cores: 100 s, 40 s with a warm
                                                                 # inductor cache
 """
 

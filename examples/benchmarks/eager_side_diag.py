@@ -1,6 +1,6 @@
 """Is a paired cell's eager side the eager cell? Blocks of steps alternating in ONE process:
 
-    PYTHONPATH=. python tests/benchmarks/eager_side_diag.py BACKEND [--all]
+    PYTHONPATH=. python examples/benchmarks/eager_side_diag.py BACKEND [--all]
 
 For a compiled BACKEND: the compiled step and the compiled wrapper under `force_eager` (the paired
 cell's eager side); with `--all` also the original module called directly (no dynamo at all) and the

@@ -1,7 +1,7 @@
 """The GEMM cell's two timing modes against a direct CUDA-graph timing of the same GEMMs (issue 40,
 item 3; docs/gemm.md "Timing modes"), in one GPU run:
 
-    PYTHONPATH=. python tests/benchmarks/gemm_timing_modes.py --out OUT [--ms 1 16 256 4096]
+    PYTHONPATH=. python examples/benchmarks/gemm_timing_modes.py --out OUT [--ms 1 16 256 4096]
 
 For bf16 and fp8 (tensorwise) cuBLAS GEMMs at N = K = 8192 and each M, in this order: a direct
 timing (DIRECT_GEMMS GEMMs in CUDA graphs between two CUDA events, each timing after the burst cell's

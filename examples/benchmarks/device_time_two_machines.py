@@ -1,12 +1,12 @@
 """The same sweeps asked on two machines (issue 39, item 6): which answers are the host's, and does the
 host model (analysis/cells/device_time.py `predicted_step_ms`) carry one machine's numbers to the other?
 
-    PYTHONPATH=. python tests/benchmarks/device_time_two_machines.py \
+    PYTHONPATH=. python examples/benchmarks/device_time_two_machines.py \
         A@h100_..._A/device_time_gpt_small.tar.gz B@h100_..._B/device_time_gpt_small.tar.gz ...
 
-Each argument is LABEL@PACK (a tarball under tests/benchmarks/results/, as docs/gpu-results.md names
+Each argument is LABEL@PACK (a tarball under docs/results/, as docs/gpu-results.md names
 them; two labels). It prints two tables, which docs/gpu-results.md also derives from the packs
-(tests/benchmarks/gpu_results_doc.py, kinds `machines` and `host_model`):
+(examples/benchmarks/gpu_results_doc.py, kinds `machines` and `host_model`):
 - per compiled cell and machine: the wall speedup, the GPU-time ("device") speedup, each side's launches
   per step and the host's µs per launch; how far apart the two machines' centres lie;
 - per side and machine: the measured step against the model's, from the side's own GPU time, launches
@@ -142,7 +142,7 @@ def host_model(packs, runs: list[str]) -> str:
 def main(argv: list[str]) -> int:
     import tempfile
 
-    from tests.benchmarks.gpu_results_doc import Packs
+    from examples.benchmarks.gpu_results_doc import Packs
 
     if not argv or any("@" not in run for run in argv):
         print(__doc__, file=sys.stderr)

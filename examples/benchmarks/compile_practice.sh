@@ -5,7 +5,7 @@
 # than a call's 600 s, and the table is printed as soon as the part's sweeps end. Run from the
 # checkout with hydra/omegaconf/submitit on PYTHONPATH (docs/gpu-results.md); OUT: where the packed
 # sweeps go.
-#   bash tests/benchmarks/compile_practice.sh gpt        # then, in another call: ... resnet50
+#   bash examples/benchmarks/compile_practice.sh gpt        # then, in another call: ... resnet50
 set -u
 export PYTHONPATH=/tmp/site:.
 common="device=cuda steps=10 measure.min_seconds=2"

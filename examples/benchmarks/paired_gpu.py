@@ -1,7 +1,7 @@
 """Paired against unpaired on the GPU: is a compiled cell's own eager baseline (alternating blocks in
 one process, docs/measurement.md "Paired measurement") as good a baseline as the eager cell?
 
-    python tests/benchmarks/paired_gpu.py [--size small] [--backends inductor cudagraphs] [--rounds 2]
+    python examples/benchmarks/paired_gpu.py [--size small] [--backends inductor cudagraphs] [--rounds 2]
 
 Each round runs, each in a fresh `python -m workloads.run` process: the eager cell, then each compiled
 backend unpaired and paired (gpt, bf16, the default measuring). It prints per backend the unpaired

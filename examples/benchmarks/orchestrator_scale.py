@@ -8,7 +8,7 @@ the submitted jobs are cancelled when the cluster stops, so nothing trains. sbat
 counted as the distinct array job ids in manifest.parquet (submitit makes one per array). Exit 1
 when a dry run's median passes `--limit` seconds.
 
-    PYTHONPATH=. python tests/benchmarks/orchestrator_scale.py [--rounds 3] [--skip-submit] [--limit 5]
+    PYTHONPATH=. python examples/benchmarks/orchestrator_scale.py [--rounds 3] [--skip-submit] [--limit 5]
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Run the seminar grids on this machine's GPU through the real cell entry point and print a table.
 
-    python tests/benchmarks/gpu_grid.py --grid llm --out DIR     # gpt small/medium x
+    python examples/benchmarks/gpu_grid.py --grid llm --out DIR     # gpt small/medium x
                                                                  # eager/cudagraphs/inductor
-    python tests/benchmarks/gpu_grid.py --grid cnn --out DIR     # resnet small/medium/large x
+    python examples/benchmarks/gpu_grid.py --grid cnn --out DIR     # resnet small/medium/large x
                                                                  # eager/torchscript/inductor
-    python tests/benchmarks/gpu_grid.py --grid llm cnn --out DIR # both
+    python examples/benchmarks/gpu_grid.py --grid llm cnn --out DIR # both
 
 Each cell runs as its own `python -m workloads.run` process (as a Slurm job would), so no
 compiled state or memory carries from one cell to the next. bf16 autocast, synthetic data.

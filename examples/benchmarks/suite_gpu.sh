@@ -6,8 +6,8 @@
 # their cells are left without a result) and SWEEP_DIR is packed into OUT/suite.tar.gz. A later
 # call unpacks that pack (PACK) and runs `compilebench status SWEEP_DIR --retry-failed` on a fresh
 # Slurm: the cells that did not complete are submitted again, the completed ones kept.
-#   bash tests/benchmarks/suite_gpu.sh "" [FOLLOW] [NAME]     # first call (NAME: the sweep's, default suite)
-#   bash tests/benchmarks/suite_gpu.sh PACK [FOLLOW] [NAME]   # the calls after it (PACK: OUT/NAME.tar.gz)
+#   bash examples/benchmarks/suite_gpu.sh "" [FOLLOW] [NAME]     # first call (NAME: the sweep's, default suite)
+#   bash examples/benchmarks/suite_gpu.sh PACK [FOLLOW] [NAME]   # the calls after it (PACK: OUT/NAME.tar.gz)
 set -eu
 export PYTHONPATH=/tmp/site:.
 pack=${1:-}
@@ -23,6 +23,6 @@ if [ -n "$pack" ]; then
 else
     how=(-- +suite=timm_train measure.min_seconds=2 cluster.compile_cache=shared +cluster.partitions.H200=grete-h100)
 fi
-python tests/benchmarks/slurm_gpu_sweep.py --prefix .carry/slurm --sweep-dir "/tmp/sweeps/$name" --timeout "$follow" \
+python examples/benchmarks/slurm_gpu_sweep.py --prefix .carry/slurm --sweep-dir "/tmp/sweeps/$name" --timeout "$follow" \
     --cpus-per-gpu 16 --out "$OUT" "${how[@]}" || true
 python -m orchestrator.cli.main analyze "/tmp/sweeps/$name" --no-plots | sed -n '/[Ss]uite/,$p' | head -60

@@ -1,6 +1,6 @@
 # Issue 41, item 5: one sweep over two real torch releases, each in a venv of its own, and the version
 # table `analyze` makes of it (docs/versions.md). Run from the checkout with the project's venv active:
-#   OUT=/tmp/out bash tests/benchmarks/torch_versions.sh torch2130=/path/venv213 torch2141=/path/venv2141
+#   OUT=/tmp/out bash examples/benchmarks/torch_versions.sh torch2130=/path/venv213 torch2141=/path/venv2141
 # Each argument is NAME=VENV, oldest first: the version table compares neighbours in this order. The
 # venvs need what `workloads` imports (docs/clusters.md "Software environments"). OUT: where the packed
 # sweep and the analysis go. GRID (optional): the sweep's other overrides.

@@ -6,7 +6,7 @@ prints how long each took on the GPU; the sweep directories are packed into OUT 
 analyze` here. One part per device call (each call has 10 minutes); a warm machine keeps the
 inductor cache between calls, as a cluster's shared cache would.
 
-    PYTHONPATH=/tmp/site:. python tests/benchmarks/replicate_study.py --part llm_small pair --out "$OUT"
+    PYTHONPATH=/tmp/site:. python examples/benchmarks/replicate_study.py --part llm_small pair --out "$OUT"
     parts: llm_small, llm_medium (seminar_llm, repeats 3), cnn (seminar_cnn, repeats 3), pair (gpt small
     eager/inductor, seeds 1 and 2, repeats 3), jpeg (resnet18 on real JPEGs, 4 workers, repeats 3), timm
     (timm's benchmark.py from .carry/peers beside our cells, 224 px, bf16, batch 256, channels-last),
@@ -17,7 +17,7 @@ inductor cache between calls, as a cluster's shared cache would.
     timm_train suite's launch-bound models that moved between runs, repeats 3), paired_gpu_bound (GPT-2
     124M at one micro-step and resnet50 at batch 256, where paired and unpaired must agree)
     Device time (issue 39; each part asked on two freshly started machines, compared by
-    tests/benchmarks/device_time_two_machines.py): device_time_gpt (gpt small bf16 inductor and cudagraphs,
+    examples/benchmarks/device_time_two_machines.py): device_time_gpt (gpt small bf16 inductor and cudagraphs,
     resnet18 bf16 batch 32 channels-last and mobilenetv3_large_100 at the timm_train suite's settings,
     inductor), device_time_cnn (resnet50d and efficientnetv2_rw_s, the suite models that moved most,
     inductor); repeats 3, paired, no eager cells. `--neighbours N` runs the parts' sweeps (named

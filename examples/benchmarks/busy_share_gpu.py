@@ -1,7 +1,7 @@
 """The GPU's busy share of real cells (docs/measurement.md "Device time and the host"): which cells
 are launch-bound, and whether the kernels that CUDA graphs replay are seen.
 
-    PYTHONPATH=. python tests/benchmarks/busy_share_gpu.py [--batches 16 256] [--min-seconds 2]
+    PYTHONPATH=. python examples/benchmarks/busy_share_gpu.py [--batches 16 256] [--min-seconds 2]
 
 Each cell runs in a fresh `python -m workloads.run` process (no Hydra): gpt small bf16 eager,
 inductor and cudagraphs, and resnet50 (timm) bf16 inductor at a small and a large batch; compiled
@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from analysis.cells.device_time import LAUNCH_BOUND
-from tests.benchmarks.paired_gpu import run_cell
+from examples.benchmarks.paired_gpu import run_cell
 
 
 def share(value: object) -> str:

@@ -1,6 +1,6 @@
 """Where do the profiled windows' seconds go (docs/measurement.md "Device time and the host")?
 
-    PYTHONPATH=. python tests/benchmarks/window_cost.py [--cases gpt:small:inductor ...] [--repeats 3]
+    PYTHONPATH=. python examples/benchmarks/window_cost.py [--cases gpt:small:inductor ...] [--repeats 3]
 
 Per case, one prepared bf16 cell on the GPU, compiled and warmed up, then `repeats` times each: the
 profiled windows of both sides as a cell runs them (workloads/instruments/profiled_window.py), and the

@@ -2,7 +2,7 @@
 every step, the loss read back, a step row recorded) against a bare loop over the same
 prepared cell (the same training step, one sync at the very end), alternated A/B in one process.
 
-    python tests/benchmarks/instrumentation_overhead.py [--device cuda] [--rounds 5] [--steps 100]
+    python examples/benchmarks/instrumentation_overhead.py [--device cuda] [--rounds 5] [--steps 100]
 """
 
 from __future__ import annotations
