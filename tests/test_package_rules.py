@@ -238,12 +238,13 @@ def test_the_tree_is_formatted_and_linted_by_ruff() -> None:
 
 
 #: Room of analysis -> the rooms it may import (itself included): `rendering` (how a result looks) at
-#: the bottom, the sweep read (`reading`) and the `statistics` on it, each cell's numbers (`cells`)
-#: on those, the `studies` on top. The commands' modules (report, compare, frames) may import any.
+#: the bottom with the sweep read (`reading`) on it, the `statistics` beside them (values and codes, no
+#: words: the tables word them), each cell's numbers (`cells`) on those, the `studies` on top. The
+#: commands' modules (report, compare, frames) may import any.
 ANALYSIS_ROOMS = {
     "rendering": {"rendering"},
     "reading": {"rendering", "reading"},
-    "statistics": {"rendering", "statistics"},
+    "statistics": {"statistics"},
     "cells": {"rendering", "reading", "statistics", "cells"},
     "compare": {"rendering", "reading", "statistics", "cells", "compare"},
     "studies": {"rendering", "reading", "statistics", "cells", "studies"},
