@@ -19,5 +19,5 @@ if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null && [[ ! -f /usr/share/m
 fi
 
 # What pip resolved: the versions a test run used (docs/testing.md lists those of the fresh runs).
-python3 -c 'from importlib.metadata import version as v; print("run.sh: python " + __import__("sys").version.split()[0], *(f"{n} {v(n)}" for n in ("torch", "timm", "hydra-core", "omegaconf", "submitit", "pandas", "numpy", "pyarrow", "matplotlib", "pytest", "setuptools")), sep=", ")'
+python3 -c 'from importlib.metadata import version as v; print("run.sh: python " + __import__("sys").version.split()[0], *(f"{n} {v(n)}" for n in ("torch", "timm", "hydra-core", "omegaconf", "submitit", "pandas", "numpy", "pyarrow", "matplotlib", "scipy", "pytest", "setuptools")), sep=", ")'
 python3 -m pytest "$@"

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from analysis.cells.metrics import cell_metrics
 from analysis.cells.uncertainty import median_ratio_intervals
 from analysis.reading.collect import load_sweep
 from analysis.report import analyze
-from analysis.statistics.intervals import t_quantile
 from analysis.studies.fp8 import FP8_TABLE, fp8_rows
 from orchestrator.cli.main import main
 from tests.analysis_sweeps import H100, write_cell, write_gemm_cell, write_replicates, write_seminar_sweep
@@ -45,7 +45,7 @@ def welch_by_hand(top: list[list[float]], bottom: list[list[float]]) -> tuple[fl
     a, b = (np.log([np.median(r) for r in runs]) for runs in (top, bottom))
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    half = float(t_quantile(0.975, df)) * np.sqrt(va + vb)
+    half = float(stats.t.ppf(0.975, df)) * np.sqrt(va + vb)
     return float(np.exp(a.mean() - b.mean() - half)), float(np.exp(a.mean() - b.mean() + half))
 
 

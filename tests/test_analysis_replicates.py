@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from scipy import stats
 
 from analysis.cells.metrics import cell_metrics
 from analysis.cells.uncertainty import RESAMPLES, SEED
@@ -26,7 +27,6 @@ from analysis.statistics.bootstrap import (
     percentile_interval,
     stable_hash,
 )
-from analysis.statistics.intervals import t_quantile
 from analysis.statistics.verdicts import E2E_BASIS, MEDIAN_BASIS, equivalence_verdict
 from analysis.studies.seminar.claims import AGREES, DISAGREES, NO_DIFFERENCE, check_claims, claims_table
 from analysis.studies.sweep.table import summarize, summary_table
@@ -68,7 +68,7 @@ def welch_by_hand(top: list[float], bottom: list[float]) -> tuple[float, float]:
     a, b = np.log(top), np.log(bottom)
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    half = float(t_quantile(0.975, df)) * math.sqrt(va + vb)
+    half = float(stats.t.ppf(0.975, df)) * math.sqrt(va + vb)
     return math.exp(a.mean() - b.mean() - half), math.exp(a.mean() - b.mean() + half)
 
 

@@ -1,11 +1,13 @@
 """The vectorised statistics against numpy's own, group by group, the order-statistic bootstrap
 of the median and the two-level bootstrap over replicates against resampling done the plain way,
-and what replicates and equivalence verdicts tell a reader."""
+the intervals over runs against scipy's tests and the hand-written t quantile they replaced, and what
+replicates and equivalence verdicts tell a reader."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from analysis.statistics.bootstrap import (
     ReplicateSamples,
@@ -16,7 +18,7 @@ from analysis.statistics.bootstrap import (
     percentile_interval,
     ratio_interval,
 )
-from analysis.statistics.intervals import t_quantile
+from analysis.statistics.intervals import RunLogs, t_interval, welch_interval, welch_product_interval
 from analysis.statistics.verdicts import equivalence_verdict
 
 #: Group sizes that cover one value, even and odd counts, and an empty group.
@@ -232,28 +234,69 @@ def test_equivalence_verdicts_at_the_boundaries() -> None:
     assert list(equivalence_verdict(np.array([0.97]), np.array([0.99]), margin=0.05)) == ["no difference"]
 
 
-@pytest.mark.parametrize(
-    "p, df, textbook",
-    [
-        (0.975, 1, 12.706),
-        (0.975, 2, 4.303),
-        (0.975, 3, 3.182),
-        (0.975, 4, 2.776),
-        (0.975, 9, 2.262),
-        (0.975, 30, 2.042),
-        (0.975, 1e6, 1.960),
-        (0.95, 10, 1.812),
-        (0.995, 4, 4.604),
-        (0.9995, 2, 31.599),
-    ],
+#: Intervals over runs on fixed logs (count, mean, sd per cell), as the hand-written t quantile (the
+#: regularized incomplete beta, inverted by bisection) gave them at commit 73b06f7, before scipy.stats
+#: replaced it: t intervals with N - 1 = 1, 2, 3, 4, 7 degrees of freedom at 95% and at levels that
+#: repeats=auto spends, and Welch intervals with 1.02-4.22 degrees of freedom (not whole).
+NAN = float("nan")
+OLD_T = (
+    [0.6694740401791275, 0.7022518586793719, 1.162089201744062, 0.8139133387136882, 1.0904640136019195, NAN],
+    [1.5860757592053156, 0.9545294010274571, 1.2583238767210208, 1.2286320329636125, 1.1200761720927825, NAN],
 )
-def test_the_t_quantile_matches_the_textbook(p: float, df: float, textbook: float) -> None:
-    """Student's t quantiles of a printed table (e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2), to 1e-3."""
-    assert float(t_quantile(p, df)) == pytest.approx(textbook, abs=1e-3)
+OLD_WELCH = (
+    [0.8081441734769037, 0.8634540013121763, 0.6232354033698402, 1.1051709180756477, NAN, 0.8955100752039625],
+    [1.5113673998357136, 1.7277407891725207, 1.3949115064679847, 1.1051709180756477, NAN, 1.1166820203248284],
+)
+OLD_PRODUCT = ([0.6538236297873028, 0.7297344499124051], [1.252219583046158, 1.1913350609980942])
 
 
-def test_the_t_quantile_of_any_degrees_of_freedom_falls_between_its_neighbours() -> None:
-    """Welch's degrees of freedom are not whole: the quantile falls as they grow, vectorised."""
-    df = np.array([1.0, 1.5, 2.0, 2.5, 3.0, 7.3, 50.0])
-    quantiles = t_quantile(np.full(len(df), 0.975), df)
-    assert (np.diff(quantiles) < 0).all() and quantiles[-1] > 1.96
+def test_the_intervals_over_runs_are_those_of_the_hand_written_t_quantile() -> None:
+    """scipy's t quantile gives the intervals the hand-written one gave, to 1e-9: one replicate has
+    none, two cells without spread give the point, one without a second replicate none."""
+    logs = RunLogs(
+        np.array([2, 3, 4, 5, 8, 1]),
+        np.array([0.03, -0.2, 0.19, 0.0, 0.1, 0.0]),
+        np.array([0.048, 0.03, 0.025, 0.1, 0.02, NAN]),
+    )
+    top = RunLogs(
+        np.array([2, 3, 5, 4, 2, 3]),
+        np.array([0.1, 0.3, -0.05, 0.2, 0.1, 0.0]),
+        np.array([0.05, 0.01, 0.2, 0.0, 0.05, 0.02]),
+    )
+    bottom = RunLogs(
+        np.array([3, 2, 4, 4, 1, 3]),
+        np.array([0.0, 0.1, 0.02, 0.1, 0.0, 0.0]),
+        np.array([0.02, 0.08, 0.03, 0.0, NAN, 0.02]),
+    )
+    found = {
+        "t": t_interval(logs, np.array([0.95, 0.9875, 0.95, 0.99, 0.9, 0.95])),
+        "welch": welch_interval(top, bottom, np.array([0.95, 0.9, 0.99, 0.95, 0.95, 0.9975])),
+        "product": welch_product_interval(
+            [top.take(np.array([0, 2])), bottom.take(np.array([1, 0]))],
+            [bottom.take(np.array([0, 2])), top.take(np.array([1, 5]))],
+        ),
+    }
+    for name, old in {"t": OLD_T, "welch": OLD_WELCH, "product": OLD_PRODUCT}.items():
+        for end, expected in zip(found[name], old):
+            assert end == pytest.approx(np.array(expected), rel=1e-9, nan_ok=True), name
+
+
+@pytest.mark.parametrize("sizes, level", [((2, 3), 0.95), ((3, 2), 0.9875), ((5, 4), 0.99), ((8, 3), 0.9)])
+def test_the_intervals_over_runs_are_scipys_t_tests_on_the_samples(
+    sizes: tuple[int, int], level: float
+) -> None:
+    """From the replicates' logs as scipy.stats takes them: the t interval is `ttest_1samp`'s, the Welch
+    interval of the ratio `ttest_ind(equal_var=False)`'s (Welch-Satterthwaite degrees of freedom)."""
+    rng = np.random.default_rng(sum(sizes))
+    samples = [rng.lognormal(0.1 * n, 0.05 * n, n) for n in sizes]
+    cell = np.concatenate([np.full(n, i) for i, n in enumerate(sizes)])
+    logs = RunLogs.from_values(cell, np.concatenate(samples), 2)
+    top, bottom = logs.take(np.array([0])), logs.take(np.array([1]))
+    one = stats.ttest_1samp(np.log(samples[0]), 0).confidence_interval(level)
+    welch = stats.ttest_ind(np.log(samples[0]), np.log(samples[1]), equal_var=False).confidence_interval(
+        level
+    )
+    assert np.concatenate(t_interval(top, level)) == pytest.approx(np.exp([one.low, one.high]), rel=1e-9)
+    assert np.concatenate(welch_interval(top, bottom, level)) == pytest.approx(
+        np.exp([welch.low, welch.high]), rel=1e-9
+    )

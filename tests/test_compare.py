@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
-from analysis.statistics.intervals import t_quantile
 from orchestrator.cli.main import main
 from tests.analysis_sweeps import H100, write_cell, write_manifest, write_paired_replicates, write_replicates
 
@@ -96,7 +96,7 @@ def test_cells_with_runs_in_both_sweeps_have_welch_intervals_over_runs(
     ]
     va, vb = (m.var(ddof=1) / len(m) for m in medians)
     df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 3)
-    centre, half = medians[1].mean() - medians[0].mean(), float(t_quantile(0.975, df)) * np.sqrt(va + vb)
+    centre, half = medians[1].mean() - medians[0].mean(), float(stats.t.ppf(0.975, df)) * np.sqrt(va + vb)
     assert cell["step_ratio_low"] == pytest.approx(np.exp(centre - half), rel=1e-3)
     assert cell["step_ratio_high"] == pytest.approx(np.exp(centre + half), rel=1e-3)
     assert cell["interval"] == "across 3+4 runs" and cell["verdict"] == "undecided"
@@ -207,7 +207,7 @@ def welch(top: list[float], bottom: list[float]) -> tuple[float, float]:
     logs = [np.log(values) for values in (top, bottom)]
     vt, vb = (v.var(ddof=1) / len(v) for v in logs)
     df = (vt + vb) ** 2 / (vt**2 / (len(logs[0]) - 1) + vb**2 / (len(logs[1]) - 1))
-    centre, half = logs[0].mean() - logs[1].mean(), float(t_quantile(0.975, df)) * np.sqrt(vt + vb)
+    centre, half = logs[0].mean() - logs[1].mean(), float(stats.t.ppf(0.975, df)) * np.sqrt(vt + vb)
     return float(np.exp(centre - half)), float(np.exp(centre + half))
 
 

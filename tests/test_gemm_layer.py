@@ -14,7 +14,6 @@ import torch
 from tests.helpers import cli, gemm_config
 from workloads.cell.catalog import check_cell
 from workloads.cell.config import (
-    GEMM_KERNELS,
     GEMM_LAYERS,
     ConfigError,
     cell_config_from_dict,
@@ -22,7 +21,7 @@ from workloads.cell.config import (
     config_digest,
 )
 from workloads.contract.schema import LAYER_FIELDS, RUN_SCHEMA
-from workloads.contract.vocabulary import COMPLETED, NOT_SUPPORTED, axes_from_config
+from workloads.contract.vocabulary import COMPLETED, GEMM_KERNELS, NOT_SUPPORTED, axes_from_config
 from workloads.gemm.layer import LAYERS, LayerWindow, graph_speedup, layer_columns, layer_shapes, way_columns
 from workloads.gemm.shapes import GemmShape, gemm_bytes
 from workloads.run import run_cell

@@ -3,7 +3,8 @@
 docs/architecture.md draws them.
 
 - One way: orchestrator -> analysis -> workloads; workloads imports neither of the others, and
-  analysis does not import the orchestrator.
+  analysis does not import the orchestrator. Of workloads, analysis reads the contract only (the
+  files' schema and vocabulary): what a cell runs is no business of its tables.
 - The rooms of workloads: each imports only the rooms beneath it (ROOMS); `contract` none but
   itself, and no torch.
 - The rooms of orchestrator: each imports only the rooms beneath it (ORCHESTRATOR_ROOMS); the
@@ -132,6 +133,8 @@ def room_problems(graph: dict[str, set[str]]) -> list[str]:
                 problems.append(
                     f"{module} imports {target}: the packages import one way, {' -> '.join(PACKAGES)}"
                 )
+            elif package == "analysis" and target.split(".")[0] == "workloads" and room(target) != "contract":
+                problems.append(f"{module} imports {target}: analysis reads workloads.contract only")
             elif package == target.split(".")[0] == "workloads" and room(target) not in ROOMS[room(module)]:
                 problems.append(
                     f"{module} imports {target}: the room {room(module)} may import "
@@ -217,10 +220,12 @@ def test_the_checks_see_what_breaks_them() -> None:
         "analysis.p": "import orchestrator.q\n",
         "orchestrator.q": "from analysis import p\n",
         "workloads.local.t": "from workloads.contract import x\n",
+        "analysis.r": "from workloads.cell.y import z\nfrom workloads.contract.x import w\n",
     }
     problems = room_problems(import_graph(wrong))
     assert [p.split(":")[0] for p in problems] == [
         "analysis.p imports orchestrator.q",
+        "analysis.r imports workloads.cell.y",
         "workloads.contract.x imports workloads.cell.y",
     ]
 
@@ -233,12 +238,13 @@ def test_the_tree_is_formatted_and_linted_by_ruff() -> None:
 
 
 #: Room of analysis -> the rooms it may import (itself included): `rendering` (how a result looks) at
-#: the bottom, the sweep read (`reading`) and the `statistics` on it, each cell's numbers (`cells`)
-#: on those, the `studies` on top. The commands' modules (report, compare, frames) may import any.
+#: the bottom with the sweep read (`reading`) on it, the `statistics` beside them (values and codes, no
+#: words: the tables word them), each cell's numbers (`cells`) on those, the `studies` on top. The
+#: commands' modules (report, compare, frames) may import any.
 ANALYSIS_ROOMS = {
     "rendering": {"rendering"},
     "reading": {"rendering", "reading"},
-    "statistics": {"rendering", "statistics"},
+    "statistics": {"statistics"},
     "cells": {"rendering", "reading", "statistics", "cells"},
     "compare": {"rendering", "reading", "statistics", "cells", "compare"},
     "studies": {"rendering", "reading", "statistics", "cells", "studies"},

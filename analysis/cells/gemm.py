@@ -18,8 +18,13 @@ from analysis.cells.uncertainty import RESAMPLES, median_intervals, median_ratio
 from analysis.reading.axes import reference_positions
 from analysis.reading.collect import GEMM_READ, SweepData
 from analysis.rendering.text import is_null
-from workloads.cell.config import GEMM_KERNELS
-from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, NO_CLOCK_LIMITS, backend_label
+from workloads.contract.vocabulary import (
+    BASELINE_BACKEND,
+    COMPLETED,
+    GEMM_KERNELS,
+    NO_CLOCK_LIMITS,
+    backend_label,
+)
 
 GEMM_MODEL = "gemm"
 SHAPE = ["gemm_m", "gemm_n", "gemm_k"]

@@ -14,76 +14,20 @@ Why not the two-level bootstrap (analysis/statistics/bootstrap.py, kept for one 
 percentile interval is about [min, max] of the two runs and covers the true value 50-70% of the time;
 the t interval with N - 1 degrees of freedom has its nominal coverage for normal log values, and the
 median of a run's many steps is close to normal. Coverage measured: docs/measurement.md ("Intervals").
-The t quantile is computed here (no scipy): closed forms for 1 and 2 degrees of freedom, else the
-regularized incomplete beta function inverted by bisection.
+The t quantile is scipy.stats' (`t.ppf`, any real degrees of freedom). Welch's degrees of freedom are
+computed here from each cell's count, mean and sd: scipy's Welch test takes the samples, one pair at a
+time, and has no form for a product of ratios; tests/test_analysis_stats.py checks both intervals
+against scipy's tests on the samples.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from analysis.statistics.bootstrap import ReplicateSamples, group_mean_std
-
-#: Terms of the incomplete beta's continued fraction at most: it converges in O(sqrt(df)) terms.
-_MAX_TERMS = 2000
-#: Bisection steps of the t quantile: the bracket [0, Cauchy quantile] shrinks 2^-64.
-_BISECTIONS = 64
-_lgamma = np.vectorize(math.lgamma, otypes=[float])
-
-
-def _continued_fraction(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """The continued fraction of the incomplete beta function (modified Lentz; Press et al.,
-    Numerical Recipes, 6.4), elementwise, for x < (a + 1) / (a + b + 2) where it converges fast."""
-    tiny = 1e-300
-    c = np.ones_like(x)
-    d = 1 - (a + b) * x / (a + 1)
-    d = 1 / np.where(np.abs(d) < tiny, tiny, d)
-    result = d.copy()
-    for m in range(1, _MAX_TERMS + 1):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1 + numerator * d
-            d = 1 / np.where(np.abs(d) < tiny, tiny, d)
-            c = 1 + numerator / c
-            c = np.where(np.abs(c) < tiny, tiny, c)
-            step = c * d
-            result *= step
-        if np.all(np.abs(step - 1) < 1e-15):
-            break
-    return result
-
-
-def incomplete_beta(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """The regularized incomplete beta function I_x(a, b), elementwise (0 < x < 1)."""
-    a, b, x = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (a, b, x)))
-    log_front = _lgamma(a + b) - _lgamma(a) - _lgamma(b) + a * np.log(x) + b * np.log1p(-x)
-    direct = x < (a + 1) / (a + b + 2)
-    # I_x(a, b) = 1 - I_{1-x}(b, a): each element takes the side where the fraction converges.
-    fraction = _continued_fraction(np.where(direct, a, b), np.where(direct, b, a), np.where(direct, x, 1 - x))
-    tail = np.exp(log_front) * fraction / np.where(direct, a, b)
-    return np.where(direct, tail, 1 - tail)
-
-
-def t_quantile(p: np.ndarray | float, df: np.ndarray | float) -> np.ndarray:
-    """The p-quantile (0.5 <= p < 1) of Student's t with `df` > 0 degrees of freedom (any real),
-    elementwise: closed forms for df 1 and 2, else the t whose upper tail 0.5 I_{df/(df+t^2)}(df/2, 1/2)
-    is 1 - p, by bisection between 0 and the Cauchy quantile (t quantiles fall as df grows)."""
-    p, df = np.broadcast_arrays(np.asarray(p, dtype=float), np.asarray(df, dtype=float))
-    cauchy = np.tan(np.pi * (p - 0.5))
-    low, high = np.zeros(p.shape), cauchy.copy()
-    for _ in range(_BISECTIONS):
-        middle = (low + high) / 2
-        upper = 0.5 * incomplete_beta(df / 2, 0.5, df / (df + middle**2))
-        beyond = upper < 1 - p  # the middle lies above the quantile
-        high, low = np.where(beyond, middle, high), np.where(beyond, low, middle)
-    quantile = (low + high) / 2
-    quantile = np.where(df == 2, (2 * p - 1) / np.sqrt(2 * p * (1 - p)), quantile)
-    return np.where(df == 1, cauchy, quantile)
 
 
 @dataclass(frozen=True)
@@ -116,14 +60,11 @@ class RunLogs:
 
 
 def _t_level(level: np.ndarray | float, df: np.ndarray) -> np.ndarray:
-    """The t quantile of a central `level` interval with `df` degrees of freedom, NaN where df < 1;
-    one quantile per distinct (level, df): a sweep's cells share a few."""
+    """The t quantile of a central `level` interval with `df` degrees of freedom, NaN where df < 1."""
     level, df = np.broadcast_arrays(np.asarray(level, dtype=float), np.asarray(df, dtype=float))
     out = np.full(df.shape, np.nan)
     known = (df >= 1) & np.isfinite(df) & (level > 0) & (level < 1)
-    if known.any():
-        pairs, inverse = np.unique(np.stack([level[known], df[known]]), axis=1, return_inverse=True)
-        out[known] = t_quantile(1 - (1 - pairs[0]) / 2, pairs[1])[inverse.ravel()]
+    out[known] = stats.t.ppf(1 - (1 - level[known]) / 2, df[known])
     return out
 
 

@@ -1,7 +1,7 @@
-"""Verdicts: what a cell's speedup interval says against a margin of equivalence, on what interval it
+"""Verdicts: what a cell's speedup interval says against a margin of equivalence, and on what interval it
 rests (the median step's, the paired one where measured; end-to-end where the cell or its eager cell
-waits for data), and why in words (`verdict_reasons`). An interval's reading: `equivalence_verdict`;
-the method: docs/analysis.md ("The tables").
+waits for data), as values; the words are the tables' (analysis/studies/sweep/speedup_texts.py). An
+interval's reading: `equivalence_verdict`; the method: docs/analysis.md ("The tables").
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.rendering.text import fmt_speedup
 from workloads.contract.vocabulary import COMPLETED, EQUIVALENCE
 
 #: Above this share of step time spent waiting for data a cell is data-bound (`--data-bound`).
@@ -61,38 +60,6 @@ def verdicts(
     verdict[~compared] = None
     cells["verdict"] = verdict
     cells["verdict_basis"] = np.where(pd.isna(verdict), None, np.where(e2e, E2E_BASIS, MEDIAN_BASIS))
-
-
-def verdict_reasons(metrics: pd.DataFrame, digits: int = 2) -> pd.Series:
-    """Why a verdict rests on end-to-end throughput: `data-bound (94% waiting for data): end-to-end
-    1.03x [0.97, 1.10]` (`eager cell data-bound (...)` where it is the baseline that waits); '' for
-    the others."""
-    share = metrics.drop_duplicates("cell_id").set_index("cell_id")["data_wait_share"]
-    reasons = []
-    for row in metrics[
-        [
-            "verdict_basis",
-            "data_bound",
-            "data_wait_share",
-            "baseline_cell_id",
-            "e2e_speedup",
-            "e2e_speedup_low",
-            "e2e_speedup_high",
-        ]
-    ].to_dict("records"):
-        if row["verdict_basis"] != E2E_BASIS:
-            reasons.append("")
-            continue
-        whose, fraction = (
-            ("", row["data_wait_share"])
-            if row["data_bound"]
-            else ("eager cell ", share.get(row["baseline_cell_id"], np.nan))
-        )
-        speedup = fmt_speedup(row["e2e_speedup"], row["e2e_speedup_low"], row["e2e_speedup_high"], digits)
-        reasons.append(
-            f"{whose}data-bound ({100 * float(fraction):.0f}% waiting for data): end-to-end {speedup}"
-        )
-    return pd.Series(reasons, index=metrics.index, dtype=object)
 
 
 def decisive_speedup(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:

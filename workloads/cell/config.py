@@ -30,6 +30,7 @@ from workloads.contract.vocabulary import (
     AUTO_REPEATS,
     BASELINE_BACKEND,
     EQUIVALENCE,
+    GEMM_KERNELS,
     GEMM_TIMINGS,
     SUSTAINED,
 )
@@ -40,9 +41,6 @@ DATA_SOURCES = ("synthetic", "text", "bin", "imagefolder", "custom")
 DIST_BACKENDS = ("auto", "nccl", "gloo")
 #: `compile.measure`: one compile with whatever the caches hold, or a cold and a warm one.
 COMPILE_MEASURES = ("once", "cold_warm")
-#: model=gemm's Triton fp8 kernels (workloads/gemm/triton_fp8.py): the FP8 post's data-parallel
-#: "base" matmul and its SplitK TK-GEMM.
-GEMM_KERNELS = ("triton_base", "triton_splitk")
 #: model=gemm's layers (workloads/gemm/layer.py): the GEMMs of a whole layer instead of one GEMM.
 GEMM_LAYERS = ("llama3_70b_attention",)
 

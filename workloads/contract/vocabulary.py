@@ -67,6 +67,9 @@ def _backend(config: Mapping[str, Any]) -> str | None:
 #: profilers time.
 SUSTAINED, BURST = "sustained", "burst"
 GEMM_TIMINGS = (SUSTAINED, BURST)
+#: model=gemm's Triton fp8 kernels (`model.kernel`; workloads/gemm/triton_fp8.py): the FP8 post's
+#: data-parallel "base" matmul and its SplitK TK-GEMM. A cell with a kernel has it as its backend axis.
+GEMM_KERNELS = ("triton_base", "triton_splitk")
 
 
 def _gemm_timing(config: Mapping[str, Any]) -> str | None:

@@ -9,8 +9,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import ScalarFormatter
 
 from analysis.rendering.figure_layout import DPI, FIGSIZE
-from workloads.cell.config import GEMM_KERNELS
-from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED
+from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, GEMM_KERNELS
 
 NAME = "gemm"
 #: The memory floor's line per dtype (others: grey).

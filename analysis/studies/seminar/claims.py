@@ -20,7 +20,7 @@ import pandas as pd
 
 from analysis.cells.paired import PAIRED
 from analysis.rendering.text import Table, fmt_change, fmt_percent, fmt_speedup, is_null
-from analysis.statistics.verdicts import E2E_BASIS, EQUIVALENCE, equivalence_verdict, verdict_reasons
+from analysis.statistics.verdicts import E2E_BASIS, EQUIVALENCE, equivalence_verdict
 from analysis.studies.base import Loaded, Study
 from analysis.studies.seminar.tables import (
     PUBLISHED_CAVEATS,
@@ -30,6 +30,7 @@ from analysis.studies.seminar.tables import (
     load_reference,
     seminar_models,
 )
+from analysis.studies.sweep.speedup_texts import verdict_reasons
 from workloads.contract.vocabulary import COMPLETED
 
 AGREES, DISAGREES, NO_DIFFERENCE = "agrees", "disagrees", "no difference"

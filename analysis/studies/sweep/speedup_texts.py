@@ -1,13 +1,14 @@
 """How a cell's speedup reads in the per-cell tables: what its interval rests on, what it is against,
-and its verdict (analysis/studies/sweep/table.py sets them in the tables)."""
+its verdict and why in words (analysis/studies/sweep/table.py sets them in the tables)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from analysis.cells.uncertainty import WITHIN_ONE_PROCESS
 from analysis.rendering.text import fmt_speedup, is_null
-from analysis.statistics.verdicts import verdict_reasons
+from analysis.statistics.verdicts import E2E_BASIS
 
 #: The mark of a paired speedup whose interval is disjoint from the unpaired one's.
 DISAGREES = "≠ unpaired"
@@ -98,3 +99,35 @@ def verdict_texts(metrics: pd.DataFrame, reasons: bool = True, one_run: str = ON
         text = f"{verdict}{one_run}" if single else str(verdict)
         texts.append(f"{text} — {reason}" if reason else text)
     return pd.Series(texts, index=metrics.index, dtype=object)
+
+
+def verdict_reasons(metrics: pd.DataFrame, digits: int = 2) -> pd.Series:
+    """Why a verdict rests on end-to-end throughput: `data-bound (94% waiting for data): end-to-end
+    1.03x [0.97, 1.10]` (`eager cell data-bound (...)` where it is the baseline that waits); '' for
+    the others."""
+    share = metrics.drop_duplicates("cell_id").set_index("cell_id")["data_wait_share"]
+    reasons = []
+    for row in metrics[
+        [
+            "verdict_basis",
+            "data_bound",
+            "data_wait_share",
+            "baseline_cell_id",
+            "e2e_speedup",
+            "e2e_speedup_low",
+            "e2e_speedup_high",
+        ]
+    ].to_dict("records"):
+        if row["verdict_basis"] != E2E_BASIS:
+            reasons.append("")
+            continue
+        whose, fraction = (
+            ("", row["data_wait_share"])
+            if row["data_bound"]
+            else ("eager cell ", share.get(row["baseline_cell_id"], np.nan))
+        )
+        speedup = fmt_speedup(row["e2e_speedup"], row["e2e_speedup_low"], row["e2e_speedup_high"], digits)
+        reasons.append(
+            f"{whose}data-bound ({100 * float(fraction):.0f}% waiting for data): end-to-end {speedup}"
+        )
+    return pd.Series(reasons, index=metrics.index, dtype=object)
