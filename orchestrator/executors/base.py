@@ -1,8 +1,9 @@
 """How a sweep's cells run: one `Executor` interface, chosen once from the cluster profile.
 
-As submitit's executors, an executor runs or submits what it is given and waits only if asked; the
-policy is its caller's, the sweep driver (orchestrator/sweep/driver.py), which speaks to this
-interface alone and never asks which executor it has. `check` and `plan` check the grid and decide
+As submitit's executors, an executor runs or submits what it is given, and as ReFrame's schedulers,
+it says where its jobs are when polled; waiting is the policy of its caller, the sweep driver
+(orchestrator/sweep/driver.py), which speaks to this interface alone and never asks which executor
+it has. `check` and `plan` check the grid and decide
 what runs (raising `ExecutorError`, one line, before anything is written), `rows` is the dry-run
 table, `dry_run` writes what a dry run writes, `run` runs or submits the plan's replicates and says
 what it did (`Ran`), and `poll` says where the jobs it submitted are (`JobState`, in the project's
