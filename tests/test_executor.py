@@ -18,12 +18,10 @@ from orchestrator.executors import choice
 from orchestrator.executors.base import EXIT_FAILED, EXIT_OK, GONE, Executor, ExecutorError, JobState, Ran
 from orchestrator.executors.local import LocalExecutor
 from orchestrator.executors.slurm.executor import SlurmExecutor
-from orchestrator.executors.slurm.scheduler import SLURM_STATES
 from orchestrator.grid.cells import Cell, Grid
 from orchestrator.grid.expand import expand
 from orchestrator.grid.files import record_grid
 from tests.helpers import REPO_ROOT, TINY, table
-from tests.test_package_rules import import_graph, sources
 from workloads.contract.vocabulary import PENDING, RUNNING, UNKNOWN
 
 
@@ -167,30 +165,3 @@ def test_the_command_line_and_the_driver_name_no_executor(module: str) -> None:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
     ]
     assert not [text for text in constants if text in choice.EXECUTORS], constants
-
-
-#: The one module outside orchestrator/executors/slurm/ that may import it: where executors register.
-SLURM = "orchestrator.executors.slurm"
-
-
-def test_only_the_slurm_executor_speaks_slurm() -> None:
-    """Queue state is behind the seam: outside orchestrator/executors/slurm/ no module of the
-    orchestrator mentions squeue or sacct (in code, messages or prose) nor imports the Slurm executor
-    (but the choice of executors), and `status` and the driver hold no Slurm word in any string."""
-    found = sources()
-    orchestrator = {m: s for m, s in found.items() if m.split(".")[0] == "orchestrator"}
-    slurm = {m for m in orchestrator if m == SLURM or m.startswith(f"{SLURM}.")}
-    speaks = re.compile(r"squeue|sacct", re.IGNORECASE)
-    assert sum(bool(speaks.search(orchestrator[m])) for m in slurm) >= 2  # the search sees them there
-    assert sorted(m for m in orchestrator.keys() - slurm if speaks.search(orchestrator[m])) == []
-    graph = import_graph(found)
-    importers = {m for m in orchestrator.keys() - slurm if graph[m] & slurm}
-    assert importers == {"orchestrator.executors.choice"}
-    slurm_word = re.compile(rf"(?i:slurm)|\b({'|'.join(SLURM_STATES)})\b")  # a state as Slurm spells it
-    for module in ("orchestrator.executors.status", "orchestrator.sweep.driver"):
-        strings = [
-            node.value
-            for node in ast.walk(ast.parse(orchestrator[module]))
-            if isinstance(node, ast.Constant) and isinstance(node.value, str)
-        ]
-        assert len(strings) > 5 and [text for text in strings if slurm_word.search(text)] == [], module
