@@ -12,12 +12,14 @@ docs/architecture.md draws them.
   the tables.
 - The rooms of analysis: each imports only the rooms beneath it (ANALYSIS_ROOMS).
 - No circles: no module imports, directly or through others, a module that imports it.
+- Queue state behind the executor seam: only orchestrator/executors/slurm/ speaks Slurm.
 - The tree is as `ruff format` writes it, and `ruff check` finds nothing (pyproject.toml).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -264,3 +266,35 @@ def test_the_rooms_of_analysis_import_downwards() -> None:
         if target.startswith("analysis.") and room_of(target) not in ANALYSIS_ROOMS[room_of(module)]
     ]
     assert not problems, "\n".join(problems)
+
+
+#: The one module outside orchestrator/executors/slurm/ that may import it: where executors register.
+SLURM = "orchestrator.executors.slurm"
+
+
+def test_only_the_slurm_executor_speaks_slurm() -> None:
+    """Queue state is behind the seam: outside orchestrator/executors/slurm/ no module of the
+    orchestrator mentions squeue or sacct (in code, messages or prose) nor imports the Slurm executor
+    (but the choice of executors), and `status` and the driver hold no Slurm word in any string."""
+    found = sources()
+    orchestrator = {m: s for m, s in found.items() if m.split(".")[0] == "orchestrator"}
+    slurm = {m for m in orchestrator if m == SLURM or m.startswith(f"{SLURM}.")}
+    speaks = re.compile(r"squeue|sacct", re.IGNORECASE)
+    assert sum(bool(speaks.search(orchestrator[m])) for m in slurm) >= 2  # the search sees them there
+    assert sorted(m for m in orchestrator.keys() - slurm if speaks.search(orchestrator[m])) == []
+    graph = import_graph(found)
+    importers = {m for m in orchestrator.keys() - slurm if graph[m] & slurm}
+    assert importers == {"orchestrator.executors.choice"}
+    states = next(  # Slurm's job states as it spells them: the keys of scheduler.py's SLURM_STATES
+        ast.literal_eval(node.value)
+        for node in ast.walk(ast.parse(orchestrator[f"{SLURM}.scheduler"]))
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "SLURM_STATES"
+    )
+    slurm_word = re.compile(rf"(?i:slurm)|\b({'|'.join(states)})\b")
+    for module in ("orchestrator.executors.status", "orchestrator.sweep.driver"):
+        strings = [
+            node.value
+            for node in ast.walk(ast.parse(orchestrator[module]))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ]
+        assert len(strings) > 5 and [text for text in strings if slurm_word.search(text)] == [], module

@@ -1,7 +1,8 @@
 """The arguments of the `compilebench` command line: every command's flags, their help and checks.
 
 `sweep --help` ends with the config groups and their values, read from the config directories
-when asked (orchestrator/grid/config_groups.py); the rest is argparse's.
+when asked (orchestrator/grid/config_groups.py); the rest is argparse's. The flags of `sweep` that
+go together or not are checked in its request (orchestrator/cli/request.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from orchestrator.executors.slurm.scheduler import UNANSWERED_LIMIT_S, WAIT_INTERVAL_S
+from orchestrator.executors.base import UNANSWERED_LIMIT_S, WAIT_INTERVAL_S
 from orchestrator.grid.config_groups import groups_help
 from orchestrator.grid.package_data import version
 from orchestrator.sweep.bisection import QUANTITIES
@@ -118,8 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_seconds,
         default=None,
         metavar="SECONDS",
-        help=f"with --wait: stop waiting once squeue has not answered for this long; the jobs run "
-        f"on (default: {UNANSWERED_LIMIT_S:g})",
+        help=f"with --wait: stop waiting once the scheduler's queue has not answered for this long; the "
+        f"jobs run on (default: {UNANSWERED_LIMIT_S:g})",
     )
     sweep.add_argument(
         "-m",

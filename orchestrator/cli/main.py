@@ -7,11 +7,11 @@ flags and their help: orchestrator/cli/args.py).
                                                       # (SWEEP_DIR/smoke)
     compilebench sweep [OVERRIDES...] --wait          # Slurm: then follow the jobs (cells per state
                          [--poll SECONDS]             # at once, then every --poll s) and print the status
-                         [--give-up SECONDS]          # table; stop after --give-up s of a squeue that does
+                         [--give-up SECONDS]          # table; stop after --give-up s of a queue that does
                                                       # not answer (their defaults: `sweep --help`)
     compilebench sweep [OVERRIDES...] --cfg job       # print each cell's resolved config, run nothing
     compilebench sweep --config-dir DIR [OVERRIDES...] # a site's own profiles (DIR/cluster/<site>.yaml)
-    compilebench status SWEEP_DIR [--retry-failed | --json]  # each cell's state: results, then squeue/sacct;
+    compilebench status SWEEP_DIR [--retry-failed | --json]  # each cell's state: results, then the queue;
                                                       # then run the failed and unfinished cells again
     compilebench analyze SWEEP_DIR [--format markdown|latex|csv|json] [--reference seminar] [--no-plots]
                          [--equivalence MARGIN] [--data-bound FRACTION] [--launch-bound FRACTION]
@@ -29,7 +29,7 @@ the sweep's own executor: Slurm job arrays as `sweep` submits them, or a local r
 Exit codes: 0 success (for Slurm: submitted; with --wait: every cell completed; with
 --retry-failed: resubmitted, or nothing to retry); 1 a cell failed (local sweep or local retry),
 an sbatch failed after earlier arrays were submitted (Slurm), not every cell completed (status,
-sweep --wait, also when it gave up on a squeue that did not answer), nothing to analyse
+sweep --wait, also when it gave up on a queue that did not answer), nothing to analyse
 (analyze), a regression (compare), or ends within noise or an undecided environment (bisect);
 2 bad input (a bad override, cluster profile, config dir,
 partition or GPU type, a Hydra launcher or sweeper, repeats=auto on Slurm without --wait; for
@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.cli.args import build_parser
-from orchestrator.executors.base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Follow
+from orchestrator.cli.request import SweepRequest, UsageError
+from orchestrator.executors.base import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:  # cells imports the vocabulary (~180 ms), status pandas: only commands that need them
     from orchestrator.executors.status import CellStatus
@@ -59,35 +60,9 @@ def _error(message: str) -> int:
     return EXIT_USAGE
 
 
-def cmd_sweep(
-    overrides: Sequence[str],
-    dry_run: bool,
-    wait: bool = False,
-    smoke: bool = False,
-    cfg: str | None = None,
-    first: int | None = None,
-    config_dirs: Sequence[Path] = (),
-    poll_s: float | None = None,
-    give_up_s: float | None = None,
-) -> int:
-    if dry_run and wait:
-        return _error("--wait and --dry-run exclude each other: a dry run submits nothing to wait for")
-    if smoke and wait:
-        return _error("--smoke runs here and submits nothing to wait for")
-    if cfg and (dry_run or wait or smoke):
-        return _error(
-            "--cfg job prints the cells' configs and runs nothing: leave out --dry-run, --wait and --smoke"
-        )
-    if poll_s is not None and not wait:
-        return _error(
-            "--poll SECONDS goes with --wait: how often to look at the queue while following the jobs"
-        )
-    if give_up_s is not None and not wait:
-        return _error(
-            "--give-up SECONDS goes with --wait: how long to wait for a squeue that does not answer"
-        )
-    if first is not None and (not cfg or first < 1):
-        return _error("--first N (N >= 1) goes with --cfg job: how many cells' configs to print")
+def cmd_sweep(request: SweepRequest) -> int:
+    """`compilebench sweep`: expand, then print the configs (--cfg job), write a dry run, or run the
+    sweep through the driver; the request's flags were checked when it was built."""
     # Imported here so `compilebench --help` and `analyze` do not pay for Hydra's start-up.
     from analysis.rendering.text import render_markdown
     from orchestrator.executors.base import ExecutorError
@@ -95,23 +70,26 @@ def cmd_sweep(
     from orchestrator.grid.expand import GridError, expand
     from workloads.contract.sweep_dir import SweepDirError, check_sweep_dir
 
+    overrides, config_dirs = request.overrides, request.config_dirs
     try:
-        grid = smoke_of(overrides, config_dirs) if smoke else expand(overrides, config_dirs=config_dirs)
-        if cfg:
-            return print_configs(grid, first)
-        check_sweep_dir(grid.sweep_dir.parent if smoke else grid.sweep_dir)
+        grid = (
+            smoke_of(overrides, config_dirs) if request.smoke else expand(overrides, config_dirs=config_dirs)
+        )
+        if request.cfg:
+            return print_configs(grid, request.first)
+        check_sweep_dir(grid.sweep_dir.parent if request.smoke else grid.sweep_dir)
         executor = executor_for(grid)
         the_plan = executor.plan(grid)
     except (GridError, SweepDirError, ExecutorError) as exc:
         return _error(str(exc))
-    if dry_run:
+    if request.dry_run:
         rows = executor.rows(the_plan)
         print(render_markdown(rows, list(rows[0])))
         print(f"\n{executor.dry_run(the_plan)}")
         return EXIT_OK
     from orchestrator.sweep.driver import drive
 
-    return drive(executor, the_plan, grid, Follow(poll_s, give_up_s) if wait else None)
+    return drive(executor, the_plan, grid, request.follow)
 
 
 def print_configs(grid: Grid, first: int | None) -> int:
@@ -308,17 +286,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         if args.command == "sweep":
-            return cmd_sweep(
-                [*args.overrides, *extra],
-                args.dry_run,
-                args.wait,
-                args.smoke,
-                args.cfg,
-                args.first,
-                args.config_dir or (),
-                args.poll,
-                args.give_up,
-            )
+            try:
+                request = SweepRequest.from_args(args, extra)
+            except UsageError as exc:
+                return _error(str(exc))
+            return cmd_sweep(request)
         if args.command == "status":
             return cmd_status(args.sweep_dir, args.retry_failed, args.json)
         if args.command == "bisect":

@@ -1,5 +1,6 @@
 """The executors by the name a cluster profile gives them (`executor`: local | slurm; its default is
-in conf/cluster_base.yaml), and the one place that chooses between them."""
+in conf/cluster_base.yaml), and the one place that chooses between them: for a grid, and for the
+jobs a sweep's manifest records (`status` asks their executor where they are)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ EXECUTORS: dict[str, type[Executor[Any]]] = {"local": LocalExecutor, "slurm": Sl
 
 def executor_for(grid: Grid) -> Executor[Any]:
     """The executor the grid's cluster profile names."""
-    name = grid.executor
+    return executor_named(grid.executor, f" (cluster={grid.cluster.get('name')})")
+
+
+def executor_named(name: str, where: str = "") -> Executor[Any]:
+    """The executor of this name (the manifest records each cell's), `where` in the error."""
     if name not in EXECUTORS:
-        raise ExecutorError(
-            f"unknown executor {name!r} (cluster={grid.cluster.get('name')}); use {' or '.join(EXECUTORS)}"
-        )
+        raise ExecutorError(f"unknown executor {name!r}{where}; use {' or '.join(EXECUTORS)}")
     return EXECUTORS[name]()

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from orchestrator.executors.base import Executor, ExecutorError, Follow, Ran
+from orchestrator.executors.base import GONE, Executor, ExecutorError, JobState, Ran
 from orchestrator.executors.cell_process import SKIPPED, CellProcess, Outcome, start_cell
 from orchestrator.grid.cells import Cell, Grid
 from workloads.cell.config import distributed_section
@@ -229,10 +229,13 @@ class LocalExecutor(Executor[LocalPlan]):
         repeats = grid.auto_note()
         return f"{len(grid.cells)} cell(s) for {grid.sweep_dir}{repeats}; nothing written or run (--dry-run)"
 
-    def run(self, plan: LocalPlan, wait: Follow | None = None) -> Ran:
-        """Run the replicates here, with the compile caches `cluster.compile_cache` says; `wait`
-        changes nothing: they run in the foreground."""
+    def run(self, plan: LocalPlan) -> Ran:
+        """Run the replicates here, with the compile caches `cluster.compile_cache` says."""
         from orchestrator.grid.profile import SlurmProfile  # OmegaConf: not in a packed task's runner
 
         cache = plan.grid.cluster.get("compile_cache") or SlurmProfile.compile_cache  # null: the default
         return Ran(outcomes=run_replicates(plan.grid.sweep_dir, plan.todo(), cache))
+
+    def poll(self, sweep_dir: Path, job_ids: Sequence[str]) -> dict[str, JobState]:
+        """None of its: a local run is in the foreground and records no job (its cells, their results)."""
+        return dict.fromkeys(job_ids, JobState(GONE, "job unknown to the local executor, no result"))

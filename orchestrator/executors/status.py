@@ -1,29 +1,20 @@
-"""`compilebench status SWEEP_DIR`: the state of every cell of a sweep, from its files and Slurm;
-the cells `--retry-failed` runs again, and following a sweep until it ends (`sweep --wait`).
+"""`compilebench status SWEEP_DIR`: the state of every cell of a sweep, from its files and its
+executor's queue; the cells `--retry-failed` runs again, and following a sweep until it ends
+(`sweep --wait`).
 
 A cell's state comes from its result first: the status of the attempt that counts in
 `run.parquet` (completed, failed, oom, timeout, cancelled, not_compiled, not_supported). A cell
-without a result (or with a failed one whose newer job is in the queue again) takes its state from the
-scheduler, for the job id that `manifest.parquet` records: `squeue` for the jobs the controller
-still knows (pending, running, and those that ended a few minutes ago), then `sacct` for the
-others where accounting exists. A job that left no result is `lost` when its node died (Slurm's
-NODE_FAIL, for a job that may not be requeued; one that may is pending again), or when neither
-knows it (the controller forgot it; also an array task cancelled while it still pended together
-with other tasks of its array: Slurm 22.05 keeps no record of it, in squeue or sacct); a cell
-without a job id and without a result is `not run` (a --dry-run, or a local sweep that has not
-reached it); `unknown` when the scheduler could not be asked. Every
-scheduler call has a short timeout, and a `sacct` that is missing or reports accounting storage
-disabled is simply not used: `status` never hangs.
-
-A cell packed with others into one array task (`cluster.cells_per_task`, job id `<task>.<place>`,
-orchestrator/executors/slurm/packing.py) has a state of its own while its task runs: pending until
-the task gives its place the device, running while it has it, then its result. A packed cell left
-without a result when its task has ended (or has gone past its place) is `lost`.
+without a result (or with a failed one whose newer job is in the queue again) takes its state from
+the queue: the executor that `manifest.parquet` records for the cell is asked where its job ids are
+(`Executor.poll`, orchestrator/executors/base.py, which says what each executor asks). A job that
+left no result gives its cell the state it ended in, with the executor's words for why; one the
+queue has no record of (GONE) leaves its cell `lost`; a cell without a job id and without a result
+is `not run` (a --dry-run, or a local sweep that has not reached it); `unknown` when the queue could
+not be asked. An executor's poll never hangs, so neither does `status`.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import time
@@ -33,13 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from orchestrator.executors.slurm.packing import place_state, split_place
-from orchestrator.executors.slurm.scheduler import (
-    SLURM_STATES,
-    UNANSWERED_LIMIT_S,
-    WAIT_INTERVAL_S,
-    job_states,
-)
+from orchestrator.executors.base import GONE, UNANSWERED_LIMIT_S, WAIT_INTERVAL_S, ExecutorError, JobState
 from workloads.contract.attempts import last_status
 from workloads.contract.sweep_dir import (
     STDERR,
@@ -49,7 +34,6 @@ from workloads.contract.sweep_dir import (
     read_auto_stop,
     read_cell_config,
     read_manifest,
-    read_task_place,
 )
 from workloads.contract.vocabulary import (
     AUTO_REPEATS,
@@ -106,12 +90,13 @@ def sweep_status(sweep_dir: Path) -> list[CellStatus]:
     sweep_dir = Path(sweep_dir)
     if not is_sweep_dir(sweep_dir):
         raise NotASweep(f"not a sweep directory: {sweep_dir} (no manifest.parquet, no cells/)")
-    rows = {}
+    rows, executor_of = {}, {}
     manifest = read_manifest(sweep_dir)
     for entry in (
         [] if manifest is None else manifest.astype(object).where(manifest.notna(), None).to_dict("records")
     ):
         job_id = entry.pop("job_id")
+        executor_of[entry["cell_id"]] = entry.get("executor")
         axes = {k: v for k, v in entry.items() if k not in ("cell_id", "overrides", "executor")}
         rows[entry["cell_id"]] = CellStatus(
             entry["cell_id"], axes, job_id if isinstance(job_id, str) and job_id else None
@@ -132,47 +117,46 @@ def sweep_status(sweep_dir: Path) -> list[CellStatus]:
         _from_result(row, directory)
 
     ask = [row for row in rows.values() if row.job_id and row.state != COMPLETED]
-    states = _place_states(sweep_dir, [job for row in ask for job in row.job_id.split()])
+    jobs = _poll(sweep_dir, executor_of, ask)
     for row in ask:
-        job, slurm = (None, None) if states is None else _job_state(row.job_id.split(), states)
-        state = SLURM_STATES.get(slurm, slurm.lower()) if slurm else None
+        job = _speaking([jobs[job_id] for job_id in row.job_id.split()])
         if row.attempts:  # a result: only a newer job of the cell, queued or running, overrides it
-            if state in QUEUED:
-                row.state = state
+            if job.state in QUEUED:
+                row.state = job.state
             continue
         _from_result(row, cell_dir(sweep_dir, row.cell_id))  # the job may have ended since
         if row.attempts:
             continue
-        if states is None:
-            row.state, row.error = UNKNOWN, "squeue did not answer"
-        elif state is None:
-            row.state, row.error = LOST, "job unknown to squeue/sacct, no result"
-        elif state in QUEUED:
-            row.state = state
-        elif job is not None and split_place(job)[1] is not None:  # its task ended, or went on, without it
-            row.state, row.error = LOST, f"no result from task {split_place(job)[0]} (see logs/)"
-        else:
-            row.state, row.error = state, f"job {slurm}, no result (see logs/)"
+        row.state = LOST if job.state == GONE else job.state
+        row.error = job.error
     return list(rows.values())
 
 
-def _place_states(sweep_dir: Path, job_ids: Sequence[str]) -> dict[str, str] | None:
-    """The Slurm state of each of these job ids (a packed replicate's: of its place, `place_state`),
-    None when squeue cannot be asked."""
-    tasks = job_states(list(dict.fromkeys(split_place(job)[0] for job in job_ids)))
-    if tasks is None:
-        return None
-    place_of = functools.cache(lambda task: read_task_place(sweep_dir, task))
-    states = {job: place_state(job, tasks, place_of) for job in job_ids}
-    return {job: state for job, state in states.items() if state is not None}
+def _poll(
+    sweep_dir: Path, executor_of: dict[str, str | None], rows: Sequence[CellStatus]
+) -> dict[str, JobState]:
+    """Each job id of these cells where its executor (`executor_of` each cell, as the manifest
+    records it) says it is: one poll per executor."""
+    from orchestrator.executors.choice import executor_named  # the executors: only where a job is asked
+
+    asked: dict[str | None, list[str]] = {}
+    for row in rows:
+        asked.setdefault(executor_of.get(row.cell_id), []).extend(row.job_id.split())
+    jobs = {}
+    for name, job_ids in asked.items():
+        try:
+            jobs.update(executor_named(str(name)).poll(sweep_dir, list(dict.fromkeys(job_ids))))
+        except ExecutorError as exc:
+            jobs.update(dict.fromkeys(job_ids, JobState(UNKNOWN, str(exc))))
+    return jobs
 
 
-def _job_state(job_ids: Sequence[str], states: dict[str, str]) -> tuple[str | None, str | None]:
-    """(job id, Slurm state) of the job that speaks for a cell's jobs (one per replicate): a
-    running one, else a pending one, else the last one known."""
-    known = [(job, states[job]) for job in job_ids if job in states]
-    by_cell_state = {SLURM_STATES.get(state): (job, state) for job, state in known}
-    return by_cell_state.get(RUNNING) or by_cell_state.get(PENDING) or (known[-1] if known else (None, None))
+def _speaking(jobs: Sequence[JobState]) -> JobState:
+    """The job that speaks for a cell's jobs (one per replicate, oldest first): a running one, else a
+    pending one, else the last one the queue knows, else the last one."""
+    by_state = {job.state: job for job in jobs}
+    known = [job for job in jobs if job.state != GONE]
+    return by_state.get(RUNNING) or by_state.get(PENDING) or (known or jobs)[-1]
 
 
 def to_json(sweep_dir: Path, rows: Sequence[CellStatus]) -> str:
@@ -233,7 +217,7 @@ def follow(
     the cells per state (`[12s] 3 completed, 1 running`): rewritten in place on a terminal, one
     line per look otherwise (a log file). Returns the last look's rows.
 
-    A squeue that stops answering turns queued cells `unknown`; they are waited for, but for at
+    A queue that stops answering turns queued cells `unknown`; they are waited for, but for at
     most `give_up_s` in a row, so that --wait cannot hang on a broken scheduler: the rows returned
     then hold `unknown` cells.
     """

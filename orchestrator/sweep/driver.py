@@ -4,10 +4,11 @@ and `status --retry-failed` alike.
 It prepares the sweep directory once (each cell's config.yaml and the manifest; a retry finds them
 there), then runs either every replicate of the cells through the executor in one go, or the rounds
 of repeats=auto (orchestrator/sweep/rounds.py), each a plan and a run of the executor. repeats=auto
-decides between rounds, so it is refused, the same way for every executor, where the executor's run
-would not wait for them (a Slurm sweep without --wait). Then it prints the closing tables
-(orchestrator/sweep/tables.py) and returns the exit code. The executor only runs or submits what it
-is given and waits if asked (orchestrator/executors/base.py).
+decides between rounds, so it is refused, the same way for every executor, where the sweep would
+not wait for them (submitted, without --wait). With --wait it follows what the executor
+submitted, asking the executor's queue (`Executor.poll`, through orchestrator/executors/status.py)
+until no cell is queued. Then it prints the closing tables (orchestrator/sweep/tables.py) and returns
+the exit code. The executor only runs or submits what it is given (orchestrator/executors/base.py).
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from typing import Any
 
 from orchestrator.executors.base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Executor, ExecutorError, Follow
 from orchestrator.executors.cell_process import SKIPPED, Outcome
-from orchestrator.executors.slurm.scheduler import UNANSWERED_LIMIT_S
-from orchestrator.executors.status import CellStatus, all_completed, sweep_status
+from orchestrator.executors.status import CellStatus, all_completed, follow, sweep_status
 from orchestrator.grid.cells import Cell, Grid
 from orchestrator.grid.files import prepare
 from orchestrator.sweep.rounds import run_rounds
@@ -29,7 +29,8 @@ from workloads.contract.vocabulary import COMPLETED, NOT_SUPPORTED, UNKNOWN
 
 
 class _Stopped(Exception):
-    """A round of repeats=auto that could not be planned, submitted or waited for: the exit code."""
+    """A run or a round of repeats=auto that could not be planned, submitted or waited for: the exit
+    code."""
 
     def __init__(self, code: int):
         super().__init__(code)
@@ -71,13 +72,12 @@ def drive(
 
     def run(the_plan: Any) -> None:
         nonlocal states
-        ran = executor.run(the_plan, wait)
+        ran = executor.run(the_plan)
         outcomes.extend(ran.outcomes)
-        if ran.states is not None:
-            states = ran.states
-            _waited(ran.states, cells, wait)
         if ran.code != EXIT_OK:
             raise _Stopped(ran.code)
+        if wait is not None and not executor.foreground:
+            states = _follow(executor, cells, wait)
 
     def run_round(todo: Sequence[tuple[Cell, int]]) -> None:
         try:
@@ -98,16 +98,31 @@ def drive(
     return _close(executor, cells, auto, outcomes, states)
 
 
-def _waited(states: list[CellStatus], cells: Grid, wait: Follow | None) -> None:
-    """After waiting for the jobs: the status table, and an error where squeue stopped answering."""
-    print(status_table(states))
-    if any(row.state == UNKNOWN for row in states):  # follow gave up on a squeue that did not answer
-        give_up_s = UNANSWERED_LIMIT_S if wait is None or wait.give_up_s is None else wait.give_up_s
+def _follow(executor: Executor[Any], cells: Grid, wait: Follow) -> list[CellStatus]:
+    """--wait: the cells per state at once, then every `poll_s` seconds until none is queued (or the
+    queue has not answered for `give_up_s`); then the status table, and an error where it gave up.
+    Ctrl-C stops the waiting, not the jobs (130). Returns the cells' states at the last look."""
+    print(
+        f"waiting for the jobs, a look every {wait.poll_s:g} s (Ctrl-C stops waiting, not the jobs)",
+        flush=True,
+    )
+    try:
+        states = follow(cells.sweep_dir, interval_s=wait.poll_s, give_up_s=wait.give_up_s)
+    except KeyboardInterrupt:
         print(
-            f"error: squeue has not answered for {give_up_s:g} s: stopped waiting; the jobs may still run. "
-            f"Check them with: compilebench status {cells.sweep_dir}",
+            "\nstopped waiting; the jobs keep running. Check them with: "
+            f"compilebench status {cells.sweep_dir}",
             file=sys.stderr,
         )
+        raise _Stopped(130) from None
+    print(status_table(states))
+    if any(row.state == UNKNOWN for row in states):  # follow gave up on a queue that did not answer
+        print(
+            f"error: {executor.queue_name} has not answered for {wait.give_up_s:g} s: stopped waiting; "
+            f"the jobs may still run. Check them with: compilebench status {cells.sweep_dir}",
+            file=sys.stderr,
+        )
+    return states
 
 
 def _close(

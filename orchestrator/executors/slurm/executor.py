@@ -3,18 +3,18 @@
 The plan (orchestrator/executors/slurm/plan.py) groups the replicates left to run into job arrays; `run`
 submits them (orchestrator/executors/slurm/submit.py) and returns: job ids go to manifest.parquet (`<array
 job>_<task>`, or `<job>` for a lone cell, which submitit submits as a plain job), the submitted
-scripts to `SWEEP_DIR/sbatch/<job>.sh`. With `--wait` it then follows the jobs until none is queued.
-`repeats=auto` is a plan and a wait per round, from the sweep driver (orchestrator/sweep/driver.py).
+scripts to `SWEEP_DIR/sbatch/<job>.sh`. `poll` asks squeue and sacct where they are
+(orchestrator/executors/slurm/queue.py), for `status` and for the sweep driver's `--wait`
+(orchestrator/sweep/driver.py), which also runs `repeats=auto` as a plan, a run and a wait per round.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.executors.base import EXIT_OK, Executor, ExecutorError, Follow, Ran
+from orchestrator.executors.base import EXIT_OK, Executor, ExecutorError, JobState, Ran
 from orchestrator.executors.slurm.plan import (
     SlurmPlan,
     check_grid,
@@ -23,6 +23,7 @@ from orchestrator.executors.slurm.plan import (
     plan,
     write_dry_run,
 )
+from orchestrator.executors.slurm.queue import poll_jobs
 from orchestrator.grid.cells import Cell, Grid
 from orchestrator.grid.environments import write_launchers
 from orchestrator.grid.files import environment_names
@@ -34,6 +35,7 @@ class SlurmExecutor(Executor[SlurmPlan]):
     """Job arrays on the cluster the profile names (module doc)."""
 
     name = "slurm"
+    queue_name = "squeue"
 
     def check(self, grid: Grid) -> None:
         try:
@@ -71,7 +73,7 @@ class SlurmExecutor(Executor[SlurmPlan]):
             f"{environments}; nothing submitted (--dry-run)"
         )
 
-    def run(self, plan: SlurmPlan, wait: Follow | None = None) -> Ran:
+    def run(self, plan: SlurmPlan) -> Ran:
         from orchestrator.executors.slurm.submit import submit_plan
 
         grid = plan.grid
@@ -93,24 +95,7 @@ class SlurmExecutor(Executor[SlurmPlan]):
                 f"{len(plan.skipped)} not submitted (completed or queued); job ids in "
                 f"{grid.sweep_dir}/manifest.parquet, scripts in {grid.sweep_dir / SBATCH_DIR}/"
             )
-        return follow_sweep(grid.sweep_dir, wait) if wait else Ran()
+        return Ran()
 
-
-def follow_sweep(sweep_dir: Path, wait: Follow) -> Ran:
-    """--wait: the cells per state at once, then every `poll_s` seconds until none is queued (or
-    squeue has not answered for `give_up_s`): their states at the last look. Ctrl-C stops the
-    waiting, not the jobs (130)."""
-    from orchestrator.executors.slurm.scheduler import UNANSWERED_LIMIT_S, WAIT_INTERVAL_S
-    from orchestrator.executors.status import follow
-
-    poll_s = WAIT_INTERVAL_S if wait.poll_s is None else wait.poll_s
-    give_up_s = UNANSWERED_LIMIT_S if wait.give_up_s is None else wait.give_up_s
-    print(f"waiting for the jobs, a look every {poll_s:g} s (Ctrl-C stops waiting, not the jobs)", flush=True)
-    try:
-        return Ran(states=follow(sweep_dir, interval_s=poll_s, give_up_s=give_up_s))
-    except KeyboardInterrupt:
-        print(
-            f"\nstopped waiting; the jobs keep running. Check them with: compilebench status {sweep_dir}",
-            file=sys.stderr,
-        )
-        return Ran(130)
+    def poll(self, sweep_dir: Path, job_ids: Sequence[str]) -> dict[str, JobState]:
+        return poll_jobs(sweep_dir, job_ids)

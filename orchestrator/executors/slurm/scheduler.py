@@ -14,11 +14,6 @@ from collections.abc import Sequence
 
 #: Seconds a scheduler query may take; a query that takes longer is treated as unanswered.
 QUERY_TIMEOUT_S = 10
-#: Default seconds between two looks at the queue while `sweep --wait` follows a sweep (after the
-#: first, which comes at once): submitit's guidance for a shared scheduler is at least 30 s.
-WAIT_INTERVAL_S = 30.0
-#: Default seconds `sweep --wait` goes on following while squeue does not answer (cells `unknown`).
-UNANSWERED_LIMIT_S = 120.0
 
 #: Slurm job states (squeue %T, sacct State) -> cell state.
 SLURM_STATES = {
