@@ -3,9 +3,9 @@
 An axis is a setting that tells cells apart in the manifest, `compilebench status` and every
 table. It is defined here once, and everything else derives from `AXES`: the manifest's and
 run.parquet's columns (workloads/contract/schema.py), the values the workload records, the status table,
-which cells analysis compares with which. Adding an axis is one `Axis(...)` line here, plus the
-field of its config key in workloads/cell/config.py and its default in conf/ if the key is new
-(docs/architecture.md walks through it).
+which cells analysis compares with which. Adding an axis is one `Axis(...)` line here, plus, if its
+config key is new, the key's field in workloads/cell/config.py and its default in
+workloads/cell/cell_id.py `_LATER_KEYS` (docs/architecture.md walks through it).
 
 Roles say how analysis treats an axis:
 
