@@ -109,7 +109,7 @@ class TinyCells:
         self.results: dict[str, CellResult] = {}
 
     def get(self, model: str, backend: str = "eager", /, **overrides: Any) -> CellResult:
-        from workloads.cell.config import cell_config_from_dict
+        from workloads.cell.config_io import cell_config_from_dict
         from workloads.run import run_cell
 
         values = tiny_config(model, backend, **overrides)

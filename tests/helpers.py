@@ -65,6 +65,22 @@ def gemm_config(device: str = "cpu", **values: Any) -> dict[str, Any]:
     }
 
 
+def with_instruments(
+    monkeypatch: pytest.MonkeyPatch, wrap: Callable[[Any], Any], kind: str = "training"
+) -> None:
+    """For this test, `kind`'s row of the kinds table (workloads/kinds.py) with its instruments passed
+    through `wrap` (an `Instruments` in, one out: observers added around the real ones)."""
+    import dataclasses
+
+    from workloads import kinds
+
+    def wrapped(row: Any) -> Any:
+        return dataclasses.replace(row, instruments=lambda cell: wrap(row.instruments(cell)))
+
+    rows = tuple(wrapped(row) if row.name == kind else row for row in kinds.KINDS)
+    monkeypatch.setattr(kinds, "KINDS", rows)
+
+
 #: What a cell's log says once its warm-up and first measured step are done (workloads/train_cell.py):
 #: the cell is training, past start-up and compilation.
 MEASURING = ": measuring (the "
@@ -276,7 +292,7 @@ def reference_stop_reason(
 #: compile workers it has and the CPU seconds they used (their import of torch, before any compile).
 TAKE_TURN = """
 import json, os, sys
-from workloads.cell.config import cell_config_from_dict
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.instruments.compile_workers import compile_workers_cpu_s
 from workloads.run import take_turn
 take_turn(cell_config_from_dict(json.loads(sys.argv[1])))

@@ -20,7 +20,7 @@ from analysis.reading.collect import load_sweep
 from analysis.studies.sweep.table import summary_table
 from tests.analysis_sweeps import write_cell
 from workloads.cell.catalog import dynamo_backend_names
-from workloads.cell.config import cell_config_from_dict
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.cell.precision import PRECISIONS
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import PreparedCell

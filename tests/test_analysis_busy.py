@@ -17,7 +17,7 @@ from analysis.reading.collect import load_sweep, read_cell
 from analysis.studies.sweep.table import cells_markdown, summarize, summary_table, to_markdown
 from orchestrator.cli.main import main
 from tests.analysis_sweeps import write_cell, write_paired_replicates
-from workloads.cell.config import cell_config_from_dict
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.run import run_cell
 
 STEPS = [10.0, 10.2, 9.9, 10.1, 10.0]

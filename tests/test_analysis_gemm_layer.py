@@ -1,4 +1,4 @@
-"""Layer cells (`model.layer`) in `compilebench analyze`: their table beside the GEMM table (never in it),
+"""Layer cells (`gemm.layer`) in `compilebench analyze`: their table beside the GEMM table (never in it),
 the post's layer claims judged (`--reference fp8_triton`), and sweeps written before layer cells."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from analysis.studies.seminar.claims import AGREES, DISAGREES, INCONCLUSIVE, NO_
 from analysis.studies.seminar.tables import SEMINAR_MODELS, load_reference, seminar_tables
 from tests.analysis_sweeps import H100, write_cell, write_seminar_sweep
 from tests.helpers import REPO_ROOT
-from workloads.cell.config import cell_config_from_dict
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.models import build_model
 
 TABLE1_WITH_REFERENCE = """\

@@ -125,7 +125,7 @@ def test_auto_repeats_keep_the_cell_ids_and_bad_values_are_one_line() -> None:
 
 
 def test_a_config_yaml_written_before_the_keys_moved_is_read_as_the_new_keys(tmp_path: Path) -> None:
-    from workloads.cell.config import load_cell_config
+    from workloads.cell.config_io import load_cell_config
     from workloads.contract.sweep_dir import config_path
 
     grid = expand(["model=gpt", "repeats=auto", "max_repeats=4", f"hydra.sweep.dir={tmp_path}"])

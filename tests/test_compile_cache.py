@@ -17,7 +17,8 @@ from analysis.reading.collect import load_sweep
 from analysis.studies.sweep.summaries import break_even_table
 from analysis.studies.sweep.table import summary_table
 from tests.helpers import TINY, cli
-from workloads.cell.config import ConfigError, cell_config_from_dict
+from workloads.cell.config import ConfigError
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.contract.schema import CACHE_COUNT_COLUMNS
 from workloads.instruments.compile_cache import (
     BASE_ENV,

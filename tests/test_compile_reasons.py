@@ -19,7 +19,8 @@ from analysis.studies.reasons import reasons_table
 from orchestrator.cli.main import main
 from tests.analysis_sweeps import write_cell
 from workloads.cell.catalog import FAMILY_KINDS
-from workloads.cell.config import CellConfig, cell_config_from_dict
+from workloads.cell.config import CellConfig
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.models import MODEL_FAMILIES, ModelFamily, ModelSpec
 from workloads.run import run_cell
 

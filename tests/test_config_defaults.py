@@ -20,7 +20,8 @@ from omegaconf import OmegaConf, open_dict
 from orchestrator.grid.config_groups import ROOT_FILE, default_choices
 from orchestrator.grid.config_store import MODEL_GROUP_KEYS, cell_defaults
 from orchestrator.grid.expand import CONF_DIR, expand
-from workloads.cell.config import CellConfig, cell_config_to_dict
+from workloads.cell.config import CellConfig
+from workloads.cell.config_io import cell_config_to_dict
 
 #: Config group -> the section of CellConfig its files fill (None: the top level, `size`).
 GROUP_SECTIONS = {"model": "model", "backend": "backend", "precision": "precision", "size": None}

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from workloads.cell.config import cell_config_from_dict
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.cell.recorder import CellRecorder
 from workloads.contract.schema import PROFILED_WINDOW_FIELDS
 from workloads.instruments import profiled_window

@@ -11,13 +11,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from workloads.cell.config import (
-    ConfigError,
-    DistributedConfig,
-    cell_config_from_dict,
-    cell_config_to_dict,
-    config_digest,
-)
+from workloads.cell.cell_id import config_digest
+from workloads.cell.config import ConfigError, DistributedConfig
+from workloads.cell.config_io import cell_config_from_dict, cell_config_to_dict
 from workloads.cell.distributed import LaunchError, Ranks, join, launched_ranks
 from workloads.cell.recorder import CellRecorder, RankReport, merge_steps
 from workloads.cell.train import StepRecord

@@ -21,13 +21,12 @@ import pynvml
 import pytest
 import torch
 
-import workloads.train_cell as train_cell
-from tests.helpers import gemm_config
-from workloads.cell.config import cell_config_from_dict
+from tests.helpers import gemm_config, with_instruments
+from workloads import kinds
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.cell.recorder import CellRecorder, RankReport
 from workloads.cell.train import StepRecord
 from workloads.contract.schema import ENERGY_FIELDS
-from workloads.gemm import cell as gemm_cell
 from workloads.gemm.timing import GEMMS_PER_REPLAY
 from workloads.instruments import energy, gpu_energy, nvml
 from workloads.instruments.base import Instruments
@@ -406,14 +405,7 @@ def cell_with_a_board(tiny_config, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     """A real tiny CPU cell with GpuEnergy on the ConstantBoard at the end of its instruments: its run
     row and its steps in order."""
     monkeypatch.setattr(gpu_energy, "EnergyCounter", ConstantBoard)
-    real = train_cell.instruments_for
-    monkeypatch.setattr(
-        train_cell,
-        "instruments_for",
-        lambda cfg, ranks, repeat: Instruments(
-            [*real(cfg, ranks, repeat).members, GpuEnergy(torch.device("cpu"))]
-        ),
-    )
+    with_instruments(monkeypatch, lambda real: Instruments([*real.members, GpuEnergy(torch.device("cpu"))]))
     status = run_cell(cell_config_from_dict(tiny_config("gpt", **values)), tmp_path)
     (run,) = pq.read_table(tmp_path / "run.parquet").to_pylist()
     steps = sorted(pq.read_table(tmp_path / "steps.parquet").to_pylist(), key=lambda s: s["step"])
@@ -488,7 +480,7 @@ def test_a_gemm_cell_on_a_constant_board_records_joules_per_gemm(
     """A GEMM cell's instruments include the energy: on a 100 W board its window draws 100 W, and its
     J per step is per GEMM (a row is the mean of GEMMS_PER_REPLAY): at least 100 W times a GEMM's time."""
     monkeypatch.setattr(gpu_energy, "EnergyCounter", ConstantBoard)
-    monkeypatch.setattr(gemm_cell, "GpuEnergy", BoardOnTheCpu)
+    monkeypatch.setattr(kinds, "GpuEnergy", BoardOnTheCpu)
     config = cell_config_from_dict(gemm_config("cpu", size="small", steps=6, measure={"min_seconds": 0.2}))
     assert run_cell(config, tmp_path) == "completed"
     (run,) = pq.read_table(tmp_path / "run.parquet").to_pylist()

@@ -19,7 +19,7 @@ from analysis.report import analyze
 from analysis.studies.suite import outcomes
 from tests.analysis_sweeps import write_cell
 from tests.helpers import REPO_ROOT, TINY, cli, cli_env, table
-from workloads.cell.config import cell_config_from_dict
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.cell.fp8 import MISSING_TORCHAO, import_float8, swap_linears
 from workloads.cell.support import NotSupported, require_fp8
 from workloads.models import build_model

@@ -13,7 +13,9 @@ import pytest
 from orchestrator.grid.expand import GridError, expand
 from tests.helpers import REPO_ROOT, cli, gemm_config
 from workloads.cell.catalog import SIZES, check_cell
-from workloads.cell.config import ConfigError, cell_config_from_dict, config_digest
+from workloads.cell.cell_id import config_digest
+from workloads.cell.config import ConfigError
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.contract.schema import GEMM_FIELDS, RUN_SCHEMA
 from workloads.contract.vocabulary import COMPLETED, NOT_SUPPORTED
 from workloads.gemm.shapes import (
@@ -90,7 +92,7 @@ def test_the_gemm_columns_are_in_the_run_schema() -> None:
 
 
 def test_a_tiny_bf16_gemm_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
-    cfg = cell_config_from_dict(gemm_config(model={"name": "gemm", "m": 32}))
+    cfg = cell_config_from_dict(gemm_config(gemm={"m": 32}))
     assert run_cell(cfg, tmp_path) == COMPLETED
     run = pq.read_table(tmp_path / "run.parquet").to_pylist()[0]
     assert (run["model"], run["gemm_m"], run["gemm_n"], run["gemm_k"]) == ("gemm", 32, 64, 64)
@@ -131,9 +133,9 @@ def test_fp8_on_the_cpu_is_not_supported_never_failed(tmp_path: Path) -> None:
         ({"distributed": {"tasks_per_node": 2}}, "runs in one process, not 2"),
         ({"backend": {"name": "torchscript"}}, "no torchscript"),
         ({"compile": {"measure": "cold_warm"}}, "compile.measure=once"),
-        ({"model": {"name": "gpt", "m": 16}}, "model.m is a GEMM's dimension"),
-        ({"model": {"name": "gemm", "k": 0}}, "model.k must be positive"),
-        ({"batch_size": 64}, "model=gemm has no batch_size: its shape is model.m"),
+        ({"model": {"name": "gpt"}, "gemm": {"m": 16}}, "gemm.m=16: the gemm section is a GEMM cell's"),
+        ({"gemm": {"k": 0}}, "gemm.k must be positive"),
+        ({"batch_size": 64}, "model=gemm has no batch_size: its shape is gemm.m"),
         ({"grad_accum": 2}, "model=gemm has no grad_accum"),
     ],
 )
@@ -147,14 +149,14 @@ def test_the_shape_keys_leave_older_cell_ids_alone() -> None:
     values = {"model": {"name": "gpt"}, "size": "tiny"}
     with_keys = {"model": {"name": "gpt", "m": None, "n": None, "k": None}, "size": "tiny"}
     assert config_digest(values) == config_digest(with_keys)
-    assert config_digest(cell_config_from_dict(gemm_config(model={"name": "gemm", "m": 8}))) != config_digest(
+    assert config_digest(cell_config_from_dict(gemm_config(gemm={"m": 8}))) != config_digest(
         cell_config_from_dict(gemm_config())
     )
 
 
 #: The experiment's M (N = K = 8192): 1 .. 8192, the powers of two.
 EXPERIMENT_MS = [2**i for i in range(14)]
-#: Its implementations: (precision, backend, mode, model.kernel).
+#: Its implementations: (precision, backend, mode, gemm.kernel).
 AUTOTUNE = "max-autotune-no-cudagraphs"
 IMPLEMENTATIONS = [
     ("bf16", "eager", None, None), ("bf16", "inductor", AUTOTUNE, None),
@@ -175,8 +177,8 @@ def test_the_fp8_gemm_experiment_expands(tmp_path: Path) -> None:
 
 def _planned(cells) -> Counter:
     return Counter(
-        (c.config["model"]["m"], c.config["precision"]["name"], c.config["backend"]["name"],
-         c.config["backend"]["mode"], c.config["model"]["kernel"])
+        (c.config["gemm"]["m"], c.config["precision"]["name"], c.config["backend"]["name"],
+         c.config["backend"]["mode"], c.config["gemm"]["kernel"])
         for c in cells
     )  # fmt: skip
 
@@ -188,12 +190,12 @@ def test_the_fp8_gemm_experiment_plans_the_triton_kernels_in_fp8_only(tmp_path: 
     grid = expand(["+experiment=fp8_gemm", f"hydra.sweep.dir={tmp_path}"])
     assert _planned(grid.cells) == Counter((m, *i) for m in EXPERIMENT_MS for i in IMPLEMENTATIONS)
     assert (
-        {c.config["model"]["n"] for c in grid.cells} == {c.config["model"]["k"] for c in grid.cells} == {8192}
+        {c.config["gemm"]["n"] for c in grid.cells} == {c.config["gemm"]["k"] for c in grid.cells} == {8192}
     )
     assert {c.config["precision"]["recipe"] for c in grid.cells} == {"tensorwise"}
     # The same implementations as a product of axes would plan refused cells: the sweep is refused whole.
-    with pytest.raises(GridError, match="model.kernel=triton_splitk runs fp8 GEMMs"):
-        expand(["model=gemm", "precision.name=bf16,fp8", "model.kernel=triton_splitk", "device=cuda"])
+    with pytest.raises(GridError, match="gemm.kernel=triton_splitk runs fp8 GEMMs"):
+        expand(["model=gemm", "precision.name=bf16,fp8", "gemm.kernel=triton_splitk", "device=cuda"])
     # One axis to restrict: the SplitK kernel against fp8 cuBLAS only.
     some = expand(["+experiment=fp8_gemm", "experiment.implementation=fp8_cublas,fp8_triton_splitk"])
     assert _planned(some.cells) == Counter((m, *i) for m in EXPERIMENT_MS for i in IMPLEMENTATIONS[2::3])
@@ -203,14 +205,14 @@ def test_the_fp8_gemm_experiment_keeps_the_ids_of_its_cublas_and_inductor_cells(
     """The cells the experiment planned as a product of precision x backend before it had the Triton
     kernels keep their ids: a re-run of a sweep made then finds them finished."""
     ms = ",".join(map(str, EXPERIMENT_MS))
-    shape = ["model=gemm", "size=small", f"model.m={ms}", "model.n=8192", "model.k=8192",
+    shape = ["model=gemm", "size=small", f"gemm.m={ms}", "gemm.n=8192", "gemm.k=8192",
              "precision.name=bf16,fp8", "precision.recipe=tensorwise", "device=cuda"]  # fmt: skip
     product = [
         *expand([*shape, "backend=eager"]).cells,
         *expand([*shape, "backend=inductor", f"backend.mode={AUTOTUNE}"]).cells,
     ]
     grid = expand(["+experiment=fp8_gemm", f"hydra.sweep.dir={tmp_path}"])
-    cublas_and_inductor = {c.cell_id for c in grid.cells if c.config["model"]["kernel"] is None}
+    cublas_and_inductor = {c.cell_id for c in grid.cells if c.config["gemm"]["kernel"] is None}
     assert len(product) == 14 * 4 and {c.cell_id for c in product} == cublas_and_inductor
 
 

@@ -1,4 +1,4 @@
-"""The post's layer (`model.layer`; workloads/gemm/layer.py, layer_cell.py): the config and its refusals,
+"""The post's layer (`gemm.layer`; workloads/gemm/layer.py, layer_cell.py): the config and its refusals,
 the cell ids, the layer's shapes, the windows' arithmetic on made-up kernel intervals, `not_supported`
 on the CPU. The `gpu` tests run one layer cell per GEMM implementation on a GPU with fp8 tensor cores
 (analysis of layer cells: tests/test_analysis_gemm_layer.py)."""
@@ -13,13 +13,9 @@ import torch
 
 from tests.helpers import cli, gemm_config
 from workloads.cell.catalog import check_cell
-from workloads.cell.config import (
-    GEMM_LAYERS,
-    ConfigError,
-    cell_config_from_dict,
-    cell_config_to_dict,
-    config_digest,
-)
+from workloads.cell.cell_id import config_digest
+from workloads.cell.config import GEMM_LAYERS, ConfigError
+from workloads.cell.config_io import cell_config_from_dict, cell_config_to_dict
 from workloads.contract.schema import LAYER_FIELDS, RUN_SCHEMA
 from workloads.contract.vocabulary import COMPLETED, GEMM_KERNELS, NOT_SUPPORTED, axes_from_config
 from workloads.gemm.layer import LAYERS, LayerWindow, graph_speedup, layer_columns, layer_shapes, way_columns
@@ -29,11 +25,11 @@ from workloads.run import run_cell
 LAYER = "llama3_70b_attention"
 
 
-def layer_config(device: str = "cpu", **model) -> dict:
+def layer_config(device: str = "cpu", **gemm) -> dict:
     return gemm_config(
         device,
         precision={"name": "fp8", "recipe": "tensorwise"},
-        model={"name": "gemm", "layer": LAYER, **model},
+        gemm={"layer": LAYER, **gemm},
     )
 
 
@@ -55,9 +51,9 @@ def test_the_llama3_70b_attention_layer_s_gemms() -> None:
 
 
 def test_the_model_section_composes_with_a_layer(tmp_path: Path) -> None:
-    """`model.layer` composes through Hydra beside one GEMM of the same M: two cells, the layer an axis."""
-    shown = cli(tmp_path, "sweep", "model=gemm", "size=small", "precision.name=fp8", "model.m=16",
-                f"model.layer=null,{LAYER}", "model.kernel=triton_splitk", "device=cuda", "--dry-run",
+    """`gemm.layer` composes through Hydra beside one GEMM of the same M: two cells, the layer an axis."""
+    shown = cli(tmp_path, "sweep", "model=gemm", "size=small", "precision.name=fp8", "gemm.m=16",
+                f"gemm.layer=null,{LAYER}", "gemm.kernel=triton_splitk", "device=cuda", "--dry-run",
                 f"hydra.sweep.dir={tmp_path / 'sw'}")  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     assert "2 cell(s)" in shown.stdout and shown.stdout.count(LAYER) == 1 and "| gemm_layer " in shown.stdout
@@ -66,12 +62,12 @@ def test_the_model_section_composes_with_a_layer(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("values", "says"),
     [
-        ({"model": {"name": "gemm", "layer": "llama3_8b_mlp"}}, "model.layer must be one of"),
-        ({"model": {"name": "gpt", "layer": LAYER}}, "goes with model=gemm"),
+        ({"gemm": {"layer": "llama3_8b_mlp"}}, "gemm.layer must be one of"),
+        ({"model": {"name": "gpt"}, "gemm": {"layer": LAYER}}, "goes with model=gemm"),
         ({"precision": {"name": "bf16"}}, "needs precision.name=fp8 precision.recipe=tensorwise"),
         ({"precision": {"name": "fp8", "recipe": "rowwise"}}, "not fp8/rowwise"),
         ({"backend": {"name": "inductor"}}, "backend=eager, not inductor"),
-        ({"model": {"name": "gemm", "layer": LAYER, "n": 4096}}, "model.n does not apply"),
+        ({"gemm": {"layer": LAYER, "n": 4096}}, "gemm.n does not apply"),
     ],
 )
 def test_layer_refusals_are_one_line(values: dict, says: str) -> None:
@@ -81,7 +77,7 @@ def test_layer_refusals_are_one_line(values: dict, says: str) -> None:
 
 
 def test_a_layer_cell_for_the_cpu_is_refused_before_submission(tmp_path: Path) -> None:
-    shown = cli(tmp_path, "sweep", "model=gemm", "precision.name=fp8", f"model.layer={LAYER}", "device=cpu",
+    shown = cli(tmp_path, "sweep", "model=gemm", "precision.name=fp8", f"gemm.layer={LAYER}", "device=cpu",
                 "--dry-run", f"hydra.sweep.dir={tmp_path / 'sw'}")  # fmt: skip
     assert shown.returncode == 2
     assert "precision=fp8 needs a GPU with fp8 tensor cores; this cell asks for device=cpu" in shown.stderr
@@ -89,7 +85,8 @@ def test_a_layer_cell_for_the_cpu_is_refused_before_submission(tmp_path: Path) -
 
 def test_the_layer_enters_the_cell_id_only_when_set_and_is_an_axis() -> None:
     plain = cell_config_from_dict(gemm_config(precision={"name": "fp8"}))
-    older = cell_config_to_dict(plain)  # as written before model.layer existed: the same cell
+    older = cell_config_to_dict(plain)  # as written before model.layer existed:
+    older["model"].update(older.pop("gemm"))  # the gemm section's keys in model
     del older["model"]["layer"]
     assert config_digest(older) == config_digest(plain)
     layer = cell_config_from_dict(layer_config())

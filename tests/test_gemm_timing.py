@@ -1,4 +1,4 @@
-"""The GEMM cell's timing modes (`model.timing`: sustained, burst; workloads/gemm/bursts.py) and the GPU
+"""The GEMM cell's timing modes (`gemm.timing`: sustained, burst; workloads/gemm/bursts.py) and the GPU
 clocks every GEMM cell records (workloads/instruments/gpu_clocks.py): the config's refusals and cell
 ids, a burst cell run for real on the CPU (its clocks not measured there), the clocks' bookkeeping on
 a stand-in NVML where a GPU is unavoidable, and the GEMM table's columns for new and old sweeps. The GPU
@@ -22,7 +22,9 @@ from analysis.studies.gemm.figure import gemm_figure
 from tests.analysis_sweeps import write_gemm_cell
 from tests.helpers import cli, gemm_config
 from workloads.cell.catalog import check_cell
-from workloads.cell.config import ConfigError, cell_config_from_dict, cell_config_to_dict, config_digest
+from workloads.cell.cell_id import config_digest
+from workloads.cell.config import ConfigError
+from workloads.cell.config_io import cell_config_from_dict, cell_config_to_dict
 from workloads.contract.vocabulary import BURST, COMPLETED, SUSTAINED, axes_from_config
 from workloads.gemm.bursts import BURST_PAUSE_S
 from workloads.instruments import gpu_clocks, nvml
@@ -34,8 +36,8 @@ from workloads.run import run_cell
 @pytest.mark.parametrize(
     ("values", "says"),
     [
-        ({"model": {"name": "gemm", "timing": "fast"}}, "model.timing must be one of ('sustained', 'burst')"),
-        ({"model": {"name": "gpt", "timing": "burst"}}, "model.timing=burst is how a GEMM is timed"),
+        ({"gemm": {"timing": "fast"}}, "gemm.timing must be one of ('sustained', 'burst')"),
+        ({"model": {"name": "gpt"}, "gemm": {"timing": "burst"}}, "gemm.timing=burst: the gemm section"),
     ],
 )
 def test_timing_refusals_are_one_line(values: dict, says: str) -> None:
@@ -45,15 +47,15 @@ def test_timing_refusals_are_one_line(values: dict, says: str) -> None:
 
 
 def test_a_bad_timing_is_refused_before_submission(tmp_path: Path) -> None:
-    shown = cli(tmp_path, "sweep", "model=gemm", "model.timing=idle", "device=cpu", "--dry-run",
+    shown = cli(tmp_path, "sweep", "model=gemm", "gemm.timing=idle", "device=cpu", "--dry-run",
                 f"hydra.sweep.dir={tmp_path / 'sw'}")  # fmt: skip
     assert shown.returncode == 2, shown.stdout
-    assert "model.timing must be one of ('sustained', 'burst'), got 'idle'" in shown.stderr
+    assert "gemm.timing must be one of ('sustained', 'burst'), got 'idle'" in shown.stderr
     assert len(shown.stderr.strip().splitlines()) == 1 and not (tmp_path / "sw").exists()
 
 
 def test_both_timings_are_two_cells_of_a_sweep(tmp_path: Path) -> None:
-    shown = cli(tmp_path, "sweep", "model=gemm", "model.timing=sustained,burst", "device=cpu", "--dry-run",
+    shown = cli(tmp_path, "sweep", "model=gemm", "gemm.timing=sustained,burst", "device=cpu", "--dry-run",
                 f"hydra.sweep.dir={tmp_path / 'sw'}")  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     rows = [line for line in shown.stdout.splitlines() if "| gemm " in line]
@@ -64,10 +66,11 @@ def test_both_timings_are_two_cells_of_a_sweep(tmp_path: Path) -> None:
 
 def test_the_timing_keeps_default_cell_ids_and_is_a_gemm_axis() -> None:
     sustained = cell_config_from_dict(gemm_config())
-    older = cell_config_to_dict(sustained)  # as written before model.timing existed: the same cell
+    older = cell_config_to_dict(sustained)  # as written before model.timing existed:
+    older["model"].update(older.pop("gemm"))  # the gemm section's keys in model
     del older["model"]["timing"]
     assert config_digest(older) == config_digest(sustained)
-    burst = cell_config_from_dict(gemm_config(model={"name": "gemm", "timing": BURST}))
+    burst = cell_config_from_dict(gemm_config(gemm={"timing": BURST}))
     assert config_digest(burst) != config_digest(sustained)
     assert axes_from_config(cell_config_to_dict(burst))["gemm_timing"] == BURST
     assert axes_from_config(older)["gemm_timing"] == SUSTAINED
@@ -83,7 +86,7 @@ def read_cell(directory: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def test_a_burst_cell_times_its_gemm_on_the_cpu(tmp_path: Path) -> None:
     """`steps` bursts, each after its idle pause: one measured row per burst, whose median is the
     cell's; the clocks not measured on the CPU (null), and no energy (a burst's window is its pauses)."""
-    cfg = cell_config_from_dict(gemm_config(model={"name": "gemm", "timing": BURST}))
+    cfg = cell_config_from_dict(gemm_config(gemm={"timing": BURST}))
     assert run_cell(cfg, tmp_path) == COMPLETED
     run, steps = read_cell(tmp_path)
     assert run["gemm_timing"] == BURST and run["stop_reason"] == "steps"
@@ -162,7 +165,7 @@ def test_the_clocks_are_sampled_in_the_measured_window_only(
     in the warm-up before it. The columns are the samples' mean and every reason any of them had."""
     monkeypatch.setattr(gpu_clocks, "ClockReader", StandInClocks)
     monkeypatch.setattr(gpu_clocks, "CLOCK_SAMPLE_GAP_S", 0.0)
-    cfg = cell_config_from_dict(gemm_config(model={"name": "gemm", "timing": timing}))
+    cfg = cell_config_from_dict(gemm_config(gemm={"timing": timing}))
     assert run_cell(cfg, tmp_path) == COMPLETED
     run, _ = read_cell(tmp_path)
     board = StandInClocks.last

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from workloads.cell.config import cell_config_from_dict
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.instruments.environment import peak_tflops
 from workloads.models import build_model
 from workloads.models.gpt import GPT, GPT_SIZES

@@ -62,8 +62,9 @@ import torch
 import yaml
 from torch import nn
 
-from tests.helpers import REPO_ROOT, take_turn_ahead
-from workloads.cell.config import MeasureConfig, cell_config_from_dict
+from tests.helpers import REPO_ROOT, take_turn_ahead, with_instruments
+from workloads.cell.config import MeasureConfig
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.cell.precision import PRECISIONS
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import HOST_LEAD_STEPS, StepRecord, run_steps, synchronize
@@ -440,8 +441,8 @@ def free_port() -> int:
 
 
 #: Run as each rank's process instead of `python -m workloads.run CONFIG`: the same `main`, with one
-#: more instrument in the cell's list (workloads/instruments/registry.py, looked up by
-#: workloads.train_cell at call time). Before the loop (the model on its GPU, DDP's broadcast of rank
+#: more instrument in the training kind's list (workloads/kinds.py KINDS, looked up by
+#: workloads.run at call time). Before the loop (the model on its GPU, DDP's broadcast of rank
 #: 0's parameters done) it keeps this rank's parameters and wraps the batches to keep the first
 #: one's inputs; after the loop (every step ended on the device: the copy to the host waits for it)
 #: it keeps the parameters again. They go to the file named by argv[1] (torch.save). Nothing else
@@ -449,13 +450,13 @@ def free_port() -> int:
 RANK_OBSERVER = """
 import sys
 import torch
+import dataclasses
+import workloads.kinds as kinds
 import workloads.run as run
-import workloads.train_cell as train_cell
 from workloads.instruments.base import Instrument, Instruments
 
 out, argv = sys.argv[1], sys.argv[2:]
 seen = {}
-instruments_for = train_cell.instruments_for
 
 def flat(cell):
     return torch.cat([p.detach().float().flatten() for p in cell.step.params]).cpu()
@@ -476,9 +477,9 @@ class RankObserver(Instrument):
         seen["final"] = flat(self.cell)
         return {}
 
-train_cell.instruments_for = lambda *args, **kwargs: Instruments(
-    [*instruments_for(*args, **kwargs).members, RankObserver()]
-)
+training, *others = kinds.KINDS  # the training kind's instruments, RankObserver after them
+observed = lambda cell: Instruments([*training.instruments(cell).members, RankObserver()])
+kinds.KINDS = (dataclasses.replace(training, instruments=observed), *others)
 code = run.main(argv)
 torch.save(seen, out)
 sys.exit(code)
@@ -1220,7 +1221,7 @@ def test_a_gemm_cell_records_its_clocks_in_either_timing(timing: str, tmp_path: 
     fp8 = torch.cuda.get_device_capability() >= (8, 9)
     precision = {"name": "fp8", "recipe": "tensorwise"} if fp8 else {"name": "bf16"}
     config = gemm_config("cuda", size="small", precision=precision, steps=20, measure={"min_seconds": 3.0},
-                         model={"name": "gemm", "m": 4096, "timing": timing})  # fmt: skip
+                         gemm={"m": 4096, "timing": timing})  # fmt: skip
     status = run_cell(cell_config_from_dict(config), tmp_path / "cell")
     run = pq.read_table(tmp_path / "cell" / "run.parquet").to_pylist()[-1]
     steps = pq.read_table(tmp_path / "cell" / "steps.parquet").to_pylist()
@@ -1328,21 +1329,19 @@ def test_a_gpt2_cell_measures_its_gpus_energy(
     side's mean step; the window's seconds cover its steps (the last warm-up step and every measured
     one, both sides of a paired cell) and little more; and the counter agrees with NVML's power
     readings integrated over the same window."""
-    import workloads.train_cell as train_cell
     from workloads.instruments.base import Instruments
     from workloads.instruments.energy import window_start
     from workloads.instruments.gpu_energy import GpuEnergy
     from workloads.run import run_cell
 
     samples = PowerSamples()
-    real = train_cell.instruments_for
 
-    def with_samples(cfg, ranks, repeat):
-        instruments = real(cfg, ranks, repeat).members
+    def with_samples(real: Instruments) -> Instruments:
+        instruments = real.members
         at = next(i for i, instrument in enumerate(instruments) if isinstance(instrument, GpuEnergy))
         return Instruments([*instruments[: at + 1], samples, *instruments[at + 1 :]])
 
-    monkeypatch.setattr(train_cell, "instruments_for", with_samples)
+    with_instruments(monkeypatch, with_samples)
     config = gpu_config(
         size="medium",
         precision={"name": "bf16"},

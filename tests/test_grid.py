@@ -15,7 +15,8 @@ import pytest
 
 from orchestrator.grid.expand import CONF_DIR, GridError, expand, smoke_grid
 from tests.helpers import cli
-from workloads.cell.config import cell_config_from_dict, config_digest
+from workloads.cell.cell_id import config_digest
+from workloads.cell.config_io import cell_config_from_dict
 
 #: Config files that cannot stand alone: the extra overrides that make them a runnable cell.
 NEEDS = {

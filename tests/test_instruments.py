@@ -1,4 +1,4 @@
-"""The seam between a cell's loop and its instruments (workloads/instruments/base.py, registry.py,
+"""The seam between a cell's loop and its instruments (workloads/instruments/base.py, workloads/kinds.py,
 workloads/run.py `attempt`): an instrument that does not apply to a cell is a no-op object, and the
 loop of a real tiny CPU cell calls every instrument's moments in the list's order and merges the
 columns each returns into the run row, also when the loop fails."""
@@ -11,8 +11,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-import workloads.train_cell as train_cell
-from workloads.cell.config import cell_config_from_dict
+from tests.helpers import with_instruments
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.cell.distributed import Ranks
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import PreparedCell
@@ -21,11 +21,19 @@ from workloads.instruments.base import Instrument, Instruments
 from workloads.instruments.cold_compile import ColdCompile
 from workloads.instruments.compile_workers import CompileWorkersIdle
 from workloads.instruments.dynamo_records import CompileCounters, DdpSplits, NoDdpSplits
-from workloads.instruments.host_load import HostLoad
+from workloads.instruments.host_load import HostLoad, WaitForQuiet
 from workloads.instruments.provenance import Provenance
-from workloads.instruments.registry import WaitForQuiet, instruments_for
+from workloads.kinds import training_instruments
 from workloads.local import turns
 from workloads.run import run_cell
+from workloads.train_cell import TrainingCell
+
+
+def instruments_for(cfg, ranks: Ranks, repeat: int = 0) -> Instruments:
+    """The training kind's instruments of replicate `repeat` of `cfg` on this rank."""
+    rec = CellRecorder("cell", 1)
+    rec.run["repeat"] = repeat
+    return training_instruments(TrainingCell(cfg, rec, ranks))
 
 
 def test_an_instrument_that_does_not_apply_is_a_no_op_object(
@@ -110,12 +118,7 @@ def observed_cell(
     instruments: (status, its run row, the moments logged, the last observer)."""
     log: list[tuple[str, str]] = []
     first, last = Observer("first", log), Observer("last", log, fail_before_measuring=fail)
-    real = train_cell.instruments_for
-    monkeypatch.setattr(
-        train_cell,
-        "instruments_for",
-        lambda cfg, ranks, repeat: Instruments([first, *real(cfg, ranks, repeat).members, last]),
-    )
+    with_instruments(monkeypatch, lambda real: Instruments([first, *real.members, last]))
     status = run_cell(cell_config_from_dict(tiny_config("gpt", steps=3, warmup_steps=2)), tmp_path)
     (row,) = pq.read_table(tmp_path / "run.parquet").to_pylist()
     return status, row, log, last

@@ -8,7 +8,7 @@ import math
 import torch
 
 from tests.conftest import TINY_CELL, merge
-from workloads.cell.config import cell_config_from_dict
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.cell.recorder import CellRecorder
 from workloads.train_cell import prepare_cell
 

@@ -25,7 +25,9 @@ import workloads.cell.step_timer as step_timer
 import workloads.cell.stop_rule as stop_rule
 from tests.helpers import reference_stop_reason
 from workloads.cell import distributed
-from workloads.cell.config import CellConfig, ConfigError, MeasureConfig, cell_config_from_dict, config_digest
+from workloads.cell.cell_id import config_digest
+from workloads.cell.config import CellConfig, ConfigError, MeasureConfig
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.cell.recorder import CellRecorder, RankReport
 from workloads.cell.stop_rule import (
     STOP_REASONS,

@@ -42,7 +42,10 @@ ROOMS = {
 }
 #: `gemm` is the GEMM cell (model=gemm), train_cell's counterpart: the cell's parts, the instruments.
 ROOMS["gemm"] = {"contract", "cell", "local", "instruments", "gemm"}
-ROOMS["run"] = ROOMS["train_cell"] | {"gemm", "run"}
+#: `kinds` is the table of the kinds of cell (train_cell's and gemm's cells with their instruments),
+#: `run` the one attempt that runs any of them.
+ROOMS["kinds"] = ROOMS["train_cell"] | {"gemm", "kinds"}
+ROOMS["run"] = ROOMS["kinds"] | {"run"}
 
 
 #: Room of orchestrator -> the rooms it may import: the command line over the sweep driver over the

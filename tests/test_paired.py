@@ -28,7 +28,8 @@ from analysis.reading.collect import read_cell
 from analysis.studies.sweep.table import summarize
 from tests.helpers import REPO_ROOT, reference_stop_reason
 from workloads.cell.backends import CompiledRun
-from workloads.cell.config import ConfigError, MeasureConfig, cell_config_from_dict
+from workloads.cell.config import ConfigError, MeasureConfig
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.cell.paired import LoopHooks, PairedLoop, pair_sides, unpaired_reason
 from workloads.cell.stop_rule import StopRule
 from workloads.cell.train import StepRecord

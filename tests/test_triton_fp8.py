@@ -1,7 +1,7 @@
 """The post's Triton fp8 GEMMs (workloads/gemm/triton_fp8.py): their arithmetic under Triton's CPU
 interpreter (TRITON_INTERPRET=1, set where there is no GPU, before the kernel module is imported)
 against the dequantised fp32 product, the SplitK reduction, the error bound that gates timing, and
-`model.kernel` as a config: its refusals, cell ids and run-time `not_supported`. The `gpu` tests check
+`gemm.kernel` as a config: its refusals, cell ids and run-time `not_supported`. The `gpu` tests check
 and time them on a GPU with fp8 tensor cores (there the interpreter tests are skipped)."""
 
 from __future__ import annotations
@@ -25,12 +25,9 @@ import pytest  # noqa: E402
 
 from tests.helpers import cli, gemm_config  # noqa: E402
 from workloads.cell.catalog import check_cell  # noqa: E402
-from workloads.cell.config import (  # noqa: E402
-    ConfigError,
-    cell_config_from_dict,
-    cell_config_to_dict,
-    config_digest,
-)
+from workloads.cell.cell_id import config_digest  # noqa: E402
+from workloads.cell.config import ConfigError  # noqa: E402
+from workloads.cell.config_io import cell_config_from_dict, cell_config_to_dict  # noqa: E402
 from workloads.contract.vocabulary import COMPLETED, NOT_SUPPORTED, axes_from_config  # noqa: E402
 from workloads.gemm import triton_fp8  # noqa: E402
 from workloads.gemm.kernel_check import KernelMismatch, ProductCheck, reference  # noqa: E402
@@ -129,14 +126,14 @@ def test_on_the_cpu_the_tuner_runs_the_spaces_first_point_checked() -> None:
 
 
 def kernel_config(**values) -> dict:
-    return gemm_config(precision={"name": "fp8", "recipe": "tensorwise"}, model={"name": "gemm", **values})
+    return gemm_config(precision={"name": "fp8", "recipe": "tensorwise"}, gemm=values)
 
 
 @pytest.mark.parametrize(
     ("values", "says"),
     [
-        ({"model": {"name": "gemm", "kernel": "tk_gemm"}}, "model.kernel must be one of"),
-        ({"model": {"name": "gpt", "kernel": "triton_base"}}, "goes with model=gemm"),
+        ({"gemm": {"kernel": "tk_gemm"}}, "gemm.kernel must be one of"),
+        ({"model": {"name": "gpt"}, "gemm": {"kernel": "triton_base"}}, "goes with model=gemm"),
         ({"precision": {"name": "bf16"}}, "needs precision.name=fp8 precision.recipe=tensorwise"),
         ({"precision": {"name": "fp8", "recipe": "rowwise"}}, "not fp8/rowwise"),
         ({"backend": {"name": "inductor"}}, "backend=eager, not inductor"),
@@ -150,7 +147,7 @@ def test_model_kernel_refusals_are_one_line(values: dict, says: str) -> None:
 
 
 def test_a_kernel_cell_for_the_cpu_is_refused_before_submission(tmp_path: Path) -> None:
-    shown = cli(tmp_path, "sweep", "model=gemm", "precision.name=fp8", "model.kernel=triton_splitk",
+    shown = cli(tmp_path, "sweep", "model=gemm", "precision.name=fp8", "gemm.kernel=triton_splitk",
                 "device=cpu", "--dry-run", f"hydra.sweep.dir={tmp_path / 'sw'}")  # fmt: skip
     assert shown.returncode == 2
     assert "precision=fp8 needs a GPU with fp8 tensor cores; this cell asks for device=cpu" in shown.stderr
@@ -159,7 +156,8 @@ def test_a_kernel_cell_for_the_cpu_is_refused_before_submission(tmp_path: Path) 
 def test_the_kernel_enters_the_cell_id_only_when_set_and_names_the_treatment() -> None:
     plain = cell_config_from_dict(kernel_config())
     assert config_digest(cell_config_from_dict(kernel_config(kernel=None))) == config_digest(plain)
-    older = cell_config_to_dict(plain)  # as written before model.kernel existed: the same cell
+    older = cell_config_to_dict(plain)  # as written before model.kernel existed:
+    older["model"].update(older.pop("gemm"))  # the gemm section's keys in model
     del older["model"]["kernel"]
     assert config_digest(older) == config_digest(plain)
     base, splitk = (
@@ -203,7 +201,7 @@ def test_every_candidate_passes_the_check_at_the_post_s_shapes_on_the_gpu(kernel
 @pytest.mark.parametrize("kernel", list(SPACE))
 def test_a_triton_kernel_cell_times_the_post_s_shape_on_the_gpu(kernel: str, tmp_path: Path) -> None:
     config = gemm_config("cuda", size="small", precision={"name": "fp8", "recipe": "tensorwise"},
-                         model={"name": "gemm", "kernel": kernel}, steps=20)  # fmt: skip
+                         gemm={"kernel": kernel}, steps=20)  # fmt: skip
     status = run_cell(cell_config_from_dict(config), tmp_path / "cell")
     run = pq.read_table(tmp_path / "cell" / "run.parquet").to_pylist()[-1]
     print(f"{run['gemm_kernel']}: {run['gemm_us']} µs per GEMM replayed, tuner {run['gemm_autotune_us']} µs")
@@ -244,7 +242,7 @@ def test_the_experiment_s_kernel_cells_have_every_claim_of_the_post_judged_on_th
     from analysis.studies.gemm.claims import NOT_MEASURED
 
     implementations = "bf16_cublas,fp8_cublas,fp8_triton_base,fp8_triton_splitk"
-    shown = cli(tmp_path, "sweep", "+experiment=fp8_gemm", "model.m=16,64",
+    shown = cli(tmp_path, "sweep", "+experiment=fp8_gemm", "gemm.m=16,64",
                 f"experiment.implementation={implementations}", "measure.min_seconds=1",
                 f"hydra.sweep.dir={tmp_path / 'sw'}", timeout=1800)  # fmt: skip
     assert shown.returncode == 0, shown.stdout[-3000:] + shown.stderr[-3000:]

@@ -23,7 +23,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from tests.helpers import REPO_ROOT
-from workloads.cell.config import cell_config_from_dict, config_digest
+from workloads.cell.cell_id import config_digest
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.contract.schema import SCHEMA_VERSION
 from workloads.models.gpt import GPT_SIZES
 from workloads.models.vision import VISION_SIZES

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from workloads.cell import backends
-from workloads.cell.config import cell_config_from_dict
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.instruments import dynamo_records
 from workloads.models import build_model
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from tests.helpers import MEASURING, require_refused_allocations, wait_until
-from workloads.cell.config import cell_config_from_dict, config_digest
+from workloads.cell.cell_id import config_digest
+from workloads.cell.config_io import cell_config_from_dict
 
 SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_PARTITION")
 
@@ -244,7 +245,7 @@ def test_time_limit_warning_while_compiling_is_a_timeout_row(tmp_path, tiny_conf
     import torch._dynamo
 
     from workloads.cell import catalog
-    from workloads.cell.config import cell_config_from_dict
+    from workloads.cell.config_io import cell_config_from_dict
     from workloads.run import run_cell
 
     @torch._dynamo.register_backend(name="time_limit_while_compiling")

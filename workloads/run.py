@@ -3,10 +3,9 @@
 The one lifecycle of an attempt, for every cell: `run_cell` opens the run row, joins the cell's
 process group, turns signals and failures into a status and writes `steps.parquet` and
 `run.parquet` into the cell directory; `attempt` builds the cell, runs its warm-up and measured
-steps and summarises them, with its instruments at their moments. What it builds and steps is the
-one parameter (`MeasuredCell`): a training cell (`workloads.train_cell.TrainingCell`) or, for
-model=gemm, a GEMM (`workloads.gemm.cell.GemmCell`) or a layer's GEMMs
-(`workloads.gemm.layer_cell.LayerCell`). A distributed cell runs this in each of its
+steps and summarises them, with its instruments at their moments. What it builds and steps, and
+its instruments, are the one parameter, the config's kind (workloads/kinds.py `KINDS`): a training
+cell, a GEMM (model=gemm) or a layer's GEMMs. A distributed cell runs this in each of its
 processes (workloads/cell/distributed.py): every rank trains and measures, and rank 0 gathers the ranks'
 steps and alone writes the files (workloads/cell/recorder.py).
 Whatever happens after the config is read — an exception, CUDA OOM, a compile error, SIGTERM
@@ -28,7 +27,7 @@ import traceback
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 #: Signals that reach `python -m workloads.run` while it still imports torch (seconds): remembered
 #: here and raised by run_cell once it can record them, so that a scancel (TERM) or the time
@@ -47,16 +46,12 @@ import torch  # noqa: E402  (after the early handlers: this import takes seconds
 
 from workloads.cell import distributed
 from workloads.cell.backends import compiled_status
-from workloads.cell.catalog import FAMILY_LIBRARIES, GEMM_FAMILY, check_cell
-from workloads.cell.config import (
-    CellConfig,
-    ConfigError,
-    cell_config_to_dict,
-    config_digest,
-    load_cell_config,
-)
+from workloads.cell.catalog import FAMILY_LIBRARIES, check_cell
+from workloads.cell.cell_id import config_digest
+from workloads.cell.config import CellConfig, ConfigError
+from workloads.cell.config_io import cell_config_to_dict, load_cell_config
 from workloads.cell.distributed import LaunchError, Ranks
-from workloads.cell.recorder import CellRecorder, RankReport
+from workloads.cell.recorder import CellRecorder
 from workloads.cell.support import NotSupported
 from workloads.contract.attempts import next_attempt
 from workloads.contract.vocabulary import (
@@ -68,14 +63,13 @@ from workloads.contract.vocabulary import (
     TIMEOUT,
     axes_from_config,
 )
-from workloads.gemm.cell import GemmCell
-from workloads.gemm.layer_cell import LayerCell
 from workloads.instruments import cold_compile
 from workloads.instruments.base import Instrument
 from workloads.instruments.compile_workers import start_compile_workers, wait_until_idle
 from workloads.instruments.environment import resolve_device
+from workloads.kinds import MeasuredCell, kind_of
 from workloads.local import turns
-from workloads.train_cell import TrainingCell, prepare_cell
+from workloads.train_cell import prepare_cell
 
 
 class CellInterrupted(BaseException):
@@ -130,37 +124,16 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class MeasuredCell(Protocol):
-    """What an attempt builds and steps, made from (cfg, rec, ranks) with its instruments:
-    `workloads.train_cell.TrainingCell` or `workloads.gemm.cell.GemmCell`."""
-
-    cfg: CellConfig
-    instruments: Instrument
-
-    def build(self) -> object:
-        """Build the cell (the run row learns what it is); what the instruments' `before_loop` gets."""
-
-    def measure(self) -> None:
-        """Warm up and measure; the loop's columns in the run row."""
-
-    def peak_memory(self) -> int | None:
-        """This rank's peak memory (bytes), at the loop's end."""
-
-    def summarise(self, reports: list[RankReport]) -> None:
-        """Summarise the ranks' steps into the run row (its columns from the summary with it)."""
-
-
-def attempt(cell: MeasuredCell, rec: CellRecorder, ranks: Ranks) -> str:
+def attempt(cell: MeasuredCell, instruments: Instrument, rec: CellRecorder, ranks: Ranks) -> str:
     """Everything between a valid config (and a joined process group) and the final status: the
     cell built and measured, the ranks' steps gathered and summarised into the run row, and the
     instruments' moments around it (workloads/instruments/base.py). Returns `completed`, or
     `not_compiled` where a backend compiled nothing."""
-    instruments = cell.instruments
     instruments.before_build()
     instruments.before_loop(cell.build())
     finished = False
     try:
-        cell.measure()
+        cell.measure(instruments)
         finished = True
     finally:
         rec.run.update(instruments.after_loop())
@@ -200,9 +173,9 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
         rec.run["dist_backend"] = ranks.backend
         # cold_warm: both compiles in a fresh cache directory of the attempt's own, not the sweep's.
         with cold_compile.private_caches(cfg):
-            gemm = LayerCell if cfg.model.layer else GemmCell
-            cell = (gemm if cfg.model.name == GEMM_FAMILY else TrainingCell)(cfg, rec, ranks)
-            status = attempt(cell, rec, ranks)
+            kind = kind_of(cfg)
+            cell = kind.cell(cfg, rec, ranks)
+            status = attempt(cell, kind.instruments(cell), rec, ranks)
         finished = True  # every rank took part in the gather after its loop: all are here
     except (CellInterrupted, Exception) as err:  # a failed cell is a result to record, whatever the cause
         if signalled := interruption(err):

@@ -2,11 +2,10 @@
 (workloads/run.py `attempt`) builds and steps for every model but the GEMM.
 
 `prepare_cell` builds data, model, optimizer and precision by keyword, counts a step's FLOPs and
-applies the backend (DDP inside it where the cell has several ranks). `TrainingCell` brings its
-instruments (workloads/instruments/registry.py `instruments_for`), builds it with `prepare_cell`,
-runs its one measured loop (paired where it can be: workloads/cell/paired.py) and summarises the
-ranks' steps; the attempt calls the instruments' moments around it, gathers the ranks' steps and
-turns failures into a status.
+applies the backend (DDP inside it where the cell has several ranks). `TrainingCell` builds it with
+`prepare_cell`, runs its one measured loop (paired where it can be: workloads/cell/paired.py) and
+summarises the ranks' steps; the attempt calls the instruments' moments around it (their list:
+workloads/kinds.py `training_instruments`), gathers the ranks' steps and turns failures into a status.
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ from workloads.cell.train import OptimizerUpdate, PreparedCell, StepRecord, Trai
 from workloads.contract.vocabulary import BASELINE_BACKEND
 from workloads.data import BatchShape, load_token_source, make_batches
 from workloads.instruments import dynamo_records
+from workloads.instruments.base import Instrument
 from workloads.instruments.environment import open_run_row, peak_tflops, resolve_device
-from workloads.instruments.registry import instruments_for
 from workloads.models import ModelSpec, build_model
 
 
@@ -142,12 +141,10 @@ def _announcing(rec: CellRecorder, warmup_steps: int) -> Callable[[StepRecord], 
 
 class TrainingCell:
     """What a training cell's attempt (workloads/run.py `attempt`) builds and steps: the cell of
-    `prepare_cell`, trained by its measured loop (paired where it can be), with the instruments of
-    `instruments_for`."""
+    `prepare_cell`, trained by its measured loop (paired where it can be)."""
 
     def __init__(self, cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> None:
         self.cfg, self.rec, self.ranks = cfg, rec, ranks
-        self.instruments = instruments_for(cfg, ranks, rec.run.get("repeat", 0))
         self.cell: PreparedCell | None = None
         self.loop: paired.PairedLoop | paired.UnpairedLoop | None = None
 
@@ -155,7 +152,7 @@ class TrainingCell:
         self.cell = prepare_cell(self.cfg, self.rec, self.ranks)
         return self.cell
 
-    def measure(self) -> None:
+    def measure(self, instruments: Instrument) -> None:
         """Warm up and measure; the loop's columns in the run row, `paired` also where it fails."""
         cfg, rec, ranks, cell = self.cfg, self.rec, self.ranks, self.cell
         assert cell is not None, "build() first"
@@ -167,8 +164,8 @@ class TrainingCell:
             ranks.world_size,
             replicate=rec.run.get("repeat", 0),
             on_step=_announcing(rec, cfg.warmup_steps),
-            before_measuring=self.instruments.before_measuring,
-            after_block=self.instruments.after_block,
+            before_measuring=instruments.before_measuring,
+            after_block=instruments.after_block,
             gather=gather,
         )
         rec.run.update(paired=loop.fallback is None, paired_fallback=loop.fallback)

@@ -6,7 +6,7 @@ two-level bootstrap (analysis/statistics/bootstrap.py). Its own columns (`gemm_*
 `peak_gbps`) come from collect.py's replicate rows (`GEMM_READ`); the training tables use none of
 them. A sweep without GEMM cells has no GEMM table (analysis/studies/gemm/). An implementation is
 precision (+ fp8 recipe) x backend: eager is cuBLAS, `triton_base`/`triton_splitk` the FP8 post's
-Triton kernels (`model.kernel`).
+Triton kernels (`gemm.kernel`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ RUN_COLUMNS = [*SHAPE, "fp8_recipe", *GEMM_READ]
 #: same way (`gemm_timing`: a burst's µs and a sustained one's are different quantities).
 SAME_SHAPE = [*SHAPE, "gemm_timing", "gpu_name"]
 BF16, FP8 = "bf16", "fp8"
-#: The backend axis of the FP8 post's Triton kernels (`model.kernel`): data-parallel and SplitK.
+#: The backend axis of the FP8 post's Triton kernels (`gemm.kernel`): data-parallel and SplitK.
 TRITON_BASE, TRITON_SPLITK = GEMM_KERNELS
 #: Our own bootstrap stream (metrics.py's are 0-4): these draws are independent of the training tables'.
 _STREAM = (26,)

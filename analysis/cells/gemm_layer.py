@@ -1,4 +1,4 @@
-"""Layer cells (`model=gemm model.layer=...`): one row per layer cell, the post's layer launched one by
+"""Layer cells (`model=gemm gemm.layer=...`): one row per layer cell, the post's layer launched one by
 one against one CUDA graph (workloads/gemm/layer.py; docs/gemm.md "The post's layer").
 
 A layer cell is a GEMM cell whose GEMM is the layer: its measured replays are layers back to back

@@ -18,7 +18,7 @@ import statistics
 
 import torch
 
-from workloads.cell.config import cell_config_from_dict
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.step_timer import CudaTimer
 from workloads.cell.train import TrainStep

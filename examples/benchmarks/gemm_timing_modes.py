@@ -5,8 +5,8 @@ item 3; docs/gemm.md "Timing modes"), in one GPU run:
 
 For bf16 and fp8 (tensorwise) cuBLAS GEMMs at N = K = 8192 and each M, in this order: a direct
 timing (DIRECT_GEMMS GEMMs in CUDA graphs between two CUDA events, each timing after the burst cell's
-idle pause and a short untimed lead-in; the median of `--timings`), a `model.timing=burst`
-cell and a `model.timing=sustained` cell (`workloads.run.run_cell` in this process; their files under
+idle pause and a short untimed lead-in; the median of `--timings`), a `gemm.timing=burst`
+cell and a `gemm.timing=sustained` cell (`workloads.run.run_cell` in this process; their files under
 OUT/cells/). Prints per row the µs of each, burst / direct, sustained / burst, and the SM clock each
 ran at (NVML: the cells' recorded `sm_clock_mhz`, the direct timing's own samples taken halfway
 through each timing) with the cells' `clock_limits`, and judges two checks:
@@ -34,7 +34,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import torch
 
-from workloads.cell.config import BackendConfig, cell_config_from_dict
+from workloads.cell.config import BackendConfig
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.gemm.bursts import BURST_LEAD_REPLAYS, BURST_PAUSE_S, BURST_REPLAYS
 from workloads.gemm.kernels import build_gemm, make_operands
 from workloads.gemm.shapes import GemmShape
@@ -98,7 +99,8 @@ def direct_timing(
 def cell(out: Path, name: str, precision: str, m: int, timing: str, min_seconds: float) -> dict[str, Any]:
     """The run row of one GEMM cell of this timing, run here."""
     config = {
-        "model": {"name": "gemm", "m": m, "n": N, "k": K, "timing": timing},
+        "model": {"name": "gemm"},
+        "gemm": {"m": m, "n": N, "k": K, "timing": timing},
         "size": "small",
         "precision": {"name": precision, "recipe": "tensorwise"},
         "device": "cuda",

@@ -11,7 +11,7 @@ import argparse
 import statistics
 import time
 
-from workloads.cell.config import cell_config_from_dict
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import run_steps, synchronize
 from workloads.train_cell import prepare_cell

@@ -42,7 +42,8 @@ import torch.nn as nn
 
 from tests.conftest import tiny_config
 from workloads.cell import backends
-from workloads.cell.config import CellConfig, cell_config_from_dict
+from workloads.cell.config import CellConfig
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.cell.recorder import CellRecorder
 from workloads.instruments import dynamo_records
 from workloads.instruments.provenance import cpu_model

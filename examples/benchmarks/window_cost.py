@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from workloads.cell.config import cell_config_from_dict
+from workloads.cell.config_io import cell_config_from_dict
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import run_steps
 from workloads.instruments import profiled_window as pw

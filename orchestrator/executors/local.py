@@ -41,7 +41,7 @@ from typing import Any, TextIO
 from orchestrator.executors.base import GONE, Executor, ExecutorError, JobState, Ran
 from orchestrator.executors.cell_process import SKIPPED, CellProcess, Outcome, start_cell
 from orchestrator.grid.cells import Cell, Grid
-from workloads.cell.config import distributed_section
+from workloads.cell.config_io import distributed_section
 from workloads.contract.atomic import atomic_output
 from workloads.contract.attempts import missing_repeats
 from workloads.contract.sweep_dir import COMPILE_CACHE_DIR, cell_dir

@@ -16,7 +16,8 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from workloads.cell.config import CellConfig, cell_config_to_dict
+from workloads.cell.config import CellConfig
+from workloads.cell.config_io import cell_config_to_dict
 
 #: The name of the node in the root config's defaults list.
 CELL_DEFAULTS = "cell_defaults"

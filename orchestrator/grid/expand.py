@@ -49,7 +49,9 @@ from orchestrator.grid.private_apis import (
 )
 from orchestrator.grid.profile import ProfileError
 from workloads.cell.catalog import check_cell
-from workloads.cell.config import ConfigError, cell_config_from_dict, config_digest, moved_key
+from workloads.cell.cell_id import config_digest
+from workloads.cell.config import ConfigError
+from workloads.cell.config_io import cell_config_from_dict, moved_key
 from workloads.contract.sweep_dir import SMOKE_DIR
 
 CONFIG_NAME = "config"

@@ -27,7 +27,8 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from workloads.cell.config import DistributedConfig, distributed_section
+from workloads.cell.config import DistributedConfig
+from workloads.cell.config_io import distributed_section
 
 #: Compile-cache policies: one directory for the whole sweep (warm compiles), or a fresh one per job.
 COMPILE_CACHES = ("shared", "per_job")

@@ -15,10 +15,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from workloads.cell.config import BackendConfig, CellConfig, ConfigError
+from workloads.cell.config import BackendConfig, CellConfig, ConfigError, GemmConfig
 from workloads.cell.fp8 import missing_extra
 from workloads.cell.support import plan_refusal
-from workloads.contract.vocabulary import BASELINE_BACKEND, SUSTAINED, short_error
+from workloads.contract.vocabulary import BASELINE_BACKEND, short_error
 
 #: The size presets of every model family.
 SIZES = ("tiny", "small", "medium", "large", "xl")
@@ -128,23 +128,14 @@ def check_backend(cfg: BackendConfig) -> None:
 
 def check_gemm(cfg: CellConfig) -> None:
     """ConfigError for what a GEMM cell cannot be asked (or what only a GEMM cell can)."""
-    shape_keys = [key for key in ("m", "n", "k") if getattr(cfg.model, key) is not None]
     if cfg.model.name != GEMM_FAMILY:
-        if shape_keys:
-            raise ConfigError(f"model.{shape_keys[0]} is a GEMM's dimension: it goes with model=gemm")
-        if cfg.model.kernel is not None:
-            raise ConfigError(f"model.kernel={cfg.model.kernel} is a GEMM kernel: it goes with model=gemm")
-        if cfg.model.timing != SUSTAINED:
-            raise ConfigError(
-                f"model.timing={cfg.model.timing} is how a GEMM is timed: it goes with model=gemm "
-                "(a training cell measures its steps as they come)"
-            )
-        if cfg.model.layer is not None:
-            raise ConfigError(f"model.layer={cfg.model.layer} is a layer of GEMMs: it goes with model=gemm")
+        defaults = GemmConfig()
+        if given := [f"gemm.{k}={v}" for k, v in vars(cfg.gemm).items() if v != getattr(defaults, k)]:
+            raise ConfigError(f"{given[0]}: the gemm section is a GEMM cell's, it goes with model=gemm")
         return
-    if cfg.model.kernel is not None:
-        check_post_gemms(cfg, f"model.kernel={cfg.model.kernel}")
-    if cfg.model.layer is not None:
+    if cfg.gemm.kernel is not None:
+        check_post_gemms(cfg, f"gemm.kernel={cfg.gemm.kernel}")
+    if cfg.gemm.layer is not None:
         check_layer(cfg)
     if cfg.precision.name not in GEMM_PRECISIONS:
         raise ConfigError(f"model=gemm runs in {GEMM_PRECISIONS}, not precision={cfg.precision.name}")
@@ -163,11 +154,11 @@ def check_gemm(cfg: CellConfig) -> None:
     if cfg.compile.measure != "once":
         raise ConfigError("model=gemm measures its compile once (compile.measure=once)")
     if batch := [key for key in ("batch_size", "grad_accum") if getattr(cfg, key) is not None]:
-        raise ConfigError(f"model=gemm has no {batch[0]}: its shape is model.m, model.n, model.k")
+        raise ConfigError(f"model=gemm has no {batch[0]}: its shape is gemm.m, gemm.n, gemm.k")
 
 
 def check_post_gemms(cfg: CellConfig, what: str) -> None:
-    """`what` (`model.kernel=...`, `model.layer=...`): the post's GEMMs are fp8 with one scale per
+    """`what` (`gemm.kernel=...`, `gemm.layer=...`): the post's GEMMs are fp8 with one scale per
     tensor, run as written (cuBLAS's, or the Triton kernel's)."""
     if (cfg.precision.name, cfg.precision.recipe) != ("fp8", "tensorwise"):
         raise ConfigError(
@@ -179,12 +170,12 @@ def check_post_gemms(cfg: CellConfig, what: str) -> None:
 
 
 def check_layer(cfg: CellConfig) -> None:
-    """model.layer: the post's GEMMs (check_post_gemms), at the layer's own N and K per projection."""
-    check_post_gemms(cfg, f"model.layer={cfg.model.layer}")
-    if given := [key for key in ("n", "k") if getattr(cfg.model, key) is not None]:
+    """gemm.layer: the post's GEMMs (check_post_gemms), at the layer's own N and K per projection."""
+    check_post_gemms(cfg, f"gemm.layer={cfg.gemm.layer}")
+    if given := [key for key in ("n", "k") if getattr(cfg.gemm, key) is not None]:
         raise ConfigError(
-            f"model.layer={cfg.model.layer} has its own N and K per projection: model.{given[0]} does not "
-            "apply (model.m sets its tokens)"
+            f"gemm.layer={cfg.gemm.layer} has its own N and K per projection: gemm.{given[0]} does not "
+            "apply (gemm.m sets its tokens)"
         )
 
 

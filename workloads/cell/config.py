@@ -2,38 +2,18 @@
 
 The dataclasses' defaults are the only ones: the orchestrator registers them with Hydra
 (orchestrator/grid/config_store.py) under conf/'s groups, composes each cell and writes it to
-`cells/<cell_id>/config.yaml`; `load_cell_config` turns that file (or a plain dict) back into
-dataclasses, rejecting unknown keys so that a typo never silently becomes a default.
-Keys the workload does not use (`cluster`, `hydra`, ...) are allowed at the top level only.
-The types are checked here, not by OmegaConf: a Slurm task runs `python -m workloads.run` where
-no OmegaConf is installed (docs/clusters.md).
+`cells/<cell_id>/config.yaml`. Each section has its owner: a training cell's keys are the model's,
+the backend's, ...; a GEMM cell's own keys are the `gemm` section (`GemmConfig`). Reading a config
+back (its keys and types checked) is workloads/cell/config_io.py, the values that can never run
+workloads/cell/validation.py, the cell id workloads/cell/cell_id.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import hashlib
-import json
-import types
-import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from workloads.cell.precision import PRECISIONS
-from workloads.contract.upgrade import MOVED_CONFIG_KEYS, lift_config
-from workloads.contract.vocabulary import (
-    AUTO_REPEATS,
-    BASELINE_BACKEND,
-    EQUIVALENCE,
-    GEMM_KERNELS,
-    GEMM_TIMINGS,
-    SUSTAINED,
-)
+from workloads.contract.vocabulary import AUTO_REPEATS, BASELINE_BACKEND, EQUIVALENCE, SUSTAINED
 
 #: Inductor compile modes accepted for `backend.mode` (None and "default" mean the default mode).
 INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -69,23 +49,31 @@ class ModelConfig:
     """GPT dropout; null = the size preset's value (0.2 for shakespeare-char, as nanoGPT)."""
     image_size: int | None = None
     """Vision input resolution; null = the size preset's value."""
+
+
+@dataclass
+class GemmConfig:
+    """model=gemm's own keys (docs/gemm.md): the GEMM's shape, its kernel, how it is timed, or a layer of
+    GEMMs instead of one; every cell has the section, only a GEMM cell may set it
+    (workloads/cell/catalog.py `check_gemm`)."""
+
     m: int | None = None
-    """model=gemm: rows of A and of the product (A: M x K, B: K x N); null = the size preset's."""
+    """Rows of A and of the product (A: M x K, B: K x N); null = the size preset's."""
     n: int | None = None
-    """model=gemm: columns of B and of the product; null = the size preset's."""
+    """Columns of B and of the product; null = the size preset's."""
     k: int | None = None
-    """model=gemm: the inner dimension; null = the size preset's."""
+    """The inner dimension; null = the size preset's."""
     kernel: str | None = None
-    """model=gemm with precision.name=fp8 (tensorwise), backend=eager: the GEMM runs one of the
+    """With precision.name=fp8 (tensorwise), backend=eager: the GEMM runs one of the
     post's Triton kernels instead of cuBLAS, `triton_base` (data-parallel) or `triton_splitk`, at the
     tile configuration timed fastest for the cell's shape (docs/gemm.md); null = cuBLAS."""
     timing: str = SUSTAINED
-    """model=gemm: how the GEMM is timed, one of GEMM_TIMINGS: `sustained` (the measured loop's seconds of
+    """How the GEMM is timed, one of GEMM_TIMINGS: `sustained` (the measured loop's seconds of
     CUDA-graph replays) or `burst` (`steps` short bursts of replays, each after an idle pause; their
     median) (docs/gemm.md "Timing modes")."""
     layer: str | None = None
-    """model=gemm with precision.name=fp8 (tensorwise), backend=eager: the GEMMs of a whole layer
-    (`llama3_70b_attention`: its q, k, v and o projections at M = model.m tokens), launched one by
+    """With precision.name=fp8 (tensorwise), backend=eager: the GEMMs of a whole layer
+    (`llama3_70b_attention`: its q, k, v and o projections at M = gemm.m tokens), launched one by
     one and replayed as one CUDA graph (docs/gemm.md "The post's layer"); null = one GEMM."""
 
 
@@ -217,6 +205,7 @@ class CompileConfig:
 @dataclass
 class CellConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
+    gemm: GemmConfig = field(default_factory=GemmConfig)
     size: str = "tiny"
     """Size preset of the model family: tiny, small, medium, large, xl."""
     backend: BackendConfig = field(default_factory=BackendConfig)
@@ -265,298 +254,3 @@ class CellConfig:
     def most_repeats(self) -> int:
         """The most replicates the cell runs: `repeats`, or `max_repeats` with repeats=auto."""
         return self.max_repeats if self.repeats == AUTO_REPEATS else int(self.repeats)
-
-    def validate(self) -> None:
-        """Raise ConfigError for values that can never run, before any work starts."""
-        if self.steps <= 0:
-            raise ConfigError(f"steps must be positive, got {self.steps}")
-        if self.warmup_steps < 0:
-            raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
-        if self.repeats != AUTO_REPEATS and not (isinstance(self.repeats, int) and self.repeats >= 1):
-            raise ConfigError(f"repeats must be a positive integer or {AUTO_REPEATS}, got {self.repeats!r}")
-        if self.max_repeats < 3:
-            raise ConfigError(
-                f"max_repeats must be >= 3 (the fewest runs repeats=auto decides from), got "
-                f"{self.max_repeats}"
-            )
-        if not 0 <= self.equivalence < 1:
-            raise ConfigError(f"equivalence must be in [0, 1) (0.02 = 1 ± 2%), got {self.equivalence}")
-        for key in ("batch_size", "grad_accum", "model.m", "model.n", "model.k"):
-            value = getattr(self.model, key[6:]) if key.startswith("model.") else getattr(self, key)
-            if value is not None and value <= 0:
-                raise ConfigError(f"{key} must be positive, got {value}")
-        if self.model.kernel not in (None, *GEMM_KERNELS):
-            raise ConfigError(
-                f"model.kernel must be one of {GEMM_KERNELS} or null, got {self.model.kernel!r}"
-            )
-        if self.model.timing not in GEMM_TIMINGS:
-            raise ConfigError(f"model.timing must be one of {GEMM_TIMINGS}, got {self.model.timing!r}")
-        if self.model.layer not in (None, *GEMM_LAYERS):
-            raise ConfigError(f"model.layer must be one of {GEMM_LAYERS} or null, got {self.model.layer!r}")
-        if self.precision.name not in PRECISIONS:
-            raise ConfigError(
-                f"precision.name must be one of {tuple(PRECISIONS)}, got {self.precision.name!r}"
-            )
-        if self.precision.recipe not in FP8_RECIPES:
-            raise ConfigError(f"precision.recipe must be one of {FP8_RECIPES}, got {self.precision.recipe!r}")
-        if self.data.source not in DATA_SOURCES:
-            raise ConfigError(f"data.source must be one of {DATA_SOURCES}, got {self.data.source!r}")
-        if self.data.source != "synthetic" and not self.data.path:
-            raise ConfigError(f"data.source={self.data.source} needs data.path")
-        if self.data.path and self.data.source != "synthetic":
-            path = Path(self.data.path)
-            if not path.exists():
-                raise ConfigError(f"data.path does not exist: {self.data.path}")
-            # text and bin are one file each, an image folder is a directory of class folders;
-            # a custom model's reader takes what it takes
-            wants_dir = {"imagefolder": True, "text": False, "bin": False}.get(self.data.source)
-            if wants_dir is not None and path.is_dir() != wants_dir:
-                raise ConfigError(
-                    f"data.source={self.data.source} needs a {'directory' if wants_dir else 'file'}"
-                    f" as data.path, got {self.data.path}"
-                )
-        if self.data.workers < 0:
-            raise ConfigError(f"data.workers must be >= 0, got {self.data.workers}")
-        if self.device not in ("auto", "cuda", "cpu"):
-            raise ConfigError(f"device must be auto, cuda or cpu, got {self.device!r}")
-        mode = self.backend.mode
-        if mode not in (None, *INDUCTOR_MODES):
-            raise ConfigError(f"backend.mode must be one of {INDUCTOR_MODES}, got {mode!r}")
-        if mode not in (None, "default") and self.backend.name != "inductor":
-            raise ConfigError(f"backend.mode={mode} is an inductor mode; backend is {self.backend.name}")
-        if self.backend.name != BASELINE_BACKEND and self.warmup_steps < 1:
-            raise ConfigError("compiled backends need warmup_steps >= 1: compilation must not be measured")
-        if self.compile.measure not in COMPILE_MEASURES:
-            raise ConfigError(
-                f"compile.measure must be one of {COMPILE_MEASURES}, got {self.compile.measure!r}"
-            )
-        if self.compile.measure == "cold_warm" and self.distributed.world_size > 1:
-            raise ConfigError(
-                "compile.measure=cold_warm measures one process's compile; this cell trains as "
-                f"{self.distributed.world_size} processes"
-            )
-        if self.backend.compile_optimizer and self.precision.name == "fp16":
-            raise ConfigError("backend.compile_optimizer with fp16: GradScaler calls the optimizer itself")
-        self._validate_distributed()
-        self._validate_measure()
-
-    def _validate_measure(self) -> None:
-        m = self.measure
-        if m.min_seconds < 0:
-            raise ConfigError(f"measure.min_seconds must be >= 0, got {m.min_seconds}")
-        if m.max_steps is not None and m.max_steps < 1:
-            raise ConfigError(f"measure.max_steps must be >= 1 or null, got {m.max_steps}")
-        if m.max_seconds is not None and not m.max_seconds > 0:
-            raise ConfigError(f"measure.max_seconds must be > 0 or null, got {m.max_seconds}")
-        if m.max_seconds is not None and m.max_seconds < m.min_seconds:
-            raise ConfigError(
-                f"measure.max_seconds ({m.max_seconds}) must be >= measure.min_seconds ({m.min_seconds})"
-            )
-        if m.rel_ci is not None and not 0 < m.rel_ci < 1:
-            raise ConfigError(
-                f"measure.rel_ci must be between 0 and 1 (0.01 = ±1% of the median), got {m.rel_ci}"
-            )
-        if m.rel_ci is not None and m.max_steps is None and m.max_seconds is None:
-            raise ConfigError(
-                "measure.rel_ci needs measure.max_steps or measure.max_seconds: a precision that is "
-                "never reached would measure forever"
-            )
-        if m.block_seconds < 0 or m.block_steps < 1:
-            raise ConfigError(
-                f"measure.block_seconds must be >= 0 and measure.block_steps >= 1, got {m.block_seconds} "
-                f"and {m.block_steps}"
-            )
-        if m.min_pairs < 6:
-            raise ConfigError(
-                f"measure.min_pairs must be >= 6 (a 95% interval of a median), got {m.min_pairs}"
-            )
-
-    def _validate_distributed(self) -> None:
-        dist = self.distributed
-        for key in ("nodes", "tasks_per_node"):
-            if getattr(dist, key) < 1:
-                raise ConfigError(f"distributed.{key} must be >= 1, got {getattr(dist, key)}")
-        if dist.backend not in DIST_BACKENDS:
-            raise ConfigError(f"distributed.backend must be one of {DIST_BACKENDS}, got {dist.backend!r}")
-        if dist.backend == "nccl" and self.device == "cpu":
-            raise ConfigError("distributed.backend=nccl needs GPUs; device=cpu trains with gloo")
-        # DDP's first bucket holds 1 MiB, and dynamo's DDPOptimizer refuses a smaller cap than that.
-        if dist.bucket_cap_mb is not None and dist.bucket_cap_mb < 1:
-            raise ConfigError(
-                f"distributed.bucket_cap_mb must be >= 1 (DDP's first bucket), got {dist.bucket_cap_mb}"
-            )
-
-
-#: Top-level keys that belong to the orchestrator; a workload ignores them.
-FOREIGN_TOP_LEVEL_KEYS = frozenset({"cluster", "hydra", "experiment", "executor", "sweep", "suite"})
-
-
-#: Python types a YAML value may have for each annotated scalar type (an int is a valid float).
-_ACCEPTED_TYPES = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}
-
-
-def _check_type(hint: Any, value: Any, key: str) -> None:
-    """Reject a value of the wrong scalar type (`steps: abc`), naming the key."""
-    args = _union_members(hint)
-    if value is None and type(None) in args:
-        return
-    for candidate in (t for t in args if t is not type(None)):
-        accepted = _ACCEPTED_TYPES.get(candidate)
-        if accepted is None:
-            return  # not a scalar type (dict, ...): nothing to check here
-        if isinstance(value, bool) and candidate is not bool:
-            continue  # bool is an int subclass, but `steps: true` is a mistake
-        if isinstance(value, accepted):
-            return
-    raise ConfigError(f"config key {key} must be {_type_name(hint)}, got {value!r}")
-
-
-@functools.cache
-def _union_members(hint: Any) -> tuple[Any, ...]:
-    """(int, NoneType) for `int | None`; (hint,) for anything that is not a union."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return typing.get_args(hint)
-    return (hint,)
-
-
-def _type_name(hint: Any) -> str:
-    names = [getattr(t, "__name__", str(t)) for t in _union_members(hint)]
-    return " or ".join("null" if n == "NoneType" else n for n in names)
-
-
-@functools.cache
-def _fields_and_hints(cls: type) -> tuple[dict[str, dataclasses.Field], dict[str, Any]]:
-    # get_type_hints evaluates the string annotations each call; a 10,000-cell sweep builds
-    # a config per cell, so do it once per class.
-    return {f.name: f for f in dataclasses.fields(cls)}, typing.get_type_hints(cls)
-
-
-def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
-    names, hints = _fields_and_hints(cls)
-    kwargs = {}
-    for key, value in values.items():
-        if key not in names:
-            if not where and key in FOREIGN_TOP_LEVEL_KEYS:
-                continue
-            raise ConfigError(
-                moved_key(f"{where}{key}") or f"unknown config key '{where}{key}'; known: {sorted(names)}"
-            )
-        sub = names[key].default_factory
-        if isinstance(sub, type) and dataclasses.is_dataclass(sub):
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"config key {where}{key} must be a mapping, got {value!r}")
-            value = _build(sub, value, f"{where}{key}.")
-        else:
-            _check_type(hints[key], value, f"{where}{key}")
-        kwargs[key] = value
-    return cls(**kwargs)
-
-
-def moved_key(text: str) -> str | None:
-    """The one line that refuses a key which moved (workloads/contract/upgrade.py MOVED_CONFIG_KEYS)
-    where `text` (a key, an override, Hydra's error) names one: a stored config.yaml is lifted, but an
-    override or a config file of the user's is refused, as Hydra refuses any key it does not know."""
-    for old, new in MOVED_CONFIG_KEYS.items():
-        if old in text:
-            return f"{old} is now {new}, the sweep's own setting beside repeats: write {new}=VALUE"
-    return None
-
-
-def cell_config_from_dict(values: Mapping[str, Any]) -> CellConfig:
-    """Build and validate a CellConfig from a plain (already resolved) mapping."""
-    cfg = _build(CellConfig, values, "")
-    cfg.validate()
-    return cfg
-
-
-def distributed_section(config: Mapping[str, Any]) -> DistributedConfig:
-    """The `distributed` section of a resolved cell config (the defaults where it has none)."""
-    return DistributedConfig(**(config.get("distributed") or {}))
-
-
-def load_cell_config(path: str | Path) -> CellConfig:
-    """Read a resolved `config.yaml` written by the orchestrator (or by hand)."""
-    with open(path) as fh:
-        try:
-            values = yaml.safe_load(fh) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
-    if not isinstance(values, Mapping):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
-    return cell_config_from_dict(lift_config(values))
-
-
-def cell_config_to_dict(cfg: CellConfig) -> dict[str, Any]:
-    """The plain-dict form, as written to `config.yaml` and hashed into the cell id."""
-    return _plain(cfg)
-
-
-def _plain(value: Any) -> Any:
-    # dataclasses.asdict deep-copies every leaf; config leaves are immutable scalars, so this
-    # walk gives the same dict several times faster (it runs once per cell of a sweep).
-    if dataclasses.is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
-@functools.cache
-def _later_section_defaults() -> dict[str, dict[str, Any]]:
-    """The sections added after cells existed, at their defaults (built once: a sweep digests every cell)."""
-    return {
-        "distributed": cell_config_to_dict(DistributedConfig()),
-        "measure": cell_config_to_dict(MeasureConfig()),
-        "compile": cell_config_to_dict(CompileConfig()),
-    }
-
-
-#: Keys added to a section after cells existed, with the value at which they stay out of the digest.
-_LATER_KEYS: dict[str, dict[str, Any]] = {
-    "model": {
-        "target": None,
-        "m": None,
-        "n": None,
-        "k": None,
-        "kernel": None,
-        "timing": SUSTAINED,
-        "layer": None,
-    },
-    "precision": {"recipe": PrecisionConfig.recipe},
-    "measure": {
-        k: getattr(MeasureConfig, k) for k in ("paired", "block_seconds", "block_steps", "min_pairs")
-    },
-}
-
-
-#: Top-level keys added after cells existed, with the value at which they stay out of the digest.
-_LATER_TOP_LEVEL_KEYS: dict[str, Any] = {"environment": None}
-
-
-@functools.cache
-def _sweep_settings() -> tuple[str, ...]:
-    """The names of the fields marked SWEEP_SETTING."""
-    return tuple(f.name for f in dataclasses.fields(CellConfig) if f.metadata.get("sweep_setting"))
-
-
-def config_digest(cfg: CellConfig | Mapping[str, Any]) -> str:
-    """A stable 12-hex-digit id of a resolved config (the `cell_id` field and the sweep's own settings
-    excluded)."""
-    values = cell_config_to_dict(cfg) if isinstance(cfg, CellConfig) else dict(cfg)
-    for name in ("cell_id", *_sweep_settings()):
-        values.pop(name, None)
-    # Sections (`distributed`, `measure`, `compile`) and keys added after cells existed are left out at
-    # their defaults, so that re-running an older sweep still finds its completed cells.
-    for section, defaults in _later_section_defaults().items():
-        if values.get(section) == defaults:
-            del values[section]
-    for key, default in _LATER_TOP_LEVEL_KEYS.items():  # and top-level keys (`environment`)
-        if key in values and values[key] == default:
-            del values[key]
-    for section, keys in _LATER_KEYS.items():  # likewise keys added to a section (model.target)
-        if isinstance(part := values.get(section), Mapping):
-            values[section] = {k: v for k, v in part.items() if not (k in keys and v == keys[k])}
-    blob = json.dumps(values, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:12]

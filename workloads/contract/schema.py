@@ -152,7 +152,7 @@ GEMM_FIELDS: list[pa.Field] = [
     pa.field("clock_samples", pa.int64()),  # how many samples: taken while GEMMs were queued on the GPU
     pa.field("clock_limits", pa.string()),  # NVML's clock-limiting reasons in any sample: "sw_power_cap,..."
 ]
-#: model=gemm with model.layer: the layer's GEMMs from profiled windows, each a single layer on an idle
+#: model=gemm with gemm.layer: the layer's GEMMs from profiled windows, each a single layer on an idle
 #: device, per way: `launched` one by one from Python, `graph` replayed as one CUDA graph
 #: (workloads/gemm/layer.py, docs/gemm.md "The post's layer"); null in other cells and older sweeps.
 LAYER_WAYS = ("launched", "graph")

@@ -31,8 +31,13 @@ encoding changed so far; such a change would be one more step here. The history,
   sustained; its clocks (`sm_clock_mhz`, `clock_samples`, `clock_limits`): null, not measured.
 
 A cell's config.yaml has one step too (`lift_config`, read by `sweep_dir.read_cell_config` and
-`workloads.cell.config.load_cell_config`): `measure.max_repeats` and `measure.equivalence` moved
-beside `repeats` as the sweep's own settings (`max_repeats`, `equivalence`; issue 37).
+`workloads.cell.config_io.load_cell_config`), the keys that moved (MOVED_CONFIG_KEYS):
+`measure.max_repeats` and `measure.equivalence` beside `repeats` as the sweep's own settings
+(`max_repeats`, `equivalence`; issue 37); model=gemm's `model.m`, `model.n`, `model.k`,
+`model.kernel`, `model.timing`, `model.layer` into the GEMM cell's own section, `gemm.m` ... (issue
+49). An override or a config file of the user's naming an old key is refused with the new one
+(`workloads.cell.config_io.moved_key`), and the cell id digests each key where it was first written
+(`as_first_written`): a cell keeps its id when its keys move.
 """
 
 from __future__ import annotations
@@ -46,8 +51,12 @@ import pyarrow.compute as pc
 from workloads.contract.schema import RUN_SCHEMA
 from workloads.contract.vocabulary import SUSTAINED
 
-#: Config keys that moved: the old dotted key -> the new top-level one.
-MOVED_CONFIG_KEYS = {"measure.max_repeats": "max_repeats", "measure.equivalence": "equivalence"}
+#: Config keys that moved: the old dotted key -> the new one (a section's key or a top-level one).
+MOVED_CONFIG_KEYS = {
+    "measure.max_repeats": "max_repeats",
+    "measure.equivalence": "equivalence",
+    **{f"model.{key}": f"gemm.{key}" for key in ("m", "n", "k", "kernel", "timing", "layer")},
+}
 
 #: The run columns the lift steps read, scanned whatever columns a reader asked for.
 LIFT_INPUTS = (
@@ -126,14 +135,39 @@ def lift(table: pa.Table, kind: pa.Schema) -> pa.Table:
     return table
 
 
+def _moved(values: dict[str, Any], source: str, target: str) -> dict[str, Any]:
+    """`values` with the dotted key `source` moved to `target` (a section emptied by it dropped); a
+    value already at `target` is kept."""
+    (from_section, _, from_key), (to_section, _, to_key) = source.rpartition("."), target.rpartition(".")
+    part = values.get(from_section) if from_section else values
+    if not isinstance(part, Mapping) or from_key not in part:
+        return values
+    value, rest = part[from_key], {k: v for k, v in part.items() if k != from_key}
+    if not from_section:
+        values = rest
+    elif rest:
+        values[from_section] = rest
+    else:
+        del values[from_section]
+    if to_section:
+        values[to_section] = {to_key: value, **(values.get(to_section) or {})}
+    else:
+        values.setdefault(to_key, value)
+    return values
+
+
 def lift_config(values: Mapping[str, Any]) -> dict[str, Any]:
     """A cell's config as written before its keys moved (MOVED_CONFIG_KEYS), with the current keys;
     a config that names both keeps the new one's value."""
     values = dict(values)
     for old, new in MOVED_CONFIG_KEYS.items():
-        section, key = old.split(".")
-        part = values.get(section)
-        if isinstance(part, Mapping) and key in part:
-            values[section] = {k: v for k, v in part.items() if k != key}
-            values.setdefault(new, part[key])
+        values = _moved(values, old, new)
+    return values
+
+
+def as_first_written(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A config with the current keys as it was written before they moved: what the cell id digests."""
+    values = dict(values)
+    for old, new in MOVED_CONFIG_KEYS.items():
+        values = _moved(values, new, old)
     return values

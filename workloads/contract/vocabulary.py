@@ -3,9 +3,9 @@
 An axis is a setting that tells cells apart in the manifest, `compilebench status` and every
 table. It is defined here once, and everything else derives from `AXES`: the manifest's and
 run.parquet's columns (workloads/contract/schema.py), the values the workload records, the status table,
-which cells analysis compares with which. Adding an axis is one `Axis(...)` line here, plus the
-field of its config key in workloads/cell/config.py and its default in conf/ if the key is new
-(docs/architecture.md walks through it).
+which cells analysis compares with which. Adding an axis is one `Axis(...)` line here, plus, if its
+config key is new, the key's field in workloads/cell/config.py and its default in
+workloads/cell/cell_id.py `_LATER_KEYS` (docs/architecture.md walks through it).
 
 Roles say how analysis treats an axis:
 
@@ -56,12 +56,12 @@ def _compile_mode(config: Mapping[str, Any]) -> str | None:
 
 
 def _backend(config: Mapping[str, Any]) -> str | None:
-    # A GEMM cell with model.kernel runs the post's Triton kernel, not eager's cuBLAS: the kernel is its
+    # A GEMM cell with gemm.kernel runs the post's Triton kernel, not eager's cuBLAS: the kernel is its
     # treatment, and its speedup is over the eager (cuBLAS) cell of its shape, as a compiled cell's.
-    return config_value(config, "model.kernel") or config_value(config, "backend.name")
+    return config_value(config, "gemm.kernel") or config_value(config, "backend.name")
 
 
-#: model=gemm's timing modes (`model.timing`; workloads/gemm/timing.py, bursts.py; docs/gemm.md "Timing
+#: model=gemm's timing modes (`gemm.timing`; workloads/gemm/timing.py, bursts.py; docs/gemm.md "Timing
 #: modes"): seconds of CUDA-graph replays back to back, what a training or serving loop gets (the GPU's
 #: clocks under its power cap), or short bursts after an idle pause, as `triton.testing.do_bench` and
 #: profilers time.
@@ -73,10 +73,10 @@ GEMM_KERNELS = ("triton_base", "triton_splitk")
 
 
 def _gemm_timing(config: Mapping[str, Any]) -> str | None:
-    # Only a GEMM cell (model=gemm) is timed either way; one configured before model.timing was sustained.
+    # Only a GEMM cell (model=gemm) is timed either way; one configured before gemm.timing was sustained.
     if config_value(config, "model.name") != "gemm":
         return None
-    return config_value(config, "model.timing") or SUSTAINED
+    return config_value(config, "gemm.timing") or SUSTAINED
 
 
 def _arch(config: Mapping[str, Any]) -> str | None:
@@ -148,13 +148,13 @@ AXES: tuple[Axis, ...] = (
     Axis("batch_size", pa.int64(), WORKLOAD, "batch_size", label="batch"),
     Axis("grad_accum", pa.int64(), WORKLOAD, "grad_accum", label="accum"),
     # model=gemm's shape (A: M x K, B: K x N); the workload records the size preset's where null.
-    Axis("gemm_m", pa.int64(), WORKLOAD, "model.m", label="M"),
-    Axis("gemm_n", pa.int64(), WORKLOAD, "model.n", label="N"),
-    Axis("gemm_k", pa.int64(), WORKLOAD, "model.k", label="K"),
+    Axis("gemm_m", pa.int64(), WORKLOAD, "gemm.m", label="M"),
+    Axis("gemm_n", pa.int64(), WORKLOAD, "gemm.n", label="N"),
+    Axis("gemm_k", pa.int64(), WORKLOAD, "gemm.k", label="K"),
     # ... and how it is timed: a burst's µs and a sustained one's are different quantities (docs/gemm.md).
-    Axis("gemm_timing", pa.string(), WORKLOAD, "model.timing", _gemm_timing, label="timing"),
-    # model=gemm's layer (model.layer): the GEMMs of a whole layer; null: one GEMM.
-    Axis("gemm_layer", pa.string(), WORKLOAD, "model.layer", label="layer"),
+    Axis("gemm_timing", pa.string(), WORKLOAD, "gemm.timing", _gemm_timing, label="timing"),
+    # model=gemm's layer (gemm.layer): the GEMMs of a whole layer; null: one GEMM.
+    Axis("gemm_layer", pa.string(), WORKLOAD, "gemm.layer", label="layer"),
     # The cluster profile's named software environment (`environment=NAME`); null: the profile's own.
     Axis("environment", pa.string(), HARDWARE, "environment"),
     Axis("device", pa.string(), HARDWARE, None),

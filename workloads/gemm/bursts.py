@@ -1,4 +1,4 @@
-"""How a GEMM cell with `model.timing=burst` times its GEMM: short bursts of the CUDA-graph replays
+"""How a GEMM cell with `gemm.timing=burst` times its GEMM: short bursts of the CUDA-graph replays
 of workloads/gemm/timing.py, each after an idle pause, as `triton.testing.do_bench` and profiler
 timings time a kernel; beside `sustained`, the measured loop's seconds of replays back to back
 (docs/gemm.md "Timing modes"). The two differ where the GPU's clocks do: a GEMM that draws the board to

@@ -2,11 +2,11 @@
 `TrainingCell`.
 
 Builds the operands and the GEMM (workloads/gemm/kernels.py), times CUDA-graph replays of it
-(workloads/gemm/timing.py) in the measured loop of training cells (`model.timing=sustained`) or in
+(workloads/gemm/timing.py) in the measured loop of training cells (`gemm.timing=sustained`) or in
 bursts after idle pauses (`burst`: workloads/gemm/bursts.py), and fills the run row: the summary
 of CellRecorder (a step is one GEMM: one item, 2·M·N·K FLOPs), the environment of a training cell,
-the columns of the instruments it shares with one (`gemm_instruments`: provenance, the GPU's
-energy per GEMM), the GPU's clocks while it ran (workloads/instruments/gpu_clocks.py), and the
+the columns of its instruments (workloads/kinds.py `gemm_instruments`: provenance, the GPU's
+energy per GEMM, the GPU's clocks while it ran: workloads/instruments/gpu_clocks.py), and the
 gemm_* columns (workloads/gemm/shapes.py; docs/gemm.md). workloads/run.py runs it in the one
 attempt of every cell (`attempt`); fp8 where the device has no fp8 tensor cores raises NotSupported,
 recorded as `not_supported`.
@@ -30,28 +30,15 @@ from workloads.gemm.private_torch import AutotuneChoices
 from workloads.gemm.shapes import gemm_columns, gemm_flops, resolve_shape
 from workloads.gemm.timing import GEMMS_PER_REPLAY, GemmSteps, per_gemm
 from workloads.instruments import dynamo_records
-from workloads.instruments.base import Instrument, Instruments
+from workloads.instruments.base import Instrument
 from workloads.instruments.environment import open_run_row, peak_gbps, peak_tflops, resolve_device
 from workloads.instruments.gpu_clocks import GpuClocks
-from workloads.instruments.gpu_energy import GpuEnergy
-from workloads.instruments.provenance import Provenance
-from workloads.instruments.registry import WaitForQuiet
 
 #: What an eager GEMM cell's `gemm_kernel` says, by device type.
 EAGER_KERNELS = {"cuda": "cublas", "cpu": "aten"}
 
 #: run.parquet `paired_fallback` of every GEMM cell.
 NOT_PAIRED = "a GEMM cell times one kernel per cell: its eager (cuBLAS) baseline is a cell of its own"
-
-
-def gemm_instruments(cfg: CellConfig, ranks: Ranks, clocks: GpuClocks) -> Instruments:
-    """A GEMM cell's instruments, in the order of a training cell's (workloads/instruments/registry.py):
-    the waits for quiet, the GPU's energy (a step row is one GEMM of a replay of GEMMS_PER_REPLAY;
-    sustained only: a burst cell's window is mostly its idle pauses), its clocks (sampled by the
-    loop), provenance. They read no more of the built cell than its device (GemmSteps has one)."""
-    sustained = cfg.model.timing == SUSTAINED
-    energy = GpuEnergy.for_cell(cfg, ranks, steps_per_row=GEMMS_PER_REPLAY) if sustained else None
-    return Instruments(filter(None, [WaitForQuiet.for_process(), energy, clocks, Provenance()]))
 
 
 class GemmCell:
@@ -62,7 +49,7 @@ class GemmCell:
 
     def __init__(self, cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> None:
         self._open(cfg, rec, ranks)
-        self.shape = shape = resolve_shape(cfg.size, cfg.model.m, cfg.model.n, cfg.model.k)
+        self.shape = shape = resolve_shape(cfg.size, cfg.gemm.m, cfg.gemm.n, cfg.gemm.k)
         rec.items_per_step, rec.flops_per_step = 1, gemm_flops(shape)
         rec.peak = cfg.peak_tflops or peak_tflops(
             rec.run.get("gpu_name"), PRECISIONS[cfg.precision.name].peak_key
@@ -79,15 +66,14 @@ class GemmCell:
             paired_fallback=NOT_PAIRED,
         )
 
-    def _open(self, cfg: CellConfig, rec: CellRecorder, ranks: Ranks, *more: Instrument) -> None:
-        """What every GEMM cell does first: check the config, find the device, open the run row;
-        its instruments are the GEMM cell's and `more` (measured after them)."""
+    def _open(self, cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> None:
+        """What every GEMM cell does first: check the config, find the device, open the run row; its
+        clocks, sampled by its loop, are one of its instruments (workloads/kinds.py)."""
         check_cell(cfg)
         self.cfg, self.rec, self.ranks = cfg, rec, ranks
         self.device = device = resolve_device(cfg.device)
-        self.sustained = cfg.model.timing == SUSTAINED
+        self.sustained = cfg.gemm.timing == SUSTAINED
         self.clocks = GpuClocks(device)
-        self.instruments = Instruments([gemm_instruments(cfg, ranks, self.clocks), *more])
         if cfg.precision.name == "fp8":
             require_fp8(device)
         open_run_row(rec.run, device)
@@ -99,14 +85,14 @@ class GemmCell:
         cfg = self.cfg
         dynamo_records.reset_compile_stats()
         operands = make_operands(self.shape, cfg.precision.name, cfg.precision.recipe, self.device, cfg.seed)
-        self.gemm = build_gemm(cfg.backend, cfg.precision.name, operands, cfg.model.kernel)
+        self.gemm = build_gemm(cfg.backend, cfg.precision.name, operands, cfg.gemm.kernel)
         # Sustained: a clock sample (at most every CLOCK_SAMPLE_GAP_S) right after a replay is queued;
         # a burst cell samples halfway through each burst instead.
         sample = self.clocks.sample if self.sustained else None
         self.steps = GemmSteps(self.gemm, self.device, after_replay=sample)
         return self.steps
 
-    def measure(self) -> None:
+    def measure(self, instruments: Instrument) -> None:
         cfg, steps = self.cfg, self.steps
         assert steps is not None, "build() first"
         on_step = per_gemm(self.rec.on_step)
@@ -114,12 +100,12 @@ class GemmCell:
             if self.sustained:
                 stop_reason = run_steps(
                     steps, cfg.warmup_steps, cfg.steps, self.device, on_step=on_step, measure=cfg.measure,
-                    before_measuring=self.instruments.before_measuring,
+                    before_measuring=instruments.before_measuring,
                 )  # fmt: skip
             else:
                 stop_reason = run_bursts(
                     steps, cfg.warmup_steps, cfg.steps, self.device, on_step,
-                    before_measuring=self.instruments.before_measuring, during_burst=self.clocks.sample,
+                    before_measuring=instruments.before_measuring, during_burst=self.clocks.sample,
                 )  # fmt: skip
         self.rec.run["stop_reason"] = stop_reason
 

@@ -1,6 +1,6 @@
 """The timed GEMM: its operands and the callable that multiplies them, as cuBLAS runs it
 (`backend=eager`), as `torch.compile` does with the cell's backend, mode and options, or as one of
-the post's Triton kernels does (`model.kernel`: workloads/gemm/triton_fp8.py, tuned and checked by
+the post's Triton kernels does (`gemm.kernel`: workloads/gemm/triton_fp8.py, tuned and checked by
 workloads/gemm/triton_tuning.py).
 
 bf16/fp16 call `torch.mm`; fp8 calls `torch._scaled_mm` (private_torch.scaled_mm) with e4m3

@@ -1,4 +1,4 @@
-"""The FP8 post's layer (`model.layer`): which GEMMs a layer is, and what its profiled windows say.
+"""The FP8 post's layer (`gemm.layer`): which GEMMs a layer is, and what its profiled windows say.
 Torch-free: the arithmetic is tested on made-up intervals (tests/test_gemm_layer.py).
 
 The post (section 5) times "a simulated Llama3-70B attention layer" launched kernel by kernel and
@@ -42,7 +42,7 @@ class Projection:
     k: int
 
 
-#: model.layer -> its GEMMs, in the order a layer runs them (workloads/cell/config.py GEMM_LAYERS).
+#: gemm.layer -> its GEMMs, in the order a layer runs them (workloads/cell/config.py GEMM_LAYERS).
 LAYERS: dict[str, tuple[Projection, ...]] = {
     "llama3_70b_attention": (
         Projection("q", QUERY_HEADS * HEAD_DIM, HIDDEN),

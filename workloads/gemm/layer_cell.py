@@ -1,4 +1,4 @@
-"""`LayerCell`: a GEMM cell that runs a whole layer's GEMMs (`model.layer`; workloads/gemm/layer.py),
+"""`LayerCell`: a GEMM cell that runs a whole layer's GEMMs (`gemm.layer`; workloads/gemm/layer.py),
 and `LayerWindows`, what it measures of them after its loop.
 
 The measured loop is the GEMM cell's (workloads/gemm/timing.py), its GEMM the layer: a step replays
@@ -96,13 +96,13 @@ class LayerWindows(Instrument):
 
 class LayerCell(GemmCell):
     """A GEMM cell whose GEMM is a layer's GEMMs in order (`launch`): built, measured and summarised
-    as a GEMM cell, per layer instead of per GEMM, with LayerWindows after its loop."""
+    as a GEMM cell, per layer instead of per GEMM, with LayerWindows after its loop (workloads/kinds.py)."""
 
     def __init__(self, cfg: CellConfig, rec: CellRecorder, ranks: Ranks) -> None:
-        assert cfg.model.layer is not None, "LayerCell runs model.layer"
-        self._open(cfg, rec, ranks, LayerWindows(self))  # fp8: check_layer refuses another precision
-        m = resolve_shape(cfg.size, cfg.model.m, None, None).m
-        self.shapes = layer_shapes(cfg.model.layer, m)
+        assert cfg.gemm.layer is not None, "LayerCell runs gemm.layer"
+        self._open(cfg, rec, ranks)  # fp8: check_layer refuses another precision
+        m = resolve_shape(cfg.size, cfg.gemm.m, None, None).m
+        self.shapes = layer_shapes(cfg.gemm.layer, m)
         gpu = rec.run.get("gpu_name")
         rec.peak = cfg.peak_tflops or peak_tflops(gpu, PRECISIONS["fp8"].peak_key)
         sums = layer_columns([shape for _, shape in self.shapes], rec.peak, peak_gbps(gpu))
@@ -123,7 +123,7 @@ class LayerCell(GemmCell):
         self.gemms = [
             build_gemm(
                 cfg.backend, "fp8", make_operands(shape, "fp8", "tensorwise", self.device, cfg.seed + i),
-                cfg.model.kernel,
+                cfg.gemm.kernel,
             )
             for i, (_, shape) in enumerate(self.shapes)
         ]  # fmt: skip

@@ -39,7 +39,7 @@ class GemmShape:
 
 
 def resolve_shape(size: str, m: int | None, n: int | None, k: int | None) -> GemmShape:
-    """The cell's shape: each of model.m, model.n, model.k, or the size preset's where null."""
+    """The cell's shape: each of gemm.m, gemm.n, gemm.k, or the size preset's where null."""
     preset = GEMM_SIZES[size]
     return GemmShape(*(given if given is not None else default for given, default in zip((m, n, k), preset)))
 

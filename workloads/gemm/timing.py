@@ -6,7 +6,7 @@ cuBLAS pick its kernel) and captures G more in a CUDA graph; every step after it
 graph. A replay launches G kernels with one call, so the step's CUDA-event time is G GEMMs with no
 host launch gaps between them, which a 10 µs GEMM launched from Python would have. The step's
 row records that time / G: milliseconds per GEMM. On the CPU (tests) a step calls the GEMM G times.
-`model.timing=burst` times the same replays in bursts after idle pauses instead (workloads/gemm/bursts.py).
+`gemm.timing=burst` times the same replays in bursts after idle pauses instead (workloads/gemm/bursts.py).
 """
 
 from __future__ import annotations

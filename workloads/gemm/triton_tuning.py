@@ -27,7 +27,7 @@ import torch
 from workloads.gemm.kernel_check import ProductCheck
 from workloads.gemm.triton_fp8 import Fp8Gemm, TileConfig
 
-#: model.kernel -> its candidates (block_m, block_n, block_k, split_k, num_warps, num_stages).
+#: gemm.kernel -> its candidates (block_m, block_n, block_k, split_k, num_warps, num_stages).
 SPACE: dict[str, tuple[TileConfig, ...]] = {
     "triton_splitk": (
         TileConfig(64, 64, 512, 4, 8, 3),  # the post's TK-GEMM

@@ -1,8 +1,8 @@
 """The seam between a cell's measured loop and what observes it: an `Instrument` and its moments.
 
 The attempt (workloads/run.py `attempt`) builds the cell, runs its steps once and records its rows,
-and calls the cell's instruments, one `Instruments` (its list: workloads/instruments/registry.py
-`instruments_for`, or a GEMM cell's), at each named moment; the list calls each member in order:
+and calls the cell's instruments, one `Instruments` (its kind's list: workloads/kinds.py), at each
+named moment; the list calls each member in order:
 
     before_build()        before the cell is built (the cold compile's process of its own)
     before_loop(cell)     the cell is built, compiled lazily; its first step comes next

@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from workloads.cell.catalog import NON_DYNAMO_BACKENDS
-from workloads.cell.config import CellConfig, cell_config_to_dict, config_digest
+from workloads.cell.cell_id import config_digest
+from workloads.cell.config import CellConfig
+from workloads.cell.config_io import cell_config_to_dict
 from workloads.cell.recorder import CellRecorder, compile_time_s
 from workloads.cell.train import PreparedCell, run_steps
 from workloads.contract.sweep_dir import config_yaml

@@ -6,7 +6,7 @@ cell's windows; the arithmetic is workloads/instruments/energy.py. At each momen
                       and the counter's update period
     before_loop       the warm-up window opens: the cell is built, its first step comes next
     before_measuring  it closes and the measured window opens: before the last warm-up step, after
-                      the waits for quiet and the host's probe (workloads/instruments/registry.py)
+                      the waits for quiet and the host's probe (the order: workloads/kinds.py)
     after_block       a paired cell's block has ended: the energy since the block before is its own
     after_loop        the measured window closes: this rank's energies, idle power and the window's
                       seconds; the recorder sums the energies over the ranks (SUMMED_OVER_RANKS)

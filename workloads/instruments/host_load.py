@@ -15,7 +15,8 @@ one kind, eager efficientnet_b0's step differed by 30% while GPU-bound resnet50'
   the window (0 on bare metal).
 
 All from /proc/stat and the process's own CPU clock; None where there is none (not Linux), never
-an exception. Imports with pyarrow alone; torch is imported inside `op_overhead_us`.
+an exception. Imports with pyarrow alone; torch is imported inside `op_overhead_us`. Before the
+window opens, a replicate of the local executor waits for the others to be quiet (`WaitForQuiet`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from __future__ import annotations
 import os
 import resource
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from workloads.instruments.base import Instrument
+from workloads.local import turns
 
 #: The tiny ops timed per block, and the blocks (their median is reported): a few ms in all.
 OPS_PER_BLOCK, BLOCKS = 200, 5
@@ -127,3 +130,22 @@ class HostLoad(Instrument):
 
     def after_loop(self) -> dict[str, Any]:
         return {"host_op_us": self._op_us, **window(self._begin, sample() if self._begin else None)}
+
+
+class WaitForQuiet(Instrument):
+    """Before measuring, wait until no other replicate of the local executor imports or exits
+    (workloads/local/turns.py); say so in the log when that took a while."""
+
+    @classmethod
+    def for_process(cls) -> Instrument:
+        """This instrument in a process of the local executor, which takes turns; else a no-op."""
+        return cls() if turns.taking_turns() else Instrument()
+
+    def before_measuring(self) -> None:
+        if (waited := turns.wait_for_quiet()) >= 0.1:
+            print(
+                f"compilebench: waited {waited:.1f} s before measuring while other replicates imported "
+                "or exited",
+                file=sys.stderr,
+                flush=True,
+            )

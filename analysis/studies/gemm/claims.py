@@ -2,7 +2,7 @@
 
 The claims, as published, are package data: analysis/reference/fp8_triton_2024.csv (README there).
 Each is a claim about TK-GEMM, the post's SplitK kernel, and is judged at equal settings on our SplitK
-cells (`model.kernel=triton_splitk`) of its shapes, against the cells of the same shape and GPU that
+cells (`gemm.kernel=triton_splitk`) of its shapes, against the cells of the same shape and GPU that
 it names (the GEMM table's speedups: analysis/cells/gemm.py), each with our 95% interval and what the
 roofline's floor allows. A value is read against the published one with the per-cell table's own rule
 (`equivalence_verdict` of ours / published, at `--equivalence`); the verdict words and the logic that
@@ -43,7 +43,7 @@ SPEEDUPS = {
     "over_fp8_cublas": ("vs_fp8_cublas", "fp8 cuBLAS"),
     "over_bf16_cublas": ("vs_bf16_cublas", "bf16 cuBLAS"),
 }
-NO_SPLITK = "no cell runs the SplitK kernel (model.kernel=triton_splitk)"
+NO_SPLITK = "no cell runs the SplitK kernel (gemm.kernel=triton_splitk)"
 FP16 = "the post's baseline was cuBLAS FP16, ours is bf16 (the same tensor-core rate on an H100)"
 
 

@@ -1,4 +1,4 @@
-"""The post's layer (`model.layer`): the table of layer cells, launched one by one against one CUDA
+"""The post's layer (`gemm.layer`): the table of layer cells, launched one by one against one CUDA
 graph, and the post's claims about its layer judged on them (`--reference fp8_triton`).
 
 The claims, as published, are the `layer_*` rows of analysis/reference/fp8_triton_2024.csv; a row's
@@ -39,7 +39,7 @@ DIRECTIONS = {
     "layer_launched_matmul_us": None,
 }
 NOT_JUDGED = "not judged"
-NOTHING_TO_JUDGE = "nothing to judge: the sweep has no layer cells (model=gemm model.layer=...)"
+NOTHING_TO_JUDGE = "nothing to judge: the sweep has no layer cells (model=gemm gemm.layer=...)"
 
 
 def fmt_value(value: object, unit: str) -> str:
@@ -140,7 +140,7 @@ def layer_claims_table(cells: pd.DataFrame) -> Table:
 
 
 class GemmLayer(Study):
-    """The layer cells (`model.layer`): their table, where the sweep has any."""
+    """The layer cells (`gemm.layer`): their table, where the sweep has any."""
 
     def tables(self, loaded: Loaded) -> list[Table]:
         return [layer_table(loaded.gemm_layers)] if len(loaded.gemm_layers) else []
