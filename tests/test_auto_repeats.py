@@ -186,6 +186,9 @@ def completed_runs(sweep: Path) -> dict[str, int]:
 
 #: The margin of the shared sweep: not the default, so that a table drawn with the default shows.
 MARGIN = 0.05
+#: pytest-timeout for the tests of the shared sweep (its 12 processes took 9 min on the 2-core machine
+#: at load average 11-14, past the suite's 600 s; the old 2-cell sweep took 3.6 min at load 4-10).
+SHARED_SWEEP_TIMEOUT_S = 1800
 
 
 @dataclass
@@ -216,6 +219,7 @@ def auto_sweep(tmp_path_factory: pytest.TempPathFactory) -> AutoSweep:
     return AutoSweep(cwd, sweep, args, dry, cli(cwd, *args, timeout=1800))
 
 
+@pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
 def test_a_local_sweep_runs_rounds_until_each_cell_stops(auto_sweep: AutoSweep) -> None:
     """No cell stops before its third run, the eager cell runs as long as its compiled cells, and
     `analyze` prints, at the level the stop rule spent at that run and with the sweep's margin, the
@@ -281,6 +285,7 @@ def closing_table(stdout: str) -> dict[str, dict[str, str]]:
     return {row["cell"]: row for row in rows}
 
 
+@pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
 def test_every_door_of_a_repeats_auto_sweep_agrees_cell_by_cell(auto_sweep: AutoSweep) -> None:
     """The stop table (each cell's record), the table the sweep printed at its end, `analyze`,
     `sweep_frames` and `status` give each cell the same replicates, speedup, interval and verdict:
