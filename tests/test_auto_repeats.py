@@ -279,8 +279,8 @@ def test_a_local_sweep_runs_rounds_until_each_cell_stops(auto_sweep: AutoSweep) 
 
 def closing_table(stdout: str) -> dict[str, dict[str, str]]:
     """The per-cell table a sweep prints at its end, by its `cell` label."""
-    lines = stdout.split("\n\n| cell ", 1)[1].split("\n\n", 1)[0].splitlines()
-    header = ["cell", *(c.strip() for c in lines[0].strip("|").split("|"))]
+    lines = ("| cell " + stdout.split("\n\n| cell ", 1)[1].split("\n\n", 1)[0]).splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
     rows = [dict(zip(header, (c.strip() for c in line.strip("|").split("|")))) for line in lines[2:]]
     return {row["cell"]: row for row in rows}
 
