@@ -18,11 +18,9 @@ from typing import NamedTuple, TextIO
 import pandas as pd
 
 from analysis.cells.device_time import LAUNCH_BOUND
-from analysis.cells.metrics import cell_metrics
-from analysis.cells.standings import auto_max_repeats
-from analysis.reading.collect import load_sweep
-from analysis.statistics.verdicts import DATA_BOUND, EQUIVALENCE
-from workloads.contract.sweep_dir import STDERR, cell_dirs
+from analysis.cells.loaded import Settings, open_sweep
+from analysis.statistics.verdicts import DATA_BOUND
+from workloads.contract.sweep_dir import STDERR
 
 
 class SweepFrames(NamedTuple):
@@ -34,19 +32,13 @@ class SweepFrames(NamedTuple):
 
 def sweep_frames(
     sweep_dir: Path | str,
-    equivalence: float = EQUIVALENCE,
+    equivalence: float | None = None,
     data_bound: float = DATA_BOUND,
     launch_bound: float = LAUNCH_BOUND,
     warn: TextIO | None = STDERR,
 ) -> SweepFrames:
-    """Read SWEEP_DIR into (cells, steps); `equivalence`, `data_bound` and `launch_bound` as `analyze`'s
-    flags."""
-    data = load_sweep(Path(sweep_dir), warn)
-    metrics = cell_metrics(
-        data,
-        equivalence=equivalence,
-        data_bound=data_bound,
-        launch_bound=launch_bound,
-        auto_max_repeats=auto_max_repeats(cell_dirs(Path(sweep_dir))),
-    )
-    return SweepFrames(metrics, data.steps)
+    """Read SWEEP_DIR into (cells, steps), opened as `analyze` opens it (analysis/cells/loaded.py
+    `open_sweep`); `equivalence` (None: the margin the sweep's repeats=auto cells decided with, else
+    the default), `data_bound` and `launch_bound` as `analyze`'s flags."""
+    loaded = open_sweep(sweep_dir, settings=Settings(equivalence, data_bound, launch_bound), warn=warn)
+    return SweepFrames(loaded.metrics, loaded.data.steps)

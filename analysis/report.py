@@ -1,6 +1,6 @@
 """`compilebench analyze`: from a sweep directory to tables (stdout) and a report page.
 
-`analyze` reads the sweep once (a `Loaded`: analysis/studies/base.py) and asks every study of the
+`analyze` opens the sweep once (a `Loaded`: analysis/cells/loaded.py `open_sweep`) and asks every study of the
 one list (analysis/studies/registry.py) for its tables; `write_report` writes SWEEP_DIR/report/:
 `tables/<name>.{md,tex,csv}`, every study's figures as `plots/<name>.{png,svg}`, and the index page
 as `index.md` and `index.html` (analysis/rendering/page.py).
@@ -8,24 +8,19 @@ as `index.md` and `index.html` (analysis/rendering/page.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TextIO
 
-from analysis.cells.device_time import LAUNCH_BOUND
-from analysis.cells.metrics import cell_metrics
-from analysis.cells.standings import auto_max_repeats
-from analysis.reading.collect import load_sweep
+from analysis.cells.loaded import Loaded, Settings, open_sweep
 from analysis.reading.environment import environment_table
 from analysis.rendering.page import Page, html_page, markdown_page
 from analysis.rendering.text import ONE_TABLE, RENDERERS, Table, csv, latex, markdown
-from analysis.statistics.verdicts import DATA_BOUND, EQUIVALENCE
-from analysis.studies.auto_repeats import recorded_equivalence
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 from analysis.studies.gemm.table import GEMM_TABLE
 from analysis.studies.registry import studies_for
 from analysis.studies.sweep.table import SUMMARY
-from workloads.contract.sweep_dir import REPORT_DIR, STDERR, cell_dirs
+from workloads.contract.sweep_dir import REPORT_DIR, STDERR
 from workloads.contract.vocabulary import NO_RESULT, UNREADABLE, count_states
 
 TABLES_DIR = "tables"
@@ -55,32 +50,14 @@ def analyze(
     sweep_dir: Path,
     reference: str | None = None,
     warn: TextIO | None = STDERR,
-    equivalence: float | None = None,
-    data_bound: float = DATA_BOUND,
-    launch_bound: float = LAUNCH_BOUND,
+    settings: Settings | None = None,
 ) -> Analysis:
-    """Read the sweep and build every study's tables (analysis/studies/registry.py), with
-    `reference` ("seminar", "fp8_triton") those judging its claims too.
-    `equivalence`: the margin of practical equivalence of the verdicts (0: none; None: the margin the
-    sweep's repeats=auto cells were decided with, analysis/studies/auto_repeats.py, else EQUIVALENCE);
-    `data_bound`: the share of step time waiting for data above which a cell's verdict rests on
-    end-to-end throughput; `launch_bound`: the share of a side's measured step the GPU idles above which
-    it is launch-bound."""
-    sweep_dir = Path(sweep_dir)
-    data = load_sweep(sweep_dir, warn)
-    if equivalence is None:
-        recorded = recorded_equivalence(sweep_dir, data.cells["cell_id"])
-        equivalence = EQUIVALENCE if recorded is None else recorded
-    metrics = cell_metrics(
-        data,
-        equivalence=equivalence,
-        data_bound=data_bound,
-        launch_bound=launch_bound,
-        auto_max_repeats=auto_max_repeats(cell_dirs(sweep_dir)),
-    )
-    analysis = Analysis(
-        sweep_dir, data, metrics, equivalence, data_bound, launch_bound, reference, studies_for(reference)
-    )
+    """Open the sweep (analysis/cells/loaded.py `open_sweep`, with `settings`: the margin of the verdicts,
+    the data- and launch-bound shares) and build every study's tables (analysis/studies/registry.py),
+    with `reference` ("seminar", "fp8_triton") those judging its claims too."""
+    loaded = open_sweep(sweep_dir, settings=settings, warn=warn)
+    opened = {part.name: getattr(loaded, part.name) for part in fields(Loaded)}
+    analysis = Analysis(**{**opened, "reference": reference}, studies=studies_for(reference))
     analysis.tables = [table for study in analysis.studies for table in study.tables(analysis)]
     return analysis
 

@@ -12,9 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.cells.device_time import LAUNCH_BOUND
+from analysis.cells.loaded import open_sweep
 from analysis.cells.metrics import cell_metrics
-from analysis.reading.collect import load_sweep, read_cell
-from analysis.studies.sweep.table import cells_markdown, summarize, summary_table, to_markdown
+from analysis.reading.collect import load_sweep
+from analysis.studies.sweep.table import cells_markdown, summary_table, to_markdown
 from orchestrator.cli.main import main
 from tests.analysis_sweeps import write_cell, write_paired_replicates
 from workloads.cell.config_io import cell_config_from_dict
@@ -97,14 +98,17 @@ def test_analyze_takes_the_launch_bound_threshold(tmp_path: Path, capsys: pytest
 
 
 def test_a_cpu_cell_records_empty_busy_columns_and_its_table_renders(tiny_config, tmp_path: Path) -> None:
-    status = run_cell(cell_config_from_dict(tiny_config("gpt", steps=3, warmup_steps=1)), tmp_path)
-    (row,) = pq.read_table(tmp_path / "run.parquet").to_pylist()
+    config = tiny_config("gpt", steps=3, warmup_steps=1, cell_id="c")
+    directory = tmp_path / "cells" / "c"  # as a sweep lays its cells out
+    status = run_cell(cell_config_from_dict(config), directory)
+    (row,) = pq.read_table(directory / "run.parquet").to_pylist()
     assert status == "completed"
     assert all(row[f"{side}gpu_ms_per_step"] is None for side in ("", "eager_"))
-    header, _, line = cells_markdown([tmp_path]).splitlines()[:3]  # what a local sweep prints
+    loaded = open_sweep(tmp_path, ["c"])
+    header, _, line = cells_markdown(loaded).splitlines()[:3]  # what a local sweep prints
     assert "why" not in header and "| baseline " in line  # neither bound nor failed: no column for it
     assert "GPU alone" not in header  # no cell of the sweep has device time
-    header, _, line = to_markdown(summarize([read_cell(tmp_path)]), full=True).splitlines()[:3]
+    header, _, line = to_markdown(loaded.metrics, full=True).splitlines()[:3]
     names = [cell.strip() for cell in header.strip("|").split("|")]
     values = [cell.strip() for cell in line.strip("|").split("|")]
     assert values[names.index("GPU ms/step")] == "" and values[names.index("bound")] == ""

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis.cells.loaded import Settings
 from analysis.report import analyze
 from analysis.studies.gemm.claims import (
     BEYOND_FLOOR,
@@ -52,7 +53,7 @@ def write_gemms(root: Path, m: int, spread: float = 0.1, **us: float) -> Path:
 
 def judged(root: Path, equivalence: float | None = None) -> pd.DataFrame:
     """The claims table's data, by kind."""
-    result = analyze(root, "fp8_triton", warn=None, equivalence=equivalence)
+    result = analyze(root, "fp8_triton", warn=None, settings=Settings(equivalence=equivalence))
     return next(t for t in result.tables if t.name == "fp8_triton_claims").data.set_index("kind")
 
 

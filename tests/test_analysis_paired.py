@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.cells.loaded import open_sweep
 from analysis.cells.metrics import cell_metrics
 from analysis.compare import compare
 from analysis.reading.collect import load_sweep, read_cell
@@ -222,7 +223,7 @@ def test_geomean_break_even_suite_claims_compare_and_report_use_the_paired_speed
     assert gpt2["speedup"] == paired["m1-i"] and "paired speedup 1.2" in gpt2["ours"]
     assert "run-to-run noise not covered" in gpt2["ours"]  # one run of the cell, its eager side in it
 
-    result = compare(a, b, warn=None)
+    result = compare(open_sweep(a, warn=None), open_sweep(b, warn=None))
     (speedups,) = result.speedups.to_dict("records")
     assert speedups["b_geomean_speedup"] == pytest.approx(geomean.iloc[0], rel=1e-9)
     assert speedups["geomean_ratio"] == pytest.approx(1.0, rel=1e-12)  # the slow host cancels out

@@ -15,9 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
+from analysis.cells.loaded import open_sweep
 from analysis.cells.metrics import cell_metrics
 from analysis.cells.uncertainty import RESAMPLES, SEED
-from analysis.reading.collect import load_sweep, read_cell
+from analysis.reading.collect import load_sweep
 from analysis.rendering.text import markdown
 from analysis.statistics.bootstrap import (
     EXACT_MEAN_STEPS,
@@ -29,7 +30,7 @@ from analysis.statistics.bootstrap import (
 )
 from analysis.statistics.verdicts import E2E_BASIS, MEDIAN_BASIS, equivalence_verdict
 from analysis.studies.seminar.claims import AGREES, DISAGREES, NO_DIFFERENCE, check_claims, claims_table
-from analysis.studies.sweep.table import summarize, summary_table
+from analysis.studies.sweep.table import summary_table
 from orchestrator.cli.main import main
 from tests.analysis_sweeps import (
     GPT2,
@@ -380,10 +381,10 @@ def test_a_run_file_without_repeat_is_one_replicate(tmp_path: Path) -> None:
 
 
 def test_per_cell_reads_of_replicates_equal_the_sweep_read(tmp_path: Path) -> None:
-    """`compilebench sweep` reads its cells one by one: replicates give the same metrics as a sweep read."""
+    """`compilebench sweep` opens the cells it ran: replicates give the same metrics as a sweep read."""
     write_replicates(tmp_path, "e", "eager", [lognormal(10.0, 20, seed=s) for s in (1, 2)])
     write_replicates(tmp_path, "i", "inductor", [lognormal(7.0, 20, seed=s) for s in (3, 4, 5)])
-    one_by_one = summarize(read_cell(tmp_path / "cells" / cell) for cell in ("i", "e"))
+    one_by_one = open_sweep(tmp_path, ["i", "e"], warn=None).metrics
     pd.testing.assert_frame_equal(
         one_by_one, cell_metrics(load_sweep(tmp_path, warn=None)), check_dtype=False
     )

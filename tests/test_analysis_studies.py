@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
+from analysis.cells.loaded import Loaded
 from analysis.rendering.text import Table
 from analysis.report import analyze, write_report
 from analysis.studies import registry
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 from analysis.studies.gemm.claims import Fp8TritonClaims
 from analysis.studies.gemm.layer import Fp8TritonLayerClaims
 from analysis.studies.seminar.claims import SeminarClaims

@@ -11,11 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.cells.loaded import open_sweep
 from analysis.cells.metrics import CELL_COLUMNS, cell_metrics
-from analysis.reading.collect import load_sweep, read_cell
+from analysis.reading.collect import load_sweep
 from analysis.rendering.text import csv, latex, markdown
 from analysis.studies.sweep.summaries import geomean_table, status_table
-from analysis.studies.sweep.table import cells_markdown, summarize, summary_table, to_markdown
+from analysis.studies.sweep.table import cells_markdown, summary_table, to_markdown
 from tests.analysis_sweeps import ITEMS, WARMUP_MS, write_cell
 
 
@@ -178,12 +179,12 @@ def test_renderings(tmp_path: Path) -> None:
     assert to_markdown(metrics) in markdown(table.compact)
 
 
-def test_summarize_per_cell_reads_equals_the_sweep_read(tmp_path: Path) -> None:
-    """`compilebench sweep` reads its own cells one by one: the same metrics as a whole-sweep read."""
+def test_the_cells_a_sweep_ran_opened_equal_the_sweep_read(tmp_path: Path) -> None:
+    """`compilebench sweep` opens the cells it ran: the same metrics as a whole-sweep read."""
     write_cell(tmp_path, "e", "eager", step_ms=lognormal(10.0, 20, seed=1))
     write_cell(tmp_path, "i", "inductor", step_ms=lognormal(7.0, 20, seed=2))
     write_cell(tmp_path, "f", "inductor", status="failed", precision="fp32")
-    one_by_one = summarize(read_cell(tmp_path / "cells" / cell_id) for cell_id in ("i", "f", "e"))
+    one_by_one = open_sweep(tmp_path, ["i", "f", "e"], warn=None).metrics
     whole = cell_metrics(load_sweep(tmp_path, warn=None))
     pd.testing.assert_frame_equal(one_by_one, whole, check_dtype=False)
 
@@ -191,11 +192,9 @@ def test_summarize_per_cell_reads_equals_the_sweep_read(tmp_path: Path) -> None:
 def test_the_table_a_sweep_prints_says_what_a_one_run_verdict_cannot_see(tmp_path: Path) -> None:
     """What `compilebench sweep` prints at its end: a verdict from one run is marked, and the note
     under the table says why (before issue 38's notes it printed `faster†` with nothing to explain it)."""
-    cells = [
-        write_cell(tmp_path, "e", "eager", step_ms=[10.0, 10.1, 9.9] * 20),
-        write_cell(tmp_path, "i", "inductor", step_ms=[8.0, 8.1, 7.9] * 20),
-    ]
-    text = cells_markdown(cells)
+    write_cell(tmp_path, "e", "eager", step_ms=[10.0, 10.1, 9.9] * 20)
+    write_cell(tmp_path, "i", "inductor", step_ms=[8.0, 8.1, 7.9] * 20)
+    text = cells_markdown(open_sweep(tmp_path, ["e", "i"]))
     assert "| faster† " in text
     note = " ".join(text.split("\n\n", 1)[1].split())
     assert "†: from one run" in note and "cannot see how runs differ" in note

@@ -11,6 +11,9 @@ docs/architecture.md draws them.
   executors (and what runs a cell) import nothing of analysis: the sweep driver above them prints
   the tables.
 - The rooms of analysis: each imports only the rooms beneath it (ANALYSIS_ROOMS).
+- One door into a sweep: only analysis/cells/loaded.py (`open_sweep`) imports the sweep readers and
+  `cell_metrics` (DOORS), in the packages and examples/, so every table of a sweep is drawn with the
+  settings it resolves.
 - No circles: no module imports, directly or through others, a module that imports it.
 - Queue state behind the executor seam: only orchestrator/executors/slurm/ speaks Slurm.
 - The tree is as `ruff format` writes it, and `ruff check` finds nothing (pyproject.toml).
@@ -301,3 +304,38 @@ def test_only_the_slurm_executor_speaks_slurm() -> None:
             if isinstance(node, ast.Constant) and isinstance(node.value, str)
         ]
         assert len(strings) > 5 and [text for text in strings if slurm_word.search(text)] == [], module
+
+
+#: What reads a sweep's files and measures its cells (module, name), and the one module that may import it.
+DOORS = {
+    ("analysis.reading.collect", "load_sweep"),
+    ("analysis.reading.collect", "load_cells"),
+    ("analysis.reading.collect", "read_cell"),
+    ("analysis.cells.metrics", "cell_metrics"),
+}
+OPEN_SWEEP = "analysis.cells.loaded"
+
+
+def door_problems(sources: dict[str, str]) -> list[str]:
+    """`module imports load_sweep` for every module but OPEN_SWEEP that imports one of DOORS."""
+    return [
+        f"{module} imports {name}: open a sweep with {OPEN_SWEEP}.open_sweep"
+        for module, source in sorted(sources.items())
+        if module != OPEN_SWEEP
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom)
+        for name in (alias.name for alias in node.names)
+        if (node.module, name) in DOORS
+    ]
+
+
+def test_a_sweep_is_opened_by_one_function_only() -> None:
+    examples = {
+        ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts): path.read_text()
+        for path in (REPO_ROOT / "examples").rglob("*.py")
+    }
+    assert door_problems({**sources(), **examples}) == []
+    side_door = {"orchestrator.sweep.x": "def f():\n    from analysis.cells.metrics import cell_metrics\n"}
+    assert door_problems({**side_door, OPEN_SWEEP: "from analysis.reading.collect import load_sweep\n"}) == [
+        f"orchestrator.sweep.x imports cell_metrics: open a sweep with {OPEN_SWEEP}.open_sweep"
+    ]

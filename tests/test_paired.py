@@ -24,8 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from analysis.reading.collect import read_cell
-from analysis.studies.sweep.table import summarize
+from analysis.cells.metrics import cell_metrics
+from analysis.reading.collect import SweepData, read_cell
 from tests.helpers import REPO_ROOT, reference_stop_reason
 from workloads.cell.backends import CompiledRun
 from workloads.cell.config import ConfigError, MeasureConfig
@@ -95,7 +95,7 @@ def test_analysis_reads_a_paired_cells_own_steps_only(tiny_cells) -> None:
     its speedup the pairs'."""
     cell = tiny_cells.get("gpt", "aot_eager", measure=BLOCKS)
     data = read_cell(cell.cell_dir, warn=None)  # a test cell's directory is not named by its id
-    (row,) = summarize([data]).query("cell_id == @cell.run['cell_id']").to_dict("records")
+    (row,) = cell_metrics(data).query("cell_id == @cell.run['cell_id']").to_dict("records")
     assert len(data.steps) == len([s for s in cell.steps if s["side"] != "eager"])
     assert (row["measured_steps"], row["median_step_ms"]) == (18, cell.run["median_step_ms"])
     # Its speedup is its own eager side's: the median of the pairs' ratios, with no eager cell read.
@@ -303,7 +303,9 @@ def test_a_paired_cpu_cell_gives_no_memory_ratio(tiny_cells) -> None:
     eager, unpaired = tiny_cells.get("gpt", "eager"), tiny_cells.get("gpt", "aot_eager")
     paired = tiny_cells.get("gpt", "aot_eager", measure=BLOCKS)
     assert paired.run["peak_mem_bytes"] > 0 and paired.run["eager_peak_mem_bytes"] is None
-    rows = summarize([read_cell(cell.cell_dir, warn=None) for cell in (eager, unpaired, paired)])
+    rows = cell_metrics(
+        SweepData.concat(read_cell(cell.cell_dir, warn=None) for cell in (eager, unpaired, paired))
+    )
     ratio = dict(zip(rows["cell_id"], rows["peak_mem_ratio"]))
     assert math.isnan(ratio[paired.run["cell_id"]])
     assert ratio[unpaired.run["cell_id"]] == unpaired.run["peak_mem_bytes"] / eager.run["peak_mem_bytes"]

@@ -6,6 +6,9 @@ between the two speedups (by the model of `predicted_step_ms`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -101,21 +104,30 @@ def _host_dependent(metrics: pd.DataFrame) -> np.ndarray:
 def _bound_speeds(metrics: pd.DataFrame) -> list[str]:
     """Per host-dependent cell, its launch-bound side's host speed: ` at 7.6 µs/launch` (older sweeps:
     µs per tiny op before measuring); the eager cell's for an unpaired cell whose eager cell is the
-    launch-bound one; '' for the other cells."""
-    by_id = metrics.set_index("cell_id", drop=False)
-    texts = []
-    for (_, row), dependent in zip(metrics.iterrows(), _host_dependent(metrics)):
-        source, side = row, "" if row["launch_bound"] else "eager_"
-        if row["speedup_method"] != PAIRED:
-            base = row["baseline_cell_id"]
-            side = ""
-            if not row["launch_bound"] and not is_null(base) and base in by_id.index:
-                source = by_id.loc[base]
-        us, unit = source[f"{side}host_us_per_launch"], "launch"
-        if is_null(us):
-            us, unit = source["host_op_us"], "tiny op"
-        texts.append(f" at {float(us):.1f} µs/{unit}" if dependent and not is_null(us) else "")
-    return texts
+    launch-bound one; '' for the other cells. By columns, not rows: a row of the per-cell table is a
+    Series of ~300 values (on examples/benchmarks/analyze_scale.py's 1,000 cells, row by row this and
+    `host_texts` took 3.3 s beside a 1.5 s 20M-step Python loop; by columns 0.07 s)."""
+    own_bound = metrics["launch_bound"].to_numpy(bool)
+    paired = (metrics["speedup_method"] == PAIRED).to_numpy()
+    base = pd.Index(metrics["cell_id"]).get_indexer(metrics["baseline_cell_id"])
+    source = np.where(~paired & ~own_bound & (base >= 0), base, np.arange(len(metrics)))
+    column = lambda name: metrics[name].to_numpy(float)[source]  # noqa: E731
+    launch = np.where(
+        paired & ~own_bound, metrics["eager_host_us_per_launch"].to_numpy(float), column("host_us_per_launch")
+    )
+    tiny = column("host_op_us")
+    return [
+        "" if not dependent else f" at {us:.1f} µs/launch" if not np.isnan(us) else
+        f" at {op:.1f} µs/tiny op" if not np.isnan(op) else ""
+        for dependent, us, op in zip(_host_dependent(metrics), launch, tiny)
+    ]  # fmt: skip
+
+
+#: The columns `host_texts` reads of each cell (`gap_text` among them).
+_HOST_COLUMNS = [
+    "speedup", "speedup_high", "device_speedup", "device_speedup_low", "launch_bound", "launches_per_step",
+    "host_us_per_launch", "gpu_ms", "backend", "compile_mode", "median_step_ms",
+]  # fmt: skip
 
 
 def host_texts(metrics: pd.DataFrame) -> list[str]:
@@ -123,7 +135,8 @@ def host_texts(metrics: pd.DataFrame) -> list[str]:
     7.6 µs/launch; 1.01x on the GPU alone`; where the device-time speedup clears the wall one by more
     than GAP and the compiled side is launch-bound, what would close the gap (`gap_text`); else ''."""
     texts = []
-    for (_, row), dependent, at in zip(metrics.iterrows(), _host_dependent(metrics), _bound_speeds(metrics)):
+    rows = metrics[_HOST_COLUMNS].to_dict("records")
+    for row, dependent, at in zip(rows, _host_dependent(metrics), _bound_speeds(metrics)):
         host = (
             f"{fmt_speedup(row['speedup'])} on this host{at}; {fmt_speedup(row['device_speedup'])} on the GPU"
         )
@@ -133,7 +146,7 @@ def host_texts(metrics: pd.DataFrame) -> list[str]:
     return texts
 
 
-def closes_gap(row: pd.Series) -> bool:
+def closes_gap(row: Mapping[str, Any]) -> bool:
     """Whether the device-time speedup lies well above the wall speedup (its interval's low end, or
     itself without one, above the wall interval's high end, or the wall speedup, by more than GAP)
     and the compiled side is launch-bound: the host eats what the kernels gained."""
@@ -143,7 +156,7 @@ def closes_gap(row: pd.Series) -> bool:
     return bound and not is_null(device) and not is_null(wall) and float(device) > float(wall) * (1 + GAP)
 
 
-def gap_text(row: pd.Series) -> str:
+def gap_text(row: Mapping[str, Any]) -> str:
     """What would close a cell's gap between its device-time and wall speedups (`closes_gap`): the
     launches a compiled step makes and their µs, and what CUDA graphs would make of it, by the model
     with one launch per step: `1,200 launches/step at 15.0 µs: 18.00 ms of host for 12.81 ms of GPU;

@@ -244,7 +244,7 @@ def cell_metrics(
     `data_bound`: the data-wait share above which a cell is data-bound; `launch_bound`: the share of a
     side's measured step the GPU idles above which it is launch-bound (analysis/cells/device_time.py);
     `auto_max_repeats`: the cells run with repeats=auto, their max_repeats by id (analysis/cells/
-    standings.py `auto_max_repeats`)."""
+    loaded.py `auto_settings`)."""
     if not 0 <= equivalence < 1 or not 0 <= data_bound <= 1 or not 0 <= launch_bound <= 1:
         raise ValueError(
             f"equivalence must lie in [0, 1), data_bound and launch_bound in [0, 1], not {equivalence}, "

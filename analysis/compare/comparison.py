@@ -14,21 +14,17 @@ twice is read there: a model's speedup may move with the machine while the mean 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 import pandas as pd
 
 from analysis.cells.device_time import completed_runs, device_side
-from analysis.cells.metrics import cell_metrics
+from analysis.cells.loaded import Loaded
 from analysis.compare.matching import MATCHED_AXES, match
 from analysis.compare.ratios import gpu_ratios, wall_ratios
 from analysis.compare.verdicts import REGRESSION, THRESHOLD, classify, notes, verdicts
 from analysis.reading.axes import backend_labels
-from analysis.reading.collect import load_sweep
 from analysis.statistics.bootstrap import geometric_mean
-from workloads.contract.sweep_dir import STDERR
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED
 
 #: The columns of the speedup summary (JSON's `speedups` records), one row per compiled backend.
@@ -135,13 +131,11 @@ def _speedups(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
 
 
-def compare(
-    sweep_a: Path, sweep_b: Path, threshold: float = THRESHOLD, warn: TextIO | None = STDERR
-) -> Comparison:
-    """Match the cells of two sweep directories and compare B with A; CompareError where there is
-    nothing to compare."""
-    data = [load_sweep(Path(sweep), warn) for sweep in (sweep_a, sweep_b)]
-    matched = match(cell_metrics(data[0]), cell_metrics(data[1]), sweep_a, sweep_b)
+def compare(sweep_a: Loaded, sweep_b: Loaded, threshold: float = THRESHOLD) -> Comparison:
+    """Match the cells of two opened sweeps (analysis/cells/loaded.py `open_sweep`) and compare B with
+    A; CompareError where there is nothing to compare."""
+    data = [sweep_a.data, sweep_b.data]
+    matched = match(sweep_a.metrics, sweep_b.metrics, sweep_a.sweep_dir, sweep_b.sweep_dir)
     a, b = matched.a, matched.b
     done = (
         (a["status"] == COMPLETED)

@@ -7,15 +7,14 @@ writes each stopped cell's record into its directory; this reads the records bac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from analysis.cells.loaded import Loaded
 from analysis.reading.axes import cell_labels
-from analysis.reading.collect import load_cells
 from analysis.rendering.text import Table, markdown
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 from workloads.contract.sweep_dir import cell_dir, read_auto_stop
 
 #: The table's name (its file stem in report/tables/).
@@ -59,22 +58,9 @@ def auto_repeats_table(sweep_dir: Path, cells: pd.DataFrame) -> Table | None:
     return Table(AUTO_REPEATS, "repeats=auto: why each cell stopped", data, text, note)
 
 
-def recorded_equivalence(sweep_dir: Path, cell_ids: Sequence[str]) -> float | None:
-    """The margin of equivalence (config key `equivalence`) the stop records of these cells were decided
-    with, where they all name the same one: `analyze`'s margin unless --equivalence says another, so
-    that its verdicts and the stop reasons agree; None without records, or where they differ."""
-    margins = {
-        record.get("equivalence")
-        for record in (read_auto_stop(cell_dir(sweep_dir, cell_id)) for cell_id in cell_ids)
-        if record is not None
-    }
-    return margins.pop() if len(margins) == 1 else None
-
-
-def auto_repeats_markdown(sweep_dir: Path, cell_ids: Sequence[str]) -> str:
+def auto_repeats_markdown(loaded: Loaded) -> str:
     """The table of these cells as Markdown, under its heading: what a local sweep prints at its end."""
-    cells = load_cells([cell_dir(sweep_dir, cell_id) for cell_id in cell_ids], warn=None).cells
-    table = auto_repeats_table(sweep_dir, cells)
+    table = auto_repeats_table(loaded.sweep_dir, loaded.metrics)
     return markdown(table) if table else "repeats=auto: no cell has stopped"
 
 

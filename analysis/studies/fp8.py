@@ -15,12 +15,13 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells.gemm import BF16, FP8, gemm_mask
+from analysis.cells.loaded import Loaded
 from analysis.cells.uncertainty import RESAMPLES, median_ratio_intervals
 from analysis.reading.axes import SAME_WORKLOAD, backend_labels, reference_positions, workload_labels
 from analysis.reading.collect import SweepData
 from analysis.rendering.text import Table, fmt_accuracy, fmt_number, fmt_speedup, is_null
 from analysis.statistics.verdicts import equivalence_verdict
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 from workloads.contract.vocabulary import COMPLETED, TREATMENT, names
 
 FP8_TABLE = "fp8"

@@ -17,9 +17,10 @@ import re
 
 import pandas as pd
 
+from analysis.cells.loaded import Loaded
 from analysis.reading.axes import cell_labels
 from analysis.rendering.text import Table
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 
 #: Name of the table (its file stem in report/tables/), and how many reasons it lists.
 REASONS, TOP = "reasons", 20

@@ -36,11 +36,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.cells.loaded import Loaded
 from analysis.cells.metrics import ACCURACY_COLUMNS
 from analysis.reading.axes import axis_text, backend_labels
 from analysis.rendering.text import Table, fmt_accuracy, fmt_number, fmt_percent, fmt_speedup, is_null
 from analysis.statistics.bootstrap import geometric_mean
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 from workloads.contract import vocabulary
 from workloads.contract.sweep_dir import cell_dirs, read_cell_config
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, PROCESSES, WORKLOAD, names, short_error

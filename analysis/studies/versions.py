@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells.breakeven import compile_warmth
+from analysis.cells.loaded import Loaded
 from analysis.cells.uncertainty import (
     RESAMPLES,
     SEED,
@@ -42,7 +43,7 @@ from analysis.rendering.text import Table, fmt_count, fmt_number, fmt_speedup, f
 from analysis.statistics.bootstrap import percentile_interval
 from analysis.statistics.intervals import RunLogs, welch_interval, welch_product_interval
 from analysis.statistics.verdicts import equivalence_verdict
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 from workloads.contract.sweep_dir import read_manifest
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED, TREATMENT, names
 

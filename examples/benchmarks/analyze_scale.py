@@ -94,6 +94,19 @@ def write_sweep(root: Path, cells: int, steps: int, seed: int = 0) -> None:
     write_manifest(root, listed)
 
 
+#: The steps of the pure-Python loop timed beside the analysis: the machine's speed at that moment, so
+#: that times from machines, or loads, that differ can be compared as ratios.
+LOOP_STEPS = 20_000_000
+
+
+def python_loop_s() -> float:
+    """Seconds of a LOOP_STEPS-step pure-Python loop."""
+    start = time.perf_counter()
+    for _ in range(LOOP_STEPS):
+        pass
+    return time.perf_counter() - start
+
+
 def cpu_model() -> str:
     """The CPU's name from /proc/cpuinfo (Linux), else the architecture."""
     cpuinfo = Path("/proc/cpuinfo")
@@ -124,13 +137,17 @@ def main() -> None:
         write_sweep(root, args.cells, args.steps)
         print(f"wrote {args.cells} cells x {args.steps} steps in {time.perf_counter() - start:.1f} s: {root}")
 
+    loop_s = python_loop_s()
     start = time.perf_counter()
     analysis = analyze(root, reference="seminar", warn=None)
     render_tables(analysis, "markdown")
     write_report(analysis, with_plots=False)
     tables_s = time.perf_counter() - start
     print(f"{analysis.count_line()}; {len(analysis.data.steps):,} step rows")
-    print(f"analysis (read, statistics, bootstrap, all tables, report tables): {tables_s:.2f} s")
+    print(
+        f"analysis (read, statistics, bootstrap, all tables, report tables): {tables_s:.2f} s; "
+        f"a {LOOP_STEPS:,}-step Python loop on this run: {loop_s:.2f} s"
+    )
     if args.plots:
         start = time.perf_counter()
         write_report(analysis, with_plots=True)

@@ -266,7 +266,7 @@ def span(packs: Packs, sweeps: list[str]) -> str:
 def compared(packs: Packs, sweeps: list[str]) -> str:
     """`compilebench compare A B` of two sweeps (analysis/compare/), the packs named as A and B."""
     a, b = sweeps
-    comparison = compare(packs.sweep_dir(a), packs.sweep_dir(b), warn=None)
+    comparison = compare(packs.analysis(a), packs.analysis(b))  # each opened once, as analyze opens it
     text = to_markdown(comparison, Path(a), Path(b))
     return text.split("\n", 2)[2] + "\n"  # without its heading: the doc has its own
 

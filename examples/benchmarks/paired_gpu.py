@@ -22,13 +22,13 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from analysis.cells.metrics import cell_metrics
-from analysis.reading.collect import read_cell
+from analysis.cells.loaded import open_sweep
+from workloads.contract.sweep_dir import cell_dir
 
 
 def run_cell(directory: Path, **config) -> tuple[pd.DataFrame, pd.Series]:
     """One cell in a process of its own; its measured steps and its run row."""
-    directory.mkdir(parents=True)
+    directory.mkdir(parents=True)  # SWEEP/cells/<id>, as a sweep lays it out
     (directory / "config.yaml").write_text(yaml.safe_dump({**config, "cell_id": directory.name}))
     done = subprocess.run(
         [sys.executable, "-m", "workloads.run", str(directory / "config.yaml"), "--cell-dir", str(directory)],
@@ -45,7 +45,7 @@ def run_cell(directory: Path, **config) -> tuple[pd.DataFrame, pd.Series]:
 def paired_speedup(directory: Path) -> pd.Series:
     """The paired cell's speedup as `compilebench analyze` reads it (analysis/cells/paired.py): the median of
     its pair ratios with the bootstrap interval over pairs, and how many pairs."""
-    (row,) = cell_metrics(read_cell(directory, warn=None)).to_dict("records")
+    (row,) = open_sweep(directory.parents[1], [directory.name], warn=None).metrics.to_dict("records")
     return pd.Series(row)
 
 
@@ -61,17 +61,17 @@ def main() -> None:
     print(f"gpt {args.size} bf16, torch {__import__('torch').__version__}")
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
-            eager, _ = run_cell(Path(tmp, f"r{round_}-eager"), **base, backend={"name": "eager"})
+            eager, _ = run_cell(cell_dir(tmp, f"r{round_}-eager"), **base, backend={"name": "eager"})
             eager_ms = eager["step_time_ms"].median()
             print(f"round {round_}: eager cell median step {eager_ms:.3f} ms ({len(eager)} steps)")
             for backend in args.backends:
                 cell = {**base, "backend": {"name": backend}}
-                alone, _ = run_cell(Path(tmp, f"r{round_}-{backend}"), **cell, measure={"paired": False})
-                paired, run = run_cell(Path(tmp, f"r{round_}-{backend}-paired"), **cell)
+                alone, _ = run_cell(cell_dir(tmp, f"r{round_}-{backend}"), **cell, measure={"paired": False})
+                paired, run = run_cell(cell_dir(tmp, f"r{round_}-{backend}-paired"), **cell)
                 if not run["paired"]:
                     print(f"  {backend}: not paired: {run['paired_fallback']}")
                     continue
-                speedup = paired_speedup(Path(tmp, f"r{round_}-{backend}-paired"))
+                speedup = paired_speedup(cell_dir(tmp, f"r{round_}-{backend}-paired"))
                 own = paired[paired["side"] == "compiled"]["step_time_ms"].median()
                 base_ms = paired[paired["side"] == "eager"]["step_time_ms"].median()
                 block = paired.groupby("pair").size().iloc[0] // 2

@@ -177,18 +177,18 @@ def cmd_analyze(
     full: bool = False,
 ) -> int:
     from analysis.cells.device_time import LAUNCH_BOUND
+    from analysis.cells.loaded import Settings
     from analysis.report import analyze, render_tables, write_report
     from analysis.statistics.verdicts import DATA_BOUND
 
     if not sweep_dir.is_dir():
         return _error(f"not a directory: {sweep_dir}")
-    result = analyze(
-        sweep_dir,
-        reference,
+    settings = Settings(
         equivalence=equivalence,
         data_bound=DATA_BOUND if data_bound is None else data_bound,
         launch_bound=LAUNCH_BOUND if launch_bound is None else launch_bound,
     )
+    result = analyze(sweep_dir, reference, settings=settings)
     if result.metrics.empty:
         print(
             f"no cells in {sweep_dir} "
@@ -213,6 +213,7 @@ def cmd_analyze(
 
 
 def cmd_compare(sweep_a: Path, sweep_b: Path, threshold: float | None, fmt: str) -> int:
+    from analysis.cells.loaded import open_sweep
     from analysis.compare import THRESHOLD, CompareError, compare, to_json, to_markdown
     from workloads.contract.sweep_dir import is_sweep_dir
 
@@ -220,7 +221,8 @@ def cmd_compare(sweep_a: Path, sweep_b: Path, threshold: float | None, fmt: str)
         if not is_sweep_dir(sweep):
             return _error(f"not a sweep directory (no manifest.parquet, no cells/): {sweep}")
     try:
-        result = compare(sweep_a, sweep_b, THRESHOLD if threshold is None else threshold)
+        opened = [open_sweep(sweep) for sweep in (sweep_a, sweep_b)]
+        result = compare(*opened, THRESHOLD if threshold is None else threshold)
     except CompareError as exc:
         return _error(str(exc))
     print(to_json(result) if fmt == "json" else to_markdown(result, sweep_a, sweep_b))

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.cells.metrics import cell_metrics
-from analysis.reading.collect import load_sweep
+from analysis.cells.loaded import Settings, open_sweep
 from analysis.rendering.text import fmt_number, fmt_speedup, is_null
 from analysis.studies.versions import change_rows, version_rows
 from orchestrator.executors.base import EXIT_USAGE, Follow
@@ -95,10 +94,9 @@ class Probes:
     def changes(self, old: str, new: str) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(the version rows of `old` and `new`, their change row), both environments run first."""
         self.run([old, new])
-        data = load_sweep(self.sweep_dir, warn=None)
-        metrics = cell_metrics(data, equivalence=self.equivalence)
-        rows = version_rows(data, metrics, [old, new])
-        return rows, change_rows(data, metrics.reset_index(drop=True), rows, self.equivalence)
+        loaded = open_sweep(self.sweep_dir, settings=Settings(equivalence=self.equivalence), warn=None)
+        rows = version_rows(loaded.data, loaded.metrics, [old, new])
+        return rows, change_rows(loaded.data, loaded.metrics.reset_index(drop=True), rows, self.equivalence)
 
     def judge(self, old: str, new: str) -> str:
         """CHANGED, SAME or UNDECIDED: `new`'s answer against `old`'s (module doc)."""

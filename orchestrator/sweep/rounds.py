@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from analysis.cells.loaded import open_sweep
 from analysis.cells.standings import standings
 from analysis.statistics.decision import Standing, stop_reasons
 from orchestrator.grid.cells import Cell, Grid
@@ -61,7 +62,7 @@ def run_rounds(
             and repeat not in missing_repeats(cell_dir(grid.sweep_dir, cell.cell_id), repeat + 1)
         ]
         ids = [cell.cell_id for cell in every.cells]
-        found = standings(grid.sweep_dir, [cell.cell_id for cell in ran], ids) if ran else []
+        found = standings(open_sweep(grid.sweep_dir, ids, warn=None), [c.cell_id for c in ran]) if ran else []
         reasons = stop_reasons(found)
         going = {cell_id for cell_id, reason in reasons.items() if reason is None}
         for standing, cell in zip(found, ran):

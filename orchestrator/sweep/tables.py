@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from analysis.cells.loaded import open_sweep
 from analysis.rendering.text import render_markdown
 from analysis.studies.auto_repeats import auto_repeats_markdown
 from analysis.studies.sweep.table import cells_markdown
 from orchestrator.executors.status import CellStatus
-from workloads.contract.sweep_dir import cell_dir
 from workloads.contract.vocabulary import AUTO_REPEATS, count_states, shown_axes
 
 
@@ -49,7 +49,10 @@ def _repeats(row: CellStatus) -> str:
 def closing_tables(sweep_dir: Path, cell_ids: Sequence[str], per_cell: bool, auto: bool) -> str:
     """What a sweep prints at its end: the per-cell table of these cells (`per_cell`: they ran here),
     and with repeats=auto why each stopped; '' for neither."""
-    tables = [cells_markdown([cell_dir(sweep_dir, cell_id) for cell_id in cell_ids])] if per_cell else []
+    if not (per_cell or auto):
+        return ""
+    loaded = open_sweep(sweep_dir, cell_ids)  # the margin the stop rule decided with, as `analyze`'s
+    tables = [cells_markdown(loaded)] if per_cell else []
     if auto:
-        tables.append(auto_repeats_markdown(sweep_dir, cell_ids))
+        tables.append(auto_repeats_markdown(loaded))
     return "\n\n".join(tables)

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells.energy import ENERGY_COLUMNS, MIN_WINDOW_UPDATES
+from analysis.cells.loaded import Loaded
 from analysis.reading.axes import backend_labels, workload_labels
 from analysis.rendering.text import (
     Table,
@@ -24,7 +25,7 @@ from analysis.rendering.text import (
     is_null,
 )
 from analysis.statistics.bootstrap import geometric_mean
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 from workloads.contract.vocabulary import BASELINE_BACKEND, COMPLETED
 
 if TYPE_CHECKING:

@@ -20,9 +20,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells.gemm import FP8, TRITON_SPLITK
+from analysis.cells.loaded import Loaded
 from analysis.rendering.text import Table, fmt_interval, fmt_number, fmt_percent, fmt_speedup, is_null
 from analysis.statistics.verdicts import equivalence_verdict
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 from workloads.contract.vocabulary import COMPLETED
 
 #: The `--reference` of the FP8 GEMM post, and its claims' file.

@@ -14,8 +14,9 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from analysis.cells.loaded import Loaded
 from analysis.rendering.text import Table, fmt_interval, fmt_number, fmt_percent, fmt_speedup, is_null
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 from analysis.studies.gemm.claims import (
     FP8_TRITON,
     NOT_MEASURED,

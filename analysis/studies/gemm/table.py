@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from analysis.cells.gemm import interval_columns
+from analysis.cells.loaded import Loaded
 from analysis.rendering.text import Table, fmt_interval, fmt_number, fmt_percent, fmt_speedup, is_null
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 from workloads.contract.vocabulary import COMPLETED
 
 if TYPE_CHECKING:

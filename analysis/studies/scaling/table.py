@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from analysis.cells.loaded import Loaded
 from analysis.reading.axes import (
     DISTRIBUTED_AXES,
     SAME_WORKLOAD,
@@ -31,7 +32,7 @@ from analysis.rendering.text import (
     fmt_speedup,
     is_null,
 )
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

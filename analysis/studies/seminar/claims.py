@@ -18,10 +18,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.cells.loaded import Loaded
 from analysis.cells.paired import PAIRED
 from analysis.rendering.text import Table, fmt_change, fmt_percent, fmt_speedup, is_null
 from analysis.statistics.verdicts import E2E_BASIS, EQUIVALENCE, equivalence_verdict
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 from analysis.studies.seminar.tables import (
     PUBLISHED_CAVEATS,
     SEMINAR,

@@ -15,9 +15,10 @@ from importlib import resources
 
 import pandas as pd
 
+from analysis.cells.loaded import Loaded
 from analysis.reading.axes import axis_rows, axis_text, representatives, varying_axes
 from analysis.rendering.text import Table, fmt_change, is_null
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 from workloads.contract.vocabulary import COMPLETED
 
 #: The `--reference` of the seminar report.

@@ -12,11 +12,12 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells.breakeven import BREAK_EVEN_COLUMNS, baseline_step_ms
+from analysis.cells.loaded import Loaded
 from analysis.reading.axes import backend_labels, workload_labels
 from analysis.rendering.text import Table, fmt_break_even, fmt_number, fmt_speedup, fmt_warm
 from analysis.statistics.bootstrap import geometric_mean
 from analysis.statistics.verdicts import E2E_BASIS
-from analysis.studies.base import Loaded, Study
+from analysis.studies.base import Study
 from analysis.studies.sweep.table import summary_table
 from workloads.contract.vocabulary import BASELINE_BACKEND, ordered_states
 

@@ -6,19 +6,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from pathlib import Path
-
 import pandas as pd
 
 from analysis.cells.cost import NOTE as COST_NOTE
 from analysis.cells.cost import cost_texts
 from analysis.cells.device_texts import compact_columns, compact_why, device_note, full_columns, host_note
 from analysis.cells.device_time import LAUNCH_BOUND
-from analysis.cells.metrics import ACCURACY_COLUMNS, cell_metrics
-from analysis.cells.standings import auto_max_repeats
+from analysis.cells.loaded import Loaded
+from analysis.cells.metrics import ACCURACY_COLUMNS
 from analysis.reading.axes import axis_text, backend_labels, cell_labels, varying_axes
-from analysis.reading.collect import SweepData, read_cell
 from analysis.rendering.text import (
     Table,
     fmt_accuracy,
@@ -66,12 +62,6 @@ PEAK_NOTE = (
 )
 #: Where the full per-cell table is, below the compact one.
 FULL_TABLE = "Every column: `compilebench analyze SWEEP_DIR --full`, and the report."
-
-
-def summarize(parts: Iterable[SweepData], auto: dict[str, int] | None = None) -> pd.DataFrame:
-    """Per-cell metrics (analysis.cells.metrics.CELL_COLUMNS) of these cells, e.g. `read_cell` of each;
-    `auto`: the repeats=auto cells' max_repeats (analysis/cells/standings.py `auto_max_repeats`)."""
-    return cell_metrics(SweepData.concat(parts), auto_max_repeats=auto)
 
 
 def _gib(value: object) -> str:
@@ -267,13 +257,11 @@ def _mean_std_percent(mean: object, std: object) -> str:
     return fmt_percent(mean) if is_null(std) else f"{fmt_percent(mean)} ± {fmt_percent(std)}"
 
 
-def cells_markdown(cell_dirs: Iterable[Path]) -> str:
-    """The compact per-cell table of these cell directories as Markdown, its note (what a verdict
-    rests on, a one-run mark, where the full table is) below: what `compilebench sweep` prints of the
-    cells it ran."""
-    cell_dirs = list(cell_dirs)
-    metrics = summarize((read_cell(directory) for directory in cell_dirs), auto_max_repeats(cell_dirs))
-    table = compact_table(metrics)
+def cells_markdown(loaded: Loaded) -> str:
+    """The compact per-cell table of these cells as Markdown, its note (what a verdict rests on, with
+    the sweep's margin; a one-run mark; where the full table is) below: what `compilebench sweep`
+    prints of the cells it ran."""
+    table = compact_table(loaded.metrics, loaded.equivalence)
     body = render_markdown(table.text.to_dict("records"), list(table.text.columns))
     return f"{body}\n\n{wrap_note(table.note)}"
 
