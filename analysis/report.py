@@ -76,7 +76,7 @@ def write_report(analysis: Analysis, with_plots: bool = True) -> Path:
     """Write SWEEP_DIR/report/ (tables, figures, index.md and index.html); returns index.md's path."""
     directory = analysis.sweep_dir / REPORT_DIR
     (directory / TABLES_DIR).mkdir(parents=True, exist_ok=True)
-    environment = environment_table(analysis.sweep_dir)
+    environment = environment_table(analysis.data.attempts)
     for table in [*analysis.tables, environment]:
         for suffix, render in (("md", markdown), ("tex", latex), ("csv", csv)):
             (directory / TABLES_DIR / f"{table.name}.{suffix}").write_text(render(table).rstrip("\n") + "\n")

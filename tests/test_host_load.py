@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.cells.loaded import open_sweep
 from analysis.reading.environment import environment_table
 from tests.analysis_sweeps import write_cell
 from workloads.contract.schema import HOST_LOAD_FIELDS
@@ -100,10 +101,10 @@ def test_the_environment_shows_the_host_load_and_names_runs_with_steal(tmp_path:
         node_cpus_busy_other=14.0,
         cpu_steal_share=0.12,
     )
-    table = environment_table(tmp_path)
+    table = environment_table(open_sweep(tmp_path, warn=None).data.attempts)
     values = dict(zip(table.text["field"], table.text["value"]))
     assert values["host µs per tiny op, before measuring"] == "4.50–7.00"
     assert values["node CPUs busy with other work, while measuring"] == "0.25–14.00"
     assert "1 of them measured while the hypervisor took more than 5% of the node's CPU time" in table.note
     write_cell(tmp_path / "calm", "quiet", step_ms=[5.0], cpu_steal_share=0.01)
-    assert "hypervisor" not in environment_table(tmp_path / "calm").note
+    assert "hypervisor" not in environment_table(open_sweep(tmp_path / "calm", warn=None).data.attempts).note

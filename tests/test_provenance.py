@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 import torch
 
+from analysis.cells.loaded import open_sweep
 from analysis.reading.environment import environment_table
 from tests.analysis_sweeps import write_cell
 from workloads.contract.schema import PROVENANCE_FIELDS
@@ -136,12 +137,13 @@ def test_the_environment_names_runs_that_slurm_did_not_bind(tmp_path: Path) -> N
     line."""
     write_cell(tmp_path, "bound", step_ms=[5.0], cpu_count_allowed=16, slurm_cpus=16)
     write_cell(tmp_path, "free", "inductor", step_ms=[4.0], cpu_count_allowed=32, slurm_cpus=16)
-    table = environment_table(tmp_path)
+    table = environment_table(open_sweep(tmp_path, warn=None).data.attempts)
     assert "1 of them could run on more CPUs than Slurm gave them" in table.note
     values = dict(zip(table.text["field"], table.text["value"]))
     assert (values["CPUs allowed"], values["CPUs given by Slurm"]) == ("16–32", "16")
     write_cell(tmp_path / "bound_only", "bound", step_ms=[5.0], cpu_count_allowed=16, slurm_cpus=16)
-    assert "could run on more CPUs" not in environment_table(tmp_path / "bound_only").note
+    bound_only = open_sweep(tmp_path / "bound_only", warn=None).data.attempts
+    assert "could run on more CPUs" not in environment_table(bound_only).note
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="for a machine without a GPU")

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from analysis.reading.environment import ENVIRONMENT_READ
 from workloads.contract.attempts import counting_attempts, replicate_attempts
 from workloads.contract.schema import LAYER_FIELDS, MANIFEST_SCHEMA, RUN_SCHEMA, STEPS_SCHEMA
 from workloads.contract.sweep_dir import (
@@ -71,9 +72,10 @@ ENERGY_READ = (
     "energy_window_s", "energy_update_s", "idle_settled",  # a window too short, an idle board unsettled
     "energy_edge_share",  # a paired cell's blocks' time between their steps
 )  # fmt: skip
-#: The columns analysis reads of each file (a run row has over 50: decoding the environment
-#: columns would cost a third of the time in a large sweep, and no table shows them).
-RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
+#: The columns analysis reads of each file (a run row has over 170; the other provenance columns are not
+#: decoded), the environment table's among them: the files are scanned once (a second scan of 1,000
+#: files for the environment alone took as long as this one).
+RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in dict.fromkeys((
     "cell_id", "attempt", "repeat", "status", "error", *(axis.name for axis in AXES), "items_per_step",
     "measured_steps", "median_step_ms", "mean_step_ms", "std_step_ms", "items_per_s", "mfu",
     "e2e_items_per_s", "e2e_mfu", "compile_time_s", "fx_graph_cache_hits", "aot_autograd_cache_hits",
@@ -91,7 +93,8 @@ RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (
     *DEVICE_READ,  # device time per side and the host's speed (analysis/cells/device_time.py)
     *ENERGY_READ,
     "started_at", "finished_at",  # an attempt's process held its devices in between (analysis/cells/cost.py)
-)])  # fmt: skip
+    *ENVIRONMENT_READ,  # the environment table (analysis/reading/environment.py)
+))])  # fmt: skip
 STEPS_READ_SCHEMA = pa.schema(
     [
         STEPS_SCHEMA.field(name)

@@ -2,19 +2,15 @@
 
 Every completed run (each replicate and attempt that completed; all runs where none did) counts
 once. A text value is listed with how many runs recorded it, most frequent first; a number as the
-range it took; the time as the first start and the last finish. Read only for the report: the
-tables and statistics never need these columns (analysis/reading/collect.py leaves them out).
+range it took; the time as the first start and the last finish. Only the report shows it; its columns
+are read with the rest of each run row (analysis/reading/collect.py), so the files are scanned once.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from analysis.rendering.text import Table, fmt_number, fmt_percent, is_null
-from workloads.contract.schema import RUN_SCHEMA
-from workloads.contract.sweep_dir import RUN_FILE, cell_dirs, read_files
 from workloads.contract.vocabulary import COMPLETED
 
 #: (run.parquet column, what the table calls it), in the table's order.
@@ -39,7 +35,8 @@ FIELDS = (
 STEAL_NOTED = 0.05
 #: Distinct text values listed per field; the rest are counted.
 MAX_VALUES = 4
-_COLUMNS = ("status", *(column for column, _ in FIELDS))
+#: The run.parquet columns the table reads (analysis/reading/collect.py reads them with the rest).
+ENVIRONMENT_READ = ("status", *(column for column, _ in FIELDS))
 
 
 def _summary(column: str, values: pd.Series) -> str:
@@ -64,12 +61,10 @@ def _summary(column: str, values: pd.Series) -> str:
     return "; ".join(listed) + (f"; {more} more" if more > 0 else "")
 
 
-def environment_table(sweep_dir: Path) -> Table:
-    """The environment of the sweep's runs: one row per field that some run recorded."""
-    table, _ = read_files(
-        [d / RUN_FILE for d in cell_dirs(Path(sweep_dir)) if (d / RUN_FILE).is_file()], RUN_SCHEMA, _COLUMNS
-    )
-    runs = table.to_pandas()  # files that cannot be read are the problems analysis reports already
+def environment_table(attempts: pd.DataFrame) -> Table:
+    """The environment of the sweep's runs (`attempts`: every attempt's run row, `SweepData.attempts`):
+    one row per field that some run recorded."""
+    runs = attempts
     completed = runs[runs["status"] == COMPLETED]
     runs = completed if len(completed) else runs
     rows = [
