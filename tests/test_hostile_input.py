@@ -32,6 +32,8 @@ def hostile_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "zero batch": (["batch_size=0"], "batch_size must be positive"),
         "negative batch": (["batch_size=-8"], "batch_size must be positive"),
         "wrong type": (["seed=abc"], "seed must be int"),
+        "a bool for an int": (["steps=true"], "config key steps must be int, got True"),
+        "an int for a bool": (["backend.fullgraph=1"], "config key backend.fullgraph must be bool, got 1"),
         "missing data path": (
             ["data.source=text", f"data.path={tmp / 'no_such_file.txt'}"],
             "does not exist",

@@ -95,6 +95,38 @@ def test_hydra_sweep_split(loader) -> None:
     )
 
 
+def test_hydra_job_overrides_are_what_the_parser_makes(loader) -> None:
+    """Every string of every job, of sweeps of each kind of value, maps to exactly the override the
+    parser makes of that string; a glob's values are the parser's (left out)."""
+    sweep = parse(
+        loader,
+        "seed=range(3)",
+        "optim.lr=range(0.1,0.3,0.1)",
+        "+a=1,'2',null,true,x\\,y,'a b',007,inf",
+        "++b.c=[1,'x'],{k: v}",
+        "size@pkg=tiny,small",
+        "warmup_steps=${steps},3",
+        "~data.workers",
+        "d=shuffle(choice(1.5,-2))",
+        "e= spaced value ",
+        "backend=glob(e*)",
+    )
+    jobs = private_apis.split_sweep(sweep)
+    made = private_apis.job_overrides(sweep)
+    strings = {line for job in jobs for line in job}
+    globbed = {line for line in strings if line.startswith("backend=")}
+    assert globbed == {"backend=eager"} and strings - globbed == set(made), (
+        f"BasicSweeper.split_arguments ({versions('hydra-core')}) writes {sorted(strings)}; "
+        f"made {sorted(made)}"
+    )
+    parser = OverridesParser.create(config_loader=loader)
+    for line, override in made.items():
+        assert override == parser.parse_override(line), (
+            f"hydra.core.override_parser.types.Override ({versions('hydra-core')}) parses {line!r} as "
+            f"{parser.parse_override(line)}, not {override}"
+        )
+
+
 def test_submitit_memory_format() -> None:
     got = [private_apis.convert_mem(gb) for gb in (120, 1, 1.5)]
     assert got == ["120GB", "1GB", "1536MB"], (

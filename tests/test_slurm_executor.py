@@ -266,6 +266,27 @@ def test_dry_run_grid_and_golden_scripts(capsys, no_slurm_here, tmp_path: Path) 
     assert [p.name for p in sweep.iterdir()] == ["sbatch"]  # no configs, no manifest, no submitit pickles
 
 
+def test_dry_run_plan_golden(capsys, no_slurm_here, tmp_path: Path) -> None:
+    """The printed plan of a grid with each kind of swept value: group options, a float range, an
+    interpolation (Hydra applies it), a quoted string, a plain override. Each cell's overrides come
+    from the sweep's one parse (orchestrator/grid/private_apis.py job_overrides): a value that
+    differed from what parsing the cell's string gives would change its id or row here."""
+    sweep = tmp_path / "sweep"
+    code, out, err = sweep_cli(
+        capsys,
+        "cluster=grete",
+        "model=gpt,resnet",
+        "optim.lr=range(0.1,0.3,0.1)",
+        "warmup_steps=${steps},1",
+        "device='cuda',cpu",
+        "backend.dynamic=true",
+        f"hydra.sweep.dir={sweep}",
+        "--dry-run",
+    )
+    assert code == 0, err
+    check_golden("grete_dry_run_plan.txt", normalise(out, sweep))
+
+
 def _setup_section(script: str) -> list[str]:
     lines = script.splitlines()
     return lines[lines.index("# setup") + 1 : lines.index("# command")]

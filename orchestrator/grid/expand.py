@@ -45,6 +45,7 @@ from orchestrator.grid.private_apis import (
     compose_groups,
     extend_search_path,
     group_exists,
+    job_overrides,
     split_sweep,
 )
 from orchestrator.grid.profile import ProfileError
@@ -108,8 +109,8 @@ class _Composer:
     dict, which gives the same config ~100 times faster.
     """
 
-    def __init__(self, loader: Any, master: DictConfig) -> None:
-        self._loader, self._master = loader, master
+    def __init__(self, loader: Any, master: DictConfig, known: dict[str, Override]) -> None:
+        self._loader, self._master, self._known = loader, master, known
         self._parser = OverridesParser.create(config_loader=loader)
         self._parsed: dict[str, tuple[Override, bool]] = {}
         self._groups: dict[str, bool] = {}
@@ -130,9 +131,10 @@ class _Composer:
         return _checked(values, overrides)
 
     def _parse(self, line: str) -> tuple[Override, bool]:
-        """The parsed override and whether it selects a config group; each distinct line parsed once."""
+        """The parsed override and whether it selects a config group: as the sweep's parse made it
+        (`known`), else parsed here, once per distinct line (a glob's values)."""
         if line not in self._parsed:
-            override = self._parser.parse_override(line)
+            override = self._known.get(line) or self._parser.parse_override(line)
             # Hydra's own split (defaults_list.Overrides): a group key with a non-dict value selects a config.
             is_group = not isinstance(override.value(), dict) and self._is_group(override.key_or_group)
             self._parsed[line] = (override, is_group)
@@ -226,7 +228,7 @@ def expand(
             parsed = OverridesParser.create(config_loader=loader).parse_overrides(arguments)
             batches = split_sweep(parsed)
 
-            composer = _Composer(loader, master)
+            composer = _Composer(loader, master, known=job_overrides(parsed))
             cells: dict[str, Cell] = {}
             for batch in batches:
                 values = composer.cell_values(batch)

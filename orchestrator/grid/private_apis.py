@@ -14,12 +14,13 @@ omegaconf needs no entry: compilebench uses only its public API.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import Override, Transformer, ValueType
 from omegaconf import DictConfig
 from submitit import SlurmExecutor
 
@@ -176,6 +177,33 @@ def split_sweep(overrides: Sequence[Override]) -> list[list[str]]:
     max_batch_size=None)[0]` (static). The public `BasicSweeper.sweep` launches the jobs; this is
     its expansion alone."""
     return BasicSweeper.split_arguments(list(overrides), max_batch_size=None)[0]
+
+
+def job_overrides(overrides: Sequence[Override]) -> dict[str, Override]:
+    """{string: parsed override} of every override string that `split_sweep(overrides)` puts in a
+    job, made from the sweep's own parse and equal to what the parser makes of that string: each
+    element of a sweep (the value of a plain override) becomes the value of an override of its key.
+    Parsing each job's strings again cost ~0.15 ms a cell: a 10,000-cell dry run's cost per cell went
+    0.36 -> 0.22 ms (2-core machine). A glob's values are left out (written unescaped, a name's
+    meaning is the parser's to decide: parse those few).
+
+    Sets the private field `Override._value` (the parsed value; `value()` drops a string's quotes) in
+    a copy of the sweep's override, the rest as `OverridesParser.parse_override` sets it. The strings
+    are `split_arguments`'s: the key element, `=`, and `Transformer.str` of the element."""
+    by_line: dict[str, Override] = {}
+    for override in overrides:
+        if not override.is_sweep_override():
+            elements: Iterable[Any] = [override._value]
+        elif override.value_type is not ValueType.GLOB_CHOICE_SWEEP and override.is_discrete_sweep():
+            elements = override.sweep_iterator()
+        else:
+            continue
+        for element in elements:
+            line = f"{override.get_key_element()}={Transformer.str(element)}"
+            by_line[line] = dataclasses.replace(
+                override, value_type=ValueType.ELEMENT, _value=element, input_line=line, config_loader=None
+            )
+    return by_line
 
 
 # --- submitit 1.5 -------------------------------------------------------------------------------
