@@ -1,7 +1,7 @@
 """Fixtures shared by several test modules: real cells on the CPU, real data files, the real
 workload command line, a machine without Slurm. The local Slurm's fixtures come from the plugin
-tests/slurm/fixtures.py (`pytest_plugins` below); the helpers that test modules import are in
-tests/helpers.py. A fixture that one module alone uses stays in that module.
+tests/helpers/slurm/fixtures.py (`pytest_plugins` below); the helpers that test modules import are in
+tests/helpers/. A fixture that one module alone uses stays in that module.
 
 Compiling is what costs time here (inductor builds C++ on the CPU), so a cell is run at most
 once per session: `tiny_cells.get(...)` runs `run_cell` the first time a configuration is
@@ -32,7 +32,7 @@ from tests.helpers import REPO_ROOT, path_without_slurm
 
 #: The local Slurm's fixtures (`slurm_clusters`, `slurm_cluster`, `slurm_cluster_accounting`) and
 #: their autouse guard, for every test module.
-pytest_plugins = ["tests.slurm.fixtures"]
+pytest_plugins = ["tests.helpers.slurm.fixtures"]
 
 #: What every test cell has unless it says otherwise: tiny, fp32 (so that backends can be
 #: compared number for number), a few steps on the CPU.
@@ -43,7 +43,8 @@ TINY_CELL: dict[str, Any] = {
     "steps": 6,
     "warmup_steps": 2,
     "seed": 1337,
-    # exactly `steps` measured steps, unpaired (tests/test_paired.py measures paired cells)
+    # exactly `steps` measured steps, unpaired (tests/unit/workloads/test_paired_loop.py measures paired
+    # cells)
     "measure": {"min_seconds": 0.0, "paired": False},
 }
 

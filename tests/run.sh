@@ -8,12 +8,12 @@ cd "$(dirname "$0")/.."
 # built against the same torch (the registry's build is the CUDA one; it runs on CPU-only hosts).
 python3 -m pip install --quiet --disable-pip-version-check torch torchvision timm
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
-if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then bash tests/slurm/install.sh || echo "run.sh: tests/slurm/install.sh failed: the local Slurm tests skip (error under COMPILEBENCH_REQUIRE_SLURM)" >&2; fi
-# A real headless browser opens the report page (tests/test_analysis_html.py).
+if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then bash tests/helpers/slurm/install.sh || echo "run.sh: tests/helpers/slurm/install.sh failed: the local Slurm tests skip (error under COMPILEBENCH_REQUIRE_SLURM)" >&2; fi
+# A real headless browser opens the report page (tests/system/test_report_page.py).
 if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null && ! command -v chromium >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || echo "run.sh: installing chromium failed: the report page tests skip (error under COMPILEBENCH_REQUIRE_BROWSER)" >&2
 fi
-# Environment Modules for the modules kind of a named environment (tests/test_environment_modules.py).
+# Environment Modules for the modules kind of a named environment (tests/system/test_environment_modules.py).
 if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null && [[ ! -f /usr/share/modules/init/bash ]]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq environment-modules >/dev/null || echo "run.sh: installing environment-modules failed: the modules environment tests skip (error under COMPILEBENCH_REQUIRE_MODULES)" >&2
 fi

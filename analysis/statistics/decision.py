@@ -71,7 +71,7 @@ class Standing:
 def spent_level(replicates: np.ndarray, max_repeats: np.ndarray, rho: float = RHO) -> np.ndarray:
     """The level of a repeats=auto cell's interval at look N = `replicates` (module doc): 1 - alpha_N
     for MIN_REPLICATES <= N <= max_repeats, else 1 - ALPHA (no look there). `rho`: the spending
-    function's power (RHO; another only to compare them, tests/test_analysis_simulation.py)."""
+    function's power (RHO; another only to compare them, tests/unit/analysis/test_simulation.py)."""
     n, m = np.asarray(replicates, dtype=float), np.asarray(max_repeats, dtype=float)
     looks = np.maximum(m - (MIN_REPLICATES - 1), 1)
     spent = lambda k: ALPHA * np.clip(k / looks, 0, 1) ** rho  # noqa: E731
@@ -90,7 +90,7 @@ def decisions(
 ) -> np.ndarray:
     """Why each cell with a speedup (and its interval at `spent_level`) stops now, None to go on
     (module doc), vectorised over cells: `stop_reasons` and the stopping simulation
-    (tests/test_analysis_simulation.py) decide through it. `rel_ci`: NaN for none."""
+    (tests/unit/analysis/test_simulation.py) decide through it. `rel_ci`: NaN for none."""
     speedup, low, high = (np.asarray(v, dtype=float) for v in (speedup, low, high))
     replicates, max_repeats = np.asarray(replicates), np.asarray(max_repeats)
     verdict = equivalence_verdict(low, high, np.asarray(equivalence, dtype=float))

@@ -16,7 +16,7 @@ the t interval with N - 1 degrees of freedom has its nominal coverage for normal
 median of a run's many steps is close to normal. Coverage measured: docs/measurement.md ("Intervals").
 The t quantile is scipy.stats' (`t.ppf`, any real degrees of freedom). Welch's degrees of freedom are
 computed here from each cell's count, mean and sd: scipy's Welch test takes the samples, one pair at a
-time, and has no form for a product of ratios; tests/test_analysis_stats.py checks both intervals
+time, and has no form for a product of ratios; tests/unit/analysis/test_statistics.py checks both intervals
 against scipy's tests on the samples.
 """
 

@@ -1,5 +1,6 @@
 """How long does `compilebench analyze` take on a large sweep? Writes a sweep of N cells x S measured
-steps through the project's writers (tests/analysis_sweeps.py: workloads.contract.schema.append_rows_atomic,
+steps through the project's writers (tests/helpers/analysis_sweeps.py:
+workloads.contract.schema.append_rows_atomic,
 the orchestrator's manifest schema), then times the analysis (read every file, per-cell statistics
 with bootstrap intervals, all tables including the seminar comparison, the report's tables written)
 and, separately, the figures.
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.report import analyze, render_tables, write_report
-from tests.analysis_sweeps import write_cell, write_manifest
+from tests.helpers.analysis_sweeps import write_cell, write_manifest
 
 MODELS = ("gpt", "resnet")
 SIZES = ("tiny", "small", "medium", "large", "xl")

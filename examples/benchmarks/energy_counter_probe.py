@@ -1,7 +1,8 @@
 """Record NVML's total-energy counter as a cell's idle reading sees it: each update as a 2 ms poll
 saw it, [host seconds, mJ]. What the idle settling and the update period in
 workloads/instruments/energy.py were chosen on; its output on an H100 (97 s) is
-results/h100_2026-11-27_energy_counter/counter_series.json, which tests/test_energy.py replays.
+results/h100_2026-11-27_energy_counter/counter_series.json, which tests/unit/workloads/test_gpu_energy.py
+replays.
 
 - after another process: a child process runs 5 s of bf16 matmuls and exits; this process polls
   for 12 s, first without a CUDA context of its own (`after_process_no_context`), then again with

@@ -179,7 +179,8 @@ def ulps(values: list[torch.Tensor], reference: list[torch.Tensor], scale: list[
 
 
 def max_rel_diff(a: list[float], b: list[float]) -> float:
-    """Largest |a_i - b_i| / |b_i| over two loss curves (as tests/test_workloads_equivalence.py)."""
+    """Largest |a_i - b_i| / |b_i| over two loss curves (as
+    tests/unit/workloads/test_compiled_trains_like_eager.py)."""
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
 

@@ -6,7 +6,7 @@ process, which a busy machine moves less). Two dry runs: one group selection wit
 plan of 10,000 cells without a directory) and 40 group selections of 250 seeds. The first
 alternates with a dry run of the same grid of 2 cells: the difference of the medians per extra cell
 is a dry run's cost per cell, a ratio of two runs on one machine, start-up and imports left out.
-The submission goes to the tests' local Slurm (tests/slurm/, needs root and the Debian packages);
+The submission goes to the tests' local Slurm (tests/helpers/slurm/, needs root and the Debian packages);
 the submitted jobs are cancelled when the cluster stops, so nothing trains. sbatch calls are
 counted as the distinct array job ids in manifest.parquet (submitit makes one per array). Exit 1
 when a dry run's median passes `--limit` seconds.
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tests.slurm.cluster import LocalSlurm
+from tests.helpers.slurm.cluster import LocalSlurm
 
 #: 10,000 cells: one group selection x 10,000 seeds; 4 sizes x 5 backends x 2 precisions x 250 seeds.
 DRY_RUN_GRIDS = {

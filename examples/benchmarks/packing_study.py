@@ -22,7 +22,7 @@ imported torch, timm and dynamo and made its CUDA context before its turn: its g
 (the previous cell's writes and, where that one still held device memory, its exit; the turn passed
 on), unless it is the first of its task.
 
-    bash tests/slurm/unpack_debs.sh .carry/slurm          # where apt works
+    bash tests/helpers/slurm/unpack_debs.sh .carry/slurm          # where apt works
     PYTHONPATH=/tmp/site:. python examples/benchmarks/packing_study.py --prefix .carry/slurm \\
         --root-dir /tmp/sweeps/pack_study --out "$OUT" -- +suite=timm_train measure.min_seconds=2 \\
         model.arch=vit_small_patch16_224,deit_small_patch16_224,resmlp_12_224,mobilenetv2_100,dla34,\\
@@ -54,8 +54,8 @@ import pandas as pd
 from examples.benchmarks.slurm_gpu_sweep import _packed, follow, real_gpus
 from orchestrator.executors.slurm.packing import split_place
 from orchestrator.executors.status import sweep_status
-from tests.slurm.cluster import LocalSlurm
-from tests.slurm.install import SlurmInstall
+from tests.helpers.slurm.cluster import LocalSlurm
+from tests.helpers.slurm.install import SlurmInstall
 from workloads.contract.attempts import replicate_attempts
 from workloads.contract.schema import RUN_SCHEMA
 from workloads.contract.sweep_dir import cell_dir, read_files, read_manifest

@@ -1,13 +1,13 @@
 """A `compilebench sweep` through a real single-node Slurm on a GPU machine, typed GPU gres included.
 
 The GPU machines have no package registry, so Slurm comes as Debian packages unpacked here and
-carried along (tests/slurm/unpack_debs.sh); the node offers its real GPUs as typed gres
+carried along (tests/helpers/slurm/unpack_debs.sh); the node offers its real GPUs as typed gres
 (`gpu:H100:1`, File=/dev/nvidia0). The sweep is submitted with `cluster=test_slurm` and the GPU
 type of this machine, followed until no cell is pending or running, and the evidence printed:
 sinfo, each array's `scontrol show job` (partition, gres), the status table, and for every cell
 the GPU its workload saw and its median step time. The sweep directory is packed into OUT.
 
-    bash tests/slurm/unpack_debs.sh .carry/slurm                  # where apt works
+    bash tests/helpers/slurm/unpack_debs.sh .carry/slurm                  # where apt works
     PYTHONPATH=/tmp/site:. python examples/benchmarks/slurm_gpu_sweep.py --prefix .carry/slurm \\
         --sweep-dir /tmp/sweeps/llm --out "$OUT" -- +experiment=seminar_llm steps=30
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.executors.status import sweep_status
-from tests.slurm.cluster import LocalSlurm
-from tests.slurm.install import SlurmInstall
+from tests.helpers.slurm.cluster import LocalSlurm
+from tests.helpers.slurm.install import SlurmInstall
 from workloads.contract.vocabulary import QUEUED
 
 

@@ -3,7 +3,7 @@
 `conf/config.yaml` composes `cell_defaults` first: every key a cell has, at the default that its
 dataclass in workloads/cell/config.py gives, so that each default is stated once and changing it
 is one edit. The config groups (conf/model/, conf/backend/, ...) state only what differs
-(tests/test_config_defaults.py checks both).
+(tests/unit/workloads/test_config_defaults.py checks both).
 
 The node is a plain one, not a structured config: OmegaConf would store an int given to a float key
 (`measure.min_seconds=0`) as 0.0, which the cell id (a digest of the values) would see, and the

@@ -4,7 +4,8 @@ compilebench follows Hydra's own multirun path and renders submitit's own sbatch
 orchestrator/grid/expand.py and orchestrator/executors/slurm/sbatch.py), and for a few steps of that
 neither library has a public API. Each such step is wrapped here, with what it wraps, why no public API
 does it, and the versions it was tested with (`TESTED`, the same ranges as the pins in pyproject.toml). Each
-wrapper has a plain test of what it is used for (tests/test_private_apis.py); an upgrade that
+wrapper has a plain test of what it is used for (tests/unit/orchestrator/test_private_apis.py); an upgrade
+that
 removes one fails at import with a message that names the API, the installed version and the
 tested range — not somewhere deep inside a sweep.
 
@@ -25,7 +26,8 @@ from omegaconf import DictConfig
 from submitit import SlurmExecutor
 
 #: Distribution -> (lowest tested version, first untested version): the pins in pyproject.toml.
-#: tests/test_private_apis.py and the golden sbatch scripts passed with hydra-core 1.3.2 and 1.3.8,
+#: tests/unit/orchestrator/test_private_apis.py and the golden sbatch scripts passed with hydra-core 1.3.2
+#: and 1.3.8,
 #: submitit 1.5.0 and 1.5.4 (omegaconf 2.3.1).
 TESTED: dict[str, tuple[str, str]] = {
     "hydra-core": ("1.3.2", "1.4"),

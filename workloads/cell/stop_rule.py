@@ -21,7 +21,8 @@ STOP_REASONS = ("steps", "min_seconds", "rel_ci", "max_steps", "max_seconds")
 #: Each tail of the median's 95% interval may miss it with at most this probability (1/40 = 2.5%).
 _CI_TAILS_PER_MISS = 40
 #: Up to this many steps the interval's ranks are exact binomial quantiles; above, the normal
-#: approximation with continuity correction (tests/test_measure.py checks that they meet there).
+#: approximation with continuity correction (tests/unit/workloads/test_measuring.py checks that they meet
+#: there).
 _EXACT_RANKS_UP_TO = 400
 
 

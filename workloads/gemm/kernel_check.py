@@ -20,7 +20,8 @@ chunk; the second the fp32 additions of the chunks' sums (Higham's gamma_n). Bot
 throughout), so the bound is loose there by at most 2x. It is loose, not blind: at M = 16, N = 512,
 K = 8192 (make_operands, seed 5) the median bound is 19% of |r| and the right product reaches 0.07x
 of it, while a product missing one 32-deep K block reaches 2.1x, one missing a 512-deep block (one
-split's step) 7.4x and one with its rows shifted by one 37x (tests/test_triton_fp8.py checks the
+split's step) 7.4x and one with its rows shifted by one 37x (tests/unit/workloads/test_triton_fp8.py checks
+the
 last two kinds at a small shape).
 """
 

@@ -1,5 +1,5 @@
 """The FP8 post's layer (`gemm.layer`): which GEMMs a layer is, and what its profiled windows say.
-Torch-free: the arithmetic is tested on made-up intervals (tests/test_gemm_layer.py).
+Torch-free: the arithmetic is tested on made-up intervals (tests/unit/workloads/test_gemm_layer.py).
 
 The post (section 5) times "a simulated Llama3-70B attention layer" launched kernel by kernel and
 as one CUDA graph, without naming its GEMMs; the reference (shared/reference/fp8_triton_2024_claims.md)

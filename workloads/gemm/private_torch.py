@@ -1,5 +1,6 @@
 """The private torch APIs of the GEMM cell, each wrapped once here and pinned by
-tests/test_private_apis.py: checked on torch 2.11 (the GPU machines) and 2.15 (CI, CPU-only).
+tests/unit/orchestrator/test_private_apis.py: checked on torch 2.11 (the GPU machines) and 2.15 (CI,
+CPU-only).
 
 - `torch._scaled_mm`: cuBLAS's fp8 GEMM with scales (PyTorch has no public fp8 matmul).
 - `torch._inductor.select_algorithm.add_feedback_saver` / `clear_feedback_savers`: max-autotune
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-#: The torch versions these wrappers were checked on (tests/test_private_apis.py).
+#: The torch versions these wrappers were checked on (tests/unit/orchestrator/test_private_apis.py).
 CHECKED_TORCH = ("2.11", "2.15")
 
 

@@ -63,7 +63,7 @@ def _fp8_gemm(
 ):  # fmt: skip
     # Only builtins (no tl.cdiv, tl.minimum, tl.zeros): those are @triton.jit functions of Triton's
     # library, which the interpreter cannot call where Triton was imported before TRITON_INTERPRET
-    # was set (inductor imports it in a test process before tests/test_triton_fp8.py sets it).
+    # was set (inductor imports it in a test process before tests/unit/workloads/test_triton_fp8.py sets it).
     pid, pid_k = tl.program_id(0), tl.program_id(1)
     grid_m, grid_n = (M + BLOCK_M - 1) // BLOCK_M, (N + BLOCK_N - 1) // BLOCK_N
     band = GROUP_M * grid_n

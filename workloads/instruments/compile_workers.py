@@ -100,7 +100,8 @@ def wait_until_idle(root: int, on_poll: Any = None) -> tuple[float, list[float] 
 def start_compile_workers() -> None:
     """Start inductor's compile-worker pool now, as its backend does at its first compile:
     `torch._inductor.async_compile.maybe_warm_pool()` (private: torch has no public way; it is there
-    in torch 2.11 and 2.15, and tests/test_compile_workers.py fails if it goes). A no-op where inductor
+    in torch 2.11 and 2.15, and tests/unit/workloads/test_compile_workers.py fails if it goes). A no-op
+    where inductor
     would start none (one compile thread, no triton)."""
     from torch._inductor.async_compile import maybe_warm_pool
 

@@ -20,7 +20,7 @@ one's start: within a layer launched kernel by kernel, the host's launch cost th
 
 Pure arithmetic on (start, end) pairs, and the reading of them from a Chrome trace (what
 `torch.profiler` exports): no torch here, so that it is tested on hand-made traces
-(tests/test_device_activity.py).
+(tests/unit/workloads/test_device_activity.py).
 """
 
 from __future__ import annotations

@@ -17,8 +17,10 @@ API for these records; torch 2.11 on the H100 and 2.15 on the CPU machines have 
     torch._inductor.runtime.cache_dir_utils.cache_dir()   the inductor cache directory in use (created)
     <inductor cache>/fxgraph/, <inductor cache>/aotautograd/   where those two caches keep entries
 
-A torch that renames one of them fails tests/test_compile_reasons.py (a real model that breaks and
-recompiles), tests/test_compile_cache.py (a real cold and warm compile) or tests/test_distributed.py
+A torch that renames one of them fails tests/unit/workloads/test_compile_reasons.py (a real model that
+breaks and
+recompiles), tests/system/test_compile_cache.py (a real cold and warm compile) or
+tests/unit/workloads/test_distributed_ranks.py
 (DDP's splits), not a sweep. In a distributed cell these are rank 0's records. `CompileCounters` and
 `DdpSplits` are the cell's instruments that record them (workloads/instruments/base.py).
 

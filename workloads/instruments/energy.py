@@ -15,7 +15,7 @@ worth reading only over many updates, and a paired block's only summed over many
 at a boundary moves energy from one block to the next, whose side the pair's drawn order decides;
 the time between blocks is charged to the next: `edge_share`). Before the cell, the idle power once
 the board has settled (`read_idle`). Tested on hand-made readings and on an H100's recorded counter
-(tests/test_energy.py).
+(tests/unit/workloads/test_gpu_energy.py).
 """
 
 from __future__ import annotations

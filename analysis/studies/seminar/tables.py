@@ -47,7 +47,7 @@ class SeminarModel:
 #: Which preset is which comes from conf/experiment/seminar_llm.yaml (small = train_shakespeare_char,
 #: medium = train_gpt2) and seminar_cnn.yaml with workloads/models/vision.py (small, medium =
 #: resnet18, resnet34). analysis reads only files, so it cannot ask workloads.models; the pairs
-#: are written here, and tests/test_analysis_seminar.py checks them against the presets.
+#: are written here, and tests/unit/analysis/test_seminar.py checks them against the presets.
 SEMINAR_MODELS = {
     "gpt2": SeminarModel(size="medium", arch="gpt-12x12x768", model="gpt"),
     "shakespeare_char": SeminarModel(size="small", arch="gpt-6x6x384", model="gpt"),

@@ -1,0 +1,110 @@
+"""workloads/instruments/host_load.py: the host's speed and load while a cell measures, against a neighbour
+process whose CPU time we know, hand-made /proc/stat lines, and a real CPU cell's run row."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.cells.loaded import open_sweep
+from analysis.reading.environment import environment_table
+from tests.helpers.analysis_sweeps import write_cell
+from workloads.contract.schema import HOST_LOAD_FIELDS
+from workloads.instruments.host_load import (
+    CpuSample,
+    HostLoad,
+    op_overhead_us,
+    parse_proc_stat,
+    sample,
+    window,
+)
+
+#: A neighbour that, once told to go, spins until it has spent 0.5 s of CPU time (however long a
+#: loaded machine makes that take), then says how much it spent.
+SPINNER = """
+import sys, time
+sys.stdin.readline()  # go
+start = time.process_time()
+while time.process_time() - start < 0.5:
+    pass
+print(time.process_time() - start, flush=True)
+"""
+
+
+def test_proc_stat_arithmetic() -> None:
+    # user nice system idle iowait irq softirq steal guest guest_nice, at 100 ticks per second
+    before = parse_proc_stat("cpu  100 0 50 800 10 5 5 30 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n", 100)
+    after = parse_proc_stat("intr 1\ncpu  400 0 150 1000 10 5 5 130 0 0\n", 100)
+    assert before == pytest.approx((1.6, 0.3, 10.0)) and after == pytest.approx((5.6, 1.3, 17.0))
+    begin, end = CpuSample(*before, own_s=2.0, wall_s=10.0), CpuSample(*after, own_s=3.0, wall_s=12.0)
+    # 4 s of the node's CPU time busy over 2 s, 1 s of it ours: 1.5 CPUs busy with other work;
+    # 1 s stolen of the 7 s the node's CPUs had.
+    assert window(begin, end) == {
+        "node_cpus_busy_other": pytest.approx(1.5),
+        "cpu_steal_share": pytest.approx(1 / 7),
+    }
+    # A kernel without the steal column (before 2.6.11) still parses; no time passed: nothing to say.
+    assert parse_proc_stat("cpu 1 2 3 4 5\n", 1) == (6.0, 0.0, 15.0)
+    assert parse_proc_stat("intr 5\n", 100) is None
+    assert window(end, end) == window(None, end) == {"node_cpus_busy_other": None, "cpu_steal_share": None}
+
+
+def test_a_busy_neighbour_is_counted() -> None:
+    spinner = subprocess.Popen(
+        [sys.executable, "-c", SPINNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        begin = sample()
+        spinner.stdin.write("go\n")
+        spinner.stdin.flush()
+        spun_s = float(spinner.stdout.readline())  # the neighbour's CPU time, all of it inside the window
+        end = sample()
+    finally:
+        spinner.kill()
+        spinner.wait()
+    other = window(begin, end)
+    # The node's busy time holds the neighbour's; the clock ticks of 2 CPUs may each round one off.
+    assert other["node_cpus_busy_other"] * (end.wall_s - begin.wall_s) >= spun_s - 0.05
+    assert 0 <= other["cpu_steal_share"] <= 1
+
+
+def test_op_overhead_on_the_cpu_and_a_window_never_opened() -> None:
+    us = op_overhead_us("cpu")
+    assert us is not None and 0 < us < 1000  # an in-place add on one element: microseconds, not milliseconds
+    assert op_overhead_us("no-such-device") is None
+    assert HostLoad().after_loop() == dict.fromkeys(f.name for f in HOST_LOAD_FIELDS)
+
+
+def test_a_cpu_cell_records_the_host_while_it_measured(tiny_cells) -> None:
+    cell = tiny_cells.get("resnet")
+    row = pq.read_table(cell.cell_dir / "run.parquet").to_pylist()[-1]
+    assert row["status"] == "completed"
+    assert 0 < row["host_op_us"] < 1000
+    assert row["node_cpus_busy_other"] >= 0 and 0 <= row["cpu_steal_share"] <= 1
+    assert row["compile_workers_wait_s"] >= 0 and row["compile_workers_cpus"] == 0  # eager: none
+
+
+def test_the_environment_shows_the_host_load_and_names_runs_with_steal(tmp_path: Path) -> None:
+    write_cell(
+        tmp_path, "quiet", step_ms=[5.0], host_op_us=4.5, node_cpus_busy_other=0.25, cpu_steal_share=0.0
+    )
+    write_cell(
+        tmp_path,
+        "stolen",
+        "inductor",
+        step_ms=[4.0],
+        host_op_us=7.0,
+        node_cpus_busy_other=14.0,
+        cpu_steal_share=0.12,
+    )
+    table = environment_table(open_sweep(tmp_path, warn=None).data.attempts)
+    values = dict(zip(table.text["field"], table.text["value"]))
+    assert values["host µs per tiny op, before measuring"] == "4.50–7.00"
+    assert values["node CPUs busy with other work, while measuring"] == "0.25–14.00"
+    assert "1 of them measured while the hypervisor took more than 5% of the node's CPU time" in table.note
+    write_cell(tmp_path / "calm", "quiet", step_ms=[5.0], cpu_steal_share=0.01)
+    assert "hypervisor" not in environment_table(open_sweep(tmp_path / "calm", warn=None).data.attempts).note
