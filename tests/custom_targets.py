@@ -1,8 +1,10 @@
-"""Targets of `model=custom` that go wrong, each in one way (tests/test_custom_model.py): the
-user's builders a test names as `tests.custom_targets:NAME`. The good one is examples/my_model."""
+"""Targets of `model=custom` that go wrong, each in one way (tests/test_custom_model.py), and one
+whose work its environment sets (tests/test_bisect.py): the user's builders a test names as
+`tests.custom_targets:NAME`. The good one is examples/my_model."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -34,4 +36,32 @@ def first_step_raises(size: str) -> CustomModel:
         make_optimizer=lambda module: torch.optim.SGD(module.parameters(), lr=0.1),
         batch_size=4,
         flops_per_item=1.0,  # so that the loss is first called by the first step, not by the FLOP count
+    )
+
+
+#: How many hidden layers `layers_from_environment` stacks (unset: 1); an environment's `env` sets it.
+LAYERS_ENV = "COMPILEBENCH_TEST_LAYERS"
+#: Width of its layers, and its batch: a layer's forward and backward are 6 x 64 x 256² FLOPs (25 M),
+#: most of a step, so that a step's time follows the layer count on any machine.
+WIDTH, BATCH = 256, 64
+
+
+def layers_from_environment(size: str) -> CustomModel:
+    """An MLP of $COMPILEBENCH_TEST_LAYERS hidden layers: an environment that sets 20 trains a step of
+    20 times the work of one that leaves it unset, on any machine and under any load alike."""
+    layers = int(os.environ.get(LAYERS_ENV, "1"))
+    module = torch.nn.Sequential(
+        *(m for _ in range(layers) for m in (torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh())),
+        torch.nn.Linear(WIDTH, 1),
+    )
+    return CustomModel(
+        module=module,
+        loss=lambda module, x, y: torch.nn.functional.mse_loss(module(x).squeeze(1), y),
+        make_batch=lambda batch_size, generator: (
+            torch.randn(batch_size, WIDTH, generator=generator),
+            torch.randn(batch_size, generator=generator),
+        ),
+        make_optimizer=lambda module: torch.optim.SGD(module.parameters(), lr=0.01),
+        batch_size=BATCH,
+        flops_per_item=6.0 * WIDTH * (layers * WIDTH + 1),
     )
