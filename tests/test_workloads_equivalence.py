@@ -218,5 +218,5 @@ def test_the_inductor_tolerance_rejects_a_compiled_cell_whose_update_is_1_1_time
     wrong = tiny_cells.get(model, "inductor", optim={"lr": 1.1 * default})
     assert wrong.status == "completed", wrong.run["error"]
     reference = eager_curve(tiny_cells, model, {})
-    # measured: gpt 1.8e-4, resnet 3.1e-2 (against tolerances of 4.6e-7 and 4.3e-3)
+    # measured: gpt 1.8e-4, resnet 3.1e-2 (against tolerances of 4.8e-7 and 4.3e-3)
     assert max_rel_diff(wrong.losses(), reference) > inductor_rtol(model)
