@@ -1,10 +1,11 @@
-"""Targets of `model=custom` that go wrong, each in one way (tests/test_custom_model.py), and one
-whose work its environment sets (tests/test_bisect.py): the user's builders a test names as
-`tests.custom_targets:NAME`. The good one is examples/my_model."""
+"""Targets of `model=custom` that go wrong, each in one way (tests/test_custom_model.py), and a small
+one whose step time its environment sets (tests/test_bisect.py, tests/test_compile_cache.py): the
+user's builders a test names as `tests.custom_targets:NAME`. The good one is examples/my_model."""
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import torch
@@ -39,29 +40,31 @@ def first_step_raises(size: str) -> CustomModel:
     )
 
 
-#: How many hidden layers `layers_from_environment` stacks (unset: 1); an environment's `env` sets it.
-LAYERS_ENV = "COMPILEBENCH_TEST_LAYERS"
-#: Width of its layers, and its batch: a layer's forward and backward are 6 x 64 x 256² FLOPs (25 M),
-#: most of a step, so that a step's time follows the layer count on any machine.
+#: Seconds that `mlp_of_environment`'s loss waits in each step (unset: none); an environment's `env`
+#: sets it.
+STEP_WAIT_ENV = "COMPILEBENCH_TEST_STEP_WAIT_S"
+#: Width of its one hidden layer, and its batch.
 WIDTH, BATCH = 256, 64
 
 
-def layers_from_environment(size: str) -> CustomModel:
-    """An MLP of $COMPILEBENCH_TEST_LAYERS hidden layers: an environment that sets 20 trains a step of
-    20 times the work of one that leaves it unset, on any machine and under any load alike."""
-    layers = int(os.environ.get(LAYERS_ENV, "1"))
-    module = torch.nn.Sequential(
-        *(m for _ in range(layers) for m in (torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh())),
-        torch.nn.Linear(WIDTH, 1),
-    )
+def mlp_of_environment(size: str) -> CustomModel:
+    """An MLP of one hidden layer whose every step also waits $COMPILEBENCH_TEST_STEP_WAIT_S seconds:
+    an environment that sets it has steps at least that long, whatever the machine's speed or load."""
+    wait_s = float(os.environ.get(STEP_WAIT_ENV, "0"))
+    module = torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh(), torch.nn.Linear(WIDTH, 1))
+
+    def loss(module: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        time.sleep(wait_s)  # outside the compiled module: no graph break
+        return torch.nn.functional.mse_loss(module(x).squeeze(1), y)
+
     return CustomModel(
         module=module,
-        loss=lambda module, x, y: torch.nn.functional.mse_loss(module(x).squeeze(1), y),
+        loss=loss,
         make_batch=lambda batch_size, generator: (
             torch.randn(batch_size, WIDTH, generator=generator),
             torch.randn(batch_size, generator=generator),
         ),
         make_optimizer=lambda module: torch.optim.SGD(module.parameters(), lr=0.01),
         batch_size=BATCH,
-        flops_per_item=6.0 * WIDTH * (layers * WIDTH + 1),
+        flops_per_item=6.0 * WIDTH * (WIDTH + 1),
     )

@@ -1,7 +1,7 @@
 """`compilebench bisect`: the search's arithmetic with a judge of known answers, the refusals before
 anything runs, and real bisects over five environments on the local executor (the session's virtual
 environments, tests/conftest.py `venvs`), each running four of them: where the last three have no
-torch (the cell fails there), and where the last four train a model of 20 times the work (the
+torch (the cell fails there), and where each step of the last four waits half a second (the
 compiled step is slower there, by far more than a busy machine moves it)."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from analysis.report import analyze
 from analysis.studies.versions import CHANGES_TABLE, NEWLY_FAILING
 from orchestrator.sweep.bisection import CHANGED, SAME, UNDECIDED, NoChange, Undecided, bisect
 from tests.conftest import Venvs
-from tests.custom_targets import LAYERS_ENV
+from tests.custom_targets import STEP_WAIT_ENV
 from tests.helpers import TINY, cli, environments
 from workloads.contract.vocabulary import COMPLETED, FAILED
 
 NAMES = [f"env{i}" for i in range(9)]
-#: The model whose work its environment sets, and the layer count of the slower environments (1 unset).
-LAYERS_TARGET, SLOWER_LAYERS = "tests.custom_targets:layers_from_environment", 20
+#: The model whose step time its environment sets, and the seconds each step waits in the slower ones.
+TARGET, SLOWER_WAIT_S = "tests.custom_targets:mlp_of_environment", 0.5
 
 
 def judge_of(answers: list[float | None], asked: set[str]):
@@ -114,17 +114,19 @@ def test_bisect_runs_the_ends_and_log2_probes_and_names_the_first_broken_environ
 
 
 def test_bisect_finds_the_environment_whose_compiled_step_is_slower(tmp_path: Path, venvs: Venvs) -> None:
-    """One custom model (tests/custom_targets.py `layers_from_environment`), an MLP whose layer count
-    its environment sets: one hidden layer in a, 20 in b to e (their `env`), so that a compiled step
-    in b to e does 20 times the work of a's on any machine. A machine shared with other jobs moves one
-    run's steps against another's by a few times (gpt tiny's 2x effect of scalar kernels read 0.83x
-    [0.51, 1.32] at load 3), not by 20. The change is at b, so every comparison is against a: ends, c,
-    b run; d does not. The sweep directory analyses with the version table's own verdict of a → b."""
-    slower = [f"+cluster.environments.{name}.env.{LAYERS_ENV}={SLOWER_LAYERS}" for name in "bcde"]
+    """One custom model (tests/custom_targets.py `mlp_of_environment`), a small MLP whose steps also
+    wait as long as its environment says: not at all in a, 0.5 s in b to e (their `env`), so that a
+    compiled step there lasts at least 0.5 s on any machine, where a's measured 1.3 ms quiet and a
+    median of 40-100 ms on the 2 cores at load 2.5-12. (Work instead of a wait moves with the load:
+    gpt tiny's scalar kernels read 0.83x [0.51, 1.32] at load 3, 20 times the MLP's layers 0.44x
+    [0.09, 1.92] at load 2.5, both undecided.) The change is at b, so every comparison is against a:
+    ends, c, b run; d does not. The sweep directory analyses with the version table's own verdict of
+    a → b."""
+    slower = [f"+cluster.environments.{name}.env.{STEP_WAIT_ENV}={SLOWER_WAIT_S}" for name in "bcde"]
     sweep = tmp_path / "sweep"
     cell = [o for o in TINY if not o.startswith(("model=", "steps="))]
     result = cli(
-        tmp_path, "bisect", "model=custom", f"model.target={LAYERS_TARGET}", *cell, "steps=20",
+        tmp_path, "bisect", "model=custom", f"model.target={TARGET}", *cell, "steps=10",
         "measure.paired=false", "backend=aot_eager", *environments(**dict.fromkeys("abcde", venvs.one)),
         *slower, "environment=a,b,c,d,e", f"hydra.sweep.dir={sweep}", "--quantity", "compiled_step",
         timeout=600,

@@ -34,7 +34,7 @@ from workloads.instruments.dynamo_records import CACHE_COUNTERS, cache_state
 #: kernels inductor builds in C++ quicker than gpt tiny's; what the caches count is the same.
 CELL = [
     "model=custom",
-    "model.target=tests.custom_targets:layers_from_environment",
+    "model.target=tests.custom_targets:mlp_of_environment",
     *(o for o in TINY if not o.startswith("model=")),
 ]
 #: The environment columns of a run row on an H100 (workloads/environment.describe_environment).
