@@ -28,7 +28,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from tests.helpers import REPO_ROOT, path_without_slurm
+from tests.helpers import REPO_ROOT, make_venv, path_without_slurm
 
 #: The local Slurm's fixtures (`slurm_clusters`, `slurm_cluster`, `slurm_cluster_accounting`) and
 #: their autouse guard, for every test module.
@@ -183,6 +183,24 @@ def workloads_cli():
 def workloads_cli_start():
     """The `start_cli` helper, for tests that signal the running process."""
     return start_cli
+
+
+@dataclass(frozen=True)
+class Venvs:
+    """Virtual environments made once per session for the tests of `environment=` to name (several
+    names may share one): two that share this Python's torch, one without torch. Read only."""
+
+    one: Path
+    two: Path
+    bare: Path
+
+
+@pytest.fixture(scope="session")
+def venvs(tmp_path_factory: pytest.TempPathFactory) -> Venvs:
+    root = tmp_path_factory.mktemp("venvs")
+    return Venvs(
+        make_venv(root / "one"), make_venv(root / "two"), make_venv(root / "bare", share_torch=False)
+    )
 
 
 @pytest.fixture

@@ -1,8 +1,12 @@
-"""Targets of `model=custom` that go wrong, each in one way (tests/system/test_custom_model.py): the
-user's builders a test names as `tests.helpers.custom_targets:NAME`. The good one is examples/my_model."""
+"""Targets of `model=custom` that go wrong, each in one way (tests/system/test_custom_model.py), and a
+small one whose step time its environment sets (tests/system/test_bisect.py,
+tests/system/test_compile_cache.py): the user's builders a test names as
+`tests.helpers.custom_targets:NAME`. The good one is examples/my_model."""
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 import torch
@@ -34,4 +38,34 @@ def first_step_raises(size: str) -> CustomModel:
         make_optimizer=lambda module: torch.optim.SGD(module.parameters(), lr=0.1),
         batch_size=4,
         flops_per_item=1.0,  # so that the loss is first called by the first step, not by the FLOP count
+    )
+
+
+#: Seconds that `mlp_of_environment`'s loss waits in each step (unset: none); an environment's `env`
+#: sets it.
+STEP_WAIT_ENV = "COMPILEBENCH_TEST_STEP_WAIT_S"
+#: Width of its one hidden layer, and its batch.
+WIDTH, BATCH = 256, 64
+
+
+def mlp_of_environment(size: str) -> CustomModel:
+    """An MLP of one hidden layer whose every step also waits $COMPILEBENCH_TEST_STEP_WAIT_S seconds:
+    an environment that sets it has steps at least that long, whatever the machine's speed or load."""
+    wait_s = float(os.environ.get(STEP_WAIT_ENV, "0"))
+    module = torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh(), torch.nn.Linear(WIDTH, 1))
+
+    def loss(module: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        time.sleep(wait_s)  # outside the compiled module: no graph break
+        return torch.nn.functional.mse_loss(module(x).squeeze(1), y)
+
+    return CustomModel(
+        module=module,
+        loss=loss,
+        make_batch=lambda batch_size, generator: (
+            torch.randn(batch_size, WIDTH, generator=generator),
+            torch.randn(batch_size, generator=generator),
+        ),
+        make_optimizer=lambda module: torch.optim.SGD(module.parameters(), lr=0.01),
+        batch_size=BATCH,
+        flops_per_item=6.0 * WIDTH * (WIDTH + 1),
     )

@@ -1,7 +1,8 @@
 """`compilebench bisect`: the search's arithmetic with a judge of known answers, the refusals before
-anything runs, and real bisects over five virtual environments on the local executor, each running
-four of them: where the last four run ATen's scalar CPU kernels and log every MKL call (the
-compiled step is slower there), and where the last three have no torch (the cell fails there)."""
+anything runs, and real bisects over five environments on the local executor (the session's virtual
+environments, tests/conftest.py `venvs`), each running four of them: where the last three have no
+torch (the cell fails there), and where each step of the last four waits half a second (the
+compiled step is slower there, by far more than a busy machine moves it)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,14 @@ import pytest
 from analysis.report import analyze
 from analysis.studies.versions import CHANGES_TABLE, NEWLY_FAILING
 from orchestrator.sweep.bisection import CHANGED, SAME, UNDECIDED, NoChange, Undecided, bisect
-from tests.helpers import TINY, cli, environments, make_venv
+from tests.conftest import Venvs
+from tests.helpers import TINY, cli, environments
+from tests.helpers.custom_targets import STEP_WAIT_ENV
 from workloads.contract.vocabulary import COMPLETED, FAILED
 
 NAMES = [f"env{i}" for i in range(9)]
+#: The model whose step time its environment sets, and the seconds each step waits in the slower ones.
+TARGET, SLOWER_WAIT_S = "tests.helpers.custom_targets:mlp_of_environment", 0.5
 
 
 def judge_of(answers: list[float | None], asked: set[str]):
@@ -82,16 +87,16 @@ def test_bad_input_is_one_line_before_anything_runs(
     assert not sweep.exists()
 
 
-def test_bisect_runs_the_ends_and_log2_probes_and_names_the_first_broken_environment(tmp_path: Path) -> None:
+def test_bisect_runs_the_ends_and_log2_probes_and_names_the_first_broken_environment(
+    tmp_path: Path, venvs: Venvs
+) -> None:
     """Five environments in order; the first two have torch, the last three do not, so the cell
     completes in a and b and fails from c on. Ends, then c (changed), then b (same): four of five run,
     c named with b's and c's numbers. The sweep directory analyses as any other: c newly failing."""
-    good = [make_venv(tmp_path / name) for name in ("a", "b")]
-    bare = [make_venv(tmp_path / name, share_torch=False) for name in ("c", "d", "e")]
-    venvs = dict(zip("abcde", [*good, *bare]))
+    named = environments(a=venvs.one, b=venvs.two, c=venvs.bare, d=venvs.bare, e=venvs.bare)
     sweep = tmp_path / "sweep"
     result = cli(
-        tmp_path, "bisect", *TINY, "backend=aot_eager", *environments(**venvs),
+        tmp_path, "bisect", *TINY, "backend=aot_eager", *named,
         "environment=a,b,c,d,e", f"hydra.sweep.dir={sweep}", "--quantity", "status", timeout=600,
     )  # fmt: skip
     out = result.stdout + result.stderr
@@ -108,26 +113,23 @@ def test_bisect_runs_the_ends_and_log2_probes_and_names_the_first_broken_environ
     assert pairs[("b", "c")] == NEWLY_FAILING and pd.isna(pairs[("a", "b")]) and pd.isna(pairs[("c", "e")])
 
 
-def test_bisect_finds_the_environment_whose_compiled_step_is_slower(tmp_path: Path) -> None:
-    """a runs as this machine's Python does; b to e with ATen's scalar CPU kernels and MKL logging every
-    call (`env` of the environment: ATEN_CPU_CAPABILITY=default, MKL_VERBOSE=1), whose compiled step
-    of gpt tiny measured 35-290 ms against 16 ms at load 2.7 here (one run of 20 steps each). The
-    change is at b, so every comparison is against a and far outside the noise of a machine shared
-    with other jobs (two environments alike, one run each, were undecided at a 10% margin at load 3):
+def test_bisect_finds_the_environment_whose_compiled_step_is_slower(tmp_path: Path, venvs: Venvs) -> None:
+    """One custom model (tests/helpers/custom_targets.py `mlp_of_environment`), a small MLP whose steps also
+    wait as long as its environment says: not at all in a, 0.5 s in b to e (their `env`), so that a
+    compiled step there lasts at least 0.5 s on any machine, where a's measured 1.3 ms quiet and a
+    median of 40-100 ms on the 2 cores at load 2.5-12. (Work instead of a wait moves with the load:
+    gpt tiny's scalar kernels read 0.83x [0.51, 1.32] at load 3, 20 times the MLP's layers 0.44x
+    [0.09, 1.92] at load 2.5, both undecided.) The change is at b, so every comparison is against a:
     ends, c, b run; d does not. The sweep directory analyses with the version table's own verdict of
     a → b."""
-    venvs = {name: make_venv(tmp_path / name) for name in "abcde"}
-    slower = [
-        f"+cluster.environments.{name}.env.{key}"
-        for name in "bcde"
-        for key in ("ATEN_CPU_CAPABILITY=default", "MKL_VERBOSE=1")
-    ]
+    slower = [f"+cluster.environments.{name}.env.{STEP_WAIT_ENV}={SLOWER_WAIT_S}" for name in "bcde"]
     sweep = tmp_path / "sweep"
-    tiny = [o for o in TINY if not o.startswith("steps=")]
+    cell = [o for o in TINY if not o.startswith(("model=", "steps="))]
     result = cli(
-        tmp_path, "bisect", *tiny, "steps=20", "measure.paired=false", "backend=aot_eager",
-        *environments(**venvs), *slower, "environment=a,b,c,d,e", f"hydra.sweep.dir={sweep}",
-        "--quantity", "compiled_step", timeout=600,
+        tmp_path, "bisect", "model=custom", f"model.target={TARGET}", *cell, "steps=10",
+        "measure.paired=false", "backend=aot_eager", *environments(**dict.fromkeys("abcde", venvs.one)),
+        *slower, "environment=a,b,c,d,e", f"hydra.sweep.dir={sweep}", "--quantity", "compiled_step",
+        timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "bisect: the compiled_step changed first in b (after a)" in result.stdout

@@ -19,7 +19,8 @@ from orchestrator.cli.main import main
 from orchestrator.grid.environments import environments_of
 from orchestrator.grid.expand import GridError, expand
 from orchestrator.grid.profile import ProfileError
-from tests.helpers import TINY, cli, environments, make_venv, slurm_cli, slurm_runs_by_environment
+from tests.conftest import Venvs
+from tests.helpers import TINY, cli, environments, slurm_cli, slurm_runs_by_environment
 from tests.helpers.analysis_sweeps import metrics_of, write_cell
 from tests.helpers.slurm.cluster import LocalSlurm
 from workloads.contract.vocabulary import COMPLETED, FAILED
@@ -72,12 +73,13 @@ def test_an_environment_without_a_name_of_a_file_is_refused() -> None:
         expand([*TINY, "+cluster.environments.a.venv=/v", "environment=2.11"])
 
 
-def test_each_cell_runs_in_its_own_environment_and_a_broken_one_is_recorded(tmp_path: Path) -> None:
+def test_each_cell_runs_in_its_own_environment_and_a_broken_one_is_recorded(
+    tmp_path: Path, venvs: Venvs
+) -> None:
     """A local sweep over two venvs that share this machine's torch, one whose directory is not
     there and one without torch: each cell records its environment's Python (its sys.prefix), and the
     broken ones are failed attempts that say why."""
-    one, two = make_venv(tmp_path / "venv-one"), make_venv(tmp_path / "venv-two")
-    bare = make_venv(tmp_path / "venv-bare", share_torch=False)
+    one, two, bare = venvs.one, venvs.two, venvs.bare
     missing = tmp_path / "venv-missing"
     sweep = tmp_path / "sweep"
     result = cli(
@@ -107,12 +109,12 @@ def test_each_cell_runs_in_its_own_environment_and_a_broken_one_is_recorded(tmp_
 
 
 def test_each_slurm_job_runs_its_cell_in_its_own_environment(
-    slurm_cluster: LocalSlurm, tmp_path: Path
+    slurm_cluster: LocalSlurm, tmp_path: Path, venvs: Venvs
 ) -> None:
     """The same through the tests' real Slurm: the cells of two venvs and of one whose directory is
     not there share one job array; each task runs its cell in its environment, the broken one's
     job fails with the reason recorded."""
-    one, two = make_venv(tmp_path / "venv-one"), make_venv(tmp_path / "venv-two")
+    one, two = venvs.one, venvs.two
     missing = tmp_path / "venv-missing"
     args = [
         "sweep",
