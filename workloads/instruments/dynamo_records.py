@@ -46,6 +46,7 @@ from workloads.cell.config import BackendConfig
 from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import PreparedCell
 from workloads.instruments.base import Instrument
+from workloads.instruments.compile_cache import INDUCTOR_ENV
 
 #: run.parquet's cache columns and the dynamo counters they count. Autotuning has no counter of its
 #: own: its results are cached in the inductor directory too, and a compile that hits the FX graph
@@ -126,7 +127,14 @@ def compile_stats() -> CompileStats:
 
 
 def inductor_cache_dir() -> Path:
-    """The directory inductor caches in (TORCHINDUCTOR_CACHE_DIR, else its default), created."""
+    """The directory inductor caches in (TORCHINDUCTOR_CACHE_DIR, else its default), created. Where the
+    variable is set (every cell of a sweep), inductor is not imported for it: an eager cell never
+    imports it otherwise, and the import took 1-3 s of a tiny eager cell's 5-8 s."""
+    named = os.environ.get(INDUCTOR_ENV)
+    if named:
+        path = Path(named).absolute()
+        path.mkdir(parents=True, exist_ok=True)
+        return path
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     return Path(cache_dir())
