@@ -49,9 +49,14 @@ from workloads.contract.vocabulary import (
 COMPILE_COLD, COMPILE_WARM = "compile_cold_s", "compile_warm_s"
 #: Per side (a cell's own steps, a paired cell's eager side), its profiled windows' GPU ms per step
 #: (their median, and each window's), launches and kernels per step and the host's unprofiled ms per
-#: step; and the host's speed before measuring (analysis/cells/device_time.py).
+#: step; and the host probe before and after measuring (analysis/cells/device_time.py,
+#: analysis/compare/host_probe.py).
 _SIDE = ("gpu_ms_per_step", "gpu_ms_windows", "launches_per_step", "kernels_per_step", "host_ms_per_step")
-DEVICE_READ = (*(f"{side}{name}" for side in ("", "eager_") for name in _SIDE), "host_op_us")
+DEVICE_READ = (
+    *(f"{side}{name}" for side in ("", "eager_") for name in _SIDE),
+    "host_op_us",
+    "host_op_us_after",
+)
 GEMM_READ = (
     "gemm_bytes",
     "peak_gbps",

@@ -17,7 +17,8 @@ from workloads.contract.vocabulary import COMPLETED
 FIELDS = (
     ("gpu_name", "GPU"), ("device", "device"), ("gpu_driver", "NVIDIA driver"), ("cuda_version", "CUDA"),
     ("torch_version", "torch"), ("triton_version", "triton"), ("timm_version", "timm"),
-    ("cpu_model", "CPU"), ("cpu_count_allowed", "CPUs allowed"), ("slurm_cpus", "CPUs given by Slurm"),
+    ("cpu_model", "CPU"), ("cpu_governor", "CPU frequency governor"), ("cpu_count_allowed", "CPUs allowed"),
+    ("slurm_cpus", "CPUs given by Slurm"),
     ("torch_threads", "torch threads"),
     ("node_name", "node"), ("partition", "partition"), ("slurm_cpu_bind", "CPU binding"),
     ("gpu_max_sm_clock_mhz", "max SM clock (MHz)"), ("gpu_sm_clock_mhz", "SM clock at the end (MHz)"),
@@ -25,6 +26,7 @@ FIELDS = (
     ("gpu_temp_end_c", "GPU temperature at the end (°C)"),
     ("gpu_other_processes", "other processes on the GPU"),
     ("host_op_us", "host µs per tiny op, before measuring"),
+    ("host_op_us_after", "host µs per tiny op, after measuring"),
     ("node_cpus_busy_other", "node CPUs busy with other work, while measuring"),
     ("cpu_steal_share", "CPU time taken by the hypervisor, while measuring"),
     ("compile_workers_wait_s", "s waited for the cell's compile workers, before measuring"),

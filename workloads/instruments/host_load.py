@@ -5,10 +5,13 @@ of one thread. Its time then follows that thread's speed, which the GPU's proven
 show: a virtual machine whose host lends its cores to other guests (steal time), another job's
 inductor compile on the same node, a slower CPU. In two runs of the same suite on two machines of
 one kind, eager efficientnet_b0's step differed by 30% while GPU-bound resnet50's agreed to 0.5%
-(docs/gpu-results.md). So the measured window is bracketed, and three numbers recorded:
+(docs/gpu-results.md). So the measured window is bracketed, and four numbers recorded:
 
-- `host_op_us`: host time per tiny op on the cell's device (an in-place add on one element),
-  taken right before measuring: the dispatcher and launch cost every eager op pays.
+- `host_op_us`, `host_op_us_after`: the host probe, host time per tiny op on the cell's device (an
+  in-place add on one element), taken right before measuring and right after: on the CPU the
+  dispatcher's cost every eager op pays, on a GPU that and one kernel launch. A fixed workload, the
+  same in every cell, so that two sweeps' hosts are compared apart from the steps they measured
+  (`compare`: docs/analysis.md); a few ms each.
 - `node_cpus_busy_other`: how many of the node's CPUs were busy, on average over the window,
   with work other than this process's (other jobs, a neighbour's compile workers).
 - `cpu_steal_share`: the share of the node's CPU time the hypervisor gave to other guests over
@@ -114,7 +117,8 @@ def op_overhead_us(device: Any) -> float | None:
 class HostLoad(Instrument):
     """The measured window: opened right before the measured steps (`before_measuring`), closed
     right after (`after_loop`), which gives every HOST_LOAD_FIELDS column (all None if the window
-    never opened: the cell stopped before)."""
+    never opened: the cell stopped before); the probe after the window's end, so that it is not in
+    the window."""
 
     def __init__(self) -> None:
         self._device: Any = None
@@ -129,7 +133,9 @@ class HostLoad(Instrument):
         self._begin = sample()
 
     def after_loop(self) -> dict[str, Any]:
-        return {"host_op_us": self._op_us, **window(self._begin, sample() if self._begin else None)}
+        load = window(self._begin, sample() if self._begin else None)
+        after = op_overhead_us(self._device) if self._begin else None
+        return {"host_op_us": self._op_us, "host_op_us_after": after, **load}
 
 
 class WaitForQuiet(Instrument):
