@@ -163,7 +163,7 @@ def compare(sweep_a: Loaded, sweep_b: Loaded, threshold: float = THRESHOLD) -> C
     probe = probe_ratios(runs_a, runs_b, len(ids_a))
     value = lambda frame, column: frame[column].to_numpy(float)  # noqa: E731
     step_ratio = value(b, "median_step_ms") / value(a, "median_step_ms")
-    predicted = predicted_ratio(device_a, device_b, value(a, "median_step_ms"), probe.ratio)
+    predicted = predicted_ratio(device_a, device_b, probe.ratio)
     step_verdict = verdicts(wall.step_low, wall.step_high, threshold)
     verdict, gpu_verdict = classify(
         step_verdict, step_ratio, gpu, device_a, device_b, probe, predicted, threshold

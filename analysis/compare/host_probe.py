@@ -1,23 +1,23 @@
 """The hosts of two sweeps' matched cells, measured apart from the steps under test: the host probe, the
 step the host model predicts from it, and where the cells ran.
 
-Each process takes the host probe right before measuring and right after (`host_op_us`,
-`host_op_us_after`: workloads/instruments/host_load.py): µs per in-place add on a one-element tensor
-of the cell's device, a fixed op the same in every cell, which a change of the code under test does
-not move. Per matched cell and sweep, from its completed runs (the one before alone in sweeps before
-issue 50): B/A of the probe with its 95% interval, Welch's over the runs' probes (each the geometric
-mean of its two) where both sides ran 2 runs or more, else Welch's over the probes themselves, before
-and after, which sees one process only (`within one process`, as for the GPU time). The hosts differ
-where that interval excludes 1: beyond the probe's noise over a measured window and between processes.
+Each process takes the host probe right before measuring and right after (`host_py_us`,
+`host_py_us_after`: workloads/instruments/host_load.py): µs per 100 iterations of a fixed pure-Python
+loop, the same in every cell, which neither the code under test nor a new torch moves (the tiny torch
+op `host_op_us` moves with torch's dispatcher, so it is shown, not weighed). Per matched cell and
+sweep, from its completed runs: B/A of the probe with its 95% interval, Welch's over the runs' probes
+(each the geometric mean of its two) where both sides ran 2 runs or more, else Welch's over the probes
+themselves, before and after, which sees one process only (`within one process`, as for the GPU
+time). The hosts differ where that interval excludes 1: beyond the probe's noise over a measured
+window and between processes. Sweeps before issue 50 have no probe: no host change there.
 
 The host model (analysis/cells/device_time.py `predicted_step_ms`) fed with the probe ratio: B's step
 over A's is predicted as
 
-    max(GPU_B, host_A x probe ratio x launches_B / launches_A) / max(GPU_A, host_A)
+    max(GPU_B, launches_B x µs per launch_A x probe ratio) / max(GPU_A, launches_A x µs per launch_A)
 
-with host_A A's host ms per step (its launches x µs per launch; its measured step where launches were
-not counted: a launch-bound step is the host's pace) and the launches' ratio 1 where not counted. A
-launch-bound side's host part scales with the probe; a GPU-bound one's step stays the GPU's.
+A launch-bound side's host part scales with the probe; a GPU-bound one's step stays the GPU's. Where
+launches were not counted (sweeps before issue 39) there is no prediction.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from analysis.compare.ratios import run_counts_text
 from analysis.statistics.intervals import RunLogs, welch_interval
 
 #: The run columns of the probe: before and after measuring.
-PROBE_COLUMNS = ("host_op_us", "host_op_us_after")
+PROBE_COLUMNS = ("host_py_us", "host_py_us_after")
 
 
 @dataclass(frozen=True)
@@ -87,16 +87,11 @@ def probe_ratios(runs_a: pd.DataFrame, runs_b: pd.DataFrame, n: int) -> ProbeRat
     )
 
 
-def predicted_ratio(a: DeviceSide, b: DeviceSide, a_step_ms: np.ndarray, probe: np.ndarray) -> np.ndarray:
+def predicted_ratio(a: DeviceSide, b: DeviceSide, probe: np.ndarray) -> np.ndarray:
     """B's step / A's by the host model fed with the probe ratio `probe` (module docstring); NaN where
-    a side has no GPU time or there is no probe."""
-    counted = a.launches_per_step * a.us_per_launch / 1e3
-    host_ms = np.where(np.isnan(counted), a_step_ms, counted)
-    launches = np.nan_to_num(b.launches_per_step / a.launches_per_step, nan=1.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return predicted_step_ms(b.gpu_ms_per_step, launches, host_ms * probe * 1e3) / predicted_step_ms(
-            a.gpu_ms_per_step, 1.0, host_ms * 1e3
-        )
+    a side has no GPU time or launches, or there is no probe."""
+    at_b = predicted_step_ms(b.gpu_ms_per_step, b.launches_per_step, a.us_per_launch * probe)
+    return at_b / predicted_step_ms(a.gpu_ms_per_step, a.launches_per_step, a.us_per_launch)
 
 
 def host_names(runs: pd.DataFrame, n: int) -> np.ndarray:

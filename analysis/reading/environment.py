@@ -27,6 +27,8 @@ FIELDS = (
     ("gpu_other_processes", "other processes on the GPU"),
     ("host_op_us", "host µs per tiny op, before measuring"),
     ("host_op_us_after", "host µs per tiny op, after measuring"),
+    ("host_py_us", "host µs per 100 Python loop iterations, before measuring"),
+    ("host_py_us_after", "host µs per 100 Python loop iterations, after measuring"),
     ("node_cpus_busy_other", "node CPUs busy with other work, while measuring"),
     ("cpu_steal_share", "CPU time taken by the hypervisor, while measuring"),
     ("compile_workers_wait_s", "s waited for the cell's compile workers, before measuring"),

@@ -83,6 +83,8 @@ PROVENANCE_FIELDS: list[pa.Field] = [
 HOST_LOAD_FIELDS: list[pa.Field] = [
     pa.field("host_op_us", pa.float64()),  # µs of host time per tiny op on the device, right before measuring
     pa.field("host_op_us_after", pa.float64()),  # ... the same probe right after measuring
+    pa.field("host_py_us", pa.float64()),  # µs per 100 iterations of a fixed pure-Python loop, before
+    pa.field("host_py_us_after", pa.float64()),  # ... and after measuring: the host probe no torch moves
     pa.field("node_cpus_busy_other", pa.float64()),  # node CPUs busy with others' work, mean over the window
     pa.field(
         "cpu_steal_share", pa.float64()

@@ -19,15 +19,15 @@ from tests.helpers.analysis_sweeps import (
     write_paired_replicates,
     write_replicates,
 )
-from tests.unit.analysis.test_compare import run, steps, write_sweep
+from tests.helpers.compare_sweeps import run, steps, write_sweep
 
 GPT_SMALL = dict(model="gpt", size="small", **H100)
 #: Launches per step of the cells below.
 LAUNCHES = 800.0
 #: The host probe's noise on the project's 2-core CPU machine, 3 other jobs beside it
-#: (`examples/benchmarks/host_probe_noise.py 12`, 2026-12-07): the sd of the log of a process's probe
-#: between processes, and of after / before measuring within one.
-PROBE_SD_PROCESS, PROBE_SD_WINDOW = 0.036, 0.076
+#: (`examples/benchmarks/host_probe_noise.py 12`, 2026-12-07, `python_op_us`): the sd of the log of a
+#: process's probe between processes, and of after / before measuring within one.
+PROBE_SD_PROCESS, PROBE_SD_WINDOW = 0.056, 0.101
 _draws = np.random.default_rng(50)
 #: Each run's offsets of the log probe: its process's, and its window's (after against before).
 PROBE_NOISE = list(zip(_draws.normal(0, PROBE_SD_PROCESS, 3), _draws.normal(0, PROBE_SD_WINDOW, 3)))
@@ -51,8 +51,8 @@ def device_run(
     host = {} if host_ms is None else {"launches_per_step": launches, "host_ms_per_step": host_ms}
     process, window = PROBE_NOISE[repeat]
     probe = {
-        "host_op_us": probe_us * np.exp(process - window / 2),
-        "host_op_us_after": probe_us * np.exp(process + window / 2),
+        "host_py_us": probe_us * np.exp(process - window / 2),
+        "host_py_us_after": probe_us * np.exp(process + window / 2),
     }
     return {"gpu_ms_per_step": gpu_ms, "gpu_ms_windows": windows, **host, **probe, **run}
 
@@ -263,7 +263,7 @@ def test_one_run_a_side_has_intervals_within_one_process(
     )
     assert (cell["gpu_ratio_low"], cell["gpu_ratio_high"]) == (pytest.approx(low), pytest.approx(high))
     probes = [
-        [device_run(1, None, us)[key] for key in ("host_op_us", "host_op_us_after")] for us in (8.0, 10.5)
+        [device_run(1, None, us)[key] for key in ("host_py_us", "host_py_us_after")] for us in (8.0, 10.5)
     ]
     low, high = welch(*probes)
     assert (cell["probe_ratio_low"], cell["probe_ratio_high"]) == (pytest.approx(low), pytest.approx(high))
@@ -282,30 +282,42 @@ def test_one_run_a_side_has_intervals_within_one_process(
     assert (code, cell["verdict"]) == (0, "host change")
 
 
-def test_an_older_sweep_has_its_probe_before_measuring_alone(
+def test_a_slower_torch_dispatcher_is_a_regression(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A sweep from before issue 50 and before launches were counted: each run's host_op_us alone, no
-    probe after measuring, no launches; the model takes the measured step for the host's time: 10.5
-    -> 8.0 µs predicts 0.762x, the step moved 0.727x: a host change. Without host_op_us the probe is
-    unknown and the step's verdict stands."""
-    for root, step_ms, gpu_ms, probe_us in (("a", 11.57, 5.588, 10.5), ("b", 8.41, 5.581, 8.0)):
-        rows = [{**device_run(gpu_ms, None, probe_us, r), "host_op_us_after": None} for r in range(3)]
-        write_replicates(tmp_path / root, "i", "inductor", [steps(step_ms, r) for r in range(3)],
-                         replicate_run=rows, **GPT_SMALL)  # fmt: skip
-    code, cell, markdown = compared(capsys, tmp_path / "a", tmp_path / "b")
-    assert (code, cell["verdict"], cell["a_us_per_launch"]) == (0, "host change", None)
-    assert cell["predicted_step_ratio"] == pytest.approx(8.0 / 10.5)
-    assert f"| host change: {probe_text(10.5, 8.0)}, model 0.762x; GPU time 5.59 → 5.58 ms |" in markdown
-    for root, step_ms, gpu_ms in (("c", 11.57, 5.588), ("d", 8.41, 5.581)):
+    """A new torch whose every eager op costs 25% more host time on the same host: the tiny torch op
+    (`host_op_us`) moves with the step, the probe no torch touches does not: a regression, exit 1."""
+    a = write_device_cell(tmp_path / "a", 8.4, 5.588, 10.5, host_op_us=6.0)
+    b = write_device_cell(tmp_path / "b", 8.4 * 1.25, 5.588, 10.5, host_op_us=6.0 * 1.25)
+    code, cell, _ = compared(capsys, a, b)
+    assert (code, cell["verdict"]) == (1, "regression") and cell["probe_ratio"] == pytest.approx(1.0)
+
+
+def test_an_older_sweep_has_no_probe_and_keeps_the_step_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sweep from before issue 50 and before launches were counted: each run's host_op_us alone (a
+    torch op, which a new torch moves too), no probe apart from torch: the step's verdict stands,
+    said with what it rests on."""
+    for root, step_ms, gpu_ms, op_us in (("a", 11.57, 5.588, 10.5), ("b", 8.41, 5.581, 8.0)):
         rows = [
-            {**device_run(gpu_ms, None, 1.0, r), "host_op_us": None, "host_op_us_after": None}
+            {
+                **device_run(gpu_ms, None, 1.0, r),
+                "host_py_us": None,
+                "host_py_us_after": None,
+                "host_op_us": op_us,
+            }
             for r in range(3)
         ]
         write_replicates(tmp_path / root, "i", "inductor", [steps(step_ms, r) for r in range(3)],
                          replicate_run=rows, **GPT_SMALL)  # fmt: skip
-    code, cell, markdown = compared(capsys, tmp_path / "c", tmp_path / "d")
-    assert (code, cell["verdict"], cell["probe_ratio"]) == (0, "improvement", None)
+    code, cell, markdown = compared(capsys, tmp_path / "a", tmp_path / "b")
+    assert (code, cell["verdict"], cell["probe_ratio"], cell["a_us_per_launch"]) == (
+        0,
+        "improvement",
+        None,
+        None,
+    )
     assert "| improvement: GPU time 5.59 → 5.58 ms |" in markdown
 
 
