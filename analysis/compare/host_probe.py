@@ -4,11 +4,13 @@ step the host model predicts from it, and where the cells ran.
 Each process takes the host probe right before measuring and right after (`host_py_us`,
 `host_py_us_after`: workloads/instruments/host_load.py): µs per 100 iterations of a fixed pure-Python
 loop, the same in every cell, which neither the code under test nor a new torch moves (the tiny torch
-op `host_op_us` moves with torch's dispatcher, so it is shown, not weighed). Per matched cell and
+op `host_op_us` moves with torch's dispatcher: recorded beside it, not weighed). Per matched cell and
 sweep, from its completed runs: B/A of the probe with its 95% interval, Welch's over the runs' probes
-(each the geometric mean of its two) where both sides ran 2 runs or more, else Welch's over the probes
-themselves, before and after, which sees one process only (`within one process`, as for the GPU
-time). The hosts differ where that interval excludes 1: beyond the probe's noise over a measured
+(each the geometric mean of its two) where both sides ran 2 runs or more. A side of one run has no
+spread of its own: its run counts as one draw from its sweep's runs, whose spread (over the completed
+runs of all its compared cells, other processes at other moments, as the cell's own runs would be)
+and degrees of freedom stand for it (`one run: the sweep's spread`); a sweep of one run has none, and
+no interval. The hosts differ where the interval excludes 1: beyond the probe's noise over a measured
 window and between processes. Sweeps before issue 50 have no probe: no host change there.
 
 The host model (analysis/cells/device_time.py `predicted_step_ms`) fed with the probe ratio: B's step
@@ -54,37 +56,43 @@ class ProbeRatios:
         return (self.low > 1) | (self.high < 1)
 
 
-def _probe_logs(runs: pd.DataFrame, n: int) -> tuple[RunLogs, RunLogs]:
-    """(each run's probe: the geometric mean of its before and after, every probe value) per cell."""
+#: What a probe interval of a cell with one run on a side rests on.
+SWEEP_SPREAD = "one run: the sweep's spread"
+
+
+def _probe_logs(runs: pd.DataFrame, n: int) -> RunLogs:
+    """Per cell, the logs of its runs' probes (each the geometric mean of the run's before and after);
+    where it has one run, with its sweep's spread between runs (module docstring)."""
     code = runs["code"].to_numpy(np.int64)
     values = np.column_stack([runs[column].to_numpy(float) for column in PROBE_COLUMNS])
-    known = values > 0  # NaN: not measured (the probe after measuring, before issue 50)
+    known = values > 0  # NaN: not measured
     with np.errstate(invalid="ignore", divide="ignore"):
         logs = np.where(known, np.log(np.where(known, values, 1.0)), 0.0)
         per_run = np.exp(logs.sum(axis=1) / known.sum(axis=1))  # NaN where a run has neither
-    return (
-        RunLogs.from_values(code, per_run, n),
-        RunLogs.from_values(np.repeat(code, len(PROBE_COLUMNS)), values.ravel(), n),
+    cells = RunLogs.from_values(code, per_run, n)
+    sweep = RunLogs.from_values(np.zeros(len(runs), np.int64), per_run, 1)
+    if sweep.count[0] < 2:
+        return cells
+    # One run: its variance is one draw's from the sweep's runs (sd^2 / 1) with their degrees of freedom,
+    # written as the RunLogs of sweep.count runs whose sd^2 / count is that.
+    one = cells.count == 1
+    return RunLogs(
+        np.where(one, sweep.count[0], cells.count),
+        cells.mean,
+        np.where(one, sweep.sd[0] * np.sqrt(sweep.count[0]), cells.sd),
     )
 
 
 def probe_ratios(runs_a: pd.DataFrame, runs_b: pd.DataFrame, n: int) -> ProbeRatios:
     """B/A of the probe of `n` matched cells from each side's `completed_runs` (module docstring)."""
-    (a_runs, a_values), (b_runs, b_values) = _probe_logs(runs_a, n), _probe_logs(runs_b, n)
-    across = across_runs(a_runs.count, b_runs.count)
-    run_low, run_high = welch_interval(b_runs, a_runs)
-    value_low, value_high = welch_interval(b_values, a_values)
+    a_runs, b_runs = _probe_logs(runs_a, n), _probe_logs(runs_b, n)
+    own = [np.bincount(runs["code"].to_numpy(np.int64), minlength=n) for runs in (runs_a, runs_b)]
+    low, high = welch_interval(b_runs, a_runs)
     measured = (a_runs.count > 0) & (b_runs.count > 0)
     a_us = np.where(a_runs.count > 0, np.exp(a_runs.mean), np.nan)
     b_us = np.where(b_runs.count > 0, np.exp(b_runs.mean), np.nan)
-    return ProbeRatios(
-        a_us,
-        b_us,
-        b_us / a_us,
-        np.where(across, run_low, value_low),
-        np.where(across, run_high, value_high),
-        np.where(measured, run_counts_text(a_runs.count, b_runs.count), None),
-    )
+    text = np.where(across_runs(*own), run_counts_text(*own), SWEEP_SPREAD)
+    return ProbeRatios(a_us, b_us, b_us / a_us, low, high, np.where(measured, text, None))
 
 
 def predicted_ratio(a: DeviceSide, b: DeviceSide, probe: np.ndarray) -> np.ndarray:
