@@ -89,11 +89,11 @@ def _method(comparison: Comparison) -> str:
             f" GPU time per step, B / A: the device's own time, which a host does not move; its interval "
             f"over the runs, or with one run on a side over the profiled windows (`within one process`). "
             f"A host change: the step moved beyond the threshold while the GPU time stayed within "
-            f"[{1 - t:g}, {1 + t:g}] and the launches per step with it, the host probe (µs per tiny op "
-            f"before and after measuring, apart from the steps) differs between the sweeps beyond its "
-            f"noise (its 95% interval excludes 1), and the host model fed with the probe ratio (`model`) "
-            f"gives the step ratio within {100 * HOST_MODEL_TOLERANCE:g}%; it is neither an improvement "
-            f"nor a regression. Otherwise the step's verdict stands. "
+            f"[{1 - t:g}, {1 + t:g}] and the launches per step with it, the host probe (a fixed pure-"
+            f"Python loop before and after measuring, apart from the steps and from torch) differs between "
+            f"the sweeps beyond its noise (its 95% interval excludes 1), and the host model fed with the "
+            f"probe ratio (`model`) gives the step ratio within {100 * HOST_MODEL_TOLERANCE:g}%; it is "
+            f"neither an improvement nor a regression. Otherwise the step's verdict stands. "
             f"{NO_DEVICE_TIME.capitalize()}: the step alone decides."
         )
     else:

@@ -14,9 +14,8 @@ one kind, eager efficientnet_b0's step differed by 30% while GPU-bound resnet50'
   fixed pure-Python loop, before and after measuring: the host's own speed, which a new torch (its
   dispatcher, its guards) cannot move as it moves `host_op_us`. A fixed workload, the same in every
   cell, so that two sweeps' hosts are compared apart from the steps they measured (`compare`:
-  docs/analysis.md).
-
-Both probes together take a few ms before and a few after (`examples/benchmarks/host_probe_noise.py`).
+  docs/analysis.md). Both probes together take a few ms before and a few after
+  (`examples/benchmarks/host_probe_noise.py`).
 - `node_cpus_busy_other`: how many of the node's CPUs were busy, on average over the window,
   with work other than this process's (other jobs, a neighbour's compile workers).
 - `cpu_steal_share`: the share of the node's CPU time the hypervisor gave to other guests over
