@@ -3,8 +3,10 @@
     step ratio        B's median step / A's (above 1: B is slower)
     throughput ratio  B's end-to-end items/s / A's (below 1: B is slower)
     GPU time ratio    B's GPU time per step / A's, and both hosts' µs per launch
+    probe ratio       B's host probe / A's, measured apart from the steps, and the step ratio the
+                      host model predicts from it; where each ran (host_probe.py)
 
-with their intervals (ratios.py) and verdicts (verdicts.py); the cells in both but not
+with their intervals (ratios.py, host_probe.py) and verdicts (verdicts.py); the cells in both but not
 completed in both, and those only one sweep has. And per compiled backend, the speedup over eager
 (analyze's `speedup`, the paired one where a cell measured paired) of the cells that have one in
 both sweeps: its geometric mean in A and in B, and the cell whose speedup changed most. A suite run
@@ -20,6 +22,7 @@ import pandas as pd
 
 from analysis.cells.device_time import completed_runs, device_side
 from analysis.cells.loaded import Loaded
+from analysis.compare.host_probe import host_names, predicted_ratio, probe_ratios
 from analysis.compare.matching import MATCHED_AXES, match
 from analysis.compare.ratios import gpu_ratios, wall_ratios
 from analysis.compare.verdicts import REGRESSION, THRESHOLD, classify, notes, verdicts
@@ -42,7 +45,8 @@ SPEEDUP_COLUMNS = [
 ]
 #: The columns of a compared cell (JSON's `cells` records). `step_verdict`: the wall step's reading,
 #: `gpu_verdict`: the GPU time's, `verdict`: the cell's (a host change where they part that way),
-#: `verdict_note`: what a moved cell's verdict rests on (verdicts.py).
+#: `verdict_note`: what a moved cell's verdict rests on (verdicts.py); `a_hosts`, `b_hosts`: where its
+#: completed runs ran, `node (CPU model)`.
 COLUMNS = [
     "label",
     "a_cell_id",
@@ -71,8 +75,15 @@ COLUMNS = [
     "b_launches_per_step",
     "a_us_per_launch",
     "b_us_per_launch",
-    "a_host_op_us",
-    "b_host_op_us",
+    "a_probe_us",
+    "b_probe_us",
+    "probe_ratio",
+    "probe_ratio_low",
+    "probe_ratio_high",
+    "probe_interval",
+    "predicted_step_ratio",
+    "a_hosts",
+    "b_hosts",
     "step_verdict",
     "gpu_verdict",
     "verdict",
@@ -146,15 +157,17 @@ def compare(sweep_a: Loaded, sweep_b: Loaded, threshold: float = THRESHOLD) -> C
     a, b, rest = a[done], b[done], (a[~done], b[~done])
     ids_a, ids_b = a["cell_id"].tolist(), b["cell_id"].tolist()
     wall = wall_ratios(data[0], data[1], ids_a, ids_b)
-    device_a, device_b = (
-        device_side(completed_runs(sweep.replicates, ids), len(ids))
-        for sweep, ids in zip(data, (ids_a, ids_b))
-    )
+    runs_a, runs_b = (completed_runs(sweep.replicates, ids) for sweep, ids in zip(data, (ids_a, ids_b)))
+    device_a, device_b = device_side(runs_a, len(ids_a)), device_side(runs_b, len(ids_b))
     gpu = gpu_ratios(device_a, device_b)
+    probe = probe_ratios(runs_a, runs_b, len(ids_a))
     value = lambda frame, column: frame[column].to_numpy(float)  # noqa: E731
     step_ratio = value(b, "median_step_ms") / value(a, "median_step_ms")
+    predicted = predicted_ratio(device_a, device_b, probe.ratio)
     step_verdict = verdicts(wall.step_low, wall.step_high, threshold)
-    verdict, gpu_verdict = classify(step_verdict, step_ratio, gpu, device_a, device_b, threshold)
+    verdict, gpu_verdict = classify(
+        step_verdict, step_ratio, gpu, device_a, device_b, probe, predicted, threshold
+    )
     items = value(b, "items_per_step") / value(a, "items_per_step")
     cells = pd.DataFrame({
         "label": a["label"].to_numpy(),
@@ -172,9 +185,12 @@ def compare(sweep_a: Loaded, sweep_b: Loaded, threshold: float = THRESHOLD) -> C
         "gpu_interval": gpu.interval,
         "a_launches_per_step": device_a.launches_per_step, "b_launches_per_step": device_b.launches_per_step,
         "a_us_per_launch": device_a.us_per_launch, "b_us_per_launch": device_b.us_per_launch,
-        "a_host_op_us": device_a.host_op_us, "b_host_op_us": device_b.host_op_us,
+        "a_probe_us": probe.a_us, "b_probe_us": probe.b_us, "probe_ratio": probe.ratio,
+        "probe_ratio_low": probe.low, "probe_ratio_high": probe.high, "probe_interval": probe.interval,
+        "predicted_step_ratio": predicted,
+        "a_hosts": host_names(runs_a, len(ids_a)), "b_hosts": host_names(runs_b, len(ids_b)),
         "step_verdict": step_verdict, "gpu_verdict": gpu_verdict, "verdict": verdict,
-        "verdict_note": notes(verdict, gpu, device_a, device_b),
+        "verdict_note": notes(verdict, gpu, device_a, device_b, probe, predicted),
     })  # fmt: skip
     not_compared = pd.DataFrame(
         {

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.compare.comparison import Comparison
-from analysis.compare.verdicts import HOST_CHANGE, NO_DEVICE_TIME
+from analysis.compare.verdicts import HOST_CHANGE, HOST_MODEL_TOLERANCE, NO_DEVICE_TIME
 from analysis.reading.axes import axis_text
 from analysis.rendering.text import fmt_number, fmt_speedup, is_null, render_markdown
 
@@ -89,9 +89,12 @@ def _method(comparison: Comparison) -> str:
             f" GPU time per step, B / A: the device's own time, which a host does not move; its interval "
             f"over the runs, or with one run on a side over the profiled windows (`within one process`). "
             f"A host change: the step moved beyond the threshold while the GPU time stayed within "
-            f"[{1 - t:g}, {1 + t:g}], the launches per step with it, and the host's µs per launch (µs/op: "
-            f"its host_op_us where launches were not counted) moved the same way; it is neither an "
-            f"improvement nor a regression. {NO_DEVICE_TIME.capitalize()}: the step alone decides."
+            f"[{1 - t:g}, {1 + t:g}] and the launches per step with it, the host probe (a fixed pure-"
+            f"Python loop before and after measuring, apart from the steps and from torch) differs between "
+            f"the sweeps beyond its noise (its 95% interval excludes 1), and the host model fed with the "
+            f"probe ratio (`model`) gives the step ratio within {100 * HOST_MODEL_TOLERANCE:g}%; it is "
+            f"neither an improvement nor a regression. Otherwise the step's verdict stands. "
+            f"{NO_DEVICE_TIME.capitalize()}: the step alone decides."
         )
     else:
         text += f" {NO_DEVICE_TIME.capitalize()} in these cells (CPU, or sweeps before it): the step decides."
@@ -122,7 +125,8 @@ def _speedup_lines(comparison: Comparison) -> list[str]:
         "median step / own) of the cells with one in both sweeps, geometric mean per backend, and the "
         "cell whose speedup changed most. GPU alone: the same cells' device-time speedups (eager GPU time "
         "per step / compiled), which a host does not move: where the wall speedup moved and they did not, "
-        "the hosts differ, not the code.",
+        "the change is the host's side of the step, the host's speed or the code's host work (a cell's "
+        "verdict and its probe above tell which).",
     ]
 
 
@@ -130,6 +134,21 @@ def _device(row: dict) -> str:
     """`0.986x → 0.988x`, or '' where a cell of either sweep has no device time."""
     a, b = row["a_geomean_device_speedup"], row["b_geomean_device_speedup"]
     return "" if is_null(a) or is_null(b) else f"{fmt_speedup(a, digits=3)} → {fmt_speedup(b, digits=3)}"
+
+
+def _hosts_line(comparison: Comparison) -> str | None:
+    """Where the compared cells ran, `node (CPU model)`, and whether A's and B's hosts differ; None
+    where no run recorded it."""
+    hosts = [
+        sorted({name for names in comparison.cells[column].dropna() for name in names.split(", ")})
+        for column in ("a_hosts", "b_hosts")
+    ]
+    if not hosts[0] and not hosts[1]:
+        return None
+    a, b = (", ".join(names) or "unknown" for names in hosts)
+    if hosts[0] == hosts[1]:
+        return f"Hosts: A and B ran on the same: {a}."
+    return f"Hosts differ: A ran on {a}; B on {b}."
 
 
 def _count_line(comparison: Comparison) -> str:
@@ -155,6 +174,8 @@ def to_markdown(comparison: Comparison, sweep_a: Path, sweep_b: Path) -> str:
     if rows:
         lines += [render_markdown(rows, list(rows[0])), ""]
     lines.append(_method(comparison))
+    if hosts := _hosts_line(comparison):
+        lines += ["", hosts]
     lines += _speedup_lines(comparison)
     for title, frame, status in (
         ("Not compared (not completed in both)", comparison.not_compared, None),

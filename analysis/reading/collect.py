@@ -52,6 +52,8 @@ COMPILE_COLD, COMPILE_WARM = "compile_cold_s", "compile_warm_s"
 #: step; and the host's speed before measuring (analysis/cells/device_time.py).
 _SIDE = ("gpu_ms_per_step", "gpu_ms_windows", "launches_per_step", "kernels_per_step", "host_ms_per_step")
 DEVICE_READ = (*(f"{side}{name}" for side in ("", "eager_") for name in _SIDE), "host_op_us")
+#: The host probes before and after measuring, each run's (analysis/compare/host_probe.py).
+PROBE_READ = ("host_op_us_after", "host_py_us", "host_py_us_after")
 GEMM_READ = (
     "gemm_bytes",
     "peak_gbps",
@@ -91,6 +93,7 @@ RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in dict.fromkeys((
     "paired",  # measured paired: its pairs give its speedup (analysis/cells/paired.py)
     COMPILE_COLD, COMPILE_WARM,  # cold and warm compile times (analysis/cells/breakeven.py)
     *DEVICE_READ,  # device time per side and the host's speed (analysis/cells/device_time.py)
+    *PROBE_READ,  # the host probes (analysis/compare/host_probe.py)
     *ENERGY_READ,
     "started_at", "finished_at",  # an attempt's process held its devices in between (analysis/cells/cost.py)
     *ENVIRONMENT_READ,  # the environment table (analysis/reading/environment.py)

@@ -55,6 +55,9 @@ STEPS_SCHEMA = pa.schema(
 #: node, binding, GPU state.
 PROVENANCE_FIELDS: list[pa.Field] = [
     pa.field("cpu_model", pa.string()),  # CPU model name (/proc/cpuinfo "model name", else lscpu)
+    pa.field(
+        "cpu_governor", pa.string()
+    ),  # the frequency governor of its first allowed CPU; null: unreadable
     pa.field("cpu_affinity", pa.string()),  # CPUs this process may run on, compact: "0-7,16-23"
     pa.field("cpu_count_allowed", pa.int64()),  # number of CPUs in cpu_affinity
     pa.field("torch_threads", pa.int64()),  # torch.get_num_threads(): intra-op CPU threads
@@ -79,6 +82,9 @@ PROVENANCE_FIELDS: list[pa.Field] = [
 #: The host's speed and load while the cell measured (workloads/instruments/host_load.py).
 HOST_LOAD_FIELDS: list[pa.Field] = [
     pa.field("host_op_us", pa.float64()),  # µs of host time per tiny op on the device, right before measuring
+    pa.field("host_op_us_after", pa.float64()),  # ... the same probe right after measuring
+    pa.field("host_py_us", pa.float64()),  # µs per 100 iterations of a fixed pure-Python loop, before
+    pa.field("host_py_us_after", pa.float64()),  # ... and after measuring: the host probe no torch moves
     pa.field("node_cpus_busy_other", pa.float64()),  # node CPUs busy with others' work, mean over the window
     pa.field(
         "cpu_steal_share", pa.float64()

@@ -29,6 +29,10 @@ encoding changed so far; such a change would be one more step here. The history,
   an idle device after measuring, not from their steps), nothing to lift; the GEMM cell's timing mode
   (issue 40: the axis `gemm_timing`), `_sustained_gemms`: every GEMM cell before it was timed
   sustained; its clocks (`sm_clock_mhz`, `clock_samples`, `clock_limits`): null, not measured.
+- within 2, the host probes before and after measuring and the CPU's frequency governor (issue 50:
+  `host_op_us_after`, `host_py_us`, `host_py_us_after`, `cpu_governor`): null in older files, as
+  where not readable; `compare` then has no probe of the host apart from torch and keeps each
+  cell's step verdict, nothing to lift.
 
 A cell's config.yaml has one step too (`lift_config`, read by `sweep_dir.read_cell_config` and
 `workloads.cell.config_io.load_cell_config`), the keys that moved (MOVED_CONFIG_KEYS):

@@ -5,10 +5,17 @@ of one thread. Its time then follows that thread's speed, which the GPU's proven
 show: a virtual machine whose host lends its cores to other guests (steal time), another job's
 inductor compile on the same node, a slower CPU. In two runs of the same suite on two machines of
 one kind, eager efficientnet_b0's step differed by 30% while GPU-bound resnet50's agreed to 0.5%
-(docs/gpu-results.md). So the measured window is bracketed, and three numbers recorded:
+(docs/gpu-results.md). So the measured window is bracketed, and these numbers recorded:
 
-- `host_op_us`: host time per tiny op on the cell's device (an in-place add on one element),
-  taken right before measuring: the dispatcher and launch cost every eager op pays.
+- `host_op_us`, `host_op_us_after`: host time per tiny op on the cell's device (an in-place add on
+  one element), taken right before measuring and right after: on the CPU the dispatcher's cost every
+  eager op pays, on a GPU that and one kernel launch.
+- `host_py_us`, `host_py_us_after`: the host probe that no torch touches, µs per 100 iterations of a
+  fixed pure-Python loop, before and after measuring: the host's own speed, which a new torch (its
+  dispatcher, its guards) cannot move as it moves `host_op_us`. A fixed workload, the same in every
+  cell, so that two sweeps' hosts are compared apart from the steps they measured (`compare`:
+  docs/analysis.md). Both probes together take a few ms before and a few after
+  (`examples/benchmarks/host_probe_noise.py`).
 - `node_cpus_busy_other`: how many of the node's CPUs were busy, on average over the window,
   with work other than this process's (other jobs, a neighbour's compile workers).
 - `cpu_steal_share`: the share of the node's CPU time the hypervisor gave to other guests over
@@ -111,25 +118,56 @@ def op_overhead_us(device: Any) -> float | None:
         return None
 
 
+def python_op_us() -> float:
+    """Median µs per 100 iterations of a fixed pure-Python loop (a dict store and integer arithmetic),
+    over BLOCKS blocks of OPS_PER_BLOCK x 10 iterations: the interpreter's speed on this host."""
+    per_100 = []
+    for _ in range(BLOCKS):
+        table: dict[int, int] = {}
+        start = time.perf_counter()
+        for i in range(OPS_PER_BLOCK * 10):
+            table[i & 63] = i * 3 + 1
+        per_100.append((time.perf_counter() - start) / (OPS_PER_BLOCK * 10) * 1e8)
+    return statistics.median(per_100)
+
+
 class HostLoad(Instrument):
     """The measured window: opened right before the measured steps (`before_measuring`), closed
     right after (`after_loop`), which gives every HOST_LOAD_FIELDS column (all None if the window
-    never opened: the cell stopped before)."""
+    never opened: the cell stopped before); the probe after the window's end, so that it is not in
+    the window."""
 
     def __init__(self) -> None:
         self._device: Any = None
         self._begin: CpuSample | None = None
         self._op_us: float | None = None
+        self._py_us: float | None = None
 
     def before_loop(self, cell: Any) -> None:
         self._device = cell.device
 
     def before_measuring(self) -> None:
         self._op_us = op_overhead_us(self._device)
+        self._py_us = python_op_us()
         self._begin = sample()
 
     def after_loop(self) -> dict[str, Any]:
-        return {"host_op_us": self._op_us, **window(self._begin, sample() if self._begin else None)}
+        load = window(self._begin, sample() if self._begin else None)
+        if self._begin is None:
+            return {
+                "host_op_us": None,
+                "host_op_us_after": None,
+                "host_py_us": None,
+                "host_py_us_after": None,
+                **load,
+            }
+        return {
+            "host_op_us": self._op_us,
+            "host_op_us_after": op_overhead_us(self._device),
+            "host_py_us": self._py_us,
+            "host_py_us_after": python_op_us(),
+            **load,
+        }
 
 
 class WaitForQuiet(Instrument):

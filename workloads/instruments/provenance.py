@@ -71,6 +71,16 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def cpu_governor(cpu: int) -> str | None:
+    """The frequency governor of CPU `cpu` (cpufreq's scaling_governor: "performance", "powersave"),
+    None where there is none to read (virtual machines without cpufreq, not Linux)."""
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def _slurm_cpu_bind() -> str | None:
     # srun exports its --cpu-bind as SLURM_CPU_BIND ("quiet,mask_cpu:0xF0") and in parts as
     # SLURM_CPU_BIND_TYPE ("mask_cpu:") and SLURM_CPU_BIND_LIST ("0xF0"); a batch script has none.
@@ -88,7 +98,8 @@ def _slurm_cpus() -> int | None:
 
 
 def describe_host() -> dict[str, Any]:
-    """CPU model, affinity, torch threads, node name, Slurm CPU binding and Slurm CPUs of this process."""
+    """CPU model and governor, affinity, torch threads, node name, Slurm CPU binding and Slurm CPUs of
+    this process."""
     try:
         allowed: set[int] | None = os.sched_getaffinity(0)  # Linux only; the binding in force, not nproc
     except (AttributeError, OSError):
@@ -101,6 +112,7 @@ def describe_host() -> dict[str, Any]:
         threads = None
     return {
         "cpu_model": cpu_model(),
+        "cpu_governor": cpu_governor(min(allowed)) if allowed else None,
         "cpu_affinity": None if allowed is None else format_cpu_list(allowed),
         "cpu_count_allowed": None if allowed is None else len(allowed),
         "torch_threads": threads,

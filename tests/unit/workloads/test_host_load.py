@@ -1,8 +1,10 @@
 """workloads/instruments/host_load.py: the host's speed and load while a cell measures, against a neighbour
-process whose CPU time we know, hand-made /proc/stat lines, and a real CPU cell's run row."""
+process whose CPU time we know, hand-made /proc/stat lines, a real CPU cell's run row, and the host
+probe of two real sweeps, one on a slowed interpreter, through `compare`."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +14,8 @@ import pytest
 
 from analysis.cells.loaded import open_sweep
 from analysis.reading.environment import environment_table
-from tests.helpers.analysis_sweeps import write_cell
+from orchestrator.cli.main import main
+from tests.helpers.analysis_sweeps import write_cell, write_manifest
 from workloads.contract.schema import HOST_LOAD_FIELDS
 from workloads.instruments.host_load import (
     CpuSample,
@@ -83,7 +86,7 @@ def test_a_cpu_cell_records_the_host_while_it_measured(tiny_cells) -> None:
     cell = tiny_cells.get("resnet")
     row = pq.read_table(cell.cell_dir / "run.parquet").to_pylist()[-1]
     assert row["status"] == "completed"
-    assert 0 < row["host_op_us"] < 1000
+    assert 0 < row["host_op_us"] < 1000 and 0 < row["host_op_us_after"] < 1000  # the probe around the window
     assert row["node_cpus_busy_other"] >= 0 and 0 <= row["cpu_steal_share"] <= 1
     assert row["compile_workers_wait_s"] >= 0 and row["compile_workers_cpus"] == 0  # eager: none
 
@@ -108,3 +111,41 @@ def test_the_environment_shows_the_host_load_and_names_runs_with_steal(tmp_path:
     assert "1 of them measured while the hypervisor took more than 5% of the node's CPU time" in table.note
     write_cell(tmp_path / "calm", "quiet", step_ms=[5.0], cpu_steal_share=0.01)
     assert "hypervisor" not in environment_table(open_sweep(tmp_path / "calm", warn=None).data.attempts).note
+
+
+def _every_line(frame, event, arg):  # noqa: ANN001, ANN202 - sys.settrace's signature
+    return _every_line
+
+
+def test_a_slower_host_moves_the_probe_and_compare_sees_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny_config
+) -> None:
+    """Two real one-cell sweeps of eager gpt tiny on the CPU, 2 runs each, B's with every Python line
+    traced (sys.settrace: a slower interpreter, as a slower host's is): B's probe no torch touches, before and
+    after measuring, is slower beyond its noise (traced, the loop takes several times as long: no load
+    moves it that far), and compare shows it. A CPU cell has no device time: its step's verdict stands."""
+    from workloads.cell.config_io import cell_config_from_dict
+    from workloads.run import run_cell
+
+    config = cell_config_from_dict(tiny_config("gpt", cell_id="e"))
+    for sweep, trace in (("a", None), ("b", _every_line)):
+        before = sys.gettrace()
+        sys.settrace(trace or before)
+        try:
+            for repeat in range(2):
+                assert run_cell(config, tmp_path / sweep / "cells" / "e", repeat=repeat) == "completed"
+        finally:
+            sys.settrace(before)
+        write_manifest(tmp_path / sweep, [{"cell_id": "e"}])
+    for sweep in "ab":
+        row = pq.read_table(tmp_path / sweep / "cells" / "e" / "run.parquet").to_pylist()[-1]
+        assert row["host_py_us"] > 0 and row["host_py_us_after"] > 0 and row["host_op_us_after"] > 0
+    capsys.readouterr()  # the cells' own lines
+    code = main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "json"])
+    (cell,) = json.loads(capsys.readouterr().out)["cells"]
+    print(
+        f"probe B/A {cell['probe_ratio']:.2f} [{cell['probe_ratio_low']:.2f}, {cell['probe_ratio_high']:.2f}]"
+    )
+    assert cell["probe_interval"] == "across 2+2 runs" and cell["probe_ratio_low"] > 1
+    assert cell["gpu_ratio"] is None and cell["verdict"] == cell["step_verdict"]
+    assert code == int(cell["verdict"] == "regression")

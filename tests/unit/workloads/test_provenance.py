@@ -97,6 +97,8 @@ def test_host_cpu_affinity_threads_and_node() -> None:
     assert host["cpu_count_allowed"] == len(allowed)
     assert host["torch_threads"] == torch.get_num_threads()
     assert host["node_name"] == (os.environ.get("SLURMD_NODENAME") or os.uname().nodename)
+    governor = Path(f"/sys/devices/system/cpu/cpu{min(allowed)}/cpufreq/scaling_governor")
+    assert host["cpu_governor"] == (governor.read_text().strip() if governor.exists() else None)
 
 
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset")
