@@ -1,0 +1,27 @@
+# Issue 50, item 1 on a GPU: does the host probe tell a host change from a code change? One sweep of
+# 20 eager cells (gpt and resnet, tiny and small, batch 8-128, bf16: launch-bound to GPU-bound) per
+# call; run it on two machines (a give_back between the calls), then compare the packs here:
+#   OUT=/tmp/out LABEL=A bash examples/benchmarks/host_probe_gpu.sh          # on machine A
+#   OUT=/tmp/out LABEL=B bash examples/benchmarks/host_probe_gpu.sh          # on machine B
+#   compilebench compare A/aa B/aa                                           # here, both unpacked
+# With HOG=1 the sweep runs again with a busy process pinned to the cell's core (a host slower by a
+# known cause, the same code). The probe's own noise on the machine first (host_probe_noise.py).
+set -eu
+label=${LABEL:-A}
+grid=${GRID:-"model=gpt,resnet size=tiny,small backend=eager precision=bf16 batch_size=8,16,32,64,128"}
+measure=${MEASURE:-"measure.min_seconds=1"}
+root=/tmp/host_probe_gpu/$label
+rm -rf "$root" && mkdir -p "$root"
+python examples/benchmarks/host_probe_noise.py 8 cuda > "$OUT/${label}_probe_noise.txt" 2>&1 || true
+# shellcheck disable=SC2086 # the grid is words
+python -m orchestrator.cli.main sweep $grid $measure hydra.sweep.dir="$root/aa" > "$OUT/${label}_aa.txt" 2>&1
+if [ "${HOG:-0}" = 1 ]; then
+    taskset -c 0 sh -c 'while :; do :; done' &
+    hog=$!
+    # shellcheck disable=SC2086
+    taskset -c 0 python -m orchestrator.cli.main sweep $grid $measure hydra.sweep.dir="$root/hog" \
+        > "$OUT/${label}_hog.txt" 2>&1 || true
+    kill "$hog"
+fi
+tar czf "$OUT/host_probe_$label.tar.gz" --exclude=compile_cache -C /tmp/host_probe_gpu "$label"
+tail -n 40 "$OUT/${label}_aa.txt"
