@@ -54,9 +54,19 @@ ENVIRONMENT = "environment"
 WORKLOAD_AXES = [axis for axis in SAME_WORKLOAD if axis != ENVIRONMENT]
 ACROSS = [*WORKLOAD_AXES, *names(TREATMENT)]
 #: How an interval of old / new compile seconds reads (`equivalence_verdict`: above 1 the new is quicker).
-COMPILE_WORDS = {"faster": "cheaper", "slower": "dearer", "no difference": "no difference"}
+COMPILE_WORDS = {
+    "faster": "cheaper",
+    "slower": "dearer",
+    "no difference": "no difference",
+    "undecided": "undecided",
+}
 #: ... and of new speedup / old (`faster`: above 1, the new environment's speedup is the larger).
-SPEEDUP_WORDS = {"faster": "larger", "slower": "smaller", "no difference": "no difference"}
+SPEEDUP_WORDS = {
+    "faster": "larger",
+    "slower": "smaller",
+    "no difference": "no difference",
+    "undecided": "undecided",
+}
 NEWLY_FAILING, NEWLY_WORKING = "newly failing", "newly working"
 #: How the table names what a change of speedup rests on (`_speedup_change`).
 METHOD_TEXTS = {PAIRED: " paired", UNPAIRED: " 4 cells"}
