@@ -241,77 +241,19 @@ def cmd_bisect(
     from analysis.statistics.verdicts import EQUIVALENCE
     from orchestrator.executors.base import ExecutorError
     from orchestrator.grid.expand import GridError
-    from orchestrator.sweep.bisect_probes import BisectError, probes_for, report
-    from orchestrator.sweep.bisection import (
-        CHANGED,
-        SAME,
-        UNDECIDED,
-        Drift,
-        NoChange,
-        Undecided,
-        bisect,
-        scan,
-    )
+    from orchestrator.sweep.bisect_probes import BisectError, answer, probes_for
     from workloads.contract.sweep_dir import SweepDirError
 
-    margin = EQUIVALENCE if equivalence is None else equivalence
     try:
-        probes = probes_for(overrides, quantity, margin, config_dirs)
+        probes = probes_for(
+            overrides, quantity, EQUIVALENCE if equivalence is None else equivalence, config_dirs
+        )
     except (GridError, BisectError, SweepDirError, ExecutorError) as exc:
         return _error(str(exc))
-    first, last = probes.environments[0], probes.environments[-1]
-    assumes = "a binary search assumes the answer changes once; --all judges every neighbouring pair"
     try:
-        if every:
-            probes.run(probes.environments)
-            pairs = scan(probes.environments, probes.judge)
-            named = {verdict: [f"{old} → {new}" for old, new, said in pairs if said == verdict]
-                     for verdict in (CHANGED, UNDECIDED)}  # fmt: skip
-            lines = [probes.change(old, new) for old, new, _ in pairs]
-            report(
-                probes,
-                f"bisect --all: the {quantity} changed at {len(named[CHANGED])} of {len(pairs)} neighbouring "
-                f"pairs ({', '.join(named[CHANGED]) or 'none'}); undecided at {len(named[UNDECIDED])} "
-                f"({', '.join(named[UNDECIDED]) or 'none'})\n" + "\n".join(lines),
-            )
-            return EXIT_OK if named[CHANGED] and not named[UNDECIDED] else EXIT_FAILED
-        found = bisect(probes.environments, probes.judge)
+        return answer(probes, every)
     except BisectError as exc:
         return _error(str(exc))
-    except NoChange as stop:
-        within = "the same" if quantity == "status" else f"within noise (no difference at ±{100 * margin:g}%)"
-        why = (
-            within
-            if stop.verdict == SAME
-            else "too noisy to tell apart (undecided: more replicates, repeats=N)"
-        )
-        report(
-            probes,
-            f"bisect: the {quantity} in {first} and in {last} is {why}: nothing to bisect ({assumes}: "
-            f"a change between them that reverted is unseen)\n{probes.evidence(first, last)}",
-        )
-        return EXIT_FAILED
-    except Undecided as stop:
-        report(
-            probes,
-            f"bisect: the {quantity} in {stop.environment} can be told apart from neither "
-            f"{first}'s nor {last}'s (undecided: more replicates, repeats=N): stopped",
-        )
-        return EXIT_FAILED
-    except Drift as stop:
-        report(
-            probes,
-            f"bisect: the {quantity} in {stop.new} differs from {first}'s and in {stop.old} does not, but "
-            f"{stop.old} → {stop.new} alone is {'no difference' if stop.verdict == SAME else 'undecided'}: "
-            f"no one change between {first} and {last} ({assumes})\n{probes.evidence(stop.old, stop.new)}",
-        )
-        return EXIT_FAILED
-    report(
-        probes,
-        f"bisect: the {quantity} changed from {found.last_same} to {found.first_changed}: one change between "
-        f"{first} and {last} ({assumes})\n{probes.evidence(*found.pair)}",
-    )
-    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

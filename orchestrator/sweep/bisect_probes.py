@@ -12,7 +12,8 @@ beside it (`backend=eager,NAME`). Two environments are compared by the version t
 interval against the margin) decides CHANGED (faster, slower, larger, smaller), SAME (no difference)
 or UNDECIDED; a cell that completed in one and not the other is CHANGED whatever the quantity. The
 speedup's change rests on the paired per-run ratios where both compiled cells are paired, else on the
-four cells (`_speedup_change` there); the evidence says which.
+four cells (`_speedup_change` there); the evidence says which. `answer` prints what was found with
+the search's assumption and gives the exit code.
 """
 
 from __future__ import annotations
@@ -27,11 +28,21 @@ from analysis.cells.loaded import Loaded, Settings, open_sweep
 from analysis.cells.paired import PAIRED, UNPAIRED
 from analysis.rendering.text import fmt_number, fmt_speedup, is_null
 from analysis.studies.versions import change_rows, version_rows
-from orchestrator.executors.base import EXIT_USAGE, Follow
+from orchestrator.executors.base import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Follow
 from orchestrator.executors.choice import executor_for
 from orchestrator.grid.cells import Grid
 from orchestrator.grid.expand import expand
-from orchestrator.sweep.bisection import CHANGED, QUANTITIES, SAME, UNDECIDED
+from orchestrator.sweep.bisection import (
+    CHANGED,
+    QUANTITIES,
+    SAME,
+    UNDECIDED,
+    Drift,
+    NoChange,
+    Undecided,
+    bisect,
+    scan,
+)
 from orchestrator.sweep.driver import drive
 from workloads.contract.sweep_dir import check_sweep_dir, read_manifest, write_manifest
 from workloads.contract.vocabulary import BASELINE_BACKEND
@@ -40,6 +51,8 @@ from workloads.contract.vocabulary import BASELINE_BACKEND
 WITH_EAGER = {"speedup", "eager_step"}
 #: What a change of speedup rests on (analysis/studies/versions.py `_speedup_change`), as printed.
 SPEEDUP_BASIS = {PAIRED: "paired per-run ratios", UNPAIRED: "four cells, unpaired"}
+#: What an undecided comparison needs.
+MORE_RUNS = "undecided: more replicates, repeats=N"
 
 
 class BisectError(ValueError):
@@ -188,3 +201,57 @@ def report(probes: Probes, message: str) -> None:
     """The bisect's answer, then which environments it ran and where their results are."""
     ran = f"ran {len(probes.ran)} of {len(probes.environments)} environments ({', '.join(probes.ran)})"
     print(f"{message}\n{ran}; results in {probes.sweep_dir}")
+
+
+def answer(probes: Probes, every: bool) -> int:
+    """Run the search (or with `every`, --all, every environment and each neighbouring pair), print
+    what it found with its assumption, and return the exit code: EXIT_OK where a change is named."""
+    quantity, margin = probes.quantity, probes.equivalence
+    first, last = probes.environments[0], probes.environments[-1]
+    assumes = "a binary search assumes the answer changes once; --all judges every neighbouring pair"
+    if every:
+        probes.run(probes.environments)
+        pairs = scan(probes.environments, probes.judge)
+        named = {verdict: [f"{old} → {new}" for old, new, said in pairs if said == verdict]
+                 for verdict in (CHANGED, UNDECIDED)}  # fmt: skip
+        report(
+            probes,
+            f"bisect --all: the {quantity} changed at {len(named[CHANGED])} of {len(pairs)} neighbouring "
+            f"pairs ({', '.join(named[CHANGED]) or 'none'}); undecided at {len(named[UNDECIDED])} "
+            f"({', '.join(named[UNDECIDED]) or 'none'})\n"
+            + "\n".join(probes.change(old, new) for old, new, _ in pairs),
+        )
+        return EXIT_OK if named[CHANGED] and not named[UNDECIDED] else EXIT_FAILED
+    try:
+        found = bisect(probes.environments, probes.judge)
+    except NoChange as stop:
+        within = "the same" if quantity == "status" else f"within noise (no difference at ±{100 * margin:g}%)"
+        why = within if stop.verdict == SAME else f"too noisy to tell apart ({MORE_RUNS})"
+        report(
+            probes,
+            f"bisect: the {quantity} in {first} and in {last} is {why}: nothing to bisect ({assumes}: "
+            f"a change between them that reverted is unseen)\n{probes.evidence(first, last)}",
+        )
+        return EXIT_FAILED
+    except Undecided as stop:
+        report(
+            probes,
+            f"bisect: the {quantity} in {stop.environment} can be told apart from neither "
+            f"{first}'s nor {last}'s ({MORE_RUNS}): stopped",
+        )
+        return EXIT_FAILED
+    except Drift as stop:
+        alone = "no difference" if stop.verdict == SAME else "undecided"
+        report(
+            probes,
+            f"bisect: the {quantity} in {stop.new} differs from {first}'s and in {stop.old} does not, but "
+            f"{stop.old} → {stop.new} alone is {alone}: no one change between {first} and {last} "
+            f"({assumes})\n{probes.evidence(stop.old, stop.new)}",
+        )
+        return EXIT_FAILED
+    report(
+        probes,
+        f"bisect: the {quantity} changed from {found.last_same} to {found.first_changed}: one change between "
+        f"{first} and {last} ({assumes})\n{probes.evidence(*found.pair)}",
+    )
+    return EXIT_OK
