@@ -240,8 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
             "change between A and Z, as a binary search assumes the answer changes once. --all runs every "
             "environment and judges each neighbouring pair, for an answer that may change back. Exit 0 "
             "when a change is named (--all: every pair decided); 1 when the ends do not differ (within "
-            "noise), an environment or the pair found is undecided, or (--all) no pair changed; 2 for "
-            "bad input."
+            "noise), an environment is undecided, the neighbours found cannot be told apart (a drift), or "
+            "(--all) no pair changed or one is undecided; 2 for bad input."
         ),
     )
     bisect.add_argument(
