@@ -251,7 +251,7 @@ def answer(probes: Probes, every: bool) -> int:
         return EXIT_FAILED
     report(
         probes,
-        f"bisect: the {quantity} changed from {found.last_same} to {found.first_changed}: one change between "
+        f"bisect: the {quantity} changed from {found.old} to {found.new}: one change between "
         f"{first} and {last} ({assumes})\n{probes.evidence(*found.pair)}",
     )
     return EXIT_OK

@@ -63,14 +63,14 @@ class Drift(Exception):
 
 @dataclass(frozen=True)
 class Bisection:
-    """Neighbours: one that answers as the first environment, and the next, whose answer differs."""
+    """Neighbours: `old` answers as the first environment, `new`, the next, does not."""
 
-    last_same: str
-    first_changed: str
+    old: str
+    new: str
 
     @property
     def pair(self) -> tuple[str, str]:
-        return self.last_same, self.first_changed
+        return self.old, self.new
 
 
 def bisect(environments: Sequence[str], judge: Callable[[str, str], str]) -> Bisection:

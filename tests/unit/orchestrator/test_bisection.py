@@ -96,7 +96,7 @@ def test_the_search_stops_on_ends_alike_and_places_or_refuses_the_undecided() ->
     # env2 undecided against env0 but the same as env4: the change is at or before it.
     noisy = judge_of([1.0, 2.0, 2.0, 2.0, 2.0])
     found = bisect(NAMES[:5], lambda a, b: UNDECIDED if {a, b} == {"env0", "env2"} else noisy(a, b))
-    assert found.first_changed == "env1"
+    assert found.new == "env1"
 
 
 def test_neighbours_that_cannot_be_told_apart_are_a_drift_not_a_change() -> None:
