@@ -20,9 +20,11 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from analysis.cells.uncertainty import PAIRED_STREAM, RESAMPLES, cell_codes, ratio_intervals
 from analysis.reading.collect import REPEAT
 from analysis.statistics.bootstrap import ReplicateSamples, percentile_interval, subset_cells
 from analysis.statistics.intervals import RunLogs, t_interval
+from workloads.contract.vocabulary import COMPLETED
 
 #: What a cell's `speedup` is (`speedup_method`): its paired one, or the one against the eager cell.
 PAIRED, UNPAIRED = "paired", "unpaired"
@@ -37,12 +39,30 @@ PAIRED_COLUMNS = [
 ]
 
 
-def pair_ratios(pairs: pd.DataFrame, code: np.ndarray, cells: int) -> ReplicateSamples:
-    """Each pair's eager block median / compiled block median, by replicate of its cell: `code` is
-    the position of each pair's cell among `cells` cells, -1 for a pair to leave out."""
+def pair_ratios(cells: pd.DataFrame, pairs: pd.DataFrame) -> ReplicateSamples:
+    """Each pair's eager block median / compiled block median, by replicate of its cell among
+    `cells`; pairs of a cell that did not complete, or not among `cells`, left out."""
+    code = cell_codes(pairs["cell_id"], cells)
+    done = (cells["status"] == COMPLETED).to_numpy()
     keep = code >= 0
+    keep[keep] = done[code[keep]]
     ratio = pairs["eager_ms"].to_numpy(float) / pairs["compiled_ms"].to_numpy(float)
-    return ReplicateSamples.from_steps(code[keep], pairs[REPEAT].to_numpy(np.int64)[keep], ratio[keep], cells)
+    return ReplicateSamples.from_steps(
+        code[keep], pairs[REPEAT].to_numpy(np.int64)[keep], ratio[keep], len(cells)
+    )
+
+
+def paired_ratio_intervals(
+    cells: pd.DataFrame, pairs: pd.DataFrame, top: np.ndarray, bottom: np.ndarray, resamples: int = RESAMPLES
+) -> tuple[np.ndarray, np.ndarray]:
+    """95% interval of the paired speedup of the cell at top[i] over that of the paired cell at
+    bottom[i] (positions in `cells`; e.g. one workload in two software environments): Welch's over
+    the two cells' per-run median pair ratios where both ran 2 replicates or more, else the ratio of
+    their pair-bootstrap draws, the draws of their own intervals (`ratio_intervals`). Run r of one
+    cell and run r of the other are separate processes: nothing pairs them, so the two cells' runs are
+    two samples, not one sample of differences."""
+    ratios = pair_ratios(cells, pairs)
+    return ratio_intervals(cells, ratios, top, bottom, resamples, PAIRED_STREAM)
 
 
 def paired_cells(ratios: ReplicateSamples, replicas: ReplicateSamples) -> np.ndarray:

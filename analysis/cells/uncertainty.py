@@ -129,9 +129,22 @@ def median_ratio_intervals(
     stream: tuple = MEDIAN_STREAM,
 ) -> tuple[np.ndarray, np.ndarray]:
     """95% interval of the median step of the cell at top[i] over that of the cell at bottom[i]
-    (positions in `cells`), as the per-cell table's speedups: Welch's over runs where both have 2 runs or
-    more (`across_runs`), else the ratio of their bootstrap draws, the same draws as the table's."""
-    samples = median_samples(cells, steps)
+    (positions in `cells`), as the per-cell table's speedups (`ratio_intervals` of their steps)."""
+    return ratio_intervals(cells, median_samples(cells, steps), top, bottom, resamples, stream)
+
+
+def ratio_intervals(
+    cells: pd.DataFrame,
+    samples: ReplicateSamples,
+    top: np.ndarray,
+    bottom: np.ndarray,
+    resamples: int = RESAMPLES,
+    stream: tuple = MEDIAN_STREAM,
+) -> tuple[np.ndarray, np.ndarray]:
+    """95% interval of the centre of the cell at top[i] over that of the cell at bottom[i] (positions
+    in `cells`) of one value per replicate, the median of its `samples`: Welch's over runs where both
+    have 2 runs or more (`across_runs`), else the ratio of their bootstrap draws, each cell's from its
+    generator of `stream`, the same draws as the cell's own interval."""
     top, bottom = np.asarray(top, dtype=np.int64), np.asarray(bottom, dtype=np.int64)
     runs = RunLogs.of(samples, samples.replicate_medians())
     low, high = welch_interval(runs.take(top), runs.take(bottom))

@@ -22,6 +22,7 @@ import pandas as pd
 
 from analysis.cells.breakeven import compile_warmth
 from analysis.cells.loaded import Loaded
+from analysis.cells.paired import PAIRED, UNPAIRED, paired_ratio_intervals
 from analysis.cells.uncertainty import (
     RESAMPLES,
     SEED,
@@ -53,10 +54,22 @@ ENVIRONMENT = "environment"
 WORKLOAD_AXES = [axis for axis in SAME_WORKLOAD if axis != ENVIRONMENT]
 ACROSS = [*WORKLOAD_AXES, *names(TREATMENT)]
 #: How an interval of old / new compile seconds reads (`equivalence_verdict`: above 1 the new is quicker).
-COMPILE_WORDS = {"faster": "cheaper", "slower": "dearer", "no difference": "no difference"}
+COMPILE_WORDS = {
+    "faster": "cheaper",
+    "slower": "dearer",
+    "no difference": "no difference",
+    "undecided": "undecided",
+}
 #: ... and of new speedup / old (`faster`: above 1, the new environment's speedup is the larger).
-SPEEDUP_WORDS = {"faster": "larger", "slower": "smaller", "no difference": "no difference"}
+SPEEDUP_WORDS = {
+    "faster": "larger",
+    "slower": "smaller",
+    "no difference": "no difference",
+    "undecided": "undecided",
+}
 NEWLY_FAILING, NEWLY_WORKING = "newly failing", "newly working"
+#: How the table names what a change of speedup rests on (`_speedup_change`).
+METHOD_TEXTS = {PAIRED: " paired", UNPAIRED: " 4 cells"}
 
 
 def environment_order(sweep_dir: Path, environments: pd.Series) -> list[str]:
@@ -116,7 +129,8 @@ def version_rows(data: SweepData, metrics: pd.DataFrame, order: list[str]) -> pd
         rows["eager_position"] >= 0, step[np.maximum(rows["eager_position"], 0)], np.nan
     )
     columns = ["median_step_ms", "speedup", "speedup_low", "speedup_high", "graph_break_count"]
-    rows[columns] = cells.iloc[compiled][columns].to_numpy()
+    rows[columns] = cells.iloc[compiled][columns].to_numpy(float)
+    rows["speedup_method"] = cells["speedup_method"].to_numpy(object)[compiled]
     rows["compile_s"] = cells["break_even_compile_s"].to_numpy(float)[compiled]
     rows["compile_warm"] = cells["break_even_compile_warm"].to_numpy(object)[compiled]
     rows["_cell"] = _cell_keys(rows)
@@ -140,16 +154,24 @@ def _step_change(data: SweepData, cells: pd.DataFrame, old: np.ndarray, new: np.
 
 
 def _speedup_change(data: SweepData, cells: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame, margin: float):
-    """(new speedup / old, low, high, verdict) per pair: (new eager / new compiled) / (old eager / old
-    compiled) of the four cells' median steps, with Welch's interval over their runs where all four
-    have 2 or more, else the percentile interval of their bootstrap draws' same quotient."""
+    """(new speedup / old, low, high, verdict, method) per pair. Where both compiled cells are paired
+    (PAIRED): the quotient of their paired speedups with `paired_ratio_intervals`, Welch's over their
+    per-run median pair ratios (each run's ratio is in one process, so a host's speed between
+    processes leaves it). Else (UNPAIRED): (new eager / new compiled) / (old eager / old compiled) of
+    the four cells' median steps, Welch's interval over their runs where all four have 2 or more,
+    else the percentile interval of their bootstrap draws' same quotient."""
     eager_old, eager_new = a["eager_position"].to_numpy(int), b["eager_position"].to_numpy(int)
     old, new = a["position"].to_numpy(int), b["position"].to_numpy(int)
     step = cells["median_step_ms"].to_numpy(float)
     four = np.stack([eager_new, old, new, eager_old])  # top, top, bottom, bottom
     ok = (four >= 0).all(axis=0)
     ok[ok] = np.isfinite(step[four[:, ok]]).all(axis=0)
+    paired = ((a["speedup_method"] == PAIRED) & (b["speedup_method"] == PAIRED)).to_numpy()
+    ok &= ~paired
     ratio, low, high = (np.full(len(a), np.nan) for _ in range(3))
+    if paired.any():
+        ratio[paired] = b["speedup"].to_numpy(float)[paired] / a["speedup"].to_numpy(float)[paired]
+        low[paired], high[paired] = paired_ratio_intervals(cells, data.pairs, new[paired], old[paired])
     if ok.any():
         tops, bottoms = four[:2, ok], four[2:, ok]
         ratio[ok] = step[tops].prod(axis=0) / step[bottoms].prod(axis=0)
@@ -164,7 +186,8 @@ def _speedup_change(data: SweepData, cells: pd.DataFrame, a: pd.DataFrame, b: pd
             draws = Draws(cells, samples, RESAMPLES, SEED, np.full(len(cells), 0.95))
             got = [draws.get("median", four[k, boot]) for k in range(4)]
             low[boot], high[boot] = percentile_interval(got[0] * got[1] / (got[2] * got[3]))
-    return ratio, low, high, equivalence_verdict(low, high, margin)
+    method = np.where(paired, PAIRED, np.where(ok, UNPAIRED, None))
+    return ratio, low, high, equivalence_verdict(low, high, margin), method
 
 
 def change_rows(data: SweepData, metrics: pd.DataFrame, rows: pd.DataFrame, margin: float) -> pd.DataFrame:
@@ -185,7 +208,7 @@ def change_rows(data: SweepData, metrics: pd.DataFrame, rows: pd.DataFrame, marg
         change = _step_change(data, cells, old.to_numpy(int), new.to_numpy(int), margin)
         out[side], out[f"{side}_low"], out[f"{side}_high"], out[f"{side}_verdict"] = change
     speedup = _speedup_change(data, cells, a, b, margin)
-    out["speedup"], out["speedup_low"], out["speedup_high"], verdict = speedup
+    out["speedup"], out["speedup_low"], out["speedup_high"], verdict, out["speedup_method"] = speedup
     out["speedup_verdict"] = pd.Series(verdict, dtype=object).map(SPEEDUP_WORDS)
     done_a, done_b = (a["status"] == COMPLETED).to_numpy(), (b["status"] == COMPLETED).to_numpy()
     logs = _cold_compile_logs(data, cells["cell_id"])
@@ -256,7 +279,9 @@ def version_tables(loaded: Loaded) -> list[Table]:
         "compiled old/new [95% CI]": _ratios(changes, "compiled", 3),
         "compile s old/new [95% CI]": _ratios(changes, "compile", 3),
         "speedup old → new": _ratios(changes, "old_speedup") + " → " + _ratios(changes, "new_speedup"),
-        "speedup new/old [95% CI]": _ratios(changes, "speedup", 3),
+        "speedup new/old [95% CI]": _ratios(changes, "speedup", 3) + changes["speedup_method"].map(
+            METHOD_TEXTS
+        ).fillna(""),
         "verdict": [_verdict_text(row) for row in changes.to_dict("records")],
     })  # fmt: skip
     note = (
@@ -265,9 +290,12 @@ def version_tables(loaded: Loaded) -> list[Table]:
         "per-cell table's (Welch's over runs, else the bootstrap of one run), the compile's Welch's over "
         "the cells' cold replicates (none with one run). A verdict reads the interval as the per-cell "
         f"table does, against the equivalence margin ({margin}): faster / slower where it excludes 1, "
-        "no difference inside the margin; compile cheaper / dearer likewise. Speedup new/old: the quotient "
-        "of the two environments' eager / compiled median steps (above 1 the speedup grew), Welch's "
-        "interval over the four cells' runs, else the quotient of their bootstrap draws: larger / smaller."
+        "no difference inside the margin; compile cheaper / dearer likewise. Speedup new/old (above 1 the "
+        "speedup grew): `paired` where both compiled cells are paired, the quotient of their paired "
+        "speedups with Welch's interval over their runs' pair ratios (else of their pair-bootstrap draws); "
+        "`4 cells` where a side is not, the quotient of the two environments' eager / compiled median "
+        "steps with Welch's interval over the four cells' runs (else of their bootstrap draws): larger / "
+        "smaller."
     )
     return [
         versions,

@@ -232,17 +232,26 @@ def build_parser() -> argparse.ArgumentParser:
     bisect = commands.add_parser(
         "bisect",
         formatter_class=_DefaultsAtHome,
-        help="the first of an ordered list of environments where one cell's answer changed",
+        help="neighbours of an ordered list of environments where one cell's answer changed",
         description=(
             "Given one compiled cell (a sweep's overrides, backend=NAME) and environment=A,B,...,Z in order, "
             "run the ends, then only the environments a binary search needs, each as a sweep into one "
-            "sweep directory, and name the first environment whose answer differs from A's, with both "
-            "neighbours' numbers. Exit 0 when found; 1 when the ends do not differ (within noise) or an "
-            "environment is undecided; 2 for bad input."
+            "sweep directory, and name the neighbours where the answer changes, with their numbers: one "
+            "change between A and Z, as a binary search assumes the answer changes once. --all runs every "
+            "environment and judges each neighbouring pair, for an answer that may change back. Exit 0 "
+            "when a change is named (--all: every pair decided); 1 when the ends do not differ (within "
+            "noise), an environment is undecided, the neighbours found cannot be told apart (a drift), or "
+            "(--all) no pair changed or one is undecided; 2 for bad input."
         ),
     )
     bisect.add_argument(
         "overrides", nargs="*", metavar="OVERRIDE", help="Hydra override, e.g. environment=a,b,c,d"
+    )
+    bisect.add_argument(
+        "--all",
+        action="store_true",
+        help="run every environment and judge each neighbouring pair, naming every change: for an answer "
+        "that may change and change back, which a binary search cannot see",
     )
     bisect.add_argument(
         "--quantity",

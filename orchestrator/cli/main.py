@@ -17,9 +17,9 @@ flags and their help: orchestrator/cli/args.py).
                          [--equivalence MARGIN] [--data-bound FRACTION] [--launch-bound FRACTION]
     compilebench compare SWEEP_A SWEEP_B [--threshold FRACTION] [--format markdown|json]
                                                       # B against A, cell by cell: exit 1 on a regression
-    compilebench bisect [OVERRIDES...] environment=A,B,...,Z [--equivalence MARGIN]
+    compilebench bisect [OVERRIDES...] environment=A,B,...,Z [--equivalence MARGIN] [--all]
                          [--quantity speedup|eager_step|compiled_step|status]
-                                                      # the first environment where one cell's answer changed
+                                                      # neighbours where one cell's answer changed
 
 `--wait` changes nothing for a local sweep, which runs in the foreground anyway; Ctrl-C stops
 the waiting, not the jobs. `--retry-failed` runs again only cells that neither completed nor
@@ -30,7 +30,8 @@ Exit codes: 0 success (for Slurm: submitted; with --wait: every cell completed; 
 --retry-failed: resubmitted, or nothing to retry); 1 a cell failed (local sweep or local retry),
 an sbatch failed after earlier arrays were submitted (Slurm), not every cell completed (status,
 sweep --wait, also when it gave up on a queue that did not answer), nothing to analyse
-(analyze), a regression (compare), or ends within noise or an undecided environment (bisect);
+(analyze), a regression (compare), or no one change named (bisect: ends within noise, an environment
+or pair undecided, a drift; with --all: no change, or a pair undecided);
 2 bad input (a bad override, cluster profile, config dir,
 partition or GPU type, a Hydra launcher or sweeper, repeats=auto on Slurm without --wait; for
 status, a directory that is not a sweep; for compare, a path that is not a sweep, or two sweeps
@@ -230,50 +231,29 @@ def cmd_compare(sweep_a: Path, sweep_b: Path, threshold: float | None, fmt: str)
 
 
 def cmd_bisect(
-    overrides: Sequence[str], quantity: str, equivalence: float | None, config_dirs: Sequence[Path] = ()
+    overrides: Sequence[str],
+    quantity: str,
+    equivalence: float | None,
+    config_dirs: Sequence[Path] = (),
+    every: bool = False,
 ) -> int:
+    """`compilebench bisect`: the binary search, or with `every` (--all) every neighbouring pair."""
     from analysis.statistics.verdicts import EQUIVALENCE
     from orchestrator.executors.base import ExecutorError
     from orchestrator.grid.expand import GridError
-    from orchestrator.sweep.bisect_probes import BisectError, probes_for, report
-    from orchestrator.sweep.bisection import SAME, NoChange, Undecided, bisect
+    from orchestrator.sweep.bisect_probes import BisectError, answer, probes_for
     from workloads.contract.sweep_dir import SweepDirError
 
-    margin = EQUIVALENCE if equivalence is None else equivalence
     try:
-        probes = probes_for(overrides, quantity, margin, config_dirs)
+        probes = probes_for(
+            overrides, quantity, EQUIVALENCE if equivalence is None else equivalence, config_dirs
+        )
     except (GridError, BisectError, SweepDirError, ExecutorError) as exc:
         return _error(str(exc))
-    first, last = probes.environments[0], probes.environments[-1]
     try:
-        found = bisect(probes.environments, probes.judge)
+        return answer(probes, every)
     except BisectError as exc:
         return _error(str(exc))
-    except NoChange as stop:
-        why = (
-            f"within noise (no difference at ±{100 * margin:g}%)"
-            if stop.verdict == SAME
-            else "too noisy to tell apart (undecided: more replicates, repeats=N)"
-        )
-        report(
-            probes,
-            f"bisect: the {quantity} in {first} and in {last} is {why}: nothing to bisect\n"
-            f"{probes.evidence(first, last)}",
-        )
-        return EXIT_FAILED
-    except Undecided as stop:
-        report(
-            probes,
-            f"bisect: the {quantity} in {stop.environment} can be told apart from neither "
-            f"{first}'s nor {last}'s (undecided: more replicates, repeats=N): stopped",
-        )
-        return EXIT_FAILED
-    report(
-        probes,
-        f"bisect: the {quantity} changed first in {found.first_changed} (after "
-        f"{found.last_same})\n{probes.evidence(found.last_same, found.first_changed)}",
-    )
-    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -297,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_status(args.sweep_dir, args.retry_failed, args.json)
         if args.command == "bisect":
             return cmd_bisect(
-                [*args.overrides, *extra], args.quantity, args.equivalence, args.config_dir or ()
+                [*args.overrides, *extra], args.quantity, args.equivalence, args.config_dir or (), args.all
             )
     except KeyboardInterrupt:  # a running local cell got the same SIGINT and records its own state
         print("\ninterrupted", file=sys.stderr)

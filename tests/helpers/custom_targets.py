@@ -5,6 +5,7 @@ tests/system/test_compile_cache.py): the user's builders a test names as
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from typing import Any
@@ -41,21 +42,42 @@ def first_step_raises(size: str) -> CustomModel:
     )
 
 
-#: Seconds that `mlp_of_environment`'s loss waits in each step (unset: none); an environment's `env`
-#: sets it.
+#: Seconds that `mlp_of_environment`'s loss waits in each step (unset: none), or several separated by
+#: `/`, waited in turn step after step (`0.1/0.8`: a median step that the bootstrap cannot pin down);
+#: an environment's `env` sets it.
 STEP_WAIT_ENV = "COMPILEBENCH_TEST_STEP_WAIT_S"
+#: Seconds that its forward waits where it runs eagerly, not under torch.compile (the eager cell, and
+#: a paired cell's force_eager side): the speedup over eager grows by that wait.
+EAGER_WAIT_ENV = "COMPILEBENCH_TEST_EAGER_WAIT_S"
 #: Width of its one hidden layer, and its batch.
 WIDTH, BATCH = 256, 64
 
 
+class _EagerWaits(torch.nn.Sequential):
+    """An MLP whose forward waits `eager_wait_s` where it is not being compiled."""
+
+    def __init__(self, eager_wait_s: float, *layers: torch.nn.Module):
+        super().__init__(*layers)
+        self.eager_wait_s = eager_wait_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.eager_wait_s and not torch.compiler.is_compiling():  # dynamo traces no wait
+            time.sleep(self.eager_wait_s)
+        return super().forward(x)
+
+
 def mlp_of_environment(size: str) -> CustomModel:
-    """An MLP of one hidden layer whose every step also waits $COMPILEBENCH_TEST_STEP_WAIT_S seconds:
-    an environment that sets it has steps at least that long, whatever the machine's speed or load."""
-    wait_s = float(os.environ.get(STEP_WAIT_ENV, "0"))
-    module = torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh(), torch.nn.Linear(WIDTH, 1))
+    """An MLP of one hidden layer whose every step also waits $COMPILEBENCH_TEST_STEP_WAIT_S seconds
+    (in turn, where several), and whose eager forward $COMPILEBENCH_TEST_EAGER_WAIT_S more: an
+    environment that sets them has steps at least that long, whatever the machine's speed or load."""
+    waits = itertools.cycle(float(s) for s in os.environ.get(STEP_WAIT_ENV, "0").split("/"))
+    eager_wait_s = float(os.environ.get(EAGER_WAIT_ENV, "0"))
+    module = _EagerWaits(
+        eager_wait_s, torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh(), torch.nn.Linear(WIDTH, 1)
+    )
 
     def loss(module: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        time.sleep(wait_s)  # outside the compiled module: no graph break
+        time.sleep(next(waits))  # outside the compiled module: no graph break
         return torch.nn.functional.mse_loss(module(x).squeeze(1), y)
 
     return CustomModel(

@@ -8,9 +8,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.cells.paired import PAIRED, UNPAIRED
 from analysis.report import analyze, write_report
 from analysis.studies.versions import CHANGES_TABLE, NEWLY_FAILING, VERSIONS_TABLE
-from tests.helpers.analysis_sweeps import write_cell, write_manifest, write_replicates
+from tests.helpers.analysis_sweeps import (
+    write_cell,
+    write_manifest,
+    write_paired_replicates,
+    write_replicates,
+)
 
 #: Listed in this order by the sweep (the manifest), not by name.
 ORDER = ["zeta", "alpha", "mid"]
@@ -92,3 +98,54 @@ def test_a_sweep_without_environments_has_no_version_table(tmp_path: Path) -> No
         write_replicates(sweep, "gpt_inductor", "inductor", _steps(rng, 50.0), environment=environment)
         names = [table.name for table in analyze(sweep, warn=None).tables]
         assert VERSIONS_TABLE not in names and CHANGES_TABLE not in names
+
+
+#: Each replicate's host speed (a process on a slower or quicker host: both sides of its steps alike),
+#: and the paired speedup of each environment: `new`'s is 6% larger than `old`'s.
+HOSTS = (0.85, 1.15, 1.0, 0.9)
+PAIRED_SPEEDUP = {"old": 1.10, "new": 1.10 * 1.06}
+
+
+def _paired_blocks(rng: np.random.Generator, speedup: float, hosts: tuple[float, ...]):
+    """Per replicate, 6 pairs of 5-step blocks: eager 10 ms, compiled 10 / speedup, both times the
+    replicate's host speed; 0.3% noise per step."""
+    return [
+        [(list(10 * host * rng.normal(1, 0.003, 5)), list(10 / speedup * host * rng.normal(1, 0.003, 5)))
+         for _ in range(6)]
+        for host in hosts
+    ]  # fmt: skip
+
+
+def test_a_change_of_speedup_between_paired_cells_rests_on_their_pair_ratios(tmp_path: Path) -> None:
+    """old and new: paired compiled cells whose processes ran on hosts 15% apart, new's speedup 1.06x
+    old's. The pair ratios cancel the hosts: paired, 1.06x read `larger` within 2% of it. The four cells'
+    median steps (eager cells on the hosts in another order) cannot tell it (Welch's over their runs
+    spans ±20% here): a test that the change rests on the pairs. `last`'s compiled cell is unpaired:
+    old → new ... → last falls back to the four cells, and says so."""
+    rng = np.random.default_rng(5)
+    sweep, listed = tmp_path / "sweep", []
+    for environment, hosts in (("old", HOSTS), ("new", HOSTS[::-1]), ("last", HOSTS)):
+        eager, compiled = f"gpt_eager_{environment}", f"gpt_inductor_{environment}"
+        eager_hosts = hosts[1:] + hosts[:1]
+        write_replicates(
+            sweep, eager, "eager", [list(10 * h * rng.normal(1, 0.003, 20)) for h in eager_hosts],
+            environment=environment,
+        )  # fmt: skip
+        if environment == "last":
+            steps = [list(10 / PAIRED_SPEEDUP["new"] * h * rng.normal(1, 0.003, 20)) for h in hosts]
+            write_replicates(sweep, compiled, "inductor", steps, environment=environment)
+        else:
+            blocks = _paired_blocks(rng, PAIRED_SPEEDUP[environment], hosts)
+            write_paired_replicates(sweep, compiled, "inductor", blocks, environment=environment)
+        listed += [
+            {"cell_id": cell, "backend": backend, "environment": environment}
+            for cell, backend in ((eager, "eager"), (compiled, "inductor"))
+        ]
+    write_manifest(sweep, listed)
+    table = {t.name: t for t in analyze(sweep, warn=None).tables}[CHANGES_TABLE]
+    first, second = table.data.to_dict("records")
+    assert 1.06 / 1.02 < first["speedup_low"] < 1.06 < first["speedup_high"] < 1.06 * 1.02
+    assert first["speedup_verdict"] == "larger"
+    assert (first["speedup_method"], second["speedup_method"]) == (PAIRED, UNPAIRED)
+    assert second["speedup_high"] / second["speedup_low"] > 1.2  # the hosts, unseen by the pairs
+    assert table.text["speedup new/old [95% CI]"].str.split().str[-1].tolist() == ["paired", "cells"]
