@@ -79,6 +79,8 @@ def _record(sweep_dir: Path, cell: Cell, standing: Standing, reason: str, out: T
         "reason": reason,
         **speedup,
         "equivalence": standing.equivalence,
+        **({"against": standing.against} if standing.against is not None else {}),
+        **({"apart": standing.apart} if standing.apart is not None else {}),
     }
     write_auto_stop(cell_dir(sweep_dir, cell.cell_id), record)
     print(f"  {cell.label} ({cell.cell_id}) stops after {standing.replicates} run(s): {reason}", file=out)
