@@ -1,19 +1,19 @@
 """Runs that stand apart: a run whose value (its median step, its median pair ratio) is off the
 cell's other runs by more than their spread allows, named so that a verdict never rests silently on it.
 
-The rule, per cell of N >= MIN_RUNS runs, on the log scale: run i's leave-one-out t statistic
-|x_i - mean(others)| / (sd(others) sqrt(1 + 1/(N-1))) has Student's t law with N - 2 degrees of freedom
-when the runs are normal with one spread (the studentized deleted residual); a cell has a run apart
-when its largest statistic exceeds the t quantile at APART_ALPHA / (2N) (Bonferroni over its N runs)
-and that run is at least MIN_APART off the others' geometric mean. So on clean normal runs a cell
-names a run apart in at most APART_ALPHA of sweeps, whatever their spread and N (measured:
-tests/unit/analysis/test_simulation.py `test_a_clean_cell_names_a_run_apart_rarely`). What it can
-see: with 1% between runs, a run 10% off is named in 16% of cells at N = 4, 44% at 5, 89% at 7 and
-99% at 10; with 3 runs, or beside 3% between runs, it cannot be told from the noise (docs/analysis.md
-"Runs that stand apart").
+The rule, per cell of N >= MIN_RUNS runs, on the log scale: Rosner's generalized ESD test (1983), the
+Grubbs test repeated so that two runs apart do not hide each other. Up to (N - 2) // 2 times the run
+furthest from the mean of the runs left, in their sd, is set aside; the runs apart are those set aside
+up to the last step whose statistic exceeds its critical value (from the t quantile at
+APART_ALPHA / (2 m s), m runs left, s steps: Bonferroni over runs and steps). The cell's named run is
+the one furthest from the geometric mean of the others, and only where it is at least MIN_APART off.
+The rule is scale-free: on normal runs of any spread a cell names a run apart in at most APART_ALPHA
+of sweeps (tests/unit/analysis/test_misspecified.py `test_a_clean_cell_names_a_run_apart_rarely`).
+With 3 runs no run can be told apart (two runs' spread cannot say which of three is odd), nor one
+whose offset is within the runs' own spread (docs/measurement.md "When the runs are not alike").
 
-A cell with a run apart gets no verdict ('undecided'): its interval is about the typical run, and one
-run that stands apart says the runs are not alike (a host that helped one side in one process).
+A cell with a run apart gets no verdict ('undecided', analysis/statistics/verdicts.py), and
+repeats=auto does not stop it on one (analysis/statistics/decision.py).
 """
 
 from __future__ import annotations
@@ -59,19 +59,44 @@ def runs_apart(cell: np.ndarray, values: np.ndarray, cells: int, alpha: float = 
     for n in np.unique(count[count >= MIN_RUNS]):
         which = np.flatnonzero(count == n)
         x = logs[first[which, None] + np.arange(n)]
-        total, squares = x.sum(axis=1, keepdims=True), (x**2).sum(axis=1, keepdims=True)
-        others = (total - x) / (n - 1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            spread = np.sqrt(np.maximum(squares - x**2 - (n - 1) * others**2, 0) / (n - 2))
-            score = np.abs(x - others) / (spread * np.sqrt(1 + 1 / (n - 1)))
-        score = np.where(np.isnan(score), 0.0, score)  # a run equal to identical others
-        worst = np.argmax(score, axis=1)
+        apart = _generalized_esd(x, alpha)
+        others = np.nanmean(np.where(apart, np.nan, x), axis=1)
+        off = np.expm1(x - others[:, None])
+        worst = np.argmax(np.where(apart, np.abs(off), -1.0), axis=1)
         rows = np.arange(len(which))
-        off = np.expm1(x[rows, worst] - others[rows, worst])
-        named = (score[rows, worst] > stats.t.ppf(1 - alpha / (2 * n), n - 2)) & (np.abs(off) >= MIN_APART)
-        named &= ~np.isnan(x).any(axis=1)
-        run[which[named]], offset[which[named]] = worst[named], off[named]
+        named = apart.any(axis=1) & (np.abs(off[rows, worst]) >= MIN_APART) & ~np.isnan(x).any(axis=1)
+        run[which[named]], offset[which[named]] = worst[named], off[rows, worst][named]
     return Apart(run, offset)
+
+
+def _generalized_esd(x: np.ndarray, alpha: float) -> np.ndarray:
+    """(cells, n) whether each run is apart by Rosner's generalized ESD test (module doc): up to
+    (n - 2) // 2 runs (at least 1), each step's most extreme run of those left against its critical
+    value; the runs apart are the first k removed, k the last step whose statistic exceeds it."""
+    n = x.shape[1]
+    left = x.copy()
+    removed, exceeds = [], []
+    steps = max((n - 2) // 2, 1)
+    for i in range(1, steps + 1):
+        m = n - i + 1  # runs left before this step
+        with np.errstate(invalid="ignore", divide="ignore"):
+            score = np.abs(left - np.nanmean(left, axis=1, keepdims=True)) / np.nanstd(
+                left, axis=1, ddof=1, keepdims=True
+            )
+        score = np.where(np.isnan(score) & ~np.isnan(left), 0.0, score)  # identical runs: none apart
+        worst = np.nanargmax(np.where(np.isnan(score), -1.0, score), axis=1)
+        t = stats.t.ppf(1 - alpha / (2 * m * steps), m - 2)
+        critical = (m - 1) * t / np.sqrt((m - 2 + t**2) * m)
+        exceeds.append(score[np.arange(len(x)), worst] > critical)
+        removed.append(worst)
+        left[np.arange(len(x)), worst] = np.nan
+    beyond = np.array(exceeds).T  # (cells, steps)
+    last = np.where(beyond.any(axis=1), steps - np.argmax(beyond[:, ::-1], axis=1), 0)
+    apart = np.zeros(x.shape, bool)
+    for i, worst in enumerate(removed):
+        rows = np.flatnonzero(last > i)
+        apart[rows, worst[rows]] = True
+    return apart
 
 
 def apart_note(run: int, offset: float, whose: str = "", why: str = "") -> str:
