@@ -35,7 +35,7 @@ from analysis.statistics.decision import FASTER, MIN_REPLICATES, SLOWER, decisio
 from analysis.statistics.intervals import RunLogs, t_interval, welch_interval
 from analysis.statistics.verdicts import equivalence_verdict
 from orchestrator.grid.cells import Cell, Grid
-from tests.unit.analysis.test_simulation import PAIRS, STEPS, replicate_samples
+from tests.helpers.simulated_runs import PAIRS, STEPS, replicate_samples
 from workloads.cell.paired import COMPILED_SIDE, pair_sides
 from workloads.contract.vocabulary import EQUIVALENCE
 

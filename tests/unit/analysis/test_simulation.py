@@ -23,7 +23,6 @@ if __name__ == "__main__":  # run as a script from anywhere
 
 from analysis.cells.device_time import device_columns
 from analysis.reading.collect import DEVICE_READ, REPEAT, SweepData
-from analysis.statistics.bootstrap import ReplicateSamples, SortedSamples
 from analysis.statistics.decision import (
     FASTER,
     MAX_REACHED,
@@ -35,6 +34,7 @@ from analysis.statistics.decision import (
     spent_level,
 )
 from analysis.statistics.intervals import RunLogs, t_interval, welch_interval, welch_product_interval
+from tests.helpers.simulated_runs import PAIRS, STEPS, replicate_samples, skewed
 from workloads.contract.vocabulary import COMPLETED, EQUIVALENCE
 
 #: Trials per case (cells, or sweeps), and the grid of issue 38: runs, between-run log sd, within-run
@@ -43,40 +43,12 @@ TRIALS = 2000
 RUNS = (2, 3, 5, 10)
 BETWEEN = (0.0, 0.01, 0.03)
 WITHIN = (0.01, 0.05)
-#: Steps of a replicate (drawn per replicate), pairs of a paired replicate.
-STEPS, PAIRS = (50, 200), (10, 20)
 #: The least coverage of a nominal 95% interval that issue 38 accepts; the most: the t interval is exact
 #: for normal log values (95% + 3 binomial SE of TRIALS, 0.0049); Welch's errs wide at 2 runs a cell (its
 #: degrees of freedom an estimate: 0.979 measured for two cells, 0.9875 for four), and 1.5x wider
 #: intervals cover 0.964-0.998 (issue 50 item 4).
 LEAST_COVERAGE = 0.93
 MOST_COVERAGE = {"t": 0.95 + 3 * math.sqrt(0.95 * 0.05 / TRIALS), "welch": 0.99}
-
-
-def skewed(rng: np.random.Generator, size: int) -> np.ndarray:
-    """Noise with sd 1 and median 0, skewed right as step times are (rare slow steps): a Gumbel."""
-    return (rng.gumbel(size=size) + math.log(math.log(2))) / (math.pi / math.sqrt(6))
-
-
-def replicate_samples(
-    rng: np.random.Generator, cells: int, runs: int, truth: float, between: float, within: float, sizes: tuple
-) -> ReplicateSamples:
-    """`runs` replicates of each of `cells` cells whose replicate r's values have median truth x
-    exp(b_r), b_r ~ N(0, between), each value times exp(within x skewed noise), `sizes` values each.
-    Built as `ReplicateSamples.from_steps` builds it (each replicate's values ascending), with one
-    sort of replicate number + a fraction below 1 that orders the values: 5x faster."""
-    replicates = cells * runs
-    counts = rng.integers(sizes[0], sizes[1] + 1, replicates)
-    replicate = np.repeat(np.arange(replicates), counts)
-    values = truth * np.exp(
-        np.repeat(rng.normal(0, between, replicates), counts) + within * skewed(rng, len(replicate))
-    )
-    order = np.argsort(replicate + values / (2 * values.max()))
-    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    steps = SortedSamples(values[order], start, counts)
-    return ReplicateSamples(
-        steps, np.repeat(np.arange(cells), runs), np.arange(cells) * runs, np.full(cells, runs)
-    )
 
 
 def coverage(
