@@ -272,7 +272,7 @@ def test_a_shared_eager_cell_prints_the_verdict_each_cell_stopped_on(between: fl
 
 
 def main() -> None:
-    print("| case | between | misled, refused at 3 runs | 5 runs | 10 runs | false with repeats=auto |")
+    print("| case | between | misled, named apart at 3 runs | 5 runs | 10 runs | false with repeats=auto |")
     print("| --- | ---: | --- | --- | --- | ---: |")
     for case in CASES:
         for between in BETWEEN:
