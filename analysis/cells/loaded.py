@@ -89,7 +89,7 @@ def open_sweep(
     else:
         directories = [cell_dir(sweep_dir, cell_id) for cell_id in cell_ids]
         data = load_cells(directories, warn)
-    max_repeats, recorded = auto_settings(directories)
+    max_repeats, recorded, against = auto_settings(directories)
     equivalence = settings.equivalence
     if equivalence is None:
         equivalence = EQUIVALENCE if recorded is None else recorded
@@ -99,19 +99,22 @@ def open_sweep(
         data_bound=settings.data_bound,
         launch_bound=settings.launch_bound,
         auto_max_repeats=max_repeats,
+        stopped_against=against,
     )
     return Loaded(sweep_dir, data, metrics, equivalence, settings.data_bound, settings.launch_bound)
 
 
-def auto_settings(directories: Sequence[Path]) -> tuple[dict[str, int], float | None]:
+def auto_settings(directories: Sequence[Path]) -> tuple[dict[str, int], float | None, dict[str, int]]:
     """What the repeats=auto cells of these directories were decided with, from one read of each
     config.yaml: ({cell id: max_repeats}, their intervals being at the level the stop rule spent,
-    analysis/cells/uncertainty.py `interval_levels`; the margin of equivalence they decide with). The
+    analysis/cells/uncertainty.py `interval_levels`; the margin of equivalence they decide with;
+    {cell id: its eager cell's runs when it stopped}, its stop record's `against`, so that a verdict
+    is judged on the runs it stopped on however long its eager cell ran on for another cell). The
     margin is a stopped cell's from its stop record (what it was decided with), a cell's still going
     from its config.yaml (key `equivalence`, what the stop rule decides it with): so the verdicts of
     every table and the stop reasons agree, before a cell stops and after. None without such cells,
     or where they name different margins."""
-    max_repeats, margins = {}, set()
+    max_repeats, margins, against = {}, set(), {}
     for directory in directories:
         config = read_cell_config(directory, warn=None)
         if config.get("repeats") != AUTO_REPEATS:
@@ -119,6 +122,8 @@ def auto_settings(directories: Sequence[Path]) -> tuple[dict[str, int], float | 
         if "max_repeats" in config:
             max_repeats[Path(directory).name] = int(config["max_repeats"])
         record = read_auto_stop(directory)
+        if record is not None and isinstance(record.get("against"), int):
+            against[Path(directory).name] = record["against"]
         margins.add(record.get("equivalence") if record is not None else config.get("equivalence"))
     margin = margins.pop() if len(margins) == 1 else None
-    return max_repeats, None if margin is None else float(margin)
+    return max_repeats, None if margin is None else float(margin), against

@@ -26,6 +26,8 @@ from analysis.cells.uncertainty import (
     UNSTABLE_TOLERANCE,
     Draws,
     across_runs,
+    apart_notes,
+    baseline_limits,
     cell_codes,
     draws_ratio_interval,
     generators,
@@ -62,7 +64,8 @@ ACCURACY_COLUMNS = (
 AXES = names()
 METRIC_COLUMNS = [
     "status", "error", "replicates", "measured_steps", "mean_step_ms", "std_step_ms", "median_step_ms",
-    "p5_step_ms", "p95_step_ms", "replicate_spread", "unstable", "items_per_s", "e2e_items_per_s", "mfu_mean",
+    "p5_step_ms", "p95_step_ms", "replicate_spread", "unstable", "runs_apart", "items_per_s",
+    "e2e_items_per_s", "mfu_mean",
     "mfu_std", "e2e_mfu", "speedup", "speedup_low", "speedup_high", "interval", "interval_level",
     *PAIRED_COLUMNS, "e2e_speedup", "e2e_speedup_low", "e2e_speedup_high", "data_bound", *DEVICE_COLUMNS,
     "verdict", "verdict_basis",
@@ -180,17 +183,20 @@ def _memory_ratio(cells: pd.DataFrame, has_base: np.ndarray, base: np.ndarray) -
     return np.where(done & ~np.isnan(own_eager), memory / own_eager, against_cell)
 
 
-def _comparisons(cells: pd.DataFrame, draws: Draws, baseline: np.ndarray) -> np.ndarray:
+def _comparisons(cells: pd.DataFrame, draws: Draws, baseline: np.ndarray, limit: np.ndarray) -> np.ndarray:
     """Speedups (median step, end-to-end) with their bootstrap intervals and the peak-memory ratio
-    against the eager baseline; returns each cell's baseline position (-1: none)."""
+    against the eager baseline (its first `limit` runs: `baseline_limits`); returns each cell's
+    baseline position (-1: none)."""
     has_base, base = _against(cells, baseline)
     median = cells["median_step_ms"].to_numpy(float)
     cells["speedup"] = np.where(has_base, median[base] / median, np.nan)
-    cells["speedup_low"], cells["speedup_high"] = draws_ratio_interval(draws, "median", base, has_base)
+    cells["speedup_low"], cells["speedup_high"] = draws_ratio_interval(
+        draws, "median", base, has_base, limit=limit
+    )
     # End-to-end: own items/s over the baseline's; the draws are of steps per ms, times items per step.
     e2e, items = cells["e2e_items_per_s"].to_numpy(float), cells["items_per_step"].to_numpy(float)
     cells["e2e_speedup"] = np.where(has_base, e2e / e2e[base], np.nan)
-    low, high = draws_ratio_interval(draws, "rate", base, has_base, invert=False)
+    low, high = draws_ratio_interval(draws, "rate", base, has_base, invert=False, limit=limit)
     scale = np.where(base == np.arange(len(base)), 1.0, items / items[base])
     cells["e2e_speedup_low"], cells["e2e_speedup_high"] = low * scale, high * scale
     cells["peak_mem_ratio"] = _memory_ratio(cells, has_base, base)
@@ -238,13 +244,15 @@ def cell_metrics(
     data_bound: float = DATA_BOUND,
     launch_bound: float = LAUNCH_BOUND,
     auto_max_repeats: Mapping[str, int] | None = None,
+    stopped_against: Mapping[str, int] | None = None,
 ) -> pd.DataFrame:
     """One row per cell (CELL_COLUMNS), ordered by `sort_cells`. `equivalence`: the margin of practical
     equivalence of the verdicts, also the tolerance of `unstable` where above UNSTABLE_TOLERANCE;
     `data_bound`: the data-wait share above which a cell is data-bound; `launch_bound`: the share of a
     side's measured step the GPU idles above which it is launch-bound (analysis/cells/device_time.py);
     `auto_max_repeats`: the cells run with repeats=auto, their max_repeats by id (analysis/cells/
-    loaded.py `auto_settings`)."""
+    loaded.py `auto_settings`); `stopped_against`: a stopped repeats=auto cell's eager cell's runs when
+    it stopped, by id (its stop record's `against`): its speedup is judged on those."""
     if not 0 <= equivalence < 1 or not 0 <= data_bound <= 1 or not 0 <= launch_bound <= 1:
         raise ValueError(
             f"equivalence must lie in [0, 1), data_bound and launch_bound in [0, 1], not {equivalence}, "
@@ -262,7 +270,8 @@ def cell_metrics(
     level = interval_levels(cells, replicas.replicates, auto_max_repeats)
     draws = Draws(cells, replicas, resamples, seed, level)
     baseline = reference_positions(cells, SAME_WORKLOAD, cells["backend"] == BASELINE_BACKEND)
-    base = _comparisons(cells, draws, baseline)
+    limit = baseline_limits(cells, stopped_against)
+    base = _comparisons(cells, draws, baseline, limit)
     compared = ((base >= 0) & (base != np.arange(len(cells)))) | paired
     rngs = generators(cells, np.flatnonzero(paired), seed, PAIRED_STREAM)
     use_paired(cells, ratios, paired, compared, resamples, rngs, level, tolerance)
@@ -270,6 +279,7 @@ def cell_metrics(
     across = np.where(paired, counts >= 2, compared & across_runs(counts, counts[np.maximum(base, 0)]))
     cells["interval"] = interval_texts(replicas.replicates, across, compared)
     cells["interval_level"] = np.where(compared, level, np.nan)
+    cells["runs_apart"] = apart_notes(replicas, ratios, paired, compared, base, limit)
     verdicts(cells, compared, base, data_bound, equivalence)
     device = device_columns(cells, data, paired, base, level, launch_bound)
     # Joined and consolidated: a column inserted at a time, the frame passes pandas' 100 blocks (it warns).

@@ -19,7 +19,8 @@ from workloads.contract.sweep_dir import cell_dir, read_cell_config
 def standings(loaded: Loaded, going: Sequence[str]) -> list[Standing]:
     """Where each cell of `going` (ids) stands, its speedup the per-cell table's of the cells `loaded`
     (analysis/cells/loaded.py `open_sweep`: the sweep's, so its eager cell may be one that is not
-    going), its settings read from its config.yaml."""
+    going), its settings read from its config.yaml, its eager cell's runs where unpaired and its run
+    apart where one is."""
     metrics = loaded.metrics.set_index("cell_id")
     found = []
     for cell_id in going:
@@ -28,6 +29,7 @@ def standings(loaded: Loaded, going: Sequence[str]) -> list[Standing]:
         values = tuple(float(row[f"{name}{end}"]) for end in ("", "_low", "_high"))
         known = pd.notna(row["speedup_method"]) and not any(map(math.isnan, values))
         config = read_cell_config(cell_dir(loaded.sweep_dir, cell_id), warn=None)
+        unpaired = known and row["speedup_method"] == UNPAIRED
         found.append(
             Standing(
                 cell_id,
@@ -36,7 +38,9 @@ def standings(loaded: Loaded, going: Sequence[str]) -> list[Standing]:
                 config["equivalence"],
                 config["measure"]["rel_ci"],
                 values if known else None,  # type: ignore[arg-type]
-                row["baseline_cell_id"] if known and row["speedup_method"] == UNPAIRED else None,
+                row["baseline_cell_id"] if unpaired else None,
+                int(metrics.loc[row["baseline_cell_id"], "replicates"]) if unpaired else None,
+                row["runs_apart"] if known and pd.notna(row["runs_apart"]) else None,
             )
         )
     return found

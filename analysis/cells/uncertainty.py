@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.reading.collect import REPEAT
+from analysis.statistics.apart import apart_note, runs_apart
 from analysis.statistics.bootstrap import (
     ReplicateSamples,
     group_moments,
@@ -88,6 +89,33 @@ def stability(
                 resamples, generators(cells, several, seed, stream), tolerance=tolerance
             )
     cells["replicate_spread"], cells["unstable"] = spread, unstable
+
+
+def apart_notes(
+    replicas: ReplicateSamples,
+    ratios: ReplicateSamples,
+    paired: np.ndarray,
+    compared: np.ndarray,
+    base: np.ndarray,
+    limit: np.ndarray,
+) -> np.ndarray:
+    """Per compared cell, the run its interval rests on that stands apart (analysis/statistics/apart.py),
+    as a note (`run 5 is 12% above the others`), else None: of a paired cell's runs' median ratios; of
+    an unpaired cell's runs' median steps, then of its eager cell's (its first `limit` runs,
+    `first_runs`). The host probe of each run, once recorded, is what `apart_note`'s `why` is for."""
+    n = len(paired)
+    owner, replicate = first_runs(replicas, np.where(compared & ~paired, base, -1), limit)
+    medians = replicas.replicate_medians()
+    checks = (
+        ("", runs_apart(ratios.cell, ratios.replicate_medians(), n), paired),
+        ("", runs_apart(replicas.cell, medians, n), ~paired),
+        ("eager cell's ", runs_apart(owner, medians[replicate], n), ~paired),
+    )
+    notes = np.full(n, None, dtype=object)
+    for whose, found, which in checks:
+        for i in np.flatnonzero(which & compared & (found.run >= 0) & pd.isna(notes)):
+            notes[i] = apart_note(int(found.run[i]), float(found.offset[i]), whose)
+    return notes
 
 
 def median_samples(cells: pd.DataFrame, steps: pd.DataFrame) -> ReplicateSamples:
@@ -174,10 +202,8 @@ class Draws:
         self._rows: dict[str, dict[int, np.ndarray]] = {"median": {}, "rate": {}}
         replicate_mean, _ = group_moments(replicas.steps)
         with np.errstate(divide="ignore"):
-            self.runs = {
-                "median": RunLogs.of(replicas, replicas.replicate_medians()),
-                "rate": RunLogs.of(replicas, 1 / replicate_mean),
-            }
+            self.values = {"median": replicas.replicate_medians(), "rate": 1 / replicate_mean}
+        self.runs = {kind: RunLogs.of(replicas, values) for kind, values in self.values.items()}
 
     def get(self, kind: str, which: np.ndarray) -> np.ndarray:
         """(len(which), resamples): two-level bootstrap draws of these cells' median step (`median`),
@@ -199,13 +225,42 @@ class Draws:
         return np.array([rows[i] for i in which.tolist()], dtype=float).reshape(len(which), self.resamples)
 
 
+def first_runs(
+    samples: ReplicateSamples, base: np.ndarray, limit: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(owner, replicate) of the runs each cell i compares with: the first limit[i] runs of the cell at
+    base[i] (all of them where limit[i] is inf), replicate positions in `samples`; none where base[i] < 0.
+    A stopped repeats=auto cell's limit is its eager cell's runs when it stopped (`baseline_limits`):
+    an eager cell that ran on for another cell is not what it was judged against."""
+    base = np.asarray(base, dtype=np.int64)
+    count = np.where(base >= 0, np.minimum(samples.replicates[np.maximum(base, 0)], limit), 0).astype(
+        np.int64
+    )
+    owner = np.repeat(np.arange(len(base)), count)
+    start = np.cumsum(count) - count
+    replicate = samples.first[base[owner]] + np.arange(count.sum()) - start[owner]
+    return owner, replicate
+
+
+def baseline_limits(cells: pd.DataFrame, stopped_against: Mapping[str, int] | None) -> np.ndarray:
+    """Per cell, how many of its eager cell's runs it is judged against: those its stop record names
+    (`stopped_against`: {cell id: runs}, analysis/cells/loaded.py `auto_settings`), else all (inf)."""
+    return cells["cell_id"].map(dict(stopped_against or {})).fillna(np.inf).to_numpy(float)
+
+
 def draws_ratio_interval(
-    draws: Draws, kind: str, base: np.ndarray, has_base: np.ndarray, invert: bool = True
+    draws: Draws,
+    kind: str,
+    base: np.ndarray,
+    has_base: np.ndarray,
+    invert: bool = True,
+    limit: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Interval of (the `kind` statistic of the cell at `base`) / (own) — own / base's where not
     `invert` — for each cell where `has_base`: exactly 1 against itself, NaN where either has no steps.
-    Where both have 2 replicates or more, Welch's over runs at the cell's level (`across_runs`); else
-    the 95% interval of the two cells' bootstrap draws, which sees one run's steps only."""
+    Where both have 2 replicates or more, Welch's over runs at the cell's level (`across_runs`), the
+    base's first `limit` runs (`first_runs`; all where None); else the 95% interval of the two cells'
+    bootstrap draws, which sees one run's steps only."""
     n = len(base)
     low, high = np.full(n, np.nan), np.full(n, np.nan)
     itself = has_base & (base == np.arange(n))
@@ -214,7 +269,10 @@ def draws_ratio_interval(
     across = has_base & ~itself & across_runs(counts, counts[base])
     if across.any():
         runs = draws.runs[kind]
-        top, bottom = (runs.take(base), runs) if invert else (runs, runs.take(base))
+        limit = np.full(n, np.inf) if limit is None else limit
+        owner, replicate = first_runs(draws.replicas, np.where(has_base, base, -1), limit)
+        theirs = RunLogs.from_values(owner, draws.values[kind][replicate], n)
+        top, bottom = (theirs, runs) if invert else (runs, theirs)
         welch_low, welch_high = welch_interval(top, bottom, draws.level)
         low[across], high[across] = welch_low[across], welch_high[across]
     boot = np.flatnonzero(has_base & ~itself & ~across & (counts > 0) & (counts[base] > 0))

@@ -7,6 +7,8 @@ level `spent_level` gives its round,
 the paired one where the cell measured paired, else against its eager cell; the end-to-end one
 where data-bound) and `stop_reasons` decides, in this order:
 
+- a cell with a run apart (analysis/statistics/apart.py: its verdict is 'undecided') stops only at
+  `max_repeats`: more runs may show the others alike, never a verdict the table would not print;
 - a cell with a speedup stops once `equivalence_verdict` (analysis/statistics/verdicts.py) of that
   interval, with the cell's margin (config key `equivalence`), is decided: `decided: faster`,
   `decided: slower` or `decided: no difference`, exactly where the per-cell table says faster,
@@ -66,6 +68,10 @@ class Standing:
     """(speedup, low, high) of its interval at `spent_level`; None for a cell without one (the eager cell)."""
     baseline: str | None = None
     """The eager cell its speedup is against where unpaired (it needs that cell's runs)."""
+    against: int | None = None
+    """The eager cell's runs its unpaired speedup rests on now (its stop record keeps them)."""
+    apart: str | None = None
+    """A run its interval rests on that stands apart (`run 5 is 12% above the others`), or None."""
 
 
 def spent_level(replicates: np.ndarray, max_repeats: np.ndarray, rho: float = RHO) -> np.ndarray:
@@ -87,10 +93,12 @@ def decisions(
     max_repeats: np.ndarray,
     equivalence: np.ndarray | float,
     rel_ci: np.ndarray | float = np.nan,
+    apart: np.ndarray | bool = False,
 ) -> np.ndarray:
     """Why each cell with a speedup (and its interval at `spent_level`) stops now, None to go on
     (module doc), vectorised over cells: `stop_reasons` and the stopping simulation
-    (tests/unit/analysis/test_simulation.py) decide through it. `rel_ci`: NaN for none."""
+    (tests/unit/analysis/test_simulation.py) decide through it. `rel_ci`: NaN for none; `apart`:
+    whether a run of the cell stands apart (then only `max_repeats` stops it)."""
     speedup, low, high = (np.asarray(v, dtype=float) for v in (speedup, low, high))
     replicates, max_repeats = np.asarray(replicates), np.asarray(max_repeats)
     verdict = equivalence_verdict(low, high, np.asarray(equivalence, dtype=float))
@@ -100,6 +108,7 @@ def decisions(
         reasons[(high - low) / 2 <= np.asarray(rel_ci, dtype=float) * speedup] = PRECISE
     for name, reason in DECIDED.items():
         reasons[verdict == name] = reason
+    reasons[np.broadcast_to(apart, reasons.shape) & (replicates < max_repeats)] = None
     reasons[replicates < MIN_REPLICATES] = None
     return reasons
 
@@ -115,6 +124,7 @@ def stop_reasons(standings: Sequence[Standing]) -> dict[str, str | None]:
                 standing.max_repeats,
                 standing.equivalence,
                 np.nan if standing.rel_ci is None else standing.rel_ci,
+                standing.apart is not None,
             )[()]
     needed = {s.baseline for s in standings if s.speedup is not None and reasons[s.cell_id] is None}
     compared = {s.baseline for s in standings}

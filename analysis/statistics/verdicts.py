@@ -49,7 +49,8 @@ def verdicts(
 ) -> None:
     """`data_bound`, and each compared cell's verdict with what it rests on: the end-to-end interval
     where the cell or its baseline is data-bound, else the speedup's (the paired one where measured).
-    The baseline itself and cells without an interval have none."""
+    The baseline itself and cells without an interval have none; a cell with a run apart (column
+    `runs_apart`, analysis/statistics/apart.py) is 'undecided'."""
     share = cells["data_wait_share"].to_numpy(float)
     bound = (cells["status"] == COMPLETED).to_numpy() & (np.nan_to_num(share, nan=0.0) > data_bound)
     cells["data_bound"] = bound
@@ -57,6 +58,7 @@ def verdicts(
     low = np.where(e2e, cells["e2e_speedup_low"], cells["speedup_low"]).astype(float)
     high = np.where(e2e, cells["e2e_speedup_high"], cells["speedup_high"]).astype(float)
     verdict = equivalence_verdict(low, high, equivalence)
+    verdict[cells["runs_apart"].notna().to_numpy() & pd.notna(verdict)] = "undecided"
     verdict[~compared] = None
     cells["verdict"] = verdict
     cells["verdict_basis"] = np.where(pd.isna(verdict), None, np.where(e2e, E2E_BASIS, MEDIAN_BASIS))

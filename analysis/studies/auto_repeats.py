@@ -53,7 +53,9 @@ def auto_repeats_table(sweep_dir: Path, cells: pd.DataFrame) -> Table | None:
         "was decided (as the per-cell table's: faster, slower or no difference), its speedup's interval "
         "was narrower than measure.rel_ci (precise enough) or max_repeats was reached, never before 3 runs; "
         "each round's interval at the level left by spending 5% over runs 3 to max_repeats (the per-cell "
-        "table's `interval`); an eager cell ran while an unpaired cell compared with it did."
+        "table's `interval`); an eager cell ran while an unpaired cell compared with it did, and every table "
+        "judges an unpaired cell on the eager runs it stopped on; a cell with a run apart (`runs_apart`) "
+        "is not stopped on a verdict."
     )
     return Table(AUTO_REPEATS, "repeats=auto: why each cell stopped", data, text, note)
 

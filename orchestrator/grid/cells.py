@@ -70,17 +70,24 @@ class Grid:
 
     def replicates(self) -> list[tuple[Cell, int]]:
         """Every (cell, repeat) to run, in run order: replicate 0 of every cell in grid order, then
-        replicate 1, ... so that the backends of a workload alternate (eager, inductor, eager,
-        inductor) and a drift of the machine over the sweep does not favour one of them. A
-        repeats=auto cell's first only: the rounds after it are decided as they go
-        (orchestrator/sweep/rounds.py)."""
+        replicate 1 in the reverse order, ... (`round_order`), so that the backends of a workload
+        alternate (eager, inductor, inductor, eager) and a drift of the machine over the sweep lags
+        each side in every other round, favouring neither. A repeats=auto cell's first only: the
+        rounds after it are decided as they go (orchestrator/sweep/rounds.py)."""
         rounds = max((cell.repeats for cell in self.cells), default=0)
         return [
             (cell, repeat)
             for repeat in range(rounds)
-            for cell in self.cells
+            for cell in self.round_order(repeat)
             if repeat < (1 if cell.auto else cell.repeats)
         ]
+
+    def round_order(self, repeat: int) -> list[Cell]:
+        """The cells in the order round `repeat` (0-based) runs them: grid order in even rounds, the
+        reverse in odd ones. With eager always first, a host that slows 1% a round would lag the
+        compiled side by half a round's drift in every round (tests/unit/analysis/test_simulation.py
+        `drift`); reversed every other round the lags cancel in pairs of rounds."""
+        return self.cells[::-1] if repeat % 2 else list(self.cells)
 
     def auto_note(self) -> str:
         """`, repeats: auto (≤ 10)` for a grid with repeats=auto cells, for the dry run's line; else ''."""

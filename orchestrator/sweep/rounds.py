@@ -1,7 +1,8 @@
 """`repeats=auto`: replicates round after round, each cell until its speedup is decided.
 
-A round runs the next replicate of every cell still going, in grid order (the backends of a
-workload alternate, as with `repeats=N`). After it, analysis/statistics/decision.py decides which
+A round runs the next replicate of every cell still going, in grid order in odd rounds and the
+reverse in even ones (`Grid.round_order`: the backends of a workload alternate, as with
+`repeats=N`). After it, analysis/statistics/decision.py decides which
 cells stop and why (decided faster, slower or no difference exactly where `analyze`'s verdict says so with the
 margin `equivalence`; precise enough; `max_repeats` reached; the eager cell kept for its unpaired
 cells).
@@ -48,7 +49,7 @@ def run_rounds(
     for repeat in itertools.count():
         todo = [
             (cell, repeat)
-            for cell in grid.cells
+            for cell in grid.round_order(repeat)
             if (cell.cell_id in going if cell.auto else repeat < cell.repeats)
         ]
         if not todo:
@@ -78,6 +79,8 @@ def _record(sweep_dir: Path, cell: Cell, standing: Standing, reason: str, out: T
         "reason": reason,
         **speedup,
         "equivalence": standing.equivalence,
+        **({"against": standing.against} if standing.against is not None else {}),
+        **({"apart": standing.apart} if standing.apart is not None else {}),
     }
     write_auto_stop(cell_dir(sweep_dir, cell.cell_id), record)
     print(f"  {cell.label} ({cell.cell_id}) stops after {standing.replicates} run(s): {reason}", file=out)

@@ -6,6 +6,7 @@ why each cell stopped."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import re
 import subprocess
@@ -75,20 +76,25 @@ def test_a_compared_cell_stops_once_its_interval_decides_or_is_precise(
 
 
 def test_the_stop_reason_is_the_verdict_analyze_prints_on_a_grid_of_intervals_and_margins() -> None:
+    """Also with a run apart: the verdict is undecided and the cell goes on."""
     ends = np.round(np.arange(0.90, 1.105, 0.01), 2)
     intervals = [(low, high) for low in ends for high in ends if low <= high]
-    for margin in (0.0, 0.01, 0.02, 0.05, 0.1):
+    for margin, apart in itertools.product(
+        (0.0, 0.01, 0.02, 0.05, 0.1), (None, "run 4 is 9% above the others")
+    ):
         cells = pd.DataFrame(
             {
                 "data_wait_share": 0.0,
                 "status": "completed",
+                "runs_apart": apart,
                 **{f"{kind}speedup_low": [low for low, _ in intervals] for kind in ("", "e2e_")},
                 **{f"{kind}speedup_high": [high for _, high in intervals] for kind in ("", "e2e_")},
             }
         )
         verdicts(cells, np.ones(len(cells), bool), np.full(len(cells), -1), 0.1, margin)
+        assert apart is None or set(cells["verdict"]) == {"undecided"}
         for (low, high), verdict in zip(intervals, cells["verdict"]):
-            standing = Standing("c", 3, 10, margin, speedup=((low + high) / 2, low, high))
+            standing = Standing("c", 3, 10, margin, speedup=((low + high) / 2, low, high), apart=apart)
             expected = None if verdict == "undecided" else f"decided: {verdict}"
             assert reason(standing) == expected, (low, high, margin, verdict)
 

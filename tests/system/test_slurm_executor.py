@@ -421,12 +421,13 @@ def test_packed_dry_run_shows_tasks_and_their_time(capsys, no_slurm_here, tmp_pa
 
 
 def test_packed_replicates_keep_the_sweeps_order(no_slurm_here, tmp_path: Path) -> None:
-    """Tasks are filled in run order: a cell's replicates stay apart, the backends alternate."""
+    """Tasks are filled in run order: a cell's replicates stay apart, the backends alternate, eager first
+    in odd rounds and compiled first in even ones (Grid.round_order)."""
     overrides = ["cluster=grete", "backend=eager,inductor", "repeats=3", "cluster.cells_per_task=4"]
     the_plan = plan(expand([*overrides, f"hydra.sweep.dir={tmp_path / 'sw'}"]), query_cluster=False)
     (array,) = the_plan.arrays
     assert [[(cell.axes["backend"], repeat) for cell, repeat in task] for task in array.tasks] == [
-        [("eager", 0), ("inductor", 0), ("eager", 1), ("inductor", 1)],
+        [("eager", 0), ("inductor", 0), ("inductor", 1), ("eager", 1)],
         [("eager", 2), ("inductor", 2)],
     ]
     assert array.params["time"] == 4 * 60 and array.packed

@@ -290,8 +290,9 @@ def read_task_place(sweep_dir: Path, task_job_id: str) -> int | None:
 
 def write_auto_stop(directory: Path, record: Mapping[str, Any]) -> None:
     """Write a repeats=auto cell's stop record: `replicates` (how many it ran), `reason` (what stopped
-    it), the speedup with its interval (`speedup`, `low`, `high`; null where it has none) and the
-    margin it was decided with (`equivalence`, the config key)."""
+    it), the speedup with its interval (`speedup`, `low`, `high`; null where it has none), the
+    margin it was decided with (`equivalence`, the config key) and, where they were, its eager cell's
+    runs its speedup rested on (`against`) and its run apart (`apart`)."""
     with atomic_output(Path(directory) / AUTO_STOP_FILE) as fh:
         fh.write(json.dumps(dict(record)).encode())
 

@@ -102,9 +102,9 @@ def verdict_texts(metrics: pd.DataFrame, reasons: bool = True, one_run: str = ON
 
 
 def verdict_reasons(metrics: pd.DataFrame, digits: int = 2) -> pd.Series:
-    """Why a verdict rests on end-to-end throughput: `data-bound (94% waiting for data): end-to-end
-    1.03x [0.97, 1.10]` (`eager cell data-bound (...)` where it is the baseline that waits); '' for
-    the others."""
+    """Why a cell with a run apart is undecided (`run 5 is 12% above the others`), or why a verdict
+    rests on end-to-end throughput: `data-bound (94% waiting for data): end-to-end 1.03x [0.97, 1.10]`
+    (`eager cell data-bound (...)` where it is the baseline that waits); '' for the others."""
     share = metrics.drop_duplicates("cell_id").set_index("cell_id")["data_wait_share"]
     reasons = []
     for row in metrics[
@@ -116,8 +116,12 @@ def verdict_reasons(metrics: pd.DataFrame, digits: int = 2) -> pd.Series:
             "e2e_speedup",
             "e2e_speedup_low",
             "e2e_speedup_high",
+            "runs_apart",
         ]
     ].to_dict("records"):
+        if not is_null(row["runs_apart"]):
+            reasons.append(row["runs_apart"])
+            continue
         if row["verdict_basis"] != E2E_BASIS:
             reasons.append("")
             continue

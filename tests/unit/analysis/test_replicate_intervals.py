@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from scipy import stats
 
 from analysis.cells.loaded import open_sweep
@@ -422,3 +423,40 @@ def test_hierarchical_means_have_the_law_of_resampling_replicates_then_steps(siz
     assert cdf_distance(fast, plain) < 0.02
     for end, q in zip(percentile_interval(fast[None, :]), (0.025, 0.975)):
         assert abs((plain < end[0]).mean() - q) < 0.01
+
+
+def test_a_run_that_stands_apart_is_named_and_leaves_the_verdict_undecided(tmp_path: Path) -> None:
+    """The committed versions pack's resnet per-run paired ratios, [1.000, 1.003, 1.019, 1.017, 0.876]
+    (issue 50), as an unpaired cell's five runs of median steps against a steady eager cell: run 5 is
+    named, its median step 15% above the others' (1.0097 / 0.876, their geometric mean over its), and
+    the verdict is undecided, in words too."""
+    ratios = [1.000, 1.003, 1.019, 1.017, 0.876]
+    flat = lambda median: [median] * 21  # noqa: E731
+    write_replicates(tmp_path, "e", "eager", [flat(10.0 * (1 + 0.001 * k)) for k in range(5)], **GPT2)
+    write_replicates(tmp_path, "i", "inductor", [flat(10.0 / r) for r in ratios], **GPT2)
+    row = metrics_of(tmp_path)["i"]
+    assert row["runs_apart"] == "run 5 is 15% above the others"
+    assert row["verdict"] == "undecided" and pd.isna(metrics_of(tmp_path)["e"]["runs_apart"])
+    text = summary_table(open_sweep(tmp_path, warn=None).metrics).text.set_index("cell")
+    assert text.loc["i", "verdict"] == "undecided — run 5 is 15% above the others"
+
+
+def test_a_stopped_cell_is_judged_on_the_eager_runs_it_stopped_on(tmp_path: Path) -> None:
+    """A repeats=auto cell stopped at 3 runs (its stop record: `against` 3) beside an eager cell that
+    ran 6 for another cell: its interval is Welch's over its 3 runs and the eager cell's first 3, by
+    hand (scipy's Welch test on the log medians), not over all 6."""
+    eager = [10.0, 10.2, 9.9, 11.5, 11.6, 11.4]  # the later runs slower: they would move the verdict
+    compiled = [8.0, 8.1, 7.9]
+    write_replicates(tmp_path, "e", "eager", [[m] * 21 for m in eager], **GPT2)
+    directory = write_replicates(tmp_path, "i", "inductor", [[m] * 21 for m in compiled], **GPT2)
+    config = yaml.safe_load((directory / "config.yaml").read_text())
+    (directory / "config.yaml").write_text(yaml.safe_dump({**config, "repeats": "auto", "max_repeats": 3}))
+    (directory / "auto_repeats.json").write_text(
+        '{"replicates": 3, "reason": "max_repeats reached", "against": 3}'
+    )
+    row = open_sweep(tmp_path, warn=None).metrics.set_index("cell_id").loc["i"]
+    top, bottom = np.log(eager[:3]), np.log(compiled)
+    difference = top.mean() - bottom.mean()
+    low, high = stats.ttest_ind(top, bottom, equal_var=False).confidence_interval(0.95)
+    assert (row["speedup_low"], row["speedup_high"]) == pytest.approx((math.exp(low), math.exp(high)))
+    assert math.log(row["speedup_low"]) < difference < math.log(row["speedup_high"])
