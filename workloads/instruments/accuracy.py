@@ -69,9 +69,11 @@ def noise_multiplier(autocast_dtype: str | None) -> float:
 
 @dataclass(frozen=True)
 class TensorResult:
-    """One tensor's judgement: the compiled run's error, eager's own and the largest that passes."""
+    """One quantity's judgement by one measure: the compiled run's error, eager's own and the largest
+    that passes."""
 
     name: str
+    measure: str
     error: float
     floor: float
     limit: float
@@ -88,19 +90,30 @@ class TensorResult:
 
 
 def judge(
-    compiled: dict[str, float],
-    eager_rerun: dict[str, float],
-    eager_vs_fp64: dict[str, float] | None,
+    compiled: dict[tuple[str, str], float],
+    eager_rerun: dict[tuple[str, str], float],
+    eager_vs_fp64: dict[tuple[str, str], float] | None,
     tolerance: float,
     multiplier: float,
 ) -> list[TensorResult]:
-    """Each tensor's result from its errors: the compiled run's against the reference, eager's rerun
-    against eager, and (with an fp64 reference) eager's against it."""
+    """Each (quantity, measure)'s result from its errors: the compiled run's against the reference,
+    eager's rerun against eager, and (with an fp64 reference) eager's against it."""
     results = []
-    for name, error in compiled.items():
-        floor = max(eager_rerun[name], eager_vs_fp64[name] if eager_vs_fp64 is not None else 0.0)
-        results.append(TensorResult(name, error, floor, max(tolerance, multiplier * floor)))
+    for key, error in compiled.items():
+        floor = max(eager_rerun[key], eager_vs_fp64[key] if eager_vs_fp64 is not None else 0.0)
+        results.append(TensorResult(*key, error, floor, max(tolerance, multiplier * floor)))
     return results
+
+
+@dataclass(frozen=True)
+class References:
+    """What a compiled run is judged against: the state the runs start from, eager's two runs and the
+    fp64 run (None where it could not be made)."""
+
+    start: Record
+    eager: Record
+    rerun: Record
+    fp64: Record | None
 
 
 @contextlib.contextmanager
@@ -136,6 +149,13 @@ class TrainingState:
             for p, state in step.update.optimizer.state.items()
         }
         self.scaler = step.scaler.state_dict()
+
+    def start(self) -> Record:
+        """The saved parameters and buffers by their names in the trained module (the updates' start)."""
+        saved = {id(t): copy for t, copy in self.tensors}
+        module = trained_module(self.step)
+        named = [*module.named_parameters(), *module.named_buffers()]
+        return {name: saved[id(t)] for name, t in named if id(t) in saved}
 
     @torch.no_grad()
     def restore(self) -> None:
@@ -202,18 +222,27 @@ class AccuracyCheck(Instrument):
         devices = [device] if device.type == "cuda" else []
         try:
             with dropout_off(step.model.module), torch.random.fork_rng(devices=devices):
-                fp64 = self._fp64_run(step, batches) if self.fp64_reference else None
-                eager = self._run(step, state, batches, eager=True)
-                rerun = self._run(step, state, batches, eager=True)
-                compiled = self._run(step, state, batches, eager=False)
+                references = self.references(state, batches)
+                compiled = self.run(state, batches, eager=False)
         finally:
             step.batches = stream
             state.restore()
-        reference = fp64 if fp64 is not None else eager
+        return self.row(references, compiled)
+
+    def references(self, state: TrainingState, batches: list[Any]) -> References:
+        """The fp64 run (where it fits), then eager's two, from `state` on `batches`."""
+        fp64 = self._fp64_run(state.step, batches) if self.fp64_reference else None
+        eager = self.run(state, batches, eager=True)
+        return References(state.start(), eager, self.run(state, batches, eager=True), fp64)
+
+    def row(self, references: References, compiled: Record) -> dict[str, Any]:
+        """The check's columns: the result, and the worst (quantity, measure) with its numbers."""
+        assert self.cell is not None
+        device, start, fp64 = self.cell.device, references.start, references.fp64
         results = judge(
-            tensor_errors(compiled, reference, device),
-            tensor_errors(rerun, eager, device),
-            tensor_errors(eager, fp64, device) if fp64 is not None else None,
+            tensor_errors(compiled, fp64 if fp64 is not None else references.eager, start, device),
+            tensor_errors(references.rerun, references.eager, start, device),
+            tensor_errors(references.eager, fp64, start, device) if fp64 is not None else None,
             self.tolerance,
             self.multiplier,
         )
@@ -221,14 +250,16 @@ class AccuracyCheck(Instrument):
         return {
             "accuracy": ACCURACY_PASS if all(r.passed for r in results) else ACCURACY_FAIL,
             "accuracy_worst_tensor": worst.name,
+            "accuracy_measure": worst.measure,
             "accuracy_rel_diff": worst.error,
             "accuracy_noise_floor": worst.floor,
             "accuracy_tolerance": worst.limit,
             "accuracy_reference": ACCURACY_FP64 if fp64 is not None else ACCURACY_EAGER,
         }
 
-    def _run(self, step: TrainStep, state: TrainingState, batches: list[Any], *, eager: bool) -> Record:
+    def run(self, state: TrainingState, batches: list[Any], *, eager: bool) -> Record:
         """CHECK_STEPS steps from the saved state on `batches`, the RNG at the cell's seed."""
+        step = state.step
         state.restore()
         torch.manual_seed(self.seed)
         step.batches = iter(batches)
