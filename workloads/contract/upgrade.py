@@ -29,6 +29,8 @@ encoding changed so far; such a change would be one more step here. The history,
   an idle device after measuring, not from their steps), nothing to lift; the GEMM cell's timing mode
   (issue 40: the axis `gemm_timing`), `_sustained_gemms`: every GEMM cell before it was timed
   sustained; its clocks (`sm_clock_mhz`, `clock_samples`, `clock_limits`): null, not measured.
+  The accuracy check's `accuracy_measure` (issue 50): null in older files, whose check judged every
+  tensor but the losses by 1 - cos and parameters by their value; nothing to lift.
 
 A cell's config.yaml has one step too (`lift_config`, read by `sweep_dir.read_cell_config` and
 `workloads.cell.config_io.load_cell_config`), the keys that moved (MOVED_CONFIG_KEYS):
