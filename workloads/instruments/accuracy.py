@@ -7,16 +7,16 @@ Runs (workloads/instruments/accuracy_runs.py records them): an fp64 copy of the 
 where it fits on the device (the reference), eager twice (under `torch.compiler.set_stance(
 "force_eager")`), then compiled; the same inputs, starting state and RNG seed for each. Each run
 records its CHECK_STEPS losses, its first step's gradients (before clipping) and its parameters and
-buffers after the last step. Judged (accuracy_runs.tensor_errors): the losses and each parameter's
-and buffer's update (after - start) by relative L2, which sees scale; each gradient by direction
-(1 - cos) and by the ratio of its norm to the reference's. A (quantity, measure) passes when its
-error against the reference (fp64, else eager's first run) is at most max(the precision's
-tolerance, multiplier x eager's own error), eager's own being the larger of eager's error against
-fp64 and its rerun's against itself (nondeterministic kernels). The tolerance is the harness's for
-training (`Precision.accuracy_tolerance`: 1e-3 in fp32 and TF32, 1e-2 under bf16 or fp16 autocast),
-the multiplier `same`'s (2, 3 in half precision). `fail_accuracy` where any fails; the row names the
-worst (the largest error against its limit): the quantity, its measure, its error, eager's and the
-limit.
+buffers after the last step. Judged (accuracy_runs.tensor_errors): the losses by relative L2; each
+gradient and each parameter's and buffer's update (after - start) by direction (1 - cos) and by the
+ratio of its norm to the reference's, which sees scale. A (quantity, measure) passes when its error
+against the reference (fp64, else eager's first run) is at most max(the least limit, multiplier x
+eager's own error), eager's own being the larger of eager's error against fp64 and its rerun's
+against itself (nondeterministic kernels). The least limit is the harness's training tolerance
+(`Precision.accuracy_tolerance`: 1e-3 in fp32 and TF32, 1e-2 under bf16 or fp16 autocast), for a
+norm's ratio at least NORM_TOLERANCE; the multiplier is `same`'s (2, 3 in half precision).
+`fail_accuracy` where any fails; the row names the worst (the largest error against its limit): the
+quantity, its measure, its error, eager's and the limit.
 
 Dropout is switched off for the check (`dropout_off`), where the model has any: a dropout mask
 drawn by inductor is not eager's, so compiled and eager would differ by construction. That
