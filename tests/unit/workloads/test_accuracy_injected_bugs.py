@@ -72,8 +72,9 @@ def checked_cell(model: str, precision: str) -> CheckedCell:
     return CheckedCell(model, precision, check, state, batches, references)
 
 
-@pytest.fixture(scope="module", params=["gpt-fp32", "resnet-fp32", "gpt-bf16", "resnet-bf16"])
+@pytest.fixture(scope="module")
 def cell(request: pytest.FixtureRequest) -> CheckedCell:
+    """One checked cell per model and precision (the test's parameter `model-precision`)."""
     return checked_cell(*request.param.split("-"))
 
 
@@ -172,8 +173,15 @@ BUGS: dict[str, Bug] = {
     "gradients-zeroed": gradients_times(0.0),
     "gradients-negated": gradients_times(-1.0),
 }
-#: bf16's tolerance and eager's own bf16 error let these through (docs/measurement.md, "What it sees").
-MISSED_IN_BF16: set[str] = set()
+#: The bugs each cell is tried with: every one that applies in fp32, and in bf16 on gpt; on resnet in
+#: bf16 (its CPU steps the slowest, 30 to 50 s a run on the busy 2-core host) the running variance,
+#: the gradients' scale and the momentum. Every one failed on resnet in bf16 too (at b0a9e00).
+CELL_BUGS = {
+    "gpt-fp32": [bug for bug in BUGS if bug != "running-var-never-updated"],
+    "resnet-fp32": list(BUGS),
+    "gpt-bf16": [bug for bug in BUGS if bug != "running-var-never-updated"],
+    "resnet-bf16": ["running-var-never-updated", "gradients-x1.1", "momentum-0.9-to-0.8"],
+}
 
 
 @contextlib.contextmanager
@@ -184,20 +192,19 @@ def no_bug(step: TrainStep) -> Iterator[None]:
 # --- the tests -------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("cell", list(CELL_BUGS), indirect=True)
 def test_the_uninjected_run_passes_against_fp64(cell: CheckedCell) -> None:
     """The control: the same run without a bug is within every limit, against fp64."""
     row = cell.row(no_bug)
     assert row["accuracy"] == ACCURACY_PASS and row["accuracy_reference"] == ACCURACY_FP64, row
 
 
-@pytest.mark.parametrize("bug", list(BUGS))
+@pytest.mark.parametrize(
+    ("cell", "bug"), [(cell, bug) for cell, bugs in CELL_BUGS.items() for bug in bugs], indirect=["cell"]
+)
 def test_a_bug_of_the_compiled_side_fails_accuracy(cell: CheckedCell, bug: str) -> None:
-    if bug == "running-var-never-updated" and cell.model == "gpt":
-        pytest.skip("a GPT has no batch norm")
     row = cell.row(BUGS[bug])
-    precision = PRECISIONS[cell.precision]
-    if cell.precision == "bf16" and bug in MISSED_IN_BF16:
-        assert row["accuracy"] == ACCURACY_PASS, f"{bug} is caught in bf16 now: {row}"
-        return
     assert row["accuracy"] == ACCURACY_FAIL, row
-    assert row["accuracy_rel_diff"] > row["accuracy_tolerance"] >= precision.accuracy_tolerance
+    assert (
+        row["accuracy_rel_diff"] > row["accuracy_tolerance"] >= PRECISIONS[cell.precision].accuracy_tolerance
+    )
