@@ -180,14 +180,11 @@ BUGS: dict[str, Bug] = {
     "gradients-zeroed": gradients_times(0.0),
     "gradients-negated": gradients_times(-1.0),
 }
-#: The bugs each cell is tried with: every one that applies in fp32, and in bf16 on gpt; on resnet in
-#: bf16 (its CPU steps the slowest, 30 to 50 s a run on the busy 2-core host) the running variance,
-#: the gradients' scale and the momentum. Every one failed on resnet in bf16 too (at b0a9e00).
+#: The bugs each cell is tried with: every one that applies to its model.
 CELL_BUGS = {
-    "gpt-fp32": [bug for bug in BUGS if bug != "running-var-never-updated"],
-    "resnet-fp32": list(BUGS),
-    "gpt-bf16": [bug for bug in BUGS if bug != "running-var-never-updated"],
-    "resnet-bf16": ["running-var-never-updated", "gradients-x1.1", "momentum-0.9-to-0.8"],
+    f"{model}-{precision}": [bug for bug in BUGS if model == "resnet" or bug != "running-var-never-updated"]
+    for model in ("gpt", "resnet")
+    for precision in ("fp32", "bf16")
 }
 
 
