@@ -22,7 +22,7 @@ from workloads.cell.recorder import CellRecorder
 from workloads.cell.train import TrainStep
 from workloads.contract.vocabulary import ACCURACY_FAIL, ACCURACY_FP64, ACCURACY_PASS
 from workloads.instruments.accuracy import CHECK_STEPS, AccuracyCheck, References, TrainingState
-from workloads.instruments.accuracy_runs import trained_module
+from workloads.instruments.accuracy_runs import NORM_RATIO, trained_module
 from workloads.train_cell import prepare_cell
 
 #: A bug: a context manager around the compiled run of a cell's training step.
@@ -55,11 +55,15 @@ class CheckedCell:
 #: Each model's cheapest settings: resnet10t on 32-pixel images (its stages end at 1 x 1) runs a
 #: step in a quarter of the tiny size's time.
 CHEAPEST = {"gpt": {}, "resnet": {"model": {"image_size": 32}}}
+#: A global gradient norm that every step's gradients exceed: clipping scales them to it.
+CLIPPED = {"optim": {"grad_clip": 1e-4}}
 
 
-def checked_cell(model: str, precision: str) -> CheckedCell:
-    """The cell of `model` in `precision` trained 3 steps, its fp64 and eager runs made."""
-    cfg = cell_config_from_dict(tiny_config(model, "eager", precision={"name": precision}, **CHEAPEST[model]))
+def checked_cell(model: str, precision: str, clipped: str = "") -> CheckedCell:
+    """The cell of `model` in `precision` (its gradients clipped with `clipped`) trained 3 steps, its
+    fp64 and eager runs made."""
+    overrides = {**CHEAPEST[model], **(CLIPPED if clipped else {})}
+    cfg = cell_config_from_dict(tiny_config(model, "eager", precision={"name": precision}, **overrides))
     cell = prepare_cell(cfg, CellRecorder("c", 1))
     for _ in range(3):
         cell.step()
@@ -73,7 +77,7 @@ def checked_cell(model: str, precision: str) -> CheckedCell:
 
 
 class CheckedCells(dict[str, CheckedCell]):
-    """The checked cell of each `model-precision`, made when first asked for."""
+    """The checked cell of each `model-precision[-clipped]`, made when first asked for."""
 
     def __missing__(self, key: str) -> CheckedCell:
         self[key] = checked_cell(*key.split("-"))
@@ -209,3 +213,11 @@ def test_a_bug_of_the_compiled_side_fails_accuracy(cells: CheckedCells, cell: st
     assert row["accuracy"] == ACCURACY_FAIL, row
     least = PRECISIONS[cells[cell].precision].accuracy_tolerance
     assert row["accuracy_rel_diff"] > row["accuracy_tolerance"] >= least
+
+
+def test_a_scaled_gradient_is_seen_before_clipping_scales_it_back(cells: CheckedCells) -> None:
+    """Gradients are recorded as the backward made them: with every step clipped, x2 gradients are
+    the same after clipping, and so is AdamW's update; the recorded gradients' norms are 2x."""
+    row = cells["gpt-fp32-clipped"].row(gradients_times(2.0))
+    assert row["accuracy"] == ACCURACY_FAIL and row["accuracy_measure"] == NORM_RATIO, row
+    assert row["accuracy_rel_diff"] == pytest.approx(1.0)
