@@ -1,7 +1,8 @@
 """Bugs of the compiled side alone fail the accuracy check (workloads/instruments/accuracy.py): gradients
 scaled (x1.1, x0.5, x2, one matrix's x2), an optimizer step skipped, a batch norm's running variance
-never updated, the optimizer's momentum changed; and gradients zeroed or negated, the controls that
-the direction measure caught before (issue 50). One tiny CPU cell per model and precision computes
+never updated, the optimizer's momentum changed, gradients scaled under clipping that scales them
+back; and gradients zeroed or negated, the controls that the direction measure caught before
+(issue 50). One tiny CPU cell per model and precision computes
 the fp64 reference and eager's two runs once; each bug is one more run of the cell's own module (the
 "compiled" side: the run without the eager stance), the bug injected into that run only."""
 
