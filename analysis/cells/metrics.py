@@ -55,10 +55,12 @@ from workloads.contract.vocabulary import (
     names,
 )
 
-#: The accuracy check's result, its worst tensor's error and eager's own, the tensor and its limit (the
-#: last two null in sweeps before the per-tensor check), as `fmt_accuracy` takes them.
+#: The accuracy check's result, its worst quantity's error and eager's own, the quantity, its limit and
+#: its measure (null in sweeps before the per-tensor check; the measure before issue 50), as
+#: `fmt_accuracy` takes them.
 ACCURACY_COLUMNS = (
-    "accuracy", "accuracy_rel_diff", "accuracy_noise_floor", "accuracy_worst_tensor", "accuracy_tolerance"
+    "accuracy", "accuracy_rel_diff", "accuracy_noise_floor", "accuracy_worst_tensor", "accuracy_tolerance",
+    "accuracy_measure",
 )  # fmt: skip
 #: What names a cell in tables and plots, besides its id: every axis.
 AXES = names()

@@ -84,7 +84,7 @@ RUN_READ_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in dict.fromkeys((
     "first_step_ms", "graph_count", "graph_break_count", "recompile_count", "peak_mem_bytes",
     "eager_peak_mem_bytes",  # a paired cell's eager side's peak (analysis/cells/metrics.py)
     "accuracy", "accuracy_rel_diff", "accuracy_noise_floor",  # the accuracy check (workloads/instruments/)
-    "accuracy_worst_tensor", "accuracy_tolerance",
+    "accuracy_worst_tensor", "accuracy_measure", "accuracy_tolerance",
     # fp8 cells' Linear layers swapped, and left in bf16 (analysis/studies/fp8.py)
     "fp8_linears", "fp8_skipped_head", "fp8_skipped_misaligned",
     *GEMM_READ,  # a GEMM cell's own columns (analysis/cells/gemm.py)

@@ -54,18 +54,26 @@ def fmt_percent(fraction: Any, digits: int = 1) -> str:
 
 
 def fmt_accuracy(
-    result: Any, diff: Any, floor: Any, worst: Any = None, limit: Any = None, full: bool = False
+    result: Any,
+    diff: Any,
+    floor: Any,
+    worst: Any = None,
+    limit: Any = None,
+    measure: Any = None,
+    full: bool = False,
 ) -> str:
-    """`pass (2.3e-07; eager 0)`: an accuracy check's result, its worst tensor's error and eager's own;
-    on a fail (and with `full`) the tensor and its limit, `fail_accuracy (h.1.ln_1.weight.grad 1.00 >
-    0.001; eager 2e-07)`; the result alone where the check failed to run. Sweeps before the per-tensor
-    check have no tensor: their difference is the losses'."""
+    """`pass (2.3e-07; eager 0)`: an accuracy check's result, its worst quantity's error and eager's
+    own; on a fail (and with `full`) the quantity, its measure and its limit, `fail_accuracy
+    (h.1.ln_1.weight.grad norm_ratio 1.00 > 0.001; eager 2e-07)`; the result alone where the check
+    failed to run. Sweeps before the per-tensor check have no tensor: their difference is the losses';
+    sweeps before issue 50 no measure."""
     if is_null(result) or is_null(diff):
         return "" if is_null(result) else str(result)
     if is_null(worst) or not (full or result == ACCURACY_FAIL):
         return f"{result} ({fmt_number(diff)}; eager {fmt_number(floor)})"
+    named = worst if is_null(measure) else f"{worst} {measure}"
     relation = "≤" if float(diff) <= float(limit) else ">"
-    return f"{result} ({worst} {fmt_number(diff)} {relation} {fmt_number(limit)}; eager {fmt_number(floor)})"
+    return f"{result} ({named} {fmt_number(diff)} {relation} {fmt_number(limit)}; eager {fmt_number(floor)})"
 
 
 def fmt_count(value: Any) -> str:

@@ -124,13 +124,18 @@ class TrainStep:
             loss_sum += loss.detach()
             scaled = loss / self.grad_accum
             self.scaler.scale(scaled).backward()
-        if update.grad_clip > 0:
-            self.scaler.unscale_(update.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.params, update.grad_clip)
+        self.clip_gradients()
         self.optimizer_step()
         self.scaler.update()
         update.optimizer.zero_grad(set_to_none=not self.keep_grads)
         return loss_sum / self.grad_accum, data_s
+
+    def clip_gradients(self) -> None:
+        """Clip the accumulated gradients' global norm to the update's `grad_clip` (unscaled first); a
+        step of its own so that the accuracy check can record the gradients as the backward made them."""
+        if self.update.grad_clip > 0:
+            self.scaler.unscale_(self.update.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.params, self.update.grad_clip)
 
 
 @dataclass

@@ -256,8 +256,9 @@ RUN_SCHEMA = pa.schema(
         (
             "accuracy_worst_tensor",
             pa.string(),
-        ),  # the tensor nearest its limit, e.g. `h.1.mlp.c_fc.weight.grad`
-        ("accuracy_rel_diff", pa.float64()),  # its relative L2 error, compiled vs the reference
+        ),  # the quantity nearest its limit, e.g. `h.1.mlp.c_fc.weight.grad`, `h.0.ln_1.bias.update`
+        ("accuracy_measure", pa.string()),  # its measure: rel_l2 | 1-cos | norm_ratio; null: older sweeps
+        ("accuracy_rel_diff", pa.float64()),  # its error by that measure, compiled vs the reference
         ("accuracy_noise_floor", pa.float64()),  # ... eager's own (vs fp64, or its rerun vs itself)
         ("accuracy_tolerance", pa.float64()),  # its limit: max(tolerance, multiplier x noise floor)
         ("accuracy_reference", pa.string()),  # fp64 | eager: what errors were measured against

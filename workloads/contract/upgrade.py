@@ -32,7 +32,9 @@ encoding changed so far; such a change would be one more step here. The history,
 - within 2, the host probes before and after measuring and the CPU's frequency governor (issue 50:
   `host_op_us_after`, `host_py_us`, `host_py_us_after`, `cpu_governor`): null in older files, as
   where not readable; `compare` then has no probe of the host apart from torch and keeps each
-  cell's step verdict, nothing to lift.
+  cell's step verdict, nothing to lift. The accuracy check's `accuracy_measure` (issue 50): null in
+  older files, whose check judged every tensor but the losses by 1 - cos and parameters by their
+  value; nothing to lift.
 
 A cell's config.yaml has one step too (`lift_config`, read by `sweep_dir.read_cell_config` and
 `workloads.cell.config_io.load_cell_config`), the keys that moved (MOVED_CONFIG_KEYS):

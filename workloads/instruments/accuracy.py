@@ -1,20 +1,22 @@
 """The accuracy check: after measuring, a compiled cell trains a few steps compiled against eager on
-the same batches, weights and optimizer state, and each tensor of the step is judged against eager's
-own error, as PyTorch's harness does (benchmarks/dynamo/common.py `check_accuracy`, torch/_dynamo/
-utils.py `same`).
+the same batches, weights and optimizer state, and each judged quantity is held against eager's own
+error, as PyTorch's harness does (benchmarks/dynamo/common.py `check_accuracy`, torch/_dynamo/
+utils.py `same`: RMSE against an fp64 run, eager's own RMSE the floor).
 
 Runs (workloads/instruments/accuracy_runs.py records them): an fp64 copy of the model and optimizer
 where it fits on the device (the reference), eager twice (under `torch.compiler.set_stance(
 "force_eager")`), then compiled; the same inputs, starting state and RNG seed for each. Each run
-records its CHECK_STEPS losses, its first step's gradients and its parameters and buffers after the
-last step. A tensor's error against the reference (fp64, else eager's first run) is the losses'
-relative L2 distance and every other tensor's 1 - cos (accuracy_runs.by_direction); it passes when
-that is at most max(the precision's tolerance, multiplier x eager's own error), eager's own being
-the larger of eager's error against fp64 and its rerun's against itself (nondeterministic
-kernels). The tolerance is the harness's for training
-(`Precision.accuracy_tolerance`: 1e-3 in fp32 and TF32, 1e-2 under bf16 or fp16 autocast), the
-multiplier `same`'s (2, 3 in half precision). `fail_accuracy` where any tensor fails; the row names
-the worst tensor (the largest error against its limit), its error, eager's and the limit.
+records its CHECK_STEPS losses, its first step's gradients (before clipping) and its parameters and
+buffers after the last step. Judged (accuracy_runs.tensor_errors): the losses by relative L2; each
+gradient and each parameter's and buffer's update (after - start) by direction (1 - cos) and by the
+ratio of its norm to the reference's, which sees scale. A (quantity, measure) passes when its error
+against the reference (fp64, else eager's first run) is at most max(the least limit, multiplier x
+eager's own error), eager's own being the larger of eager's error against fp64 and its rerun's
+against itself (nondeterministic kernels). The least limit is the harness's training tolerance
+(`Precision.accuracy_tolerance`: 1e-3 in fp32 and TF32, 1e-2 under bf16 or fp16 autocast), for a
+norm's ratio at least NORM_TOLERANCE; the multiplier is `same`'s (2, 3 in half precision).
+`fail_accuracy` where any fails; the row names the worst (the largest error against its limit): the
+quantity, its measure, its error, eager's and the limit.
 
 Dropout is switched off for the check (`dropout_off`), where the model has any: a dropout mask
 drawn by inductor is not eager's, so compiled and eager would differ by construction. That
@@ -52,7 +54,14 @@ from workloads.contract.vocabulary import (
     ACCURACY_FP64,
     ACCURACY_PASS,
 )
-from workloads.instruments.accuracy_runs import Record, fp64_step, record_run, tensor_errors, trained_module
+from workloads.instruments.accuracy_runs import (
+    NORM_RATIO,
+    Record,
+    fp64_step,
+    record_run,
+    tensor_errors,
+    trained_module,
+)
 from workloads.instruments.base import Instrument
 
 #: torch's dropout modules, by their public names (not their private base class).
@@ -62,6 +71,13 @@ DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropou
 CHECK_STEPS = 3
 
 
+#: The least limit of a norm's ratio: a correct compile's arithmetic moved norms by more than fp32's
+#: 1e-3 (inductor's resnet10t on the CPU after 8 steps: an update's 3.2e-3, a gradient's 1.5e-3,
+#: eager's own 4e-7 and 3e-7), times 3, the harness's allowance in half precision: its half-precision
+#: tolerance. The smallest scale bug it lets through in fp32: every gradient x1.01.
+NORM_TOLERANCE = 1e-2
+
+
 def noise_multiplier(autocast_dtype: str | None) -> float:
     """How many noise floors a compiled run may differ by: the harness's 2, 3 in half precision."""
     return 3.0 if autocast_dtype is not None else 2.0
@@ -69,9 +85,11 @@ def noise_multiplier(autocast_dtype: str | None) -> float:
 
 @dataclass(frozen=True)
 class TensorResult:
-    """One tensor's judgement: the compiled run's error, eager's own and the largest that passes."""
+    """One quantity's judgement by one measure: the compiled run's error, eager's own and the largest
+    that passes."""
 
     name: str
+    measure: str
     error: float
     floor: float
     limit: float
@@ -88,19 +106,31 @@ class TensorResult:
 
 
 def judge(
-    compiled: dict[str, float],
-    eager_rerun: dict[str, float],
-    eager_vs_fp64: dict[str, float] | None,
+    compiled: dict[tuple[str, str], float],
+    eager_rerun: dict[tuple[str, str], float],
+    eager_vs_fp64: dict[tuple[str, str], float] | None,
     tolerance: float,
     multiplier: float,
 ) -> list[TensorResult]:
-    """Each tensor's result from its errors: the compiled run's against the reference, eager's rerun
-    against eager, and (with an fp64 reference) eager's against it."""
+    """Each (quantity, measure)'s result from its errors: the compiled run's against the reference,
+    eager's rerun against eager, and (with an fp64 reference) eager's against it."""
     results = []
-    for name, error in compiled.items():
-        floor = max(eager_rerun[name], eager_vs_fp64[name] if eager_vs_fp64 is not None else 0.0)
-        results.append(TensorResult(name, error, floor, max(tolerance, multiplier * floor)))
+    for key, error in compiled.items():
+        floor = max(eager_rerun[key], eager_vs_fp64[key] if eager_vs_fp64 is not None else 0.0)
+        least = max(tolerance, NORM_TOLERANCE) if key[1] == NORM_RATIO else tolerance
+        results.append(TensorResult(*key, error, floor, max(least, multiplier * floor)))
     return results
+
+
+@dataclass(frozen=True)
+class References:
+    """What a compiled run is judged against: the state the runs start from, eager's two runs and the
+    fp64 run (None where it could not be made)."""
+
+    start: Record
+    eager: Record
+    rerun: Record
+    fp64: Record | None
 
 
 @contextlib.contextmanager
@@ -136,6 +166,13 @@ class TrainingState:
             for p, state in step.update.optimizer.state.items()
         }
         self.scaler = step.scaler.state_dict()
+
+    def start(self) -> Record:
+        """The saved parameters and buffers by their names in the trained module (the updates' start)."""
+        saved = {id(t): copy for t, copy in self.tensors}
+        module = trained_module(self.step)
+        named = [*module.named_parameters(), *module.named_buffers()]
+        return {name: saved[id(t)] for name, t in named if id(t) in saved}
 
     @torch.no_grad()
     def restore(self) -> None:
@@ -202,18 +239,27 @@ class AccuracyCheck(Instrument):
         devices = [device] if device.type == "cuda" else []
         try:
             with dropout_off(step.model.module), torch.random.fork_rng(devices=devices):
-                fp64 = self._fp64_run(step, batches) if self.fp64_reference else None
-                eager = self._run(step, state, batches, eager=True)
-                rerun = self._run(step, state, batches, eager=True)
-                compiled = self._run(step, state, batches, eager=False)
+                references = self.references(state, batches)
+                compiled = self.run(state, batches, eager=False)
         finally:
             step.batches = stream
             state.restore()
-        reference = fp64 if fp64 is not None else eager
+        return self.row(references, compiled)
+
+    def references(self, state: TrainingState, batches: list[Any]) -> References:
+        """The fp64 run (where it fits), then eager's two, from `state` on `batches`."""
+        fp64 = self._fp64_run(state.step, batches) if self.fp64_reference else None
+        eager = self.run(state, batches, eager=True)
+        return References(state.start(), eager, self.run(state, batches, eager=True), fp64)
+
+    def row(self, references: References, compiled: Record) -> dict[str, Any]:
+        """The check's columns: the result, and the worst (quantity, measure) with its numbers."""
+        assert self.cell is not None
+        device, start, fp64 = self.cell.device, references.start, references.fp64
         results = judge(
-            tensor_errors(compiled, reference, device),
-            tensor_errors(rerun, eager, device),
-            tensor_errors(eager, fp64, device) if fp64 is not None else None,
+            tensor_errors(compiled, fp64 if fp64 is not None else references.eager, start, device),
+            tensor_errors(references.rerun, references.eager, start, device),
+            tensor_errors(references.eager, fp64, start, device) if fp64 is not None else None,
             self.tolerance,
             self.multiplier,
         )
@@ -221,14 +267,16 @@ class AccuracyCheck(Instrument):
         return {
             "accuracy": ACCURACY_PASS if all(r.passed for r in results) else ACCURACY_FAIL,
             "accuracy_worst_tensor": worst.name,
+            "accuracy_measure": worst.measure,
             "accuracy_rel_diff": worst.error,
             "accuracy_noise_floor": worst.floor,
             "accuracy_tolerance": worst.limit,
             "accuracy_reference": ACCURACY_FP64 if fp64 is not None else ACCURACY_EAGER,
         }
 
-    def _run(self, step: TrainStep, state: TrainingState, batches: list[Any], *, eager: bool) -> Record:
+    def run(self, state: TrainingState, batches: list[Any], *, eager: bool) -> Record:
         """CHECK_STEPS steps from the saved state on `batches`, the RNG at the cell's seed."""
+        step = state.step
         state.restore()
         torch.manual_seed(self.seed)
         step.batches = iter(batches)
