@@ -9,18 +9,21 @@
 set -eu
 label=${LABEL:-A}
 grid=${GRID:-"model=gpt,resnet size=tiny,small backend=eager precision=bf16 batch_size=8,16,32,64,128"}
-measure=${MEASURE:-"measure.min_seconds=1"}
+measure=${MEASURE:-"repeats=3 measure.min_seconds=0.5"}
+# A sweep left unfinished by the limit resumes where it stopped when run again on the same dir.
+limit=${SWEEP_LIMIT_S:-520}
 root=/tmp/host_probe_gpu/$label
-rm -rf "$root" && mkdir -p "$root"
-python examples/benchmarks/host_probe_noise.py 8 cuda > "$OUT/${label}_probe_noise.txt" 2>&1 || true
+mkdir -p "$root"
+[ "${NOISE:-1}" = 0 ] || python examples/benchmarks/host_probe_noise.py 8 cuda > "$OUT/${label}_probe_noise.txt" 2>&1 || true
 # shellcheck disable=SC2086 # the grid is words
-python -m orchestrator.cli.main sweep $grid $measure hydra.sweep.dir="$root/aa" > "$OUT/${label}_aa.txt" 2>&1
+timeout "$limit" python -m orchestrator.cli.main sweep $grid $measure hydra.sweep.dir="$root/aa" \
+    >> "$OUT/${label}_aa.txt" 2>&1 || echo "aa sweep: exit $?" >> "$OUT/${label}_aa.txt"
 if [ "${HOG:-0}" = 1 ]; then
     taskset -c 0 sh -c 'while :; do :; done' &
     hog=$!
     # shellcheck disable=SC2086
-    taskset -c 0 python -m orchestrator.cli.main sweep $grid $measure hydra.sweep.dir="$root/hog" \
-        > "$OUT/${label}_hog.txt" 2>&1 || true
+    timeout "$limit" taskset -c 0 python -m orchestrator.cli.main sweep ${HOG_GRID:-$grid} $measure \
+        hydra.sweep.dir="$root/hog" >> "$OUT/${label}_hog.txt" 2>&1 || echo "hog sweep: exit $?" >> "$OUT/${label}_hog.txt"
     kill "$hog"
 fi
 tar czf "$OUT/host_probe_$label.tar.gz" --exclude=compile_cache -C /tmp/host_probe_gpu "$label"
