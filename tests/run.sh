@@ -20,4 +20,7 @@ fi
 
 # What pip resolved: the versions a test run used (docs/testing.md lists those of the fresh runs).
 python3 -c 'from importlib.metadata import version as v; print("run.sh: python " + __import__("sys").version.split()[0], *(f"{n} {v(n)}" for n in ("torch", "timm", "hydra-core", "omegaconf", "submitit", "pandas", "numpy", "pyarrow", "matplotlib", "scipy", "pytest", "setuptools")), sep=", ")'
-python3 -m pytest "$@"
+# Two workers (pytest-xdist): the tests on the local Slurm, which mostly wait on its daemons and time
+# limits, run on one of them (tests/helpers/slurm/fixtures.py groups them); the rest are spread over
+# both. COMPILEBENCH_TEST_WORKERS=0 runs everything in this process (as does a later `-n 0`).
+python3 -m pytest -n "${COMPILEBENCH_TEST_WORKERS:-2}" --dist loadgroup "$@"
