@@ -22,7 +22,7 @@ if [ "${HOG:-0}" = 1 ]; then
     taskset -c 0 sh -c 'while :; do :; done' &
     hog=$!
     # shellcheck disable=SC2086
-    timeout "$limit" taskset -c 0 python -m orchestrator.cli.main sweep ${HOG_GRID:-$grid} $measure \
+    timeout "${HOG_LIMIT_S:-$limit}" taskset -c 0 python -m orchestrator.cli.main sweep ${HOG_GRID:-$grid} $measure \
         hydra.sweep.dir="$root/hog" >> "$OUT/${label}_hog.txt" 2>&1 || echo "hog sweep: exit $?" >> "$OUT/${label}_hog.txt"
     kill "$hog"
 fi
