@@ -1,10 +1,13 @@
 """A real single-node Slurm for the tests: munged, slurmctld, slurmd, and optionally slurmdbd on MariaDB.
 
 Everything the cluster writes lies under one directory: keys, configs, state, spool, pid files, logs,
-the MariaDB data directory, placeholder GPU "devices" (only munged's socket lies in a directory of
-its own in /tmp). Ports are picked free at each start, and the cluster's processes are found by
-their pid files and by markers in their command line or environment, never by name, so two test
-sessions on one machine do not meet. The Debian packages come from `tests/helpers/slurm/install.sh`.
+the MariaDB data directory, placeholder GPU "devices" (only the sockets lie in a short directory of
+their own in /tmp: munged's, and slurmd's spool, where slurmstepd makes one per job step, named
+after the node, the job and the step: under pytest-xdist's longer temporary paths that name passed
+the 107 bytes a socket's path may have, and the job never started). Ports are picked free at each
+start, and the cluster's processes are found by their pid files and by markers in their command
+line or environment, never by name, so two test sessions on one machine do not meet. The Debian
+packages come from `tests/helpers/slurm/install.sh`.
 
     cluster = LocalSlurm(tmp_dir / "slurm", accounting=False)
     cluster.start()                  # returns when `sinfo` shows the node idle
@@ -137,8 +140,8 @@ class LocalSlurm:
         self.cpus = os.cpu_count() or 1
         self.conf = self.root / "etc" / "slurm.conf"
         # munged wants every directory above its socket open to all (x), which pytest's
-        # temporary directories (mode 700) are not: the socket gets a directory of its own.
-        self._munge_dir: Path | None = None
+        # temporary directories (mode 700) are not: the sockets get a directory of their own.
+        self._socket_dir: Path | None = None
         self.mysql_socket = self.root / "run" / "mysqld.sock"
         self.ports: dict[str, int] = {}
         self._mysqld_safe: subprocess.Popen | None = None
@@ -150,9 +153,17 @@ class LocalSlurm:
 
     @property
     def munge_socket(self) -> Path:
-        if self._munge_dir is None:
+        return self._sockets() / "munge.socket"
+
+    @property
+    def spool_dir(self) -> Path:
+        """slurmd's spool: the batch scripts and the job steps' sockets."""
+        return self._sockets() / "spool"
+
+    def _sockets(self) -> Path:
+        if self._socket_dir is None:
             raise RuntimeError("the cluster is not started")
-        return self._munge_dir / "munge.socket"
+        return self._socket_dir
 
     @property
     def has_accounting(self) -> bool:
@@ -214,12 +225,13 @@ class LocalSlurm:
             raise SlurmStartError("a local Slurm needs root (SlurmUser=root, munged and slurmd as root)")
         self.install.link_slurmstepd()
         deadline = time.monotonic() + timeout
-        for sub in ("etc", "run", "log", "state", "spool", "dev", "munge"):
+        for sub in ("etc", "run", "log", "state", "dev", "munge"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         if len(str(self.mysql_socket)) > MAX_SOCKET_PATH:
             raise SlurmStartError(f"{self.root} is too long a path for a Unix socket")
-        self._munge_dir = Path(tempfile.mkdtemp(prefix="compilebench-munge-"))
-        self._munge_dir.chmod(0o755)
+        self._socket_dir = Path(tempfile.mkdtemp(prefix="compilebench-slurm-"))
+        self._socket_dir.chmod(0o755)
+        self.spool_dir.mkdir()
         self.ports = {"slurmctld": _free_port(), "slurmd": _free_port()}
         if self.accounting:
             self.ports.update(slurmdbd=_free_port(), mysqld=_free_port())
@@ -251,6 +263,7 @@ class LocalSlurm:
             real_memory_mb=max(1, int(_mem_available_mb() * 0.5)),
             gpus=self.gpus or self._placeholder_gpus(),
             munge_socket=self.munge_socket,
+            spool_dir=self.spool_dir,
             ports=self.ports,
             plugin_dir=self.install.plugin_dir,
             bind_cores=self.bind_cores,
@@ -609,9 +622,9 @@ class LocalSlurm:
         if remaining:
             raise RuntimeError(f"processes of the local Slurm still run after stop(): {remaining}")
         self._started_pids.clear()
-        if self._munge_dir is not None:
-            shutil.rmtree(self._munge_dir, ignore_errors=True)
-            self._munge_dir = None
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
         self.running = False
 
     def _cancel_jobs(self, timeout: float) -> None:

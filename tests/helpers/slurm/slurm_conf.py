@@ -29,6 +29,7 @@ class NodeSpec:
     gpus: dict[str, list[str]]
     """GPU type -> device files (placeholder files on a CPU machine, /dev/nvidiaN on a GPU one)."""
     munge_socket: Path
+    spool_dir: Path
     ports: dict[str, int]
     plugin_dir: Path | None = None
     bind_cores: bool = False
@@ -52,7 +53,7 @@ def slurm_conf(node: NodeSpec, accounting: bool) -> str:
         # least), tests requeue.
         f"AuthInfo=socket={node.munge_socket},cred_expire=5",
         f"StateSaveLocation={root}/state",
-        f"SlurmdSpoolDir={root}/spool",
+        f"SlurmdSpoolDir={node.spool_dir}",
         f"SlurmctldPidFile={root}/run/slurmctld.pid",
         f"SlurmdPidFile={root}/run/slurmd.pid",
         f"SlurmctldLogFile={root}/log/slurmctld.log",
