@@ -1,6 +1,6 @@
 """A real single-node Slurm for the tests: munged, slurmctld, slurmd, and optionally slurmdbd on MariaDB.
 
-Everything the cluster writes lies under one directory: keys, configs, state, spool, pid files, logs,
+Everything the cluster writes lies under one directory: keys, configs, state, pid files, logs,
 the MariaDB data directory, placeholder GPU "devices" (only the sockets lie in a short directory of
 their own in /tmp: munged's, and slurmd's spool, where slurmstepd makes one per job step, named
 after the node, the job and the step: under pytest-xdist's longer temporary paths that name passed
