@@ -35,18 +35,6 @@ from tests.helpers import REPO_ROOT, make_venv, path_without_slurm
 pytest_plugins = ["tests.helpers.slurm.fixtures"]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`tests/run.sh` runs two workers with `--dist loadgroup`): the tests that use
-    a local Slurm, directly or through a fixture, run on one worker, one cluster at a time as the
-    plugin keeps them; every other test runs on the worker of its module, so that a module's shared
-    sweep or cell is made once."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        on_slurm = "slurm_clusters" in getattr(item, "fixturenames", ())
-        item.add_marker(pytest.mark.xdist_group("slurm" if on_slurm else item.nodeid.split("::")[0]))
-
-
 #: What every test cell has unless it says otherwise: tiny, fp32 (so that backends can be
 #: compared number for number), a few steps on the CPU.
 TINY_CELL: dict[str, Any] = {
