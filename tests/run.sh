@@ -21,7 +21,9 @@ fi
 # What pip resolved: the versions a test run used (docs/testing.md lists those of the fresh runs).
 python3 -c 'from importlib.metadata import version as v; print("run.sh: python " + __import__("sys").version.split()[0], *(f"{n} {v(n)}" for n in ("torch", "timm", "hydra-core", "omegaconf", "submitit", "pandas", "numpy", "pyarrow", "matplotlib", "scipy", "pytest", "setuptools")), sep=", ")'
 # Two workers (pytest-xdist), each test module on one of them (`--dist loadfile`: a module's shared
-# sweep or cell is made once). A worker starts its own local Slurm where its modules need one: the
-# clusters pick free ports and job ids and never meet (tests/helpers/slurm/cluster.py).
+# sweep or cell is made once), in the order collected (`--no-loadscope-reorder`, xdist 3.8: it would
+# put the modules of many tests first, and the system room's few long ones, Slurm's faults among
+# them, last). A worker starts its own local Slurm where its modules need one: the clusters pick
+# free ports and job ids and never meet (tests/helpers/slurm/cluster.py).
 # COMPILEBENCH_TEST_WORKERS=0 runs everything in this process (as does a later `-n 0`).
-python3 -m pytest -n "${COMPILEBENCH_TEST_WORKERS:-2}" --dist loadfile "$@"
+python3 -m pytest -n "${COMPILEBENCH_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
