@@ -173,9 +173,7 @@ def test_a_real_time_limit_while_training_and_while_compiling(
     # (or while squeue did not answer, as under load, when a cell keeps its last result) looked
     # settled with one attempt each (CI, two workers, 2026-12-07).
     wanted = dict.fromkeys(jobs, ["timeout", "timeout"])
-    wait_until(
-        lambda: attempts(tmp_path / "sw"), 300, lambda found: f"attempts: {found}", done=wanted.__eq__
-    )
+    wait_until(lambda: attempts(tmp_path / "sw"), 300, lambda found: f"attempts: {found}", done=wanted.__eq__)
     shown = settled(tmp_path, "sw", env)  # not `sweep --wait`: the first job may have ended already
     assert shown.returncode == 1, shown.stdout + shown.stderr  # no cell completed
     assert {cell: row["state"] for cell, row in table(shown.stdout).items()} == dict.fromkeys(jobs, "timeout")
