@@ -66,7 +66,7 @@ from workloads.contract.vocabulary import (
 from workloads.instruments import cold_compile
 from workloads.instruments.base import Instrument
 from workloads.instruments.compile_workers import start_compile_workers, wait_until_idle
-from workloads.instruments.environment import resolve_device
+from workloads.instruments.environment import resolve_device, where_it_runs
 from workloads.kinds import MeasuredCell, kind_of
 from workloads.local import turns
 from workloads.train_cell import prepare_cell
@@ -156,6 +156,7 @@ def run_cell(cfg: CellConfig, cell_dir: str | Path, repeat: int = 0) -> str:
     # Every axis the config gives; prepare_cell records the resolved ones (batch, arch) over them.
     rec.run.update(
         axes_from_config(cell_config_to_dict(cfg)),
+        **where_it_runs(),
         repeat=repeat,
         warmup_steps=cfg.warmup_steps,
         started_at=_now(),

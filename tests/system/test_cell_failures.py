@@ -5,6 +5,7 @@ code that is 0 only for `completed` (2 for a config that cannot be read)."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import threading
 from pathlib import Path
@@ -210,11 +211,13 @@ def test_sigterm_is_a_cancelled_row_with_the_steps_so_far(
 
 def test_time_limit_warning_while_starting_is_a_timeout_row(tmp_path, workloads_cli_start, tiny_config):
     """Slurm's USR2 ahead of the time limit may come while the process still imports torch: it is
-    remembered then and recorded as `timeout` (not the silent death USR2's default action is).
+    remembered then and recorded as `timeout` (not the silent death USR2's default action is), with
+    the job and node it came in (a row without them was seen in CI under load).
     The process is stopped (SIGSTOP) once it catches USR2; while torch is not loaded yet it gets
     the signal, then goes on."""
     config = tiny_config("gpt", steps=10**6)
-    proc, cell = workloads_cli_start(config, tmp_path / "cell")
+    job = {"SLURM_JOB_ID": "4242", "SLURM_ARRAY_JOB_ID": None, "SLURM_JOB_PARTITION": "grete:shared"}
+    proc, cell = workloads_cli_start(config, tmp_path / "cell", job)
     wait_until(
         lambda: proc.poll() is not None or catches(proc.pid, signal.SIGUSR2),
         120,
@@ -232,6 +235,8 @@ def test_time_limit_warning_while_starting_is_a_timeout_row(tmp_path, workloads_
     assert proc.returncode == 1, stderr[-3000:]
     runs = cell.runs
     assert [r["status"] for r in runs] == ["timeout"] and "SIGUSR2" in runs[0]["error"]
+    assert (runs[0]["slurm_job_id"], runs[0]["partition"]) == ("4242", "grete:shared")
+    assert runs[0]["hostname"] == socket.gethostname()
     assert cell.steps == []
 
 

@@ -101,11 +101,20 @@ def describe_environment(device: torch.device) -> dict[str, object]:
         "triton_version": _version("triton"),
         "cuda_version": torch.version.cuda,
         "timm_version": _version("timm"),
+        **where_it_runs(),
+        "git_sha": _git_sha(),
+    }
+
+
+def where_it_runs() -> dict[str, object]:
+    """The host and the Slurm job of this process, from its environment: known before anything is
+    built, so that a cell stopped while it starts (the time limit's warning during torch's import)
+    still says which job and node it was."""
+    return {
         "hostname": socket.gethostname(),
         "slurm_job_id": os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID"),
         "slurm_array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
         "partition": os.environ.get("SLURM_JOB_PARTITION"),
-        "git_sha": _git_sha(),
     }
 
 
